@@ -1,0 +1,36 @@
+# Two commands do all set-up on a fresh Debian machine with Python 3.11:
+#   make demo   create .venv, install, build the demo warehouse, serve the dashboard
+#   make test   create .venv if needed, install, run the whole suite
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+.PHONY: demo test install bench clean lint
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# uv installs in seconds; plain pip is the fallback when uv cannot be had.
+$(STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install -q --upgrade pip uv || true
+	if $(VENV)/bin/uv --version >/dev/null 2>&1; then \
+	  $(VENV)/bin/uv pip install -q --python $(PY) -e '.[dev]'; \
+	else \
+	  $(PY) -m pip install -q -e '.[dev]'; \
+	fi
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(VENV)/bin/gpuledger demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

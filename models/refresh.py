@@ -1,0 +1,36 @@
+"""`gpuledger refresh`: rebuild the marts that models and dashboards read, then publish the serving snapshot.
+
+Each mart builder is ``build(con, full: bool) -> None``; it is incremental unless ``full`` is set.
+Builders run in the order listed (later marts may read earlier ones).
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Callable
+
+import duckdb
+
+from ingest import warehouse
+
+MartBuilder = Callable[[duckdb.DuckDBPyConnection, bool], None]
+
+
+def mart_builders() -> list[tuple[str, MartBuilder]]:
+    """The marts, in dependency order. Each model module that owns a mart adds itself here."""
+    return []
+
+
+def run(con: duckdb.DuckDBPyConnection, db_path: str | Path, full: bool = False,
+        publish: bool = True) -> list[tuple[str, float]]:
+    """Refresh every mart, then publish the serving snapshot; returns (name, seconds) per step."""
+    done = []
+    for name, build in mart_builders():
+        t0 = time.perf_counter()
+        build(con, full)
+        done.append((name, time.perf_counter() - t0))
+    if publish:
+        t0 = time.perf_counter()
+        warehouse.publish_serving(con, db_path)
+        done.append(("serving snapshot", time.perf_counter() - t0))
+    return done

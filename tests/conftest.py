@@ -1,0 +1,49 @@
+"""Shared fixtures: a fresh warehouse per test, paths to fixtures and to ../shared (optional)."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = ROOT / "tests" / "fixtures"
+SHARED = Path(os.environ.get("GPULEDGER_SHARED", ROOT.parent / "shared"))
+
+
+@pytest.fixture
+def db_path(tmp_path) -> Path:
+    return tmp_path / "warehouse.duckdb"
+
+
+@pytest.fixture
+def con(db_path):
+    from ingest import warehouse
+    c = warehouse.connect(db_path)
+    yield c
+    c.close()
+
+
+@pytest.fixture
+def fixtures() -> Path:
+    return FIXTURES
+
+
+def shared_path(*parts: str) -> Path:
+    """A path under ../shared, or skip the test saying why (GPL/LGPL samples are not copied here)."""
+    p = SHARED.joinpath(*parts)
+    if not p.exists():
+        pytest.skip(f"{p} is absent: this sample is GPL/LGPL-licensed or too large, so it stays in ../shared")
+    return p
+
+
+@pytest.fixture
+def run_cli(db_path, capsys):
+    """Run the gpuledger CLI in-process against the test's warehouse; returns (exit status, stdout, stderr)."""
+    import gpuledger
+
+    def run(*argv: str):
+        code = gpuledger.main(["--db", str(db_path), *argv])
+        out = capsys.readouterr()
+        return code, out.out, out.err
+    return run
