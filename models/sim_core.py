@@ -1,0 +1,563 @@
+"""The discrete-event scheduler kernel (numba). Use it through ``models.simulate.simulate``.
+
+Everything here works on flat numpy arrays so the loop compiles to machine code: a binary heap of
+completions, a sorted array of running jobs by expected end (start + time limit) for EASY reservations,
+the pending queue as a slice of an array, and per-node free GPUs (float, so GPU-sharing fractions work).
+Times are seconds on the caller's clock; GPUs are counts (fractions allowed).
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+EPS = 1e-9
+INF = np.inf
+
+# integer parameters (ip)
+IP_QUEUE, IP_BACKFILL, IP_BF_DEPTH, IP_PLACEMENT, IP_SEED, IP_REQUEUE = range(6)
+# float parameters (fp)
+(FP_W_AGE, FP_W_FS, FP_W_QOS, FP_W_SIZE, FP_MAX_AGE, FP_HALF_LIFE, FP_PRIO_PERIOD,
+ FP_SAMPLE_DT, FP_SAMPLE_T0, FP_SAMPLE_T1, FP_TOTAL_GPUS) = range(11)
+
+QUEUE_FIFO, QUEUE_PRIORITY = 0, 1
+PLACE_FIRST_FIT, PLACE_BEST_FIT, PLACE_RANDOM, PLACE_FGD = 0, 1, 2, 3
+EV_DRAIN, EV_DOWN, EV_UP = 0, 1, 2
+
+
+# ---------------------------------------------------------------- completion heap (time, job, run#)
+
+@njit(cache=True)
+def _heap_push(ht, hj, hr, n, t, j, r):
+    i = n
+    ht[i] = t
+    hj[i] = j
+    hr[i] = r
+    while i > 0:
+        p = (i - 1) >> 1
+        if ht[p] <= ht[i]:
+            break
+        ht[p], ht[i] = ht[i], ht[p]
+        hj[p], hj[i] = hj[i], hj[p]
+        hr[p], hr[i] = hr[i], hr[p]
+        i = p
+    return n + 1
+
+
+@njit(cache=True)
+def _heap_pop(ht, hj, hr, n):
+    n -= 1
+    ht[0] = ht[n]
+    hj[0] = hj[n]
+    hr[0] = hr[n]
+    i = 0
+    while True:
+        lft = 2 * i + 1
+        if lft >= n:
+            break
+        c = lft
+        if lft + 1 < n and ht[lft + 1] < ht[lft]:
+            c = lft + 1
+        if ht[i] <= ht[c]:
+            break
+        ht[c], ht[i] = ht[i], ht[c]
+        hj[c], hj[i] = hj[i], hj[c]
+        hr[c], hr[i] = hr[i], hr[c]
+        i = c
+    return n
+
+
+# ---------------------------------------------------------------- running jobs sorted by expected end
+
+@njit(cache=True)
+def _rs_insert(rs_t, rs_j, n, t, j):
+    pos = np.searchsorted(rs_t[:n], t, side="right")
+    if pos < n:
+        rs_t[pos + 1:n + 1] = rs_t[pos:n].copy()
+        rs_j[pos + 1:n + 1] = rs_j[pos:n].copy()
+    rs_t[pos] = t
+    rs_j[pos] = j
+    return n + 1
+
+
+@njit(cache=True)
+def _rs_remove(rs_t, rs_j, n, t, j):
+    pos = np.searchsorted(rs_t[:n], t, side="left")
+    while pos < n and rs_j[pos] != j:
+        pos += 1
+    if pos >= n:  # not found by key (should not happen): linear fallback
+        pos = 0
+        while pos < n and rs_j[pos] != j:
+            pos += 1
+        if pos >= n:
+            return n
+    rs_t[pos:n - 1] = rs_t[pos + 1:n].copy()
+    rs_j[pos:n - 1] = rs_j[pos + 1:n].copy()
+    return n - 1
+
+
+# ---------------------------------------------------------------- placement
+
+@njit(cache=True)
+def _frag(f, mix_size, mix_prob):
+    """Workload-weighted stranded GPUs of a node with f free: sum_s p_s * f * [f < s] (METRICS §1.2)."""
+    s = 0.0
+    for i in range(mix_size.size):
+        if f < mix_size[i] - EPS:
+            s += mix_prob[i]
+    return s * f
+
+
+@njit(cache=True)
+def _place(nodes, free, up, extra, use_extra, g, k, policy, mix_size, mix_prob, cand, score, sel):
+    """Choose k distinct nodes from ``nodes`` with capacity >= g; write them to sel[:k]. Returns success.
+
+    Capacity is free GPUs, or min(free, extra) when ``use_extra`` (a backfilled job that would still run at
+    the head job's reservation may only use GPUs the reservation does not need)."""
+    nc = 0
+    best = -1
+    best_s = INF
+    for idx in range(nodes.size):
+        n = nodes[idx]
+        if not up[n]:
+            continue
+        c = free[n]
+        if use_extra and extra[n] < c:
+            c = extra[n]
+        if c < g - EPS:
+            continue
+        if policy == PLACE_FIRST_FIT:
+            s = float(nc)
+        elif policy == PLACE_BEST_FIT:
+            s = c - g
+        elif policy == PLACE_RANDOM:
+            s = np.random.random()
+        else:
+            s = _frag(free[n] - g, mix_size, mix_prob) - _frag(free[n], mix_size, mix_prob)
+        cand[nc] = n
+        score[nc] = s
+        if s < best_s:
+            best_s = s
+            best = n
+        nc += 1
+        if policy == PLACE_FIRST_FIT and nc >= k:
+            break
+    if nc < k:
+        return False
+    if k == 1:
+        sel[0] = best
+        return True
+    order = np.argsort(score[:nc], kind="mergesort")
+    for i in range(k):
+        sel[i] = cand[order[i]]
+    return True
+
+
+# ---------------------------------------------------------------- the simulation
+
+@njit(cache=True)
+def simulate_kernel(node_gpus, node_up0, node_pool, n_pools, cls_ptr, cls_nodes,
+                    submit, run, limit, gpn, nnodes, jcls, acct, qosf, feasible,
+                    ev_time, ev_node, ev_kind, acct_shares, mix_size, mix_prob, ip, fp,
+                    first_start, start, end, alloc_ptr, alloc_node, nreq, head_shadow,
+                    samp_t, samp_cap, samp_alloc, samp_strand, samp_queue):
+    """Run the whole simulation. Outputs are written into the arrays passed in.
+
+    Returns (number of scheduling passes, number of samples written)."""
+    N = node_gpus.size
+    J = submit.size
+    E = ev_time.size
+    qpol = ip[IP_QUEUE]
+    backfill = ip[IP_BACKFILL] != 0
+    bf_depth = ip[IP_BF_DEPTH]
+    policy = ip[IP_PLACEMENT]
+    requeue = ip[IP_REQUEUE] != 0
+    np.random.seed(ip[IP_SEED])
+    total_gpus = fp[FP_TOTAL_GPUS]
+    n_cls = cls_ptr.size - 1
+    n_acct = acct_shares.size
+
+    free = node_gpus.copy()
+    pf = node_gpus.copy()          # projected free, scratch for reservations (kept equal to free outside)
+    extra = np.full(N, INF)        # per-node GPUs a long backfill may take (INF = unconstrained)
+    down = np.zeros(N, np.int64)
+    for n in range(N):
+        if not node_up0[n]:
+            down[n] = 1
+    up = node_up0.copy()
+    total_free = 0.0
+    for n in range(N):
+        if up[n]:
+            total_free += free[n]
+
+    state = np.zeros(J, np.int64)  # 0 future, 1 pending, 2 running, 3 done, 4 never
+    runno = np.zeros(J, np.int64)
+    qcap = 2 * J + 16
+    q = np.empty(qcap, np.int64)
+    qp = np.zeros(qcap)
+    q_lo = 0
+    q_hi = 0
+    hcap = 2 * J + 16
+    ht = np.empty(hcap)
+    hj = np.empty(hcap, np.int64)
+    hr = np.empty(hcap, np.int64)
+    hn = 0
+    rs_t = np.empty(J + 1)
+    rs_j = np.empty(J + 1, np.int64)
+    rn = 0
+    cand = np.empty(N, np.int64)
+    score = np.empty(N)
+    sel = np.empty(N, np.int64)
+    touched = np.empty(N, np.int64)
+    resv = np.empty(N, np.int64)
+    # fair share
+    usage = np.zeros(n_acct)
+    run_gpus = np.zeros(n_acct)
+    fsf = np.ones(n_acct)
+    last_recalc = -INF
+    # per-pass failure cache: smallest g that failed on one node, per class and capacity mode
+    fail1 = np.full((n_cls, 2), INF)
+    failk_k = np.full((n_cls, 2), 1 << 30)
+    failk_g = np.full((n_cls, 2), INF)
+
+    w_age = fp[FP_W_AGE]
+    w_fs = fp[FP_W_FS]
+    w_qos = fp[FP_W_QOS]
+    w_size = fp[FP_W_SIZE]
+    max_age = fp[FP_MAX_AGE]
+    half_life = fp[FP_HALF_LIFE]
+    prio_period = fp[FP_PRIO_PERIOD]
+    sdt = fp[FP_SAMPLE_DT]
+    ts_next = fp[FP_SAMPLE_T0]
+    ts_end = fp[FP_SAMPLE_T1]
+    n_samp = 0
+    max_samp = samp_t.size
+
+    ja = 0
+    je = 0
+    passes = 0
+    dirty = False
+
+    while True:
+        t_arr = submit[ja] if ja < J else INF
+        t_cmp = ht[0] if hn > 0 else INF
+        t_ev = ev_time[je] if je < E else INF
+        now = min(t_arr, t_cmp, t_ev)
+        if now == INF:
+            break  # nothing more can happen; jobs still queued stay pending (never started)
+        # fixed-interval samples of the state between events
+        while sdt > 0 and ts_next <= now and ts_next < ts_end and n_samp < max_samp:
+            samp_t[n_samp] = ts_next
+            for n in range(N):
+                if up[n]:
+                    p = node_pool[n]
+                    samp_cap[n_samp, p] += node_gpus[n]
+                    samp_alloc[n_samp, p] += node_gpus[n] - free[n]
+                    samp_strand[n_samp, p] += _frag(free[n], mix_size, mix_prob)
+            qd = 0.0
+            for i in range(q_lo, q_hi):
+                jj = q[i]
+                qd += gpn[jj] * nnodes[jj]
+            samp_queue[n_samp] = qd
+            n_samp += 1
+            ts_next += sdt
+
+        # completions
+        while hn > 0 and ht[0] <= now:
+            j = hj[0]
+            r = hr[0]
+            hn = _heap_pop(ht, hj, hr, hn)
+            if state[j] != 2 or runno[j] != r:
+                continue  # stale entry of a job killed by a node failure
+            g = gpn[j]
+            for a in range(alloc_ptr[j], alloc_ptr[j] + nnodes[j]):
+                n = alloc_node[a]
+                free[n] += g
+                pf[n] = free[n]
+                if up[n]:
+                    total_free += g
+            rn = _rs_remove(rs_t, rs_j, rn, start[j] + limit[j], j)
+            run_gpus[acct[j]] -= g * nnodes[j]
+            state[j] = 3
+            end[j] = now
+            dirty = True
+        # node events
+        while je < E and ev_time[je] <= now:
+            n = ev_node[je]
+            kind = ev_kind[je]
+            je += 1
+            if kind == EV_UP:
+                if down[n] > 0:
+                    down[n] -= 1
+                    if down[n] == 0:
+                        up[n] = True
+                        total_free += free[n]
+                        dirty = True
+                continue
+            down[n] += 1
+            if down[n] == 1:
+                up[n] = False
+                total_free -= free[n]
+            if kind == EV_DOWN and requeue:
+                i = 0
+                while i < rn:
+                    j = rs_j[i]
+                    hit = False
+                    for a in range(alloc_ptr[j], alloc_ptr[j] + nnodes[j]):
+                        if alloc_node[a] == n:
+                            hit = True
+                    if not hit:
+                        i += 1
+                        continue
+                    g = gpn[j]
+                    for a in range(alloc_ptr[j], alloc_ptr[j] + nnodes[j]):
+                        m = alloc_node[a]
+                        free[m] += g
+                        pf[m] = free[m]
+                        if up[m]:
+                            total_free += g
+                    rn = _rs_remove(rs_t, rs_j, rn, rs_t[i], j)
+                    run_gpus[acct[j]] -= g * nnodes[j]
+                    state[j] = 1
+                    runno[j] += 1
+                    nreq[j] += 1
+                    # back into the queue at its original submit order (FIFO) or by priority
+                    if q_hi >= qcap:
+                        q[0:q_hi - q_lo] = q[q_lo:q_hi].copy()
+                        qp[0:q_hi - q_lo] = qp[q_lo:q_hi].copy()
+                        q_hi -= q_lo
+                        q_lo = 0
+                    if qpol == QUEUE_FIFO:
+                        pos = q_lo + np.searchsorted(q[q_lo:q_hi], j)
+                    else:
+                        pos = q_hi
+                    q[pos + 1:q_hi + 1] = q[pos:q_hi].copy()
+                    qp[pos + 1:q_hi + 1] = qp[pos:q_hi].copy()
+                    q[pos] = j
+                    qp[pos] = INF if qpol == QUEUE_PRIORITY else 0.0
+                    q_hi += 1
+                    dirty = True
+        # arrivals
+        while ja < J and submit[ja] <= now:
+            j = ja
+            ja += 1
+            if not feasible[j]:
+                state[j] = 4
+                continue
+            state[j] = 1
+            if q_hi >= qcap:
+                q[0:q_hi - q_lo] = q[q_lo:q_hi].copy()
+                qp[0:q_hi - q_lo] = qp[q_lo:q_hi].copy()
+                q_hi -= q_lo
+                q_lo = 0
+            if qpol == QUEUE_FIFO:
+                q[q_hi] = j
+                q_hi += 1
+            else:
+                pr = w_fs * fsf[acct[j]] + w_qos * qosf[j] + w_size * (gpn[j] * nnodes[j] / total_gpus)
+                pos = q_hi
+                while pos > q_lo and qp[pos - 1] < pr:
+                    pos -= 1
+                q[pos + 1:q_hi + 1] = q[pos:q_hi].copy()
+                qp[pos + 1:q_hi + 1] = qp[pos:q_hi].copy()
+                q[pos] = j
+                qp[pos] = pr
+                q_hi += 1
+            dirty = True
+
+        if not dirty or q_hi == q_lo:
+            continue
+        dirty = False
+        passes += 1
+
+        # ---- priorities (Slurm multifactor), recomputed every prio_period like PriorityCalcPeriod
+        if qpol == QUEUE_PRIORITY and now - last_recalc >= prio_period:
+            if last_recalc > -INF:
+                dt = now - last_recalc
+                decay = 0.5 ** (dt / half_life) if half_life > 0 else 1.0
+                for a in range(n_acct):
+                    usage[a] = usage[a] * decay + run_gpus[a] * dt
+            tot_u = usage.sum()
+            for a in range(n_acct):
+                u = usage[a] / tot_u if tot_u > 0 else 0.0
+                s = acct_shares[a] if acct_shares[a] > 0 else 1e-9
+                fsf[a] = 2.0 ** (-u / s)
+            last_recalc = now
+            m = q_hi - q_lo
+            for i in range(q_lo, q_hi):
+                jj = q[i]
+                age = (now - submit[jj]) / max_age if max_age > 0 else 0.0
+                if age > 1.0:
+                    age = 1.0
+                qp[i] = (w_age * age + w_fs * fsf[acct[jj]] + w_qos * qosf[jj]
+                         + w_size * (gpn[jj] * nnodes[jj] / total_gpus))
+            order = np.argsort(-qp[q_lo:q_hi], kind="mergesort")
+            qq = q[q_lo:q_hi].copy()
+            qpp = qp[q_lo:q_hi].copy()
+            for i in range(m):
+                q[q_lo + i] = qq[order[i]]
+                qp[q_lo + i] = qpp[order[i]]
+
+        for c in range(n_cls):
+            fail1[c, 0] = INF
+            fail1[c, 1] = INF
+            failk_k[c, 0] = 1 << 30
+            failk_k[c, 1] = 1 << 30
+
+        # ---- main pass: start jobs in queue order until the first that does not fit
+        i = q_lo
+        head = -1
+        while i < q_hi:
+            j = q[i]
+            g = gpn[j]
+            k = nnodes[j]
+            c = jcls[j]
+            ok = False
+            if g * k <= total_free + EPS and not (k == 1 and g >= fail1[c, 0]) \
+                    and not (k > 1 and k >= failk_k[c, 0] and g >= failk_g[c, 0]):
+                ok = _place(cls_nodes[cls_ptr[c]:cls_ptr[c + 1]], free, up, extra, False, g, k, policy,
+                            mix_size, mix_prob, cand, score, sel)
+            if not ok:
+                head = j
+                break
+            _start(j, now, sel, free, pf, up, gpn, nnodes, run, limit, alloc_ptr, alloc_node, start,
+                   first_start, state, runno, acct, run_gpus)
+            total_free -= g * k
+            hn = _heap_push(ht, hj, hr, hn, now + run[j], j, runno[j])
+            rn = _rs_insert(rs_t, rs_j, rn, now + limit[j], j)
+            i += 1
+        q_lo = i
+        if head < 0 or not backfill:
+            continue
+
+        # ---- EASY backfill: reserve the head job's earliest start (shadow time) on specific nodes,
+        # then let later jobs start if they end by the shadow time or leave the reservation whole.
+        hg = gpn[head]
+        hk = nnodes[head]
+        hc = jcls[head]
+        shadow, nres = _reserve(head, now, hg, hk, cls_nodes[cls_ptr[hc]:cls_ptr[hc + 1]], free, pf, up,
+                                extra, rs_t, rs_j, rn, gpn, nnodes, alloc_ptr, alloc_node, policy,
+                                mix_size, mix_prob, cand, score, sel, touched, resv)
+        if head_shadow[head] < 0 or shadow < head_shadow[head]:
+            head_shadow[head] = shadow
+        i = q_lo + 1
+        scanned = 0
+        started = 0
+        while i < q_hi and scanned < bf_depth and total_free > EPS:
+            j = q[i]
+            scanned += 1
+            g = gpn[j]
+            k = nnodes[j]
+            c = jcls[j]
+            short = now + limit[j] <= shadow
+            mode = 0 if short else 1
+            if g * k > total_free + EPS or (k == 1 and g >= fail1[c, mode]) \
+                    or (k > 1 and k >= failk_k[c, mode] and g >= failk_g[c, mode]):
+                i += 1
+                continue
+            ok = _place(cls_nodes[cls_ptr[c]:cls_ptr[c + 1]], free, up, extra, not short, g, k, policy,
+                        mix_size, mix_prob, cand, score, sel)
+            if not ok:
+                if k == 1:
+                    if g < fail1[c, mode]:
+                        fail1[c, mode] = g
+                else:
+                    failk_k[c, mode] = k
+                    failk_g[c, mode] = g
+                i += 1
+                continue
+            _start(j, now, sel, free, pf, up, gpn, nnodes, run, limit, alloc_ptr, alloc_node, start,
+                   first_start, state, runno, acct, run_gpus)
+            total_free -= g * k
+            if not short:
+                for s in range(k):
+                    if extra[sel[s]] < INF:
+                        extra[sel[s]] -= g
+            hn = _heap_push(ht, hj, hr, hn, now + run[j], j, runno[j])
+            rn = _rs_insert(rs_t, rs_j, rn, now + limit[j], j)
+            q[i] = -1
+            started += 1
+            i += 1
+        for r in range(nres):
+            extra[resv[r]] = INF
+        if started > 0:
+            # pack the survivors of [q_lo, i) to the right, keeping order
+            w = i - 1
+            for rd in range(i - 1, q_lo - 1, -1):
+                if q[rd] >= 0:
+                    q[w] = q[rd]
+                    qp[w] = qp[rd]
+                    w -= 1
+            q_lo = w + 1
+
+    return passes, n_samp
+
+
+@njit(cache=True)
+def _start(j, now, sel, free, pf, up, gpn, nnodes, run, limit, alloc_ptr, alloc_node, start, first_start,
+           state, runno, acct, run_gpus):
+    g = gpn[j]
+    k = nnodes[j]
+    for s in range(k):
+        n = sel[s]
+        free[n] -= g
+        pf[n] = free[n]
+        alloc_node[alloc_ptr[j] + s] = n
+    start[j] = now
+    if first_start[j] != first_start[j]:  # NaN: first time this job starts
+        first_start[j] = now
+    state[j] = 2
+    run_gpus[acct[j]] += g * k
+
+
+@njit(cache=True)
+def _reserve(head, now, hg, hk, nodes, free, pf, up, extra, rs_t, rs_j, rn, gpn, nnodes, alloc_ptr,
+             alloc_node, policy, mix_size, mix_prob, cand, score, sel, touched, resv):
+    """Shadow time of the head job: walk running jobs by expected end (start + limit) until hk eligible
+    nodes have >= hg projected free GPUs. Sets ``extra`` on the reserved nodes; returns (shadow, n_reserved).
+    Nodes that are down are not counted on (their return time is unknown to the scheduler)."""
+    # eligibility of nodes for the head: mark with a negative sentinel in `score` scratch is unsafe (it is
+    # used by _place), so use `cand` as a membership buffer through `touched`.
+    nt = 0
+    fit = 0
+    for idx in range(nodes.size):
+        n = nodes[idx]
+        if up[n] and pf[n] >= hg - EPS:
+            fit += 1
+    shadow = INF
+    if fit >= hk:
+        shadow = now
+    else:
+        # membership test: eligible nodes get extra = -1 temporarily (restored below)
+        for idx in range(nodes.size):
+            extra[nodes[idx]] = -1.0
+        for i in range(rn):
+            j = rs_j[i]
+            g = gpn[j]
+            for a in range(alloc_ptr[j], alloc_ptr[j] + nnodes[j]):
+                n = alloc_node[a]
+                if extra[n] != -1.0 or not up[n]:
+                    continue
+                before = pf[n] >= hg - EPS
+                pf[n] += g
+                touched[nt] = n
+                nt += 1
+                if not before and pf[n] >= hg - EPS:
+                    fit += 1
+            if fit >= hk:
+                shadow = rs_t[i]
+                break
+        for idx in range(nodes.size):
+            extra[nodes[idx]] = INF
+    nres = 0
+    if shadow < INF:
+        ok = _place(nodes, pf, up, extra, False, hg, hk, policy, mix_size, mix_prob, cand, score, sel)
+        if ok:
+            for s in range(hk):
+                n = sel[s]
+                resv[nres] = n
+                nres += 1
+                extra[n] = pf[n] - hg
+    for t in range(nt):
+        n = touched[t]
+        pf[n] = free[n]
+    return shadow, nres
