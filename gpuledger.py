@@ -178,7 +178,32 @@ def cmd_ingest_trace(args) -> int:
 
 
 def cmd_ingest_governance(args) -> int:
-    return _not_yet("ingest governance", 6)
+    """Validate the governance TOML, then (unless --check) replace the governance state and re-map jobs."""
+    from ingest import governance
+    from ingest.errors import InputError
+    from models import cost
+    try:
+        if args.check:
+            gov = governance.parse(Path(args.file).read_text(encoding="utf-8"), args.file)
+            _say(args, f"{args.file}: valid: {len(gov.teams)} teams, {len(gov.team_map)} mappings, "
+                       f"{len(gov.entitlements)} entitlements, {len(gov.rates)} rates")
+            return EXIT_OK
+        con = _open(args)
+        s = governance.ingest_path(con, args.file)
+    except (InputError, OSError) as exc:
+        raise CliError(str(exc)) from exc
+    _say(args, f"{args.file}: loaded {s['loaded']} records (run {s['run_id']}); jobs re-mapped: {s['updated']}")
+    if not args.quiet:
+        emit(cost.rate_card(con), args.format, None)
+    unmapped = cost.unmapped_accounts(con)
+    if unmapped.height:
+        _say(args, f"{unmapped.height} account/cluster pairs map to no team (charged on their own lines):")
+        for r in unmapped.head(10).iter_rows(named=True):
+            _say(args, f"  {r['cluster']}/{r['account']}: {r['jobs']} jobs, {r['users']} users")
+        if unmapped.height > 10:
+            _say(args, f"  ... and {unmapped.height - 10} more (`gpuledger report fairness` lists them too)")
+    _after_ingest(args, con)
+    return EXIT_OK
 
 
 # ---------------------------------------------------------------- marts, reports, finance
@@ -193,7 +218,21 @@ def cmd_refresh(args) -> int:
 
 
 def cmd_report_utilization(args) -> int:
-    return _not_yet("report utilization", 5)
+    from models import utilization
+    con = _open(args)
+    try:
+        df = utilization.by_bucket(con, args.date_from, args.date_to, args.bucket, args.by or "cluster")
+    except ValueError as exc:
+        raise UsageError(f"report utilization: {exc}") from exc
+    if df.is_empty():
+        _say(args, "report utilization: no accounting in the warehouse yet (run `gpuledger ingest sacct ...`)")
+        return EXIT_OK
+    beyond = df.get_column("beyond_capacity_gpu_h").drop_nulls().sum()
+    if beyond > 1e-9:
+        _say(args, f"note: {beyond:,.2f} GPU-hours were held on nodes the inventory lacks or lists with fewer GPUs "
+                   "(beyond_capacity_gpu_h); ingest `scontrol show node` snapshots to count their capacity")
+    emit(df, args.format, args.out)
+    return EXIT_OK
 
 
 def cmd_report_fragmentation(args) -> int:
@@ -217,23 +256,241 @@ def cmd_chargeback(args) -> int:
 
 
 def cmd_forecast(args) -> int:
-    return _not_yet("forecast", 7)
+    from ingest.errors import InputError
+    from models import capacity, demand, forecast
+    if args.horizon < 1:
+        raise UsageError("forecast: --horizon must be at least 1 period")
+    progress = _progress(args, "forecasting series")
+    try:
+        caps = _forecast_capacity(args.capacity)
+        if args.series:
+            res = _forecast_csv(args, caps, progress)
+        else:
+            con = _open(args, read_only=True)
+            res = capacity.forecast_warehouse(
+                con, args.horizon, by=demand.parse_by(args.by or "pool"), freq=args.freq or "day",
+                measure=args.measure, cluster=args.cluster, overrides=caps, target_util=args.target_util,
+                band=args.band, window=args.window, shifts=not args.no_level_shifts, progress=progress)
+    except InputError as exc:
+        raise CliError(str(exc)) from exc
+    except ValueError as exc:
+        raise UsageError(f"forecast: {exc}") from exc
+    if res["forecast"].is_empty():
+        _say(args, "forecast: no demand history to forecast (ingest accounting first, or pass --series FILE.csv)")
+        return EXIT_OK
+    if args.out:
+        emit(res["forecast"], None, args.out)
+        _say(args, f"forecast: {res['forecast'].height} rows written to {args.out}")
+    if args.summary_out:
+        emit(res["summary"], None, args.summary_out)
+    if args.plot:
+        from dashboards import forecast_charts
+        figs = forecast_charts.forecast_figures(res["history"], res["forecast"], res["keys"], res["capacity"],
+                                                per_hour=res.get("per_hour", 1.0), unit=res.get("unit", ""))
+        forecast_charts.write_html(figs, args.plot, res["title"])
+        _say(args, f"forecast: chart written to {args.plot}")
+    if args.format in ("csv", "json"):
+        emit(res["forecast"], args.format, None)
+    elif not args.quiet or not args.out:
+        _print_forecast_report(res)
+    return EXIT_OK
+
+
+def _progress(args, what: str):
+    """A one-line counter on a terminal's stderr; nothing when piped or --quiet."""
+    if getattr(args, "quiet", False) or not sys.stderr.isatty():
+        return None
+
+    def show(i: int, n: int) -> None:
+        print(f"\r{what}: {i}/{n}", end="\n" if i == n else "", file=sys.stderr, flush=True)
+    return show
+
+
+def _forecast_capacity(items: list[str]) -> dict:
+    """--capacity POOL=GPUS (repeatable) or a bare GPUS for every series."""
+    from models import capacity
+    bare = [i for i in items if "=" not in i]
+    out = capacity.parse_capacity([i for i in items if "=" in i])
+    for item in bare:
+        try:
+            out["*"] = float(item)
+        except ValueError:
+            raise UsageError(f"forecast: --capacity {item!r}: expected POOL=GPUS or GPUS") from None
+    return out
+
+
+def _forecast_csv(args, caps: dict, progress) -> dict:
+    from ingest import series_csv
+    from models import capacity, demand, forecast
+    keys = [c.strip() for c in (args.by or "").split(",") if c.strip()]
+    raw = series_csv.read_series(args.series, keys)
+    freq = args.freq or forecast.infer_freq(raw.get_column("ts").to_numpy())
+    hist = forecast.regularise(raw, keys, freq, agg=args.agg)
+    fc, summary = forecast.forecast_table(hist, keys, freq, args.horizon, shifts=not args.no_level_shifts,
+                                          progress=progress)
+    per_hour = demand.FREQS.get(freq, 24.0) if args.unit == "gpu-hours" else 1.0
+    answer = capacity.exhaustion(hist, fc, caps, keys, args.target_util, args.band,
+                                 args.window or forecast.SEASON[freq], per_hour) if caps and fc.height else None
+    return {"history": hist, "forecast": fc, "summary": summary, "capacity": answer, "keys": keys,
+            "per_hour": per_hour, "unit": args.unit,
+            "title": f"{Path(args.series).name}: {freq} series, {args.horizon}-period forecast"}
+
+
+def _print_forecast_report(res: dict) -> None:
+    import polars as pl
+    keys, summary = res["keys"], res["summary"]
+    print(res["title"])
+    cols = [*keys, "model", "history_periods", "backtest_horizon", "backtest_mase", "coverage80", "coverage95"]
+    sys.stdout.write(format_table(summary.select(cols)))
+    for r in summary.filter(pl.col("notes") != "").iter_rows(named=True):
+        print(f"  note [{' / '.join(str(r[k]) for k in keys) or 'series'}]: {r['notes']}")
+    cap = res.get("capacity")
+    if cap is not None and cap.height:
+        print("\nCapacity (GPUs; demand averaged over the smoothing window; dates = first day over target):")
+        sys.stdout.write(format_table(cap))
+    print("\nPoint forecasts and 80 %/95 % bounds per period: --out FILE (.csv, .json, .parquet) or --format csv")
+
+
+def _pool_counts(items: list[str], flag: str) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for it in items:
+        pool, sep, n = it.partition("=")
+        if not sep or not pool or not n.strip().lstrip("-").isdigit() or int(n) < 0:
+            raise UsageError(f"{flag} {it!r}: expected POOL=N with N a whole number of nodes, e.g. h100=8")
+        out[pool] = out.get(pool, 0) + int(n)
+    return out
+
+
+def _sim_policy(args):
+    from models.simulate import Policy
+    try:
+        return Policy.parse(args.policy, placement=args.placement, bf_max_job_test=args.bf_max_job_test,
+                            seed=args.seed)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def _sim_inputs(args):
+    from models import whatif
+    con = _open(args, read_only=True)
+    try:
+        return whatif.load_inputs(con, args.date_from, args.date_to, args.cluster)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+    finally:
+        con.close()
+
+
+def _duration_h(text: str) -> float:
+    import re
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(s|m|min|h|d)?\s*", text)
+    if not m:
+        raise UsageError(f"--target-p95-wait {text!r}: expected a duration like 90m, 2h or 1.5d")
+    return float(m.group(1)) * {"s": 1 / 3600, "m": 1 / 60, "min": 1 / 60, "h": 1.0, "d": 24.0, None: 1.0}[m.group(2)]
 
 
 def cmd_simulate(args) -> int:
-    return _not_yet("simulate", 8)
+    """What-if replay: p50/p95 wait (overall, per team, per size class), utilization, fragmentation."""
+    from models import whatif
+    policy = _sim_policy(args)
+    sc = whatif.Scenario(add=_pool_counts(args.add, "--add"), remove=_pool_counts(args.remove, "--remove"),
+                         demand_scale=args.demand_scale, runtime_scale=args.runtime_scale, policy=policy,
+                         replay_events=not args.no_events)
+    if args.demand_scale <= 0 or args.runtime_scale <= 0:
+        raise UsageError("--demand-scale and --runtime-scale must be > 0")
+    inp = _sim_inputs(args)
+    try:
+        if args.validate:
+            _, summary = whatif.validate_replay(inp, policy)
+            _say(args, f"replay of {inp.jobs.height} jobs in [{inp.t0}, {inp.t1}) on {inp.cluster.size} nodes, "
+                       f"policy {args.policy} ({policy.placement}): waits in hours")
+            emit(summary, args.format, args.out)
+            return EXIT_OK
+        by = tuple(c.strip() for c in args.by.split(",") if c.strip())
+        bad = [c for c in by if c not in ("team", "size_class", "account", "pool", "partition")]
+        if bad:
+            raise UsageError(f"--by {','.join(bad)}: use team, size_class, account, pool or partition")
+        res = whatif.run_whatif(inp, sc, args.replications, args.seed, by)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+    _say(args, f"{inp.jobs.height} jobs in [{inp.t0}, {inp.t1}), {inp.cluster.size} nodes "
+               f"{inp.cluster.gpus_by_pool()}; {args.replications} replications; waits in hours, 95% intervals")
+    emit(res, args.format, args.out)
+    return EXIT_OK
 
 
 def cmd_simulate_placement(args) -> int:
-    return _not_yet("simulate placement", 8)
+    """The FGD paper's placement protocol on an Alibaba openb trace."""
+    from models import placement
+    policies = placement.POLICIES if args.policy.lower() == "all" else [p.strip() for p in args.policy.split(",")]
+    for p in policies:
+        if p not in placement.POLICIES:
+            raise UsageError(f"--policy {p!r}: use one of {', '.join(placement.POLICIES)} or all")
+    if args.seeds < 1:
+        raise UsageError("--seeds must be >= 1")
+    try:
+        nodes, pods = placement.load_trace(args.trace, args.nodes)
+    except placement.TraceError as exc:
+        raise CliError(str(exc)) from exc
+    curves = placement.run_protocol(nodes, pods, policies, list(range(args.first_seed, args.first_seed + args.seeds)),
+                                    popularity=args.popularity)
+    if args.out:
+        emit(curves, None, args.out)
+        _say(args, f"wrote {curves.height} rows to {args.out}")
+    if args.plot:
+        from models import sim_figures
+        sim_figures.write_placement_html({Path(args.trace).stem: curves}, args.plot)
+        _say(args, f"wrote {args.plot}")
+    emit(placement.summary_at(curves, 130), args.format if not args.out else None, None)
+    return EXIT_OK
 
 
 def cmd_plan(args) -> int:
-    return _not_yet("plan", 8)
+    """Smallest node count of a pool whose p95 wait meets the target (grid sweep with replications)."""
+    from models import whatif
+    target = _duration_h(args.target_p95_wait)
+    sc = whatif.Scenario(add=_pool_counts(args.add, "--add"), remove=_pool_counts(args.remove, "--remove"),
+                         demand_scale=args.demand_scale, runtime_scale=args.runtime_scale,
+                         policy=_sim_policy(args), replay_events=not args.no_events)
+    grid = None
+    if args.grid:
+        try:
+            grid = sorted({int(x) for x in args.grid.split(",") if x.strip()})
+        except ValueError:
+            raise UsageError(f"--grid {args.grid!r}: expected comma-separated node counts, e.g. 8,12,16") from None
+    inp = _sim_inputs(args)
+    pool = args.pool or (inp.cluster.pools[0] if len(inp.cluster.pools) == 1 else None)
+    if pool is None:
+        raise UsageError(f"--pool is required when there are several pools: {', '.join(inp.cluster.pools)}")
+    try:
+        table, answer = whatif.plan_capacity(inp, pool, target, sc, grid, args.replications, args.seed)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+    emit(table, args.format, args.out)
+    if answer is None:
+        print(f"no grid point up to {table['nodes'].max()} {pool} nodes meets p95 wait <= {target:g} h; "
+              f"extend --grid", file=sys.stderr)
+        return EXIT_ERROR
+    print(f"smallest {pool} capacity meeting p95 wait <= {target:g} h: {answer['nodes']} nodes "
+          f"({answer['gpus']:g} GPUs; now {answer['current_nodes']} nodes), p95 wait {answer['p95_wait_h']:.2f} h "
+          f"[95% interval {answer['ci_low']:.2f}-{answer['ci_high']:.2f} h over {args.replications} replications]"
+          + ("" if answer["meets_with_confidence"] else "; the interval's upper end exceeds the target"),
+          file=sys.stderr)
+    return EXIT_OK
 
 
 def cmd_dashboard(args) -> int:
-    return _not_yet("dashboard", 9)
+    """Serve the dashboards; they read only the serving snapshot, so ingests can run meanwhile."""
+    from dashboards import server
+    from ingest import warehouse
+    db = _db_path(args)
+    if not warehouse.serving_path(db).exists():
+        _say(args, f"gpuledger dashboard: no snapshot of {db} yet; the first page explains how to load data "
+                   "(`gpuledger refresh` publishes one from an existing warehouse)")
+    try:
+        return server.serve(db, port=args.port, host=args.host)
+    except server.PortInUse as exc:
+        raise CliError(str(exc)) from exc
 
 
 def cmd_demo(args) -> int:
@@ -319,8 +576,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("path")
     s.set_defaults(func=cmd_ingest_trace)
 
-    s = ising.add_parser("governance", help="teams, cost centres, entitlements, rates and policies (TOML)")
+    s = ising.add_parser("governance", help="teams, cost centres, entitlements, rates and policies (TOML)",
+                         description="Load a governance file (format: data/governance.example.toml). It replaces "
+                                     "the teams, mappings, entitlements, rate card and policies in one "
+                                     "transaction and re-maps every job to its team; a bad file changes nothing.")
     s.add_argument("file", metavar="FILE.toml")
+    s.add_argument("--check", action="store_true", help="only validate the file; write nothing")
+    s.add_argument("--format", choices=["table", "csv", "json"], default="table",
+                   help="format of the rate card printed after loading")
+    s.add_argument("--no-refresh", action="store_true", help="do not refresh marts after loading")
     s.set_defaults(func=cmd_ingest_governance)
 
     s = sub.add_parser("refresh", help="(re)materialise the marts and publish the dashboard snapshot")
@@ -347,38 +611,111 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--close", action="store_true", help="freeze the period's statement")
     s.set_defaults(func=cmd_chargeback)
 
-    s = sub.add_parser("forecast", help="GPU demand forecasts with intervals and capacity exhaustion dates")
-    s.add_argument("--by", default="pool", metavar="COLS")
-    s.add_argument("--horizon", type=int, default=90, metavar="N")
-    s.add_argument("--series", metavar="FILE.csv")
-    s.add_argument("--out", metavar="FILE")
-    s.add_argument("--plot", metavar="FILE.html")
+    s = sub.add_parser("forecast", help="GPU demand forecasts with intervals and capacity exhaustion dates",
+                       description="Forecast GPU demand per group (or a CSV series of your own) with the model "
+                                   "each series' rolling-origin backtest chooses, 80 %% and 95 %% intervals with "
+                                   "their backtest coverage, and per pool the date demand outgrows capacity x "
+                                   "target utilisation. See docs/FORECAST.md.")
+    s.add_argument("--by", default=None, metavar="COLS",
+                   help="warehouse: any of cluster,pool,partition,team (default pool); CSV: key columns of the file")
+    s.add_argument("--horizon", type=int, default=90, metavar="N", help="periods ahead, in the series' own "
+                   "frequency (days for daily series, hours for hourly); default 90")
+    s.add_argument("--series", metavar="FILE.csv", help="forecast a timestamp,value CSV instead of the warehouse")
+    s.add_argument("--out", metavar="FILE", help="forecast rows to FILE (.csv, .json or .parquet)")
+    s.add_argument("--summary-out", metavar="FILE", help="per-series backtest of every model and notes to FILE")
+    s.add_argument("--plot", metavar="FILE.html", help="interactive chart of history, forecast and bands")
+    s.add_argument("--format", choices=["table", "csv", "json"], default=None,
+                   help="csv/json: print the forecast rows instead of the report")
+    s.add_argument("--freq", choices=["hour", "day", "week", "month"], default=None,
+                   help="warehouse: hour or day (default day); CSV: default inferred from the timestamps")
+    s.add_argument("--measure", choices=["demanded", "served", "peak"], default="demanded",
+                   help="demanded GPU-hours submitted (default), served (allocated) GPU-hours, or peak "
+                        "running+pending GPUs (docs/FORECAST.md says which to use when)")
+    s.add_argument("--cluster", metavar="C", help="only this cluster")
+    s.add_argument("--capacity", action="append", default=[], metavar="POOL=GPUS",
+                   help="installed GPUs of a pool (overrides the inventory; repeatable); a bare GPUS applies "
+                        "to every series (CSV)")
+    s.add_argument("--target-util", type=float, default=0.85, metavar="U",
+                   help="utilisation a pool should not exceed (default 0.85)")
+    s.add_argument("--band", choices=["median", "80", "95"], default="80",
+                   help="which forecast sizes 'GPUs needed': the median or the upper bound of the 80 %%/95 %% "
+                        "interval (default 80)")
+    s.add_argument("--window", type=int, default=None, metavar="N",
+                   help="periods averaged before comparing with capacity (default one season: 7 days, 24 hours)")
+    s.add_argument("--unit", choices=["gpus", "gpu-hours"], default="gpus",
+                   help="CSV: unit of the values, for the capacity comparison (default gpus)")
+    s.add_argument("--agg", choices=["mean", "sum"], default="mean",
+                   help="CSV: how values within one period are combined (default mean)")
+    s.add_argument("--no-level-shifts", action="store_true",
+                   help="fit on the whole history even after a detected level shift")
     s.set_defaults(func=cmd_forecast)
 
-    s = sub.add_parser("simulate", help="what-if replay of the workload through a scheduler simulator")
-    s.add_argument("--add", action="append", default=[], metavar="POOL=N")
-    s.add_argument("--remove", action="append", default=[], metavar="POOL=N")
-    s.add_argument("--demand-scale", type=float, default=1.0, metavar="X")
-    s.add_argument("--runtime-scale", type=float, default=1.0, metavar="X")
-    s.add_argument("--policy", default="fifo-backfill")
-    s.add_argument("--from", dest="date_from", metavar="D")
-    s.add_argument("--to", dest="date_to", metavar="D")
+    def sim_options(s, replications: int) -> None:
+        s.add_argument("--add", action="append", default=[], metavar="POOL=N", help="add N nodes to a pool (repeatable)")
+        s.add_argument("--remove", action="append", default=[], metavar="POOL=N", help="remove N nodes from a pool")
+        s.add_argument("--demand-scale", type=float, default=1.0, metavar="X",
+                       help="scale demand by resampling whole observed days (seeded), e.g. 1.3")
+        s.add_argument("--runtime-scale", type=float, default=1.0, metavar="X", help="scale run times and limits")
+        s.add_argument("--policy", default="fifo-backfill",
+                       help="fifo, fifo-backfill, priority or priority-backfill (default fifo-backfill)")
+        s.add_argument("--placement", default="best-fit", choices=["first-fit", "best-fit", "random", "fgd"])
+        s.add_argument("--bf-max-job-test", type=int, default=500, metavar="N",
+                       help="backfill queue depth per pass, as Slurm's bf_max_job_test (default 500)")
+        s.add_argument("--from", dest="date_from", metavar="D", help="window start (UTC; default: first submit)")
+        s.add_argument("--to", dest="date_to", metavar="D", help="window end, exclusive (default: day after last submit)")
+        s.add_argument("--cluster", help="only this cluster")
+        s.add_argument("--replications", type=int, default=replications, metavar="R",
+                       help=f"replications (day bootstraps) for the intervals (default {replications})")
+        s.add_argument("--seed", type=int, default=0)
+        s.add_argument("--no-events", action="store_true", help="ignore node outages from node_events")
+        s.add_argument("--format", choices=["table", "csv", "json", "parquet"])
+        s.add_argument("--out", metavar="FILE")
+
+    s = sub.add_parser("simulate", help="what-if replay of the workload through a scheduler simulator",
+                       description="Replay the warehouse's GPU jobs on its nodes through a Slurm-like scheduler "
+                                   "simulator (docs/SIMULATOR.md) under a what-if scenario; prints p50/p95 wait "
+                                   "(hours) overall, per team and per size class, utilization and fragmentation, "
+                                   "each with a 95%% interval over replications.")
+    sim_options(s, 10)
+    s.add_argument("--by", default="team,size_class", metavar="COLS", help="wait breakdowns (default team,size_class)")
+    s.add_argument("--validate", action="store_true",
+                   help="replay the observed workload on the observed capacity and compare per-job waits")
     s.set_defaults(func=cmd_simulate)
     simsub = s.add_subparsers(dest="sim_command", metavar="placement")
-    sp = simsub.add_parser("placement", help="FGD-paper placement protocol on an Alibaba openb trace")
-    sp.add_argument("--trace", required=True, metavar="PATH")
-    sp.add_argument("--policy", required=True, metavar="NAME")
+    sp = simsub.add_parser("placement", help="FGD-paper placement protocol on an Alibaba openb trace",
+                           description="Weng et al. (ATC'23) protocol: trace pods resampled to 130%% of GPU capacity, "
+                                       "shuffled, placed one at a time without departures; GPU allocation and "
+                                       "fragmentation rate at each 1%% of arrived demand (docs/SIMULATOR.md).")
+    sp.add_argument("--trace", required=True, metavar="PATH", help="openb_pod_list_*.csv")
+    sp.add_argument("--nodes", metavar="PATH", help="node list (default openb_node_list_gpu_node.csv beside the trace)")
+    sp.add_argument("--policy", required=True, metavar="NAME",
+                    help="Random, DotProd, GpuClustering, GpuPacking, BestFit, FGD, a comma list, or all")
     sp.add_argument("--seeds", type=int, default=10, metavar="N")
-    sp.add_argument("--out", metavar="FILE")
+    sp.add_argument("--first-seed", type=int, default=42, metavar="S", help="seeds S..S+N-1 (default 42, as the paper)")
+    sp.add_argument("--popularity", type=float, default=0.95,
+                    help="share of pods the typical pod specs must cover (default 0.95)")
+    sp.add_argument("--out", metavar="FILE", help="curves (CSV/JSON/Parquet by extension)")
+    sp.add_argument("--plot", metavar="FILE.html", help="write an interactive figure of the curves")
+    sp.add_argument("--format", choices=["table", "csv", "json"])
     sp.set_defaults(func=cmd_simulate_placement)
 
-    s = sub.add_parser("plan", help="smallest capacity that meets a p95 queue-wait target")
-    s.add_argument("--target-p95-wait", required=True, metavar="DURATION")
-    s.add_argument("--pool", metavar="POOL")
+    s = sub.add_parser("plan", help="smallest capacity that meets a p95 queue-wait target",
+                       description="Sweep a grid of node counts for one pool (backfill is not monotone in capacity, "
+                                   "so no bisection) and report the smallest count from which the simulated p95 "
+                                   "wait stays within the target, with its 95%% interval.")
+    s.add_argument("--target-p95-wait", required=True, metavar="DURATION", help="e.g. 2h, 90m, 1d")
+    s.add_argument("--pool", metavar="POOL", help="pool (GPU type) to size; required if there are several")
+    s.add_argument("--grid", metavar="N,N,...", help="node counts to try (default: 13 points from half to twice today)")
+    sim_options(s, 5)
     s.set_defaults(func=cmd_plan)
 
-    s = sub.add_parser("dashboard", help="serve the Streamlit dashboards on 127.0.0.1")
-    s.add_argument("--port", type=int, default=8501)
+    s = sub.add_parser("dashboard", help="serve the Streamlit dashboards on 127.0.0.1",
+                       description="Serve the governance dashboards (Streamlit) for the warehouse. They read the "
+                                   "read-only serving snapshot that every ingest/refresh republishes, never the "
+                                   "warehouse itself, so ingests can run while they are open.")
+    s.add_argument("--port", type=int, default=8501, help="TCP port (default 8501)")
+    s.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1; use 0.0.0.0 only behind an authenticating proxy)")
     s.set_defaults(func=cmd_dashboard)
 
     s = sub.add_parser("demo", help="build the demo warehouse from a synthetic cluster and serve the dashboard")

@@ -1,0 +1,69 @@
+"""A planner's own series for `gpuledger forecast --series FILE.csv`: timestamp,value rows, optional key columns.
+
+Columns are found by name (ts / timestamp / time / date / datetime, and value) or else by position (first =
+timestamp, second = value); ``keys`` names extra columns that split the file into several series. Timestamps:
+ISO dates or date-times (``2024-05-01``, ``2024-05-01 13:00``, ``2024-05-01T13:00:00Z``, offsets converted to
+UTC) or Unix epoch seconds. An empty value is a missing period; anything unreadable is an error naming the file,
+line and field, so a planner never forecasts a silently shortened series.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import polars as pl
+
+from ingest.errors import InputError
+
+TS_NAMES = ("ts", "timestamp", "time", "date", "datetime")
+FORMATS = ("%Y-%m-%dT%H:%M:%S%.f%z", "%Y-%m-%d %H:%M:%S%.f%z", "%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f",
+           "%Y-%m-%dT%H:%M%z", "%Y-%m-%d %H:%M%z", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M", "%Y-%m-%d", "%Y/%m/%d")
+
+
+def _columns(header: list[str], path: str) -> tuple[str, str]:
+    low = {c.strip().lower(): c for c in header}
+    ts = next((low[n] for n in TS_NAMES if n in low), None)
+    val = low.get("value")
+    if ts and val:
+        return ts, val
+    if len(header) < 2:
+        raise InputError(path, "expected at least two columns: timestamp,value", 1)
+    return header[0], header[1]
+
+
+def _parse_ts(col: pl.Expr) -> pl.Expr:
+    s = col.str.strip_chars().str.replace(r"Z$", "+00:00")
+    tries = [s.str.to_datetime(f, strict=False, time_unit="us", time_zone="UTC" if "%z" in f else None)
+             .dt.replace_time_zone(None) for f in FORMATS]
+    epoch = pl.from_epoch(s.cast(pl.Float64, strict=False).mul(1e6).cast(pl.Int64, strict=False), time_unit="us")
+    return pl.coalesce(*tries, epoch)
+
+
+def read_series(path: str | Path, keys: list[str] | None = None) -> pl.DataFrame:
+    """(keys..., ts, value) with ts naive UTC and value Float64 (null = missing)."""
+    path = str(path)
+    keys = keys or []
+    if not Path(path).is_file():
+        raise InputError(path, "no such file")
+    try:
+        raw = pl.read_csv(path, infer_schema=False, truncate_ragged_lines=False)
+    except Exception as exc:  # polars names the problem but not always the line; keep its words
+        raise InputError(path, f"not a readable CSV ({str(exc).splitlines()[0]})") from None
+    if raw.height == 0:
+        raise InputError(path, "no data rows")
+    ts_col, val_col = _columns(raw.columns, path)
+    missing = [k for k in keys if k not in raw.columns]
+    if missing:
+        raise InputError(path, f"--by column {missing[0]!r} is not in the header ({', '.join(raw.columns)})", 1)
+    out = raw.select(*[pl.col(k) for k in keys], _parse_ts(pl.col(ts_col)).alias("ts"),
+                     pl.col(val_col).str.strip_chars().cast(pl.Float64, strict=False).alias("value"),
+                     pl.col(ts_col).alias("_ts_raw"), pl.col(val_col).alias("_v_raw"))
+    out = out.with_row_index("_line", offset=2)
+    bad_ts = out.filter(pl.col("ts").is_null())
+    if bad_ts.height:
+        r = bad_ts.row(0, named=True)
+        raise InputError(path, f"{r['_ts_raw']!r} is not a timestamp", r["_line"], ts_col)
+    bad_v = out.filter(pl.col("value").is_null() & (pl.col("_v_raw").fill_null("").str.strip_chars() != ""))
+    if bad_v.height:
+        r = bad_v.row(0, named=True)
+        raise InputError(path, f"{r['_v_raw']!r} is not a number", r["_line"], val_col)
+    return out.select(*keys, "ts", "value")
