@@ -1,0 +1,166 @@
+"""Chart builders: plain functions from a table (Polars DataFrame) to a plotly Figure.
+
+No Streamlit and no data access here, so every chart can be tested without a browser. Every builder names
+its axes with units; series colours come from the caller's colour map (dashboards.theme), so a team or pool
+has one colour across pages.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import plotly.graph_objects as go
+import polars as pl
+
+from dashboards import theme
+
+
+def _series(df: pl.DataFrame, color: str | None) -> list[tuple[str | None, pl.DataFrame]]:
+    if color is None:
+        return [(None, df)]
+    keys = df.get_column(color).fill_null(theme.UNMAPPED).cast(pl.String)
+    df = df.with_columns(keys.alias("__key"))
+    order = df.group_by("__key").agg(pl.len()).sort("__key")["__key"].to_list()
+    return [(k, df.filter(pl.col("__key") == k)) for k in order]
+
+
+def _finish(fig: go.Figure, title: str | None, x_title: str | None, y_title: str,
+            height: int = 380, y_format: str | None = None) -> go.Figure:
+    fig.update_layout(**theme.plotly_layout(height))
+    fig.update_layout(title_text=title or None)
+    fig.update_xaxes(title_text=x_title)
+    fig.update_yaxes(title_text=y_title, tickformat=y_format)
+    return fig
+
+
+def stacked_area(df: pl.DataFrame, x: str, y: str, color: str, colours: dict[str, str], *,
+                 y_title: str, x_title: str | None = None, title: str | None = None,
+                 order: Sequence[str] | None = None, names: dict[str, str] | None = None) -> go.Figure:
+    """Areas stacked per ``color`` value (e.g. allocated / idle / unavailable GPU-hours per day)."""
+    fig = go.Figure()
+    groups = dict(_series(df.sort(x), color))
+    keys = [k for k in (order or groups) if k in groups]
+    for k in keys:
+        g = groups[k]
+        fig.add_trace(go.Scatter(
+            x=g[x].to_list(), y=g[y].to_list(), name=(names or {}).get(k, k), stackgroup="one", mode="lines",
+            line=dict(width=0.5, color=colours.get(k)), fillcolor=colours.get(k),
+            hovertemplate="%{y:,.1f}"))
+    return _finish(fig, title, x_title, y_title)
+
+
+def bars(df: pl.DataFrame, x: str, y: str, *, color: str | None = None, colours: dict[str, str] | None = None,
+         y_title: str, x_title: str | None = None, title: str | None = None, horizontal: bool = False,
+         barmode: str = "stack", y_format: str | None = None, height: int = 380,
+         single_colour: str = theme.PRIMARY, names: dict[str, str] | None = None) -> go.Figure:
+    """Bars of ``y`` by ``x`` (stacked or grouped per ``color``); horizontal puts categories on the y axis."""
+    fig = go.Figure()
+    for k, g in _series(df, color):
+        cats, vals = g[x].to_list(), g[y].to_list()
+        c = (colours or {}).get(k, single_colour) if k is not None else single_colour
+        fig.add_trace(go.Bar(
+            x=vals if horizontal else cats, y=cats if horizontal else vals, name=(names or {}).get(k, k) if k else y_title,
+            orientation="h" if horizontal else "v", marker_color=c, showlegend=k is not None,
+            hovertemplate="%{x:,.4~g}<extra></extra>" if horizontal else "%{y:,.4~g}"))
+    fig.update_layout(barmode=barmode)
+    if horizontal:
+        fig = _finish(fig, title, y_title, x_title or "", height=height)
+        fig.update_xaxes(title_text=y_title, tickformat=y_format, showgrid=True, gridcolor="#EEF1F4")
+        fig.update_yaxes(title_text=x_title, autorange="reversed", showgrid=False)
+        fig.update_layout(hovermode="closest")
+        return fig
+    return _finish(fig, title, x_title, y_title, height=height, y_format=y_format)
+
+
+def lines(df: pl.DataFrame, x: str, y: str, *, color: str | None = None, colours: dict[str, str] | None = None,
+          y_title: str, x_title: str | None = None, title: str | None = None, y_format: str | None = None,
+          markers: bool = False, height: int = 380, names: dict[str, str] | None = None,
+          hline: float | None = None, hline_text: str | None = None) -> go.Figure:
+    """One line per ``color`` value; ``hline`` draws a labelled reference (e.g. a target or capacity)."""
+    fig = go.Figure()
+    for k, g in _series(df.sort(x), color):
+        c = (colours or {}).get(k, theme.PRIMARY) if k is not None else theme.PRIMARY
+        fig.add_trace(go.Scatter(x=g[x].to_list(), y=g[y].to_list(), name=(names or {}).get(k, k) if k else y_title,
+                                 mode="lines+markers" if markers else "lines", line=dict(color=c, width=2),
+                                 showlegend=k is not None))
+    if hline is not None:
+        fig.add_hline(y=hline, line_dash="dot", line_color="#6B7785",
+                      annotation_text=hline_text, annotation_position="top left")
+    return _finish(fig, title, x_title, y_title, height=height, y_format=y_format)
+
+
+def forecast_band(history: pl.DataFrame, forecast: pl.DataFrame, *, x: str, y: str, mean: str,
+                  lo80: str | None, hi80: str | None, lo95: str | None, hi95: str | None, colour: str,
+                  y_title: str, title: str | None = None, capacity: pl.DataFrame | None = None,
+                  capacity_col: str | None = None, exhaustion: object | None = None,
+                  height: int = 380) -> go.Figure:
+    """Observed history, the point forecast and its 80 %/95 % bands, with capacity and an exhaustion marker."""
+    fig = go.Figure()
+    fx = forecast[x].to_list()
+    for lo, hi, alpha, name in ((lo95, hi95, 0.14, "95 % interval"), (lo80, hi80, 0.26, "80 % interval")):
+        if lo and hi and lo in forecast.columns and hi in forecast.columns:
+            fig.add_trace(go.Scatter(x=fx + fx[::-1], y=forecast[hi].to_list() + forecast[lo].to_list()[::-1],
+                                     fill="toself", fillcolor=_rgba(colour, alpha), line=dict(width=0),
+                                     name=name, hoverinfo="skip"))
+    fig.add_trace(go.Scatter(x=history[x].to_list(), y=history[y].to_list(), name="Observed", mode="lines",
+                             line=dict(color="#3E4C59", width=1.5)))
+    fig.add_trace(go.Scatter(x=fx, y=forecast[mean].to_list(), name="Forecast", mode="lines",
+                             line=dict(color=colour, width=2.5, dash="dash")))
+    if capacity is not None and capacity_col and capacity.height:
+        fig.add_trace(go.Scatter(x=capacity[x].to_list(), y=capacity[capacity_col].to_list(), name="Usable capacity",
+                                 mode="lines", line=dict(color=theme.BAD, width=1.5, dash="dot", shape="hv")))
+    if exhaustion is not None:
+        fig.add_vline(x=exhaustion, line_color=theme.BAD, line_width=1)
+        fig.add_annotation(x=exhaustion, y=1, yref="paper", text="capacity reached", showarrow=False,
+                           font=dict(color=theme.BAD), xanchor="left", yanchor="bottom")
+    return _finish(fig, title, None, y_title, height=height)
+
+
+def heatmap(df: pl.DataFrame, x: str, y: str, z: str, *, z_title: str, x_title: str | None = None,
+            y_title: str | None = None, title: str | None = None, colorscale: str = "Blues",
+            x_order: Sequence | None = None, y_order: Sequence | None = None, height: int = 380,
+            z_format: str = ",.1f") -> go.Figure:
+    """A ``y`` x ``x`` grid coloured by ``z`` (e.g. nodes with k free GPUs per day, or p95 wait per team x size)."""
+    xs = list(x_order) if x_order is not None else sorted(set(df[x].to_list()))
+    ys = list(y_order) if y_order is not None else sorted(set(df[y].to_list()))
+    lookup = {(r[0], r[1]): r[2] for r in df.select(x, y, z).iter_rows()}
+    grid = [[lookup.get((xv, yv)) for xv in xs] for yv in ys]
+    fig = go.Figure(go.Heatmap(x=xs, y=ys, z=grid, colorscale=colorscale, colorbar=dict(title=dict(text=z_title)),
+                               hovertemplate=f"%{{y}} · %{{x}}: %{{z:{z_format}}}<extra></extra>",
+                               texttemplate=f"%{{z:{z_format}}}" if len(xs) * len(ys) <= 60 else None))
+    fig = _finish(fig, title, x_title, y_title or "", height=height)
+    fig.update_yaxes(type="category", showgrid=False)
+    fig.update_layout(hovermode="closest")
+    return fig
+
+
+def scatter(df: pl.DataFrame, x: str, y: str, *, color: str | None = None, colours: dict[str, str] | None = None,
+            size: str | None = None, text: str | None = None, x_title: str, y_title: str,
+            title: str | None = None, diagonal: bool = False, height: int = 380,
+            x_format: str | None = None, y_format: str | None = None) -> go.Figure:
+    """Points per row (e.g. usage share vs entitlement share per team); ``diagonal`` draws y = x."""
+    fig = go.Figure()
+    for k, g in _series(df, color):
+        c = (colours or {}).get(k, theme.PRIMARY) if k is not None else theme.PRIMARY
+        sz = None
+        if size:
+            vals = g[size].fill_null(0).to_list()
+            top = max(df[size].fill_null(0).max() or 1, 1e-9)
+            sz = [8 + 30 * (v / top) ** 0.5 for v in vals]
+        fig.add_trace(go.Scatter(x=g[x].to_list(), y=g[y].to_list(), name=k, mode="markers+text" if text else "markers",
+                                 text=g[text].to_list() if text else None, textposition="top center",
+                                 marker=dict(color=c, size=sz or 11, line=dict(width=1, color="white")),
+                                 showlegend=k is not None))
+    if diagonal and df.height:
+        hi = max(df[x].max() or 0, df[y].max() or 0) * 1.08 or 1
+        fig.add_trace(go.Scatter(x=[0, hi], y=[0, hi], mode="lines", name="equal share",
+                                 line=dict(color="#9AA5B1", dash="dot", width=1), hoverinfo="skip"))
+    fig = _finish(fig, title, x_title, y_title, height=height, y_format=y_format)
+    fig.update_xaxes(tickformat=x_format, showgrid=True, gridcolor="#EEF1F4", rangemode="tozero")
+    fig.update_layout(hovermode="closest")
+    return fig
+
+
+def _rgba(hex_colour: str, alpha: float) -> str:
+    h = hex_colour.lstrip("#")
+    r, g, b = (int(h[i:i + 2], 16) for i in (0, 2, 4))
+    return f"rgba({r},{g},{b},{alpha})"

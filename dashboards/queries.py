@@ -1,0 +1,157 @@
+"""Cached reads of the serving snapshot that pages share.
+
+Every function here takes the snapshot's version (so a new snapshot invalidates the cache) and the
+:class:`~dashboards.filters.Filters` (so each filter set is computed once). Business figures come from the
+``models`` package; the SQL here only reads the audit tables and lists what the filters can offer.
+All SQL is parameterised: filter values never become SQL text.
+"""
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+import polars as pl
+import streamlit as st
+
+from dashboards import snapshot
+from dashboards.filters import Filters
+from dashboards.theme import UNMAPPED
+
+CACHE = dict(max_entries=256, show_spinner=False)
+
+
+def current() -> snapshot.Snapshot:
+    """The snapshot of the warehouse this dashboard serves ($GPULEDGER_DB, else the default path)."""
+    return snapshot.for_warehouse(None)
+
+
+def _frame(sql: str, params: list | dict | None = None) -> pl.DataFrame:
+    return current().frame(sql, params)
+
+
+# ---------------------------------------------------------------- what the snapshot holds
+
+@dataclass(frozen=True)
+class Catalogue:
+    """What the sidebar can offer and how far the data reaches."""
+    tables: frozenset[str]
+    jobs: int
+    first_day: dt.date | None          # first UTC day with a submitted job
+    last_day: dt.date | None           # the data horizon's UTC day
+    horizon: dt.datetime | None        # latest time the accounting covers
+    clusters: tuple[str, ...]
+    pools: tuple[str, ...]
+    partitions: tuple[str, ...]
+    teams: tuple[str, ...]             # includes UNMAPPED when some jobs have no team
+    all_teams: tuple[str, ...]         # every team known (for stable colours)
+
+
+@st.cache_data(**CACHE)
+def catalogue(version: str) -> Catalogue:
+    tables = frozenset(current().tables())
+    if "jobs" not in tables:
+        return Catalogue(tables, 0, None, None, None, (), (), (), (), ())
+    ext = _frame("""SELECT count(*)::BIGINT AS n, min(submit) AS first,
+                           greatest(max("end"), max(start), max(submit)) AS horizon FROM jobs""").row(0, named=True)
+    def distinct(sql: str) -> tuple[str, ...]:
+        return tuple(sorted(v for v in _frame(sql)[:, 0].to_list() if v))
+    clusters = distinct("SELECT DISTINCT cluster FROM jobs UNION SELECT DISTINCT cluster FROM nodes")
+    pools = distinct("SELECT DISTINCT gpu_type FROM nodes WHERE gpus > 0 UNION SELECT DISTINCT gpu_type FROM jobs")
+    partitions = distinct("""SELECT DISTINCT partition FROM jobs UNION
+                             SELECT DISTINCT trim(unnest(string_split(partitions, ','))) FROM nodes""")
+    named = distinct("SELECT DISTINCT team FROM jobs UNION SELECT team FROM teams")
+    unmapped = _frame("SELECT count(*)::BIGINT FROM jobs WHERE team IS NULL")[0, 0] > 0
+    first = ext["first"].date() if ext["first"] else None
+    horizon = ext["horizon"]
+    return Catalogue(tables, ext["n"], first, horizon.date() if horizon else None, horizon, clusters, pools,
+                     partitions, named + ((UNMAPPED,) if unmapped else ()), named)
+
+
+# ---------------------------------------------------------------- freshness
+
+@st.cache_data(**CACHE)
+def freshness(version: str) -> pl.DataFrame:
+    """Last successful ingest per source (UTC), the runs counted, and when the snapshot was published."""
+    tables = current().tables()
+    if "ingest_runs" not in tables:
+        return pl.DataFrame(schema={"source": pl.String, "last_ingest": pl.Datetime, "runs": pl.Int64})
+    return _frame("""SELECT source, max(finished_at) AS last_ingest, count(*)::BIGINT AS runs
+                     FROM ingest_runs WHERE status = 'ok' GROUP BY source ORDER BY source""")
+
+
+@st.cache_data(**CACHE)
+def published_at(version: str) -> dt.datetime | None:
+    if "snapshot_info" not in current().tables():
+        return None
+    return _frame("SELECT max(published_at) FROM snapshot_info")[0, 0]
+
+
+# ---------------------------------------------------------------- data health (audit tables)
+
+@st.cache_data(**CACHE)
+def ingest_runs(version: str, f: Filters) -> pl.DataFrame:
+    """Ingest runs that started in the window (newest first), with their line accounting."""
+    return _frame("""SELECT run_id, source, input_name, cluster, status, lines_read, loaded, skipped, rejected,
+                            inserted, updated, unchanged, started_at, finished_at, message
+                     FROM ingest_runs
+                     WHERE started_at >= ? AND started_at < ?
+                       AND (len(?::VARCHAR[]) = 0 OR cluster IS NULL OR list_contains(?::VARCHAR[], cluster))
+                     ORDER BY started_at DESC, run_id DESC""",
+                  [f.t0, f.t1, list(f.clusters), list(f.clusters)])
+
+
+@st.cache_data(**CACHE)
+def all_ingest_runs(version: str) -> pl.DataFrame:
+    """Every ingest run, newest first (the Data health page falls back to it when the window has none)."""
+    return _frame("""SELECT run_id, source, input_name, cluster, status, lines_read, loaded, skipped, rejected,
+                            inserted, updated, unchanged, started_at, finished_at, message
+                     FROM ingest_runs ORDER BY started_at DESC, run_id DESC""")
+
+
+@st.cache_data(**CACHE)
+def rejects(version: str, run_ids: tuple[int, ...], limit: int = 5000) -> pl.DataFrame:
+    """Rejected input lines of the given runs with the field and reason, newest run first."""
+    return _frame("""SELECT r.run_id, i.source, i.input_name, r.line_no, r.field, r.reason, r.raw
+                     FROM rejects r JOIN ingest_runs i USING (run_id)
+                     WHERE list_contains(?::BIGINT[], r.run_id)
+                     ORDER BY r.run_id DESC, r.line_no LIMIT ?""", [list(run_ids), limit])
+
+
+@st.cache_data(**CACHE)
+def reject_reasons(version: str, run_ids: tuple[int, ...]) -> pl.DataFrame:
+    return _frame("""SELECT reason, count(*)::BIGINT AS lines FROM rejects
+                     WHERE list_contains(?::BIGINT[], run_id) GROUP BY reason ORDER BY lines DESC, reason""",
+                  [list(run_ids)])
+
+
+@st.cache_data(**CACHE)
+def skip_reasons(version: str, run_ids: tuple[int, ...]) -> pl.DataFrame:
+    return _frame("""SELECT reason, sum(lines)::BIGINT AS lines FROM ingest_skips
+                     WHERE list_contains(?::BIGINT[], run_id) GROUP BY reason ORDER BY lines DESC, reason""",
+                  [list(run_ids)])
+
+
+@st.cache_data(**CACHE)
+def unmapped_accounts(version: str, f: Filters) -> pl.DataFrame:
+    """Slurm accounts whose jobs (submitted in the window) map to no team, with their jobs and GPU-hours.
+
+    GPU-hours here are whole-job (GPUs x elapsed), a size indicator for triage, not a billed figure.
+    """
+    return _frame("""SELECT cluster, account, count(*)::BIGINT AS jobs,
+                            count(DISTINCT "user")::BIGINT AS users,
+                            round(sum(ngpus * coalesce(elapsed_s, 0)) / 3600.0, 2)::DOUBLE AS gpu_hours,
+                            min(submit) AS first_seen, max(submit) AS last_seen
+                     FROM jobs
+                     WHERE team IS NULL AND submit >= ? AND submit < ?
+                       AND (len(?::VARCHAR[]) = 0 OR list_contains(?::VARCHAR[], cluster))
+                       AND (len(?::VARCHAR[]) = 0 OR list_contains(?::VARCHAR[], partition))
+                       AND (len(?::VARCHAR[]) = 0 OR list_contains(?::VARCHAR[], gpu_type))
+                     GROUP BY cluster, account ORDER BY gpu_hours DESC, jobs DESC, account""",
+                  [f.t0, f.t1, list(f.clusters), list(f.clusters), list(f.partitions), list(f.partitions),
+                   list(f.pools), list(f.pools)])
+
+
+@st.cache_data(**CACHE)
+def currency(version: str) -> str | None:
+    """The currency statements are in (from the governance file), or None before governance is loaded."""
+    return None

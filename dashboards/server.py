@@ -1,0 +1,102 @@
+"""Serving the dashboards: `streamlit run dashboards/app.py` on 127.0.0.1, pointed at one warehouse.
+
+The server process reads only ``X.serving.duckdb`` (see dashboards.snapshot); it is told which warehouse
+through ``$GPULEDGER_DB``. ``serve`` blocks (the CLI and the demo call it); ``start`` returns the process
+(tests, benchmarks).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+from dashboards import theme
+
+APP = Path(__file__).resolve().parent / "app.py"
+
+
+class PortInUse(Exception):
+    """The chosen port is taken; the message names it."""
+
+
+def command(port: int, host: str = "127.0.0.1") -> list[str]:
+    """The `streamlit run` command line: headless, no telemetry, no file watcher, our theme."""
+    argv = [sys.executable, "-m", "streamlit", "run", str(APP),
+            "--server.headless", "true", "--server.address", host, "--server.port", str(port),
+            "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
+            "--server.runOnSave", "false", "--client.toolbarMode", "viewer", "--client.showErrorDetails", "true",
+            "--logger.level", "warning"]
+    for k, v in theme.STREAMLIT_THEME.items():
+        argv += [f"--{k}", v]
+    return argv
+
+
+def check_port(port: int, host: str = "127.0.0.1") -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind((host, port))
+        except OSError as exc:
+            raise PortInUse(f"port {port} on {host} is in use ({exc.strerror}); choose another with --port") from exc
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def start(db_path: str | os.PathLike, port: int, host: str = "127.0.0.1", quiet: bool = False) -> subprocess.Popen:
+    """Start the server in a child process serving ``db_path``'s snapshot; returns at once."""
+    check_port(port, host)
+    env = dict(os.environ, GPULEDGER_DB=str(Path(db_path).resolve()))
+    out = subprocess.DEVNULL if quiet else None
+    return subprocess.Popen(command(port, host), env=env, stdout=out, stderr=out)
+
+
+def wait_ready(url: str, proc: subprocess.Popen | None = None, timeout: float = 60.0) -> None:
+    """Wait until Streamlit answers its health check, or raise (naming the URL) if it never does."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"the dashboard server exited with status {proc.returncode} before {url} answered")
+        try:
+            with urllib.request.urlopen(url.rstrip("/") + "/_stcore/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError(f"{url} did not answer within {timeout:.0f} s")
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def serve(db_path: str | os.PathLike, port: int = 8501, host: str = "127.0.0.1") -> int:
+    """Serve the dashboards for ``db_path`` until interrupted; prints the address. Returns the exit status."""
+    from ingest import warehouse
+    proc = start(db_path, port, host)
+    # A SIGTERM (service manager, test harness) must stop the Streamlit child too, not orphan it.
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    url = f"http://{host}:{port}"
+    try:
+        wait_ready(url, proc)
+        print(f"gpuledger dashboard: {url}  (reading {warehouse.serving_path(db_path)}; Ctrl-C to stop)",
+              file=sys.stderr, flush=True)
+        return proc.wait()
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()

@@ -1,0 +1,132 @@
+"""Page furniture shared by every page: the page context, headers, KPI tiles, tables with CSV download,
+and the plain notice a page shows when its model has not landed (never invented numbers)."""
+from __future__ import annotations
+
+import datetime as dt
+import importlib
+from dataclasses import dataclass
+from types import ModuleType
+
+import polars as pl
+import streamlit as st
+
+from dashboards import theme
+from dashboards.filters import Filters
+from dashboards.queries import Catalogue
+
+_CTX_KEY = "_gpuledger_ctx"
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a page needs: the snapshot version (cache key), what it holds, and the global filters."""
+    version: str
+    cat: Catalogue
+    filters: Filters
+    currency: str | None = None
+
+    @property
+    def team_colours(self) -> dict[str, str]:
+        return theme.team_colours(list(self.cat.all_teams))
+
+    @property
+    def pool_colours(self) -> dict[str, str]:
+        return theme.pool_colours(list(self.cat.pools))
+
+
+def set_context(ctx: Context) -> None:
+    st.session_state[_CTX_KEY] = ctx
+
+
+def context() -> Context:
+    """The context the entry script (app.py) set for this run."""
+    ctx = st.session_state.get(_CTX_KEY)
+    if ctx is None:
+        st.error("Open the dashboard through its entry page (dashboards/app.py).")
+        st.stop()
+    return ctx
+
+
+def header(title: str, question: str, ctx: Context) -> None:
+    st.title(title)
+    st.markdown(f"**{question}**")
+    st.caption(ctx.filters.describe())
+
+
+def model(module: str, *names: str) -> ModuleType | None:
+    """The model module if it has landed with every function a page needs, else None."""
+    try:
+        mod = importlib.import_module(module)
+    except ImportError:
+        return None
+    return mod if all(hasattr(mod, n) for n in names) else None
+
+
+def not_landed(what: str, module: str, issue: int) -> None:
+    """Say plainly that a model is missing; show no numbers in its place."""
+    st.info(f"**{what} is not available yet.** It needs `{module}`, which lands with issue #{issue}. "
+            "This section shows no figures until then, rather than estimates.", icon=":material/hourglass_empty:")
+
+
+def no_data(what: str, hint: str | None = None) -> None:
+    st.info(f"No {what} for these filters." + (f" {hint}" if hint else ""), icon=":material/filter_alt_off:")
+
+
+def present(df: pl.DataFrame, columns: dict[str, str] | None = None, currency: str | None = None) -> pl.DataFrame:
+    """Rename to human labels (``columns`` overrides, else theme.label) and keep only the named columns."""
+    if columns is not None:
+        df = df.select([c for c in columns if c in df.columns])
+    return df.rename({c: (columns or {}).get(c) or theme.label(c, currency) for c in df.columns})
+
+
+def table(df: pl.DataFrame, *, key: str, file_stem: str, ctx: Context, columns: dict[str, str] | None = None,
+          formats: dict[str, str] | None = None, height: int | str = "auto", caption: str | None = None) -> None:
+    """The table beneath a chart, and a CSV download of exactly what is shown (same rows, same labels)."""
+    shown = present(df, columns, ctx.currency)
+    config = {}
+    for raw, fmt in (formats or {}).items():
+        lab = (columns or {}).get(raw) or theme.label(raw, ctx.currency)
+        if lab in shown.columns:
+            config[lab] = st.column_config.NumberColumn(format=fmt)
+    st.dataframe(shown, hide_index=True, column_config=config or None, height=height, key=f"tbl_{key}")
+    left, right = st.columns([4, 1])
+    if caption:
+        left.caption(caption)
+    right.download_button("Download CSV", data=shown.write_csv(), file_name=f"{file_stem}_{ctx.filters.slug()}.csv",
+                          mime="text/csv", key=f"dl_{key}", icon=":material/download:", on_click="ignore",
+                          width="stretch")
+
+
+def kpi(col, label: str, value: str | None, delta: str | None = None, *, help: str | None = None,
+        delta_color: str = "normal", missing: str = "not available yet", arrow: bool = True) -> None:
+    """A KPI tile; ``value`` None shows the reason it is missing instead of a number."""
+    if value is None:
+        col.metric(label, "—", help=help)
+        col.caption(missing)
+    else:
+        col.metric(label, value, delta, delta_color=delta_color, help=help,
+                   delta_arrow="auto" if arrow else "off")
+
+
+def pct(x: float | None, digits: int = 1) -> str | None:
+    return None if x is None else f"{100 * x:.{digits}f} %"
+
+
+def pp_delta(now: float | None, before: float | None) -> str | None:
+    """Change in percentage points between two ratios, for KPI deltas."""
+    if now is None or before is None:
+        return None
+    return f"{100 * (now - before):+.1f} pp vs previous period"
+
+
+def ago(t: dt.datetime | None, now: dt.datetime | None = None) -> str:
+    if t is None:
+        return "never"
+    now = now or dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    s = (now - t).total_seconds()
+    if s < 0:
+        return "just now"
+    for unit, n in (("d", 86400), ("h", 3600), ("min", 60)):
+        if s >= n:
+            return f"{s / n:.0f} {unit} ago"
+    return f"{s:.0f} s ago"

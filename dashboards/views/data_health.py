@@ -1,0 +1,108 @@
+"""Data health: can the numbers on the other pages be trusted? Ingest runs, rejected lines, telemetry gaps,
+unmapped accounts."""
+from __future__ import annotations
+
+import polars as pl
+import streamlit as st
+
+from dashboards import charts, model_reads, queries, theme, ui
+
+ctx = ui.context()
+f = ctx.filters
+ui.header("Data health", "Did every input line arrive, and is every job attributed to a team?", ctx)
+
+OUTCOME_COLOURS = {"Loaded": theme.GOOD, "Skipped": "#A0AEC0", "Rejected": theme.BAD}
+
+# ---------------------------------------------------------------- ingest runs
+st.subheader("Ingest runs")
+runs = queries.ingest_runs(ctx.version, f)
+scope = "started in the window"
+if runs.height == 0:
+    runs = queries.all_ingest_runs(ctx.version).head(100)
+    scope = "latest 100 (none started in the window)"
+if runs.height == 0:
+    ui.no_data("ingest runs", "Run `gpuledger ingest ...` to load data.")
+else:
+    failed = runs.filter(pl.col("status") != "ok").height
+    c1, c2, c3, c4 = st.columns(4)
+    ui.kpi(c1, "Runs", f"{runs.height:,}", help=f"Ingest runs {scope}.")
+    ui.kpi(c2, "Failed runs", f"{failed:,}", help="A failed run changed nothing; its message says why.")
+    read = int(runs["lines_read"].sum())
+    rej = int(runs["rejected"].sum())
+    ui.kpi(c3, "Lines read", f"{read:,}")
+    ui.kpi(c4, "Rejected lines", f"{rej:,}", f"{100 * rej / read:.2f} % of lines" if read else None,
+           delta_color="off", arrow=False)
+    long = (runs.select("run_id", "source", "started_at", "loaded", "skipped", "rejected")
+            .unpivot(index=["run_id", "source", "started_at"], variable_name="outcome", value_name="lines")
+            .with_columns(pl.col("outcome").str.to_titlecase()))
+    st.plotly_chart(charts.bars(long.sort("started_at"), "started_at", "lines", color="outcome",
+                                colours=OUTCOME_COLOURS, y_title="Input lines", x_title="Run started (UTC)",
+                                title=f"Every input line, by outcome, per ingest run ({scope})"),
+                    key="runs_chart")
+    if failed:
+        st.error(f"{failed} ingest run(s) failed and were rolled back; see the message column.",
+                 icon=":material/error:")
+    ui.table(runs, key="runs", file_stem="ingest_runs", ctx=ctx,
+             columns={"run_id": "Run", "source": "Source", "input_name": "Input", "cluster": "Cluster",
+                      "status": "Status", "lines_read": "Lines read", "loaded": "Loaded", "skipped": "Skipped",
+                      "rejected": "Rejected", "inserted": "New", "updated": "Updated", "unchanged": "Unchanged",
+                      "started_at": "Started (UTC)", "finished_at": "Finished (UTC)", "message": "Message"},
+             caption="Every line read is loaded, skipped with a reason, or rejected with a reason.")
+
+    ids = tuple(runs["run_id"].to_list())
+
+    # ------------------------------------------------------------ rejected and skipped lines
+    st.subheader("Rejected lines")
+    reasons = queries.reject_reasons(ctx.version, ids)
+    if reasons.height == 0:
+        st.success("No rejected lines in these runs.", icon=":material/check_circle:")
+    else:
+        st.plotly_chart(charts.bars(reasons.head(15), "reason", "lines", horizontal=True, y_title="Rejected lines",
+                                    x_title=None, title="Why lines were rejected", single_colour=theme.BAD,
+                                    height=max(220, 40 + 28 * min(reasons.height, 15))), key="reasons_chart")
+        rej_lines = queries.rejects(ctx.version, ids)
+        ui.table(rej_lines, key="rejects", file_stem="rejected_lines", ctx=ctx,
+                 columns={"run_id": "Run", "source": "Source", "input_name": "Input", "line_no": "Line",
+                          "field": "Field", "reason": "Reason", "raw": "Input line"},
+                 caption=f"Up to 5,000 rejected lines of these runs (of {int(reasons['lines'].sum()):,}).")
+    skips = queries.skip_reasons(ctx.version, ids)
+    if skips.height:
+        with st.expander(f"Skipped lines by reason ({int(skips['lines'].sum()):,})"):
+            ui.table(skips, key="skips", file_stem="skipped_lines", ctx=ctx,
+                     columns={"reason": "Reason", "lines": "Lines"},
+                     caption="Skipped lines are expected input that is not a job (steps, headers, blank lines).")
+
+# ---------------------------------------------------------------- telemetry gaps
+st.subheader("Telemetry gaps")
+gaps = model_reads.telemetry_gaps(ctx)
+if gaps is None:
+    ui.not_landed("Telemetry coverage", "models.efficiency", 3)
+elif gaps.height == 0:
+    st.success("No telemetry gaps in the window.", icon=":material/check_circle:")
+else:
+    st.plotly_chart(charts.bars(gaps.head(20), "node", "gap_hours", horizontal=True, y_title="Hours without samples",
+                                x_title="Node", title="Nodes with the longest telemetry gaps",
+                                height=max(240, 40 + 26 * min(gaps.height, 20))), key="gaps_chart")
+    ui.table(gaps, key="gaps", file_stem="telemetry_gaps", ctx=ctx)
+
+# ---------------------------------------------------------------- unmapped accounts
+st.subheader("Unmapped accounts")
+if f.teams and theme.UNMAPPED not in f.teams:
+    st.caption("The team filter excludes unmapped jobs; add “(unmapped)” to it to see them here.")
+else:
+    um = queries.unmapped_accounts(ctx.version, f)
+    if um.height == 0:
+        st.success("Every job submitted in the window maps to a team.", icon=":material/check_circle:")
+    else:
+        st.warning(f"{um.height} Slurm account(s) map to no team: their GPU-hours appear as “(unmapped)” and "
+                   "are not billed to any team. Add them to the governance file's team map.",
+                   icon=":material/person_off:")
+        st.plotly_chart(charts.bars(um.head(20), "account", "gpu_hours", horizontal=True, y_title="GPU-hours",
+                                    x_title="Slurm account", title="Unmapped accounts by GPU-hours (whole jobs)",
+                                    single_colour=theme.UNMAPPED_COLOUR,
+                                    height=max(220, 40 + 28 * min(um.height, 20))), key="unmapped_chart")
+        ui.table(um, key="unmapped", file_stem="unmapped_accounts", ctx=ctx,
+                 columns={"cluster": "Cluster", "account": "Slurm account", "jobs": "Jobs", "users": "Users",
+                          "gpu_hours": "GPU-hours (whole jobs)", "first_seen": "First submitted (UTC)",
+                          "last_seen": "Last submitted (UTC)"},
+                 formats={"gpu_hours": "%.2f"})
