@@ -18,7 +18,10 @@ MartBuilder = Callable[[duckdb.DuckDBPyConnection, bool], None]
 
 def mart_builders() -> list[tuple[str, MartBuilder]]:
     """The marts, in dependency order. Each model module that owns a mart adds itself here."""
-    return []
+    from models import timeline
+    return [
+        ("timeline", timeline.build),  # occupancy timeline: the base of utilization, fragmentation, cost
+    ]
 
 
 def run(con: duckdb.DuckDBPyConnection, db_path: str | Path, full: bool = False,

@@ -1,0 +1,297 @@
+"""Build the occupancy timeline marts and keep them current (a ``gpuledger refresh`` step).
+
+From the canonical tables (``jobs``, ``job_nodes``, ``nodes``, ``node_events``) it materialises, per cluster,
+inside the cluster's data span ``[data_start, horizon)`` (see :mod:`models.timeline`):
+
+- ``tl_node_state``: per node, inventory class (GPUs, pool, partitions) and availability, piecewise constant;
+- ``tl_job_alloc``: per job and node, the GPUs held and when (running jobs up to the horizon);
+- ``tl_node_segments``: per node, allocation and availability together, piecewise constant;
+- ``tl_hourly``: the segments rolled up per hour and node class (capacity, allocated, idle, down).
+
+Incremental: a refresh finds, per cluster, the earliest time ``T`` from which anything could differ (the old
+horizon, where running jobs must be extended; the first difference in node state; the first difference in the
+placement of jobs written by ingest runs newer than the last refresh) and rebuilds only from ``T`` on.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+import duckdb
+
+from ingest import warehouse
+
+#: Job states in which a NULL end means "still running" (counted up to the horizon).
+RUNNING_STATES = ("RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "RESIZING", "STAGE_OUT", "SIGNALING",
+                  "STOPPED", "REQUEUED")
+
+#: node_events states (split on '+') that make a node unavailable, by sreport category; a state made only of
+#: AVAILABLE flags is ignored; anything else unknown counts as down (node_events records unavailability).
+DOWN_FLAGS = ("DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING", "NOT_RESPONDING", "NO_RESPOND", "INVAL",
+              "INVALID", "UNKNOWN", "ERROR", "REBOOT", "REBOOT_ISSUED", "REBOOT_REQUESTED", "BOOT_FAIL")
+PLANNED_FLAGS = ("MAINT", "POWERED_DOWN", "POWER_DOWN", "POWERING_DOWN", "POWERING_UP", "POWER_UP", "FUTURE",
+                 "PLANNED")
+AVAILABLE_FLAGS = ("IDLE", "ALLOCATED", "ALLOC", "MIXED", "MIX", "COMPLETING", "UP", "RESUME", "RESERVED", "CLOUD",
+                   "RES", "PLANNED_IDLE")
+
+
+def _sql_list(items) -> str:
+    return "[" + ", ".join("'" + s + "'" for s in items) + "]"
+
+
+#: sreport category of a node_events state: 'down', 'planned_down', or NULL (not an outage).
+EVENT_CLASS_SQL = f"""
+    CASE WHEN list_has_any(string_split(upper(e.state), '+'), {_sql_list(DOWN_FLAGS)}) THEN 'down'
+         WHEN list_has_any(string_split(upper(e.state), '+'), {_sql_list(PLANNED_FLAGS)}) THEN 'planned_down'
+         WHEN list_has_all({_sql_list(AVAILABLE_FLAGS)}, string_split(upper(e.state), '+')) THEN NULL
+         ELSE 'down' END"""
+
+#: End of a job's allocation, clipped to the horizon $hz (running jobs run up to it, never beyond).
+END_EFF_SQL = f"""least(coalesce(j."end",
+        CASE WHEN j.state NOT IN {tuple(RUNNING_STATES)} AND j.elapsed_s IS NOT NULL
+             THEN j.start + to_seconds(j.elapsed_s) END, $hz), $hz)"""
+OPEN_SQL = f"""(j."end" IS NULL AND (j.state IN {tuple(RUNNING_STATES)} OR j.elapsed_s IS NULL))"""
+
+
+def _ex(con, sql: str, params: dict | list | None = None):
+    """Execute with only the $parameters the statement names (DuckDB rejects unused ones)."""
+    if isinstance(params, dict):
+        used = set(re.findall(r"\$(\w+)", sql))
+        params = {k: v for k, v in params.items() if k in used}
+    return con.execute(sql, params)
+
+
+# ---------------------------------------------------------------- spans
+
+def compute_spans(con: duckdb.DuckDBPyConnection) -> dict[str, tuple[dt.datetime, dt.datetime]]:
+    """Per cluster (data_start, horizon) from the accounting itself.
+
+    horizon = the latest submit/start/end time seen, or the end of the last live ``sacct`` window if later;
+    data_start = the earliest job start (else submit). Eligible times are not used: a --begin in the future
+    would push the horizon past what was observed.
+    """
+    rows = con.execute("""
+        WITH j AS (
+          SELECT cluster, coalesce(min(start), min(submit)) AS ds,
+                 greatest(max(submit), max(start), max("end")) AS hz
+          FROM jobs GROUP BY cluster),
+        w AS (SELECT cluster, max(value) AS wm FROM watermarks WHERE source LIKE 'sacct%' GROUP BY cluster)
+        SELECT j.cluster, j.ds, greatest(j.hz, w.wm) FROM j LEFT JOIN w USING (cluster)
+        WHERE j.ds IS NOT NULL AND j.hz IS NOT NULL""").fetchall()
+    return {c: (ds, hz) for c, ds, hz in rows if hz > ds}
+
+
+# ---------------------------------------------------------------- node state
+
+def _node_state_sql() -> str:
+    """Elementary intervals per node between every inventory and event edge, classified."""
+    return f"""
+    WITH inv AS (
+      SELECT node, coalesce(valid_from, $ds) AS vf, coalesce(valid_to, $hz) AS vt, gpus, gpu_type, partitions
+      FROM nodes WHERE cluster = $c),
+    ev AS (
+      SELECT e.node, e.start AS es, coalesce(e."end", $hz) AS ee, e.state, {EVENT_CLASS_SQL} AS cls
+      FROM node_events e WHERE e.cluster = $c),
+    ev2 AS (SELECT * FROM ev WHERE cls IS NOT NULL AND ee > es),
+    allnodes AS (SELECT node FROM inv UNION SELECT DISTINCT node FROM job_nodes WHERE cluster = $c),
+    b AS (SELECT node, $ds AS t FROM allnodes UNION SELECT node, $hz FROM allnodes
+          UNION SELECT node, vf FROM inv UNION SELECT node, vt FROM inv
+          UNION SELECT node, es FROM ev2 WHERE node IN (SELECT node FROM allnodes)
+          UNION SELECT node, ee FROM ev2 WHERE node IN (SELECT node FROM allnodes)),
+    iv AS (SELECT node, t AS t0, lead(t) OVER (PARTITION BY node ORDER BY t) AS t1
+           FROM b WHERE t >= $ds AND t <= $hz),
+    cls AS (
+      SELECT iv.node, iv.t0, iv.t1, arg_max(i.gpus, i.vf) AS gpus, arg_max(i.gpu_type, i.vf) AS gpu_type,
+             arg_max(i.partitions, i.vf) AS partitions, count(i.node) > 0 AS present
+      FROM iv LEFT JOIN inv i ON i.node = iv.node AND i.vf <= iv.t0 AND iv.t0 < i.vt
+      WHERE iv.t1 IS NOT NULL GROUP BY ALL),
+    out AS (
+      SELECT c.node, c.t0, c.t1, c.gpus, c.gpu_type, c.partitions, c.present,
+             arg_min(e.cls, CASE e.cls WHEN 'down' THEN 0 ELSE 1 END) AS cls,
+             arg_min(e.state, CASE e.cls WHEN 'down' THEN 0 ELSE 1 END) AS reason
+      FROM cls c LEFT JOIN ev2 e ON e.node = c.node AND e.es <= c.t0 AND c.t0 < e.ee
+      GROUP BY ALL)
+    SELECT $c AS cluster, node, t0, t1,
+           CASE WHEN present THEN coalesce(gpus, 0) ELSE 0 END AS gpus,
+           CASE WHEN present THEN gpu_type END AS gpu_type,
+           CASE WHEN present THEN partitions END AS partitions,
+           CASE WHEN NOT present THEN 'absent' ELSE coalesce(cls, 'up') END AS avail,
+           CASE WHEN present THEN reason END AS reason
+    FROM out"""
+
+
+def _merge_adjacent(con, src: str, dst: str, keys: list[str]) -> None:
+    """dst = src with consecutive rows of one node that agree on ``keys`` merged (gaps and islands)."""
+    same = " AND ".join(f"lag({k}) OVER w IS NOT DISTINCT FROM {k}" for k in keys)
+    cols = ", ".join(f"any_value({k}) AS {k}" for k in keys)
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE {dst} AS
+        WITH m AS (SELECT *, CASE WHEN lag(t1) OVER w = t0 AND {same} THEN 0 ELSE 1 END AS brk
+                   FROM {src} WINDOW w AS (PARTITION BY cluster, node ORDER BY t0)),
+        g AS (SELECT *, sum(brk) OVER (PARTITION BY cluster, node ORDER BY t0 ROWS UNBOUNDED PRECEDING) AS grp FROM m)
+        SELECT cluster, node, min(t0) AS t0, max(t1) AS t1, {cols} FROM g GROUP BY cluster, node, grp""")
+
+
+def build_node_state(con, cluster: str, ds: dt.datetime, hz: dt.datetime) -> None:
+    """Temp table ``_ns``: the new tl_node_state rows of ``cluster``; ``_classes``: the same, merged
+    where only availability changes (what a job's GPUs are attributed to)."""
+    con.execute("CREATE OR REPLACE TEMP TABLE _ns_raw AS " + _node_state_sql(), {"c": cluster, "ds": ds, "hz": hz})
+    _merge_adjacent(con, "_ns_raw", "_ns", ["gpus", "gpu_type", "partitions", "avail", "reason"])
+    _merge_adjacent(con, "_ns", "_classes", ["gpus", "gpu_type", "partitions"])
+
+
+# ---------------------------------------------------------------- job placement
+
+def _job_alloc_sql(job_filter: str) -> str:
+    """tl_job_alloc rows of the jobs of cluster $c passing ``job_filter`` (SQL on alias j), split at class edges.
+
+    GPU-sharing jobs (gpu_milli < 1000) hold milli-GPUs; others hold whole GPUs (a stray fraction is kept in
+    milli so that sums stay exact in integers)."""
+    return f"""
+    WITH jn AS (
+      SELECT j.job_uid, j.cluster, n.node, greatest(j.start, $ds) AS a, {END_EFF_SQL} AS b, {OPEN_SQL} AS is_open,
+             CASE WHEN j.gpu_milli < 1000 THEN 0 ELSE floor(n.gpus_on_node) END AS whole,
+             CASE WHEN j.gpu_milli < 1000 THEN round(n.gpus_on_node * 1000)
+                  ELSE round((n.gpus_on_node - floor(n.gpus_on_node)) * 1000) END::BIGINT AS frac
+      FROM jobs j JOIN job_nodes n ON n.job_uid = j.job_uid
+      WHERE j.cluster = $c AND j.start IS NOT NULL AND j.start < $hz AND n.gpus_on_node > 0 AND ({job_filter}))
+    SELECT jn.job_uid, jn.cluster, jn.node, greatest(jn.a, k.t0) AS t0, least(jn.b, k.t1) AS t1,
+           jn.is_open AND k.t1 >= jn.b AS is_open, jn.whole + jn.frac / 1000.0 AS gpus, jn.whole AS whole_gpus,
+           jn.frac AS frac_milli, k.gpu_type, k.partitions
+    FROM jn JOIN _classes k ON k.node = jn.node AND k.t0 < jn.b AND jn.a < k.t1
+    WHERE jn.a < jn.b"""
+
+
+# ---------------------------------------------------------------- change detection
+
+def _earliest_change(con, old: str, new: str, keys: list[str], params: dict) -> dt.datetime | None:
+    """Earliest time at which two sets of interval rows (t0, t1, keys...) differ, or None when equal.
+
+    ``new`` is first clipped to the old horizon $old_hz (what it would have looked like then). Rows equal but
+    for t1 differ from the smaller t1 on; other unmatched rows from their t0."""
+    on = " AND ".join(f"o.{k} IS NOT DISTINCT FROM n.{k}" for k in ["t0", *keys])
+    return _ex(con, f"""
+        WITH n AS (SELECT * REPLACE (least(t1, $old_hz) AS t1) FROM {new} WHERE t0 < $old_hz)
+        SELECT min(CASE WHEN o.t0 IS NULL THEN n.t0 WHEN n.t0 IS NULL THEN o.t0 ELSE least(o.t1, n.t1) END)
+        FROM ({old}) o FULL JOIN n ON {on}
+        WHERE o.t0 IS NULL OR n.t0 IS NULL OR o.t1 <> n.t1""", params).fetchall()[0][0]
+
+
+# ---------------------------------------------------------------- segments and hourly rollup
+
+SEGMENTS_FROM_SQL = """
+    WITH ev AS (
+      SELECT node, greatest(t0, $T) AS t, whole_gpus AS dw, frac_milli AS df, 1 AS dj
+        FROM tl_job_alloc WHERE cluster = $c AND t1 > $T
+      UNION ALL SELECT node, t1, -whole_gpus, -frac_milli, -1 FROM tl_job_alloc WHERE cluster = $c AND t1 > $T
+      UNION ALL SELECT node, greatest(t0, $T), 0, 0, 0 FROM tl_node_state WHERE cluster = $c AND t1 > $T
+      UNION ALL SELECT node, t1, 0, 0, 0 FROM tl_node_state WHERE cluster = $c AND t1 > $T),
+    pts AS (SELECT node, t, sum(dw) AS dw, sum(df) AS df, sum(dj) AS dj FROM ev GROUP BY node, t),
+    cum AS (
+      SELECT node, t AS t0, lead(t) OVER (PARTITION BY node ORDER BY t) AS t1,
+             sum(dw) OVER w AS whole_gpus, sum(df) OVER w AS frac_milli, sum(dj) OVER w AS jobs
+      FROM pts WINDOW w AS (PARTITION BY node ORDER BY t ROWS UNBOUNDED PRECEDING))
+    SELECT $c AS cluster, cum.node, cum.t0, cum.t1, s.gpus, s.gpu_type, s.partitions, s.avail,
+           cum.whole_gpus + cum.frac_milli / 1000.0 AS alloc, cum.whole_gpus, cum.frac_milli::BIGINT, cum.jobs::INTEGER
+    FROM cum ASOF JOIN (SELECT * FROM tl_node_state WHERE cluster = $c) s
+      ON s.node = cum.node AND cum.t0 >= s.t0
+    WHERE cum.t1 IS NOT NULL AND cum.t1 > cum.t0 AND (s.gpus > 0 OR cum.jobs > 0)"""
+
+HOURLY_FROM_SQL = """
+    WITH s AS (
+      SELECT gpu_type, partitions, avail, gpus, alloc, least(alloc, gpus) AS ain, t0, t1,
+             unnest(generate_series(date_trunc('hour', greatest(t0, $H)), t1 - INTERVAL 1 MICROSECOND,
+                                    INTERVAL 1 HOUR)) AS hour
+      FROM tl_node_segments WHERE cluster = $c AND t1 > $H),
+    o AS (SELECT *, (epoch_us(least(t1, hour + INTERVAL 1 HOUR)) - epoch_us(greatest(t0, hour))) / 1e6 AS ov FROM s)
+    SELECT $c, gpu_type, partitions, hour, sum(ov * gpus), sum(ov * alloc), sum(ov * ain),
+           coalesce(sum(ov * (gpus - ain)) FILTER (WHERE avail = 'up'), 0),
+           coalesce(sum(ov * (gpus - ain)) FILTER (WHERE avail = 'down'), 0),
+           coalesce(sum(ov * (gpus - ain)) FILTER (WHERE avail = 'planned_down'), 0)
+    FROM o GROUP BY ALL"""
+
+
+# ---------------------------------------------------------------- the builder
+
+def build(con: duckdb.DuckDBPyConnection, full: bool = False) -> dict[str, dict]:
+    """Bring the timeline marts up to date; ``full`` rebuilds every cluster from scratch.
+
+    Returns, per cluster, what was done: {'from': T (rebuilt from), 'full': bool, 'jobs': jobs re-placed}.
+    One transaction: a failure leaves the marts as they were.
+    """
+    last_run = con.sql("SELECT coalesce(max(run_id), 0) FROM ingest_runs").fetchall()[0][0]
+    spans = compute_spans(con)
+    old = {r[0]: r[1:] for r in con.sql("SELECT cluster, data_start, horizon, last_run_id FROM tl_clusters").fetchall()}
+    report = {}
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for gone in set(old) - set(spans):
+            for t in ("tl_node_state", "tl_job_alloc", "tl_node_segments", "tl_hourly", "tl_clusters"):
+                con.execute(f"DELETE FROM {t} WHERE cluster = ?", [gone])
+        for cluster, (ds, hz) in sorted(spans.items()):
+            report[cluster] = _build_cluster(con, cluster, ds, hz, None if full else old.get(cluster), last_run)
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
+    finally:
+        for t in ("_ns_raw", "_ns", "_classes", "_changed", "_rb", "_ja_new"):
+            con.execute(f"DROP TABLE IF EXISTS {t}")
+    return report
+
+
+def _build_cluster(con, c: str, ds, hz, old, last_run: int) -> dict:
+    p = {"c": c, "ds": ds, "hz": hz}
+    build_node_state(con, c, ds, hz)
+    incremental = old is not None and old[0] == ds and old[1] is not None and hz >= old[1]
+    if incremental:
+        old_hz, old_run = old[1], old[2] or 0
+        T = old_hz
+        q = {"c": c, "old_hz": old_hz}
+        t_state = _earliest_change(con, "SELECT * FROM tl_node_state WHERE cluster = $c", "_ns",
+                                   ["node", "gpus", "gpu_type", "partitions", "avail", "reason"], q)
+        _ex(con, """CREATE OR REPLACE TEMP TABLE _changed AS SELECT job_uid FROM jobs
+                       WHERE cluster = $c AND greatest(ingest_run_id, coalesce(updated_run_id, 0)) > $r""",
+                    {"c": c, "r": old_run})
+        _ex(con, "CREATE OR REPLACE TEMP TABLE _ja_new AS "
+                    + _job_alloc_sql("j.job_uid IN (SELECT job_uid FROM _changed)"), p)
+        t_jobs = _earliest_change(
+            con, "SELECT * FROM tl_job_alloc WHERE cluster = $c AND job_uid IN (SELECT job_uid FROM _changed)",
+            "_ja_new", ["job_uid", "node", "whole_gpus", "frac_milli", "gpu_type", "partitions"], q)
+        T = min(t for t in (T, t_state, t_jobs) if t is not None)
+    else:
+        T = ds
+        _ex(con, "CREATE OR REPLACE TEMP TABLE _changed AS SELECT job_uid FROM jobs WHERE false")
+        for t in ("tl_node_state", "tl_job_alloc", "tl_node_segments", "tl_hourly"):
+            _ex(con, f"DELETE FROM {t} WHERE cluster = ?", [c])
+    p["T"] = T
+    _ex(con, "DELETE FROM tl_node_state WHERE cluster = ?", [c])
+    _ex(con, "INSERT INTO tl_node_state SELECT cluster, node, t0, t1, gpus, gpu_type, partitions, avail, reason FROM _ns")
+    # Re-place every job that changed or holds GPUs after T (running jobs grow with the horizon).
+    _ex(con, f"""CREATE OR REPLACE TEMP TABLE _rb AS
+                    SELECT job_uid FROM _changed UNION
+                    SELECT j.job_uid FROM jobs j WHERE j.cluster = $c AND j.start IS NOT NULL AND j.start < $hz
+                      AND j.ngpus > 0 AND {END_EFF_SQL} > $T""", p)
+    if incremental:
+        _ex(con, "DELETE FROM tl_job_alloc WHERE cluster = $c AND job_uid IN (SELECT job_uid FROM _rb)", {"c": c})
+    _ex(con, "INSERT INTO tl_job_alloc " + _job_alloc_sql("j.job_uid IN (SELECT job_uid FROM _rb)"),
+                {k: p[k] for k in ("c", "ds", "hz")})
+    _ex(con, "DELETE FROM tl_node_segments WHERE cluster = $c AND t0 >= $T", {"c": c, "T": T})
+    _ex(con, "UPDATE tl_node_segments SET t1 = $T WHERE cluster = $c AND t1 > $T", {"c": c, "T": T})
+    _ex(con, "INSERT INTO tl_node_segments " + SEGMENTS_FROM_SQL, {"c": c, "T": T})
+    H = _ex(con, "SELECT date_trunc('hour', ?::TIMESTAMP)", [T]).fetchall()[0][0]
+    _ex(con, "DELETE FROM tl_hourly WHERE cluster = $c AND hour >= $H", {"c": c, "H": H})
+    _ex(con, "INSERT INTO tl_hourly " + HOURLY_FROM_SQL, {"c": c, "H": H})
+    _ex(con, """INSERT INTO tl_clusters VALUES ($c, $ds, $hz, $r, $now)
+                   ON CONFLICT (cluster) DO UPDATE SET data_start = excluded.data_start, horizon = excluded.horizon,
+                     last_run_id = excluded.last_run_id, refreshed_at = excluded.refreshed_at""",
+                {"c": c, "ds": ds, "hz": hz, "r": last_run, "now": warehouse.utcnow()})
+    n_jobs = con.sql("SELECT count(*) FROM _rb").fetchall()[0][0]
+    return {"from": T, "full": not incremental, "jobs": n_jobs}
+
+
+def is_stale(con: duckdb.DuckDBPyConnection) -> bool:
+    """True when an ingest run newer than the last timeline build exists (or the marts were never built)."""
+    return con.sql("""SELECT (SELECT coalesce(max(run_id), 0) FROM ingest_runs WHERE status = 'ok')
+                             > coalesce((SELECT min(last_run_id) FROM tl_clusters), -1)
+                             AND EXISTS (SELECT 1 FROM jobs)""").fetchall()[0][0]

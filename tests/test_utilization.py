@@ -1,0 +1,244 @@
+"""Utilization: exact figures on a hand-computed cluster, sreport categories, invariants under hypothesis, CLI.
+
+The hand cluster (tests/timeline_fixtures.py): gpu01, gpu02 (8 x a100, partitions a100,all), gpu03 (4 x h100,
+partitions all,h100); 20 GPUs = 480 GPU-h a day. 2024-03-01 .. 03-03 (the horizon: job 6 ends then).
+  job 1 alice/ml   8 GPUs gpu01          03-01 00:00-12:00                 96 GPU-h day 1
+  job 2 bob/cv     4 GPUs gpu02          03-01 20:00-03-02 04:00           16 + 16 (crosses midnight)
+  job 3 carol/ml   2 GPUs gpu03          03-01 06:00-still running         36 + 48 (to the horizon)
+  job 4 dave/cv   16 GPUs gpu01+gpu02    eligible 03-01 10:00, 03-02 08:00-10:00       32 day 2
+  job 5 erin/ml    4 GPUs h100 typed     eligible 03-02 22:00, still pending
+  job 6 frank/ops  1 GPU  gpu01          03-02 23:00-03-03 00:00            1 day 2
+  gpu02 DRAIN 03-01 12:00-18:00 (8 free GPUs x 6 h = 48 Down); gpu03 MAINT 03-02 12:00-14:00 while job 3 holds
+  2 of its 4 GPUs (2 free x 2 h = 4 PlannedDown; job 3's GPUs stay allocated).
+Planned (sreport): per hour, min(idle, eligible pending GPUs). Day 1: job 4 waits 10:00-24:00 with 16 GPUs;
+idle was 10 (10-12), 10 (12-18, gpu02 drained), 18 (18-20), 14 (20-24) -> 20 + 60 + 32 + 56 = 168.
+Day 2: job 4 waits 00:00-08:00 (idle 14 then 18 -> 56 + 64) and job 5 22:00-24:00 (4 + 4) -> 128.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import polars as pl
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from ingest import warehouse
+from models import timeline, utilization
+
+import timeline_fixtures as tf
+
+D1, D2 = dt.datetime(2024, 3, 1), dt.datetime(2024, 3, 2)
+
+
+@pytest.fixture(scope="module")
+def hand():
+    con = warehouse.connect(":memory:")
+    tf.load_hand_cluster(con)
+    yield con
+    con.close()
+
+
+def rows(df: pl.DataFrame, *cols) -> list[tuple]:
+    return [tuple(round(v, 6) if isinstance(v, float) else v for v in r) for r in df.select(cols).iter_rows()]
+
+
+def test_daily_cluster_every_column(hand):
+    df = utilization.by_bucket(hand, bucket="day", by="cluster")
+    assert df.columns == ["bucket", "cluster", *utilization.TOTAL_COLUMNS]
+    assert rows(df, *df.columns) == [
+        # bucket cluster hours cap unav avail alloc idle ratio beyond pending | sreport: alloc down pdown idle plan rep
+        (D1, "tc", 24.0, 480.0, 48.0, 432.0, 148.0, 284.0, round(148 / 432, 6), 0.0, 224.0,
+         148.0, 48.0, 0.0, 116.0, 168.0, 480.0),
+        (D2, "tc", 24.0, 480.0, 4.0, 476.0, 97.0, 379.0, round(97 / 476, 6), 0.0, 136.0,
+         97.0, 0.0, 4.0, 251.0, 128.0, 480.0),
+    ]
+
+
+def test_daily_by_pool(hand):
+    df = utilization.by_bucket(hand, bucket="day", by="pool")
+    assert rows(df, "bucket", "gpu_type", "capacity_gpu_h", "unavailable_gpu_h", "allocated_gpu_h", "idle_gpu_h",
+                "pending_gpu_h", "sreport_planned", "sreport_idle") == [
+        # a100 day 1: idle 8 (10-12), 8 (12-18, gpu02 drained), 16 (18-20), 12 (20-24) against job 4's 16
+        (D1, "a100", 384.0, 48.0, 112.0, 224.0, 224.0, 144.0, 80.0),
+        (D1, "h100", 96.0, 0.0, 36.0, 60.0, 0.0, 0.0, 60.0),
+        (D2, "a100", 384.0, 0.0, 49.0, 335.0, 128.0, 112.0, 223.0),   # job 4: idle 12 (00-04), 16 (04-08)
+        (D2, "h100", 96.0, 4.0, 48.0, 44.0, 8.0, 4.0, 40.0),         # job 5 (typed h100): min(2, 4) + min(1, 4)
+    ]
+
+
+def test_partition_rows_overlap_and_team_rows_split_allocation(hand):
+    df = utilization.by_bucket(hand, bucket="day", by="partition,team")
+    tot = df.filter(pl.col("team") == utilization.TOTAL_LABEL)
+    # 'all' holds every node: its row is the cluster's; a100 + h100 rows also sum to it (no overlap between them)
+    assert rows(tot.filter(pl.col("partition") == "all"), "bucket", "capacity_gpu_h", "allocated_gpu_h",
+                "idle_gpu_h", "pending_gpu_h") == [(D1, 480.0, 148.0, 284.0, 0.0), (D2, 480.0, 97.0, 379.0, 0.0)]
+    demand = df.filter(pl.col("team") != utilization.TOTAL_LABEL)
+    assert demand.get_column("capacity_gpu_h").null_count() == demand.height   # capacity is never split by team
+    assert rows(demand.filter(pl.col("partition") == "all"), "bucket", "team", "allocated_gpu_h",
+                "share_of_available") == [
+        (D1, "research", 132.0, round(132 / 432, 6)), (D1, "product", 16.0, round(16 / 432, 6)),
+        (D2, "product", 48.0, round(48 / 476, 6)), (D2, "research", 48.0, round(48 / 476, 6)),
+        (D2, "(unmapped)", 1.0, round(1 / 476, 6))]
+    sums = demand.group_by("bucket", "partition").agg(pl.col("allocated_gpu_h").sum())
+    joined = tot.join(sums, on=["bucket", "partition"], suffix="_teams")
+    assert (joined["allocated_gpu_h"] - joined["allocated_gpu_h_teams"]).abs().max() < 1e-9
+
+
+def test_by_user_and_account(hand):
+    df = utilization.by_bucket(hand, "2024-03-02", "2024-03-03", bucket="day", by="account,user")
+    assert rows(df, "account", "user", "allocated_gpu_h") == [
+        ("(all)", "(all)", 97.0), ("ml", "carol", 48.0), ("cv", "dave", 32.0), ("cv", "bob", 16.0),
+        ("ops", "frank", 1.0)]
+
+
+def test_hour_buckets_and_a_window_inside_hours(hand):
+    df = utilization.by_bucket(hand, "2024-03-01T10:30", "2024-03-01T12:30", bucket="hour")
+    # 10:30-11: 20 GPUs x .5 h; job 1 (8) + job 3 (2) hold 10; job 4 waits with 16 -> Planned min(5, 8)
+    assert rows(df, "bucket", "hours", "capacity_gpu_h", "unavailable_gpu_h", "allocated_gpu_h", "idle_gpu_h",
+                "pending_gpu_h", "sreport_planned") == [
+        (dt.datetime(2024, 3, 1, 10), 0.5, 10.0, 0.0, 5.0, 5.0, 8.0, 5.0),
+        (dt.datetime(2024, 3, 1, 11), 1.0, 20.0, 0.0, 10.0, 10.0, 16.0, 10.0),
+        (dt.datetime(2024, 3, 1, 12), 0.5, 10.0, 4.0, 1.0, 5.0, 8.0, 5.0),   # gpu02 drained from 12:00
+    ]
+
+
+@pytest.mark.parametrize("bucket,label", [("week", dt.datetime(2024, 2, 26)), ("month", dt.datetime(2024, 3, 1))])
+def test_week_and_month_buckets_sum_the_days(hand, bucket, label):
+    df = utilization.by_bucket(hand, bucket=bucket)
+    assert rows(df, "bucket", "hours", "capacity_gpu_h", "allocated_gpu_h", "idle_gpu_h", "sreport_planned") == [
+        (label, 48.0, 960.0, 245.0, 663.0, 296.0)]
+
+
+def test_window_is_clipped_to_the_horizon(hand):
+    df = utilization.by_bucket(hand, "2024-03-02", "2024-03-10", bucket="day")
+    assert df.height == 1 and rows(df, "hours", "capacity_gpu_h") == [(24.0, 480.0)]
+
+
+def test_bad_grouping_and_bucket_are_errors(hand):
+    with pytest.raises(ValueError, match="cannot group by 'colour'"):
+        utilization.by_bucket(hand, by="colour")
+    with pytest.raises(ValueError, match="bucket must be one of"):
+        utilization.by_bucket(hand, bucket="fortnight")
+    with pytest.raises(ValueError, match="empty window"):
+        utilization.by_bucket(hand, "2024-03-02", "2024-03-01")
+
+
+def test_empty_warehouse_gives_empty_table(con):
+    assert utilization.by_bucket(con, by="pool,team").is_empty()
+
+
+# ---------------------------------------------------------------- invariants
+
+@st.composite
+def clusters(draw):
+    """A random small cluster whose jobs fit their nodes (at most 3 nodes, 12 jobs, 2 days, 15-min grid)."""
+    base = dt.datetime(2024, 3, 1)
+    slot = dt.timedelta(minutes=15)
+    n_nodes = draw(st.integers(1, 3))
+    nodes = [(f"n{i}", draw(st.sampled_from([4, 8])), draw(st.sampled_from(["a100", "h100"])),
+              draw(st.sampled_from(["p1", "p1,p2", "p2"]))) for i in range(n_nodes)]
+    busy = {n[0]: [] for n in nodes}   # (start, end or None, gpus)
+
+    def free(node, s, e):
+        gpus = dict((n[0], n[1]) for n in nodes)[node]
+        pts = {s} | {a for a, b, g in busy[node] if s <= a < e}
+        return min(gpus - sum(g for a, b, g in busy[node] if a <= p and (b is None or p < b)) for p in pts)
+
+    jobs = []
+    for i in range(draw(st.integers(0, 12))):
+        s = base + slot * draw(st.integers(0, 180))
+        running = draw(st.booleans()) and i % 4 == 0
+        e = None if running else s + slot * draw(st.integers(1, 30))
+        node = draw(st.sampled_from([n[0] for n in nodes]))
+        room = free(node, s, e or s + dt.timedelta(days=30))
+        if room <= 0:
+            continue
+        g = draw(st.integers(1, room))
+        busy[node].append((s, e, g))
+        wait = slot * draw(st.integers(0, 8))
+        part = dict((n[0], n[3]) for n in nodes)[node].split(",")[0]
+        jobs.append(tf.Job(i + 1, f"u{i % 3}", f"acct{i % 2}", part, g, [node], submit=s - wait, start=s, end=e))
+    if draw(st.booleans()):
+        jobs.append(tf.Job(99, "u9", "acct9", "p1", 2, submit=base + slot * draw(st.integers(0, 150))))
+    events = []
+    if draw(st.booleans()):
+        s = base + slot * draw(st.integers(0, 150))
+        events.append((nodes[0][0], s, s + slot * draw(st.integers(1, 40)), draw(st.sampled_from(["DRAIN", "MAINT", "DOWN"])), "x"))
+    return nodes, jobs, events
+
+
+def _expected_job_gpu_h(jobs, start, end, horizon):
+    tot = 0.0
+    for j in jobs:
+        if j.start is None:
+            continue
+        a, b = max(j.start, start), min(j.end or horizon, end, horizon)
+        tot += j.gpus * max(0.0, (b - a).total_seconds()) / 3600
+    return tot
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(clusters(), st.sampled_from(["hour", "day"]), st.sampled_from(["cluster", "pool", "partition", "pool,partition"]))
+def test_invariants(cluster, bucket, by):
+    nodes, jobs, events = cluster
+    con = warehouse.connect(":memory:")
+    try:
+        tf.load(con, "hc", jobs, nodes, events)
+        df = utilization.by_bucket(con, bucket=bucket, by=by)
+        if df.is_empty():   # no job ever started: no data span
+            assert all(j.start is None for j in jobs)
+            return
+        # allocated + idle + unavailable = capacity in every row (these clusters never over-allocate)
+        assert df["beyond_capacity_gpu_h"].abs().max() < 1e-9
+        gap = df["allocated_gpu_h"] + df["idle_gpu_h"] + df["unavailable_gpu_h"] - df["capacity_gpu_h"]
+        assert gap.abs().max() < 1e-6
+        # sreport's identity
+        rep = (df["sreport_allocated"] + df["sreport_down"] + df["sreport_planned_down"] + df["sreport_idle"]
+               + df["sreport_planned"] - df["sreport_reported"])
+        assert rep.abs().max() < 1e-6 and df["sreport_idle"].min() >= -1e-9
+        # allocated summed over buckets = sum over jobs of GPUs x run time inside the window
+        span = timeline.data_span(con).row(0, named=True)
+        if by in ("cluster", "pool"):
+            want = _expected_job_gpu_h(jobs, span["data_start"], span["horizon"], span["horizon"])
+            assert abs(df["allocated_gpu_h"].sum() - want) < 1e-6
+        mid = span["data_start"] + (span["horizon"] - span["data_start"]) / 3
+        sub = utilization.by_bucket(con, start=mid, bucket=bucket)
+        want = _expected_job_gpu_h(jobs, mid, span["horizon"], span["horizon"])
+        assert abs((sub["allocated_gpu_h"].sum() if sub.height else 0.0) - want) < 1e-6
+        per_job = timeline.job_gpu_seconds(con, start=mid)
+        assert abs(per_job["gpu_seconds"].sum() / 3600 - want) < 1e-6
+    finally:
+        con.close()
+
+
+# ---------------------------------------------------------------- CLI
+
+@pytest.fixture
+def hand_db(db_path):
+    con = warehouse.connect(db_path)
+    tf.load_hand_cluster(con)
+    con.close()
+    return db_path
+
+
+def test_cli_table_csv_json(hand_db, run_cli, tmp_path):
+    code, out, err = run_cli("report", "utilization", "--bucket", "day")
+    assert code == 0 and "sreport_planned" in out and "480.00" in out
+    code, out, err = run_cli("report", "utilization", "--by", "pool,team", "--format", "csv", "--from", "2024-03-02")
+    assert code == 0
+    csv = pl.read_csv(out.encode())
+    assert csv.filter(pl.col("team") == "(all)")["capacity_gpu_h"].to_list() == [384.0, 96.0]
+    target = tmp_path / "u.json"
+    code, out, err = run_cli("report", "utilization", "--bucket", "month", "--out", str(target))
+    assert code == 0 and out == ""
+    data = json.loads(target.read_text())
+    assert data[0]["allocated_gpu_h"] == 245.0 and data[0]["sreport_reported"] == 960.0
+
+
+def test_cli_bad_usage_exits_2(hand_db, run_cli):
+    code, out, err = run_cli("report", "utilization", "--by", "colour")
+    assert code == 2 and "cannot group by 'colour'" in err
+    code, out, err = run_cli("report", "utilization", "--from", "yesterday")
+    assert code == 2 and "cannot read time 'yesterday'" in err
