@@ -44,6 +44,13 @@ def _heap_push(ht, hj, hr, n, t, j, r):
 
 
 @njit(cache=True)
+def _grow(a):
+    b = np.empty(2 * a.size, a.dtype)
+    b[:a.size] = a
+    return b
+
+
+@njit(cache=True)
 def _heap_pop(ht, hj, hr, n):
     n -= 1
     ht[0] = ht[n]
@@ -196,7 +203,7 @@ def simulate_kernel(node_gpus, node_up0, node_pool, n_pools, cls_ptr, cls_nodes,
     qp = np.zeros(qcap)
     q_lo = 0
     q_hi = 0
-    hcap = 2 * J + 16
+    hcap = J + 16
     ht = np.empty(hcap)
     hj = np.empty(hcap, np.int64)
     hr = np.empty(hcap, np.int64)
@@ -208,6 +215,7 @@ def simulate_kernel(node_gpus, node_up0, node_pool, n_pools, cls_ptr, cls_nodes,
     score = np.empty(N)
     sel = np.empty(N, np.int64)
     touched = np.empty(N, np.int64)
+    tmark = np.zeros(N, np.bool_)
     resv = np.empty(N, np.int64)
     # fair share
     usage = np.zeros(n_acct)
@@ -422,6 +430,8 @@ def simulate_kernel(node_gpus, node_up0, node_pool, n_pools, cls_ptr, cls_nodes,
             _start(j, now, sel, free, pf, up, gpn, nnodes, run, limit, alloc_ptr, alloc_node, start,
                    first_start, state, runno, acct, run_gpus)
             total_free -= g * k
+            if hn >= ht.size:
+                ht, hj, hr = _grow(ht), _grow(hj), _grow(hr)
             hn = _heap_push(ht, hj, hr, hn, now + run[j], j, runno[j])
             rn = _rs_insert(rs_t, rs_j, rn, now + limit[j], j)
             i += 1
@@ -436,7 +446,7 @@ def simulate_kernel(node_gpus, node_up0, node_pool, n_pools, cls_ptr, cls_nodes,
         hc = jcls[head]
         shadow, nres = _reserve(head, now, hg, hk, cls_nodes[cls_ptr[hc]:cls_ptr[hc + 1]], free, pf, up,
                                 extra, rs_t, rs_j, rn, gpn, nnodes, alloc_ptr, alloc_node, policy,
-                                mix_size, mix_prob, cand, score, sel, touched, resv)
+                                mix_size, mix_prob, cand, score, sel, touched, tmark, resv)
         if head_shadow[head] < 0 or shadow < head_shadow[head]:
             head_shadow[head] = shadow
         i = q_lo + 1
@@ -472,6 +482,8 @@ def simulate_kernel(node_gpus, node_up0, node_pool, n_pools, cls_ptr, cls_nodes,
                 for s in range(k):
                     if extra[sel[s]] < INF:
                         extra[sel[s]] -= g
+            if hn >= ht.size:
+                ht, hj, hr = _grow(ht), _grow(hj), _grow(hr)
             hn = _heap_push(ht, hj, hr, hn, now + run[j], j, runno[j])
             rn = _rs_insert(rs_t, rs_j, rn, now + limit[j], j)
             q[i] = -1
@@ -511,7 +523,7 @@ def _start(j, now, sel, free, pf, up, gpn, nnodes, run, limit, alloc_ptr, alloc_
 
 @njit(cache=True)
 def _reserve(head, now, hg, hk, nodes, free, pf, up, extra, rs_t, rs_j, rn, gpn, nnodes, alloc_ptr,
-             alloc_node, policy, mix_size, mix_prob, cand, score, sel, touched, resv):
+             alloc_node, policy, mix_size, mix_prob, cand, score, sel, touched, tmark, resv):
     """Shadow time of the head job: walk running jobs by expected end (start + limit) until hk eligible
     nodes have >= hg projected free GPUs. Sets ``extra`` on the reserved nodes; returns (shadow, n_reserved).
     Nodes that are down are not counted on (their return time is unknown to the scheduler)."""
@@ -539,8 +551,10 @@ def _reserve(head, now, hg, hk, nodes, free, pf, up, extra, rs_t, rs_j, rn, gpn,
                     continue
                 before = pf[n] >= hg - EPS
                 pf[n] += g
-                touched[nt] = n
-                nt += 1
+                if not tmark[n]:
+                    tmark[n] = True
+                    touched[nt] = n
+                    nt += 1
                 if not before and pf[n] >= hg - EPS:
                     fit += 1
             if fit >= hk:
@@ -560,4 +574,5 @@ def _reserve(head, now, hg, hk, nodes, free, pf, up, extra, rs_t, rs_j, rn, gpn,
     for t in range(nt):
         n = touched[t]
         pf[n] = free[n]
+        tmark[n] = False
     return shadow, nres

@@ -1,0 +1,147 @@
+"""Build simulator inputs from the warehouse: the observed capacity (``nodes``), the observed workload
+(``jobs`` + ``job_nodes``) and outages (``node_events``), and what-if transformations of the workload.
+
+Times become seconds since ``t0`` (the window start, naive UTC); GPUs are counts.
+"""
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import duckdb
+import numpy as np
+import polars as pl
+
+from models.simulate import Cluster, Workload, node_events
+
+DAY = 86400.0
+SIZE_CLASSES = [(1, "1"), (4, "2-4"), (8, "5-8"), (32, "9-32"), (float("inf"), "33+")]
+def _frame(con: duckdb.DuckDBPyConnection, sql: str, params: dict) -> pl.DataFrame:
+    return con.sql(sql, params=params).pl()
+
+
+DOWN_STATES = ("DOWN", "FAIL", "FAILING", "NODE_FAIL", "NOT_RESPONDING", "POWERED_DOWN", "UNKNOWN")
+
+
+def size_class(gpus: pl.Expr) -> pl.Expr:
+    """GPU-count class of a job: 1, 2-4, 5-8, 9-32, 33+ (fractional GPUs count as 1)."""
+    expr = pl.when(gpus <= 1).then(pl.lit("1"))
+    for hi, name in SIZE_CLASSES[1:-1]:
+        expr = expr.when(gpus <= hi).then(pl.lit(name))
+    return expr.otherwise(pl.lit(SIZE_CLASSES[-1][1]))
+
+
+def window(con: duckdb.DuckDBPyConnection, date_from: str | None, date_to: str | None,
+           cluster: str | None = None) -> tuple[datetime, datetime]:
+    """[from, to) in naive UTC; defaults to the span of GPU jobs' submit times in the warehouse."""
+    lo, hi = con.execute(
+        "SELECT min(submit), max(submit) FROM jobs WHERE ngpus > 0 AND ($c IS NULL OR cluster = $c)",
+        {"c": cluster}).fetchall()[0]
+    if lo is None:
+        raise ValueError("the warehouse has no GPU jobs to simulate (ingest sacct or run `gpuledger demo`)")
+    f = datetime.fromisoformat(date_from) if date_from else lo.replace(hour=0, minute=0, second=0, microsecond=0)
+    t = datetime.fromisoformat(date_to) if date_to else hi.replace(hour=0, minute=0, second=0, microsecond=0) \
+        + timedelta(days=1)
+    if t <= f:
+        raise ValueError(f"empty window: --from {f} is not before --to {t}")
+    return f, t
+
+
+def load_cluster(con: duckdb.DuckDBPyConnection, at: datetime, cluster: str | None = None) -> Cluster:
+    """GPU nodes valid at ``at`` (nodes.valid_from/valid_to), with pool = gpu_type and partitions."""
+    df = _frame(con, """
+        SELECT node, coalesce(gpu_type, 'gpu') AS pool, gpus::DOUBLE AS gpus, coalesce(partitions, '') AS parts
+        FROM nodes
+        WHERE gpus > 0 AND ($c IS NULL OR cluster = $c)
+          AND (valid_from IS NULL OR valid_from <= $at) AND (valid_to IS NULL OR valid_to > $at)
+        ORDER BY node""", {"c": cluster, "at": at})
+    if df.height == 0:
+        # no inventory valid at the window start: take each node's first known row
+        df = _frame(con, """
+            SELECT node, coalesce(gpu_type, 'gpu') AS pool, gpus::DOUBLE AS gpus, coalesce(partitions, '') AS parts
+            FROM nodes WHERE gpus > 0 AND ($c IS NULL OR cluster = $c)
+            QUALIFY row_number() OVER (PARTITION BY cluster, node ORDER BY valid_from NULLS FIRST) = 1
+            ORDER BY node""", {"c": cluster})
+    if df.height == 0:
+        raise ValueError("the warehouse has no GPU nodes (ingest nodes first)")
+    return Cluster.from_arrays(df["gpus"].to_numpy(), df["pool"].to_list(), df["parts"].to_list(),
+                               df["node"].to_list())
+
+
+def load_jobs(con: duckdb.DuckDBPyConnection, t0: datetime, t1: datetime, cluster: str | None = None
+              ) -> pl.DataFrame:
+    """GPU jobs submitted in [t0, t1) that ran (start known), with their observed wait and pool.
+    The pool is the job's typed GPU request, else the type of the first node it ran on."""
+    return _frame(con, """
+        WITH first_node AS (
+            SELECT jn.job_uid, any_value(n.gpu_type) AS node_pool
+            FROM job_nodes jn JOIN nodes n ON n.cluster = jn.cluster AND n.node = jn.node
+            GROUP BY jn.job_uid)
+        SELECT j.job_uid, epoch(j.submit - $t0)::DOUBLE AS submit_s,
+               epoch(j.start - j.submit)::DOUBLE AS observed_wait_s,
+               coalesce(j.elapsed_s, epoch(j."end" - j.start))::DOUBLE AS run_s,
+               j.timelimit_s::DOUBLE AS limit_s, greatest(coalesce(j.nnodes, 1), 1) AS nnodes,
+               j.ngpus / greatest(coalesce(j.nnodes, 1), 1) AS gpus_per_node, j.ngpus AS gpus,
+               coalesce(CASE WHEN j.gpu_type LIKE '%+%' THEN NULL ELSE j.gpu_type END, f.node_pool) AS pool,
+               j.partition, coalesce(j.account, 'default') AS account, j.team, j.qos, j.state
+        FROM jobs j LEFT JOIN first_node f USING (job_uid)
+        WHERE j.ngpus > 0 AND j.start IS NOT NULL AND j.submit >= $t0 AND j.submit < $t1
+          AND ($c IS NULL OR j.cluster = $c)
+        ORDER BY j.submit, j.job_uid""", {"t0": t0, "t1": t1, "c": cluster})
+
+
+def to_workload(jobs: pl.DataFrame, qos_factor: dict[str, float] | None = None, runtime_scale: float = 1.0
+                ) -> Workload:
+    """The simulator's workload from ``load_jobs`` rows; run time and limit scaled by ``runtime_scale``."""
+    q = qos_factor or {}
+    df = jobs.with_columns(
+        (pl.col("run_s").fill_null(0.0) * runtime_scale).alias("run_s"),
+        (pl.col("limit_s") * runtime_scale).alias("limit_s"),
+        pl.col("qos").replace_strict(q, default=0.0, return_dtype=pl.Float64).alias("qos_factor"))
+    return Workload.from_columns(df.select("job_uid", "submit_s", "run_s", "limit_s", "gpus_per_node", "nnodes",
+                                           "pool", "partition", "account", "team", "qos_factor"))
+
+
+def resample_days(jobs: pl.DataFrame, days: int, scale: float, seed: int) -> pl.DataFrame:
+    """Demand what-if: each of the ``days`` day slots receives whole observed days drawn with replacement,
+    floor(scale) of them plus one more with probability frac(scale), shifted into the slot; jobs keep their
+    time of day. scale=1 is a bootstrap of days (the replication's noise)."""
+    rng = np.random.default_rng(seed)
+    day_of = (jobs["submit_s"].to_numpy() // DAY).astype(np.int64)
+    parts = []
+    uid = 0
+    for slot in range(days):
+        k = int(np.floor(scale)) + (1 if rng.random() < scale - np.floor(scale) else 0)
+        for _ in range(k):
+            src = int(rng.integers(0, days))
+            d = jobs.filter(pl.Series(day_of == src))
+            if d.height == 0:
+                continue
+            d = d.with_columns((pl.col("submit_s") + (slot - src) * DAY).alias("submit_s"),
+                               pl.int_range(uid, uid + d.height, dtype=pl.Int64).alias("job_uid"))
+            uid += d.height
+            parts.append(d)
+    if not parts:
+        return jobs.head(0)
+    return pl.concat(parts).sort("submit_s", "job_uid")
+
+
+def load_events(con: duckdb.DuckDBPyConnection, cluster_obj: Cluster, t0: datetime, t1: datetime,
+                cluster: str | None = None) -> np.ndarray:
+    """Node outages overlapping [t0, t1) as simulator events (DOWN-like states kill and requeue jobs,
+    DRAIN/MAINT only stop new ones). Outages that began before t0 start at 0."""
+    df = _frame(con, """
+        SELECT node, upper(state) AS state, greatest(epoch(start - $t0), 0)::DOUBLE AS s,
+               CASE WHEN "end" IS NULL THEN NULL ELSE epoch("end" - $t0)::DOUBLE END AS e
+        FROM node_events
+        WHERE start < $t1 AND ("end" IS NULL OR "end" > $t0) AND ($c IS NULL OR cluster = $c)""",
+                {"t0": t0, "t1": t1, "c": cluster})
+    names = {n: i for i, n in enumerate(cluster_obj.node_names)}
+    rows = []
+    for node, state, s, e in df.iter_rows():
+        if node not in names:
+            continue
+        kind = "down" if any(state.startswith(d) for d in DOWN_STATES) else "drain"
+        rows.append((s, names[node], kind))
+        if e is not None:
+            rows.append((e, names[node], "up"))
+    return node_events(cluster_obj, rows)
