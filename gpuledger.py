@@ -252,7 +252,59 @@ def cmd_report_queue(args) -> int:
 
 
 def cmd_chargeback(args) -> int:
-    return _not_yet("chargeback", 6)
+    """Compute (or, for a closed period, re-read) the month's statement; export it; --close freezes it."""
+    from models import chargeback
+    from models.cost import CostError
+    con = _open(args)
+    try:
+        if args.close and args.period in chargeback.closed_periods(con):
+            _say(args, f"{args.period} is already closed; nothing changed (showing the frozen statement)")
+            st = chargeback.statement(con, args.period)
+        elif args.close:
+            st = chargeback.close_period(con, args.period)
+            _say(args, f"closed {args.period} at {st.closed_at:%Y-%m-%d %H:%M:%S} UTC, sha256 {st.content_hash}")
+        else:
+            st = chargeback.statement(con, args.period)
+    except CostError as exc:
+        raise CliError(str(exc)) from exc
+    t = st.total_row
+    _say(args, f"{args.period} ({st.status}): cluster cost {t['cluster_cost']:.{st.policy.minor_units}f} "
+               f"{st.policy.currency} = lines {t['direct_cost'] + t['idle_allocated']:.{st.policy.minor_units}f} "
+               f"+ unallocated idle {t['unallocated_idle']:.{st.policy.minor_units}f} + rate variance "
+               f"{t['rate_variance']:.{st.policy.minor_units}f} + rounding residue "
+               f"{t['rounding_residue']:.{st.policy.minor_units}f}")
+    views = chargeback.views(st)
+    if args.out or args.format in ("xlsx", "parquet"):
+        return _export_statement(args, st, views)
+    if args.view:
+        emit(views[args.view], args.format, None)
+    elif args.format in ("csv", "json"):
+        emit(views["by team"], args.format, None)
+    else:
+        for name in ("summary", "by team", "reconciliation", "adjustments"):
+            if name == "adjustments" and views[name].height == 0:
+                continue
+            sys.stdout.write(f"\n== {name}\n")
+            emit(views[name], "table", None)
+    return EXIT_OK
+
+
+def _export_statement(args, st, views) -> int:
+    from dashboards import exports
+    from ingest.warehouse import utcnow
+    out = Path(args.out or ".")
+    if out.is_dir() or (args.out or "").endswith("/"):
+        out.mkdir(parents=True, exist_ok=True)
+        out = out / f"chargeback-{st.period}.{args.format if args.format in exports.FORMATS else 'xlsx'}"
+    fmt = args.format if args.format in exports.FORMATS else None
+    try:
+        written = exports.write_tables(views, out, fmt, main="by team", title=f"GPU chargeback {st.period}",
+                                       created=st.closed_at or utcnow())
+    except (ValueError, OSError) as exc:
+        raise CliError(str(exc)) from exc
+    _say(args, f"wrote {written[0]}" + (f" and {len(written) - 1} more files beside it ({written[0].stem}.*)"
+                                        if len(written) > 1 else ""))
+    return EXIT_OK
 
 
 def cmd_forecast(args) -> int:
@@ -605,10 +657,24 @@ def build_parser() -> argparse.ArgumentParser:
         s = isrep.add_parser(name, parents=[parent], help=text, description=text)
         s.set_defaults(func=func)
 
-    s = sub.add_parser("chargeback", help="monthly statement per team and cost centre, reconciled to the cent")
-    s.add_argument("--period", required=True, metavar="YYYY-MM")
-    s.add_argument("--out", metavar="FILE", help="FILE.csv, FILE.xlsx or FILE.parquet")
-    s.add_argument("--close", action="store_true", help="freeze the period's statement")
+    s = sub.add_parser("chargeback", help="monthly statement per team and cost centre, reconciled to the cent",
+                       description="The month's GPU statement per team and cost centre, by GPU type: GPU-hours, rate, "
+                                   "direct cost, share of idle cost, waste beside, total; a reconciliation proves "
+                                   "that lines + unallocated idle + rate variance + rounding residue = cluster cost. "
+                                   "A closed period is frozen and re-exports byte-identically; late jobs appear as "
+                                   "adjustment lines in the next open period.")
+    s.add_argument("--period", required=True, metavar="YYYY-MM", help="calendar month (in the governance period_timezone)")
+    s.add_argument("--out", metavar="FILE|DIR",
+                   help="FILE.csv, FILE.xlsx or FILE.parquet (CSV/Parquet write one file per view beside FILE); "
+                        "a directory gets chargeback-YYYY-MM.<format>")
+    s.add_argument("--format", choices=["table", "csv", "json", "xlsx", "parquet"],
+                   help="output format (default: by --out extension, else a text table)")
+    s.add_argument("--view", choices=["summary", "by team", "by cost centre", "by gpu type", "reconciliation",
+                                      "adjustments", "by rate", "rate card", "jobs"],
+                   help="print one view only (without --out)")
+    s.add_argument("--close", action="store_true",
+                   help="freeze the period's statement (content hash + timestamp); refused until the accounting "
+                        "covers the whole month")
     s.set_defaults(func=cmd_chargeback)
 
     s = sub.add_parser("forecast", help="GPU demand forecasts with intervals and capacity exhaustion dates",

@@ -1,0 +1,343 @@
+"""Finance exports: CSV, Parquet and XLSX writers for named tables (used by the CLI and by download buttons).
+
+Presentation only: the tables arrive computed. Guarantees:
+
+- **Formula injection**: in CSV and XLSX, a text cell that starts with ``=``, ``+``, ``-``, ``@`` (or a tab or
+  carriage return, which spreadsheets also strip before evaluating) is prefixed with ``'``, so no spreadsheet
+  evaluates it (OWASP "CSV Injection"). Parquet keeps values as they are: it is typed data, which no spreadsheet
+  evaluates, and audits join it back to the warehouse.
+- **Byte-identical re-export**: output depends only on the tables and the ``created`` time passed in (XLSX
+  document properties and ZIP entry times use it; nothing reads the clock), so a closed statement exported
+  twice gives the same bytes.
+- **Speed**: the XLSX writer builds sheet XML with vectorised Polars string expressions and a shared-string
+  table (hundreds of thousands of job rows in seconds), instead of a per-cell Python loop.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import io
+import re
+import zipfile
+from pathlib import Path
+
+import polars as pl
+
+FORMATS = ("csv", "xlsx", "parquet")
+DANGEROUS = ("=", "+", "-", "@", "\t", "\r")
+XLSX_MAX_ROWS = 1_048_576
+_NS = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
+_REL = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
+_PKG = "http://schemas.openxmlformats.org/package/2006/relationships"
+_DT_STYLE, _HEADER_STYLE, _TEXT_STYLE = 2, 1, 0
+_DEC_STYLE0 = 3        # cellXfs index of "#,##0" for scale 0; scale s is _DEC_STYLE0 + s (s <= 6)
+
+
+# ---------------------------------------------------------------- helpers
+
+def neutralise(df: pl.DataFrame) -> pl.DataFrame:
+    """Prefix text cells that a spreadsheet would evaluate as a formula with ``'``."""
+    pattern = "^[" + re.escape("".join(DANGEROUS)) + "]"
+    return df.with_columns([
+        pl.when(pl.col(c).str.contains(pattern)).then(pl.lit("'") + pl.col(c)).otherwise(pl.col(c)).alias(c)
+        for c, t in df.schema.items() if t == pl.String])
+
+
+def fmt_of(path: str | Path, fmt: str | None = None) -> str:
+    f = fmt or Path(path).suffix.lower().lstrip(".")
+    if f not in FORMATS:
+        raise ValueError(f"{path}: cannot tell the export format; use a .csv, .xlsx or .parquet name")
+    return f
+
+
+def slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def csv_bytes(df: pl.DataFrame) -> bytes:
+    """CSV (UTF-8, header row, ISO timestamps), text cells neutralised."""
+    return neutralise(df).write_csv(datetime_format="%Y-%m-%d %H:%M:%S").encode("utf-8")
+
+
+def parquet_bytes(df: pl.DataFrame) -> bytes:
+    buf = io.BytesIO()
+    df.write_parquet(buf, statistics=False)
+    return buf.getvalue()
+
+
+def write_tables(tables: dict[str, pl.DataFrame], path: str | Path, fmt: str | None = None, main: str | None = None,
+                 title: str = "gpuledger export", created: dt.datetime | None = None) -> list[Path]:
+    """Write named tables to ``path``: XLSX as one workbook (a sheet per table, in order); CSV and Parquet as
+    ``path`` for the ``main`` table (default: the first) and ``<stem>.<table>.<ext>`` beside it for the others.
+    Returns the paths written."""
+    path = Path(path)
+    fmt = fmt_of(path, fmt)
+    if fmt == "xlsx":
+        path.write_bytes(xlsx_bytes(tables, title=title, created=created))
+        return [path]
+    main = main or next(iter(tables))
+    out = []
+    for name, df in tables.items():
+        p = path if name == main else path.with_name(f"{path.stem}.{slug(name)}{path.suffix}")
+        p.write_bytes(csv_bytes(df) if fmt == "csv" else parquet_bytes(df))
+        out.append(p)
+    return out
+
+
+# ---------------------------------------------------------------- XLSX
+
+def _xml_escape(expr: pl.Expr) -> pl.Expr:
+    # XML 1.0 forbids most control characters; drop them, then escape markup.
+    return (expr.str.replace_all(r"[\x00-\x08\x0b\x0c\x0e-\x1f]", "")
+            .str.replace_all("&", "&amp;", literal=True).str.replace_all("<", "&lt;", literal=True)
+            .str.replace_all(">", "&gt;", literal=True))
+
+
+def _excel_serial(expr: pl.Expr) -> pl.Expr:
+    """Datetime -> Excel serial day number (1900 date system, naive UTC)."""
+    return (expr.dt.epoch("us").cast(pl.Float64) / 86_400_000_000 + 25569).round(9)
+
+
+class _Strings:
+    """The shared-string table, built column by column (an entry may repeat across columns; Excel allows it)."""
+
+    def __init__(self):
+        self.parts: list[pl.Series] = []
+        self.size = 0
+
+    def add(self, values: pl.Series) -> int:
+        """Append ``values``; returns the index of the first."""
+        off = self.size
+        self.parts.append(values.cast(pl.String))
+        self.size += len(values)
+        return off
+
+
+def _text_fragment(col: pl.Expr, s: pl.Series, strings: _Strings) -> pl.Expr:
+    """A text column: shared strings when values repeat, inline strings when (almost) all are distinct."""
+    uniq = s.drop_nulls().unique(maintain_order=True)
+    if len(uniq) > len(s) // 2:
+        return pl.format('c t="inlineStr"><is><t xml:space="preserve">{}</t></is></c>', _xml_escape(col))
+    off = strings.add(uniq)
+    codes = col.replace_strict(uniq, pl.int_range(off, off + len(uniq), eager=True), default=None)
+    return pl.format('c t="s"><v>{}</v></c>', codes)
+
+
+def _cell_fragment(name: str, dtype, s: pl.Series, strings: _Strings) -> pl.Expr:
+    """XML of one column's cells without the leading '<' (the row writer supplies it as the separator)."""
+    col = pl.col(name)
+    if dtype == pl.String:
+        return _text_fragment(col, s, strings)
+    if dtype == pl.Boolean:
+        return pl.format('c t="b"><v>{}</v></c>', col.cast(pl.Int8))
+    if isinstance(dtype, pl.Datetime):
+        return pl.format(f'c s="{_DT_STYLE}"><v>{{}}</v></c>', _excel_serial(col))
+    if dtype == pl.Date:
+        return pl.format(f'c s="{_DT_STYLE}"><v>{{}}</v></c>', _excel_serial(col.cast(pl.Datetime("us"))))
+    if isinstance(dtype, pl.Decimal):
+        style = _DEC_STYLE0 + min(dtype.scale or 0, 6)
+        return pl.format(f'c s="{style}"><v>{{}}</v></c>', col.cast(pl.String))
+    if dtype.is_float():
+        return pl.when(col.is_finite()).then(pl.format("c><v>{}</v></c>", col.cast(pl.String)))
+    if dtype.is_numeric():
+        return pl.format("c><v>{}</v></c>", col.cast(pl.String))
+    return pl.lit(None, pl.String)   # columns of nulls only
+
+
+def _col_letter(i: int) -> str:
+    s = ""
+    i += 1
+    while i:
+        i, r = divmod(i - 1, 26)
+        s = chr(65 + r) + s
+    return s
+
+
+def _prepare(df: pl.DataFrame) -> pl.DataFrame:
+    """Text-like columns as neutralised strings; everything else keeps its type."""
+    other = [c for c, t in df.schema.items() if not (t.is_numeric() or t in (pl.Boolean, pl.Date, pl.String)
+                                                      or isinstance(t, (pl.Datetime, pl.Decimal)))]
+    return neutralise(df.with_columns([pl.col(c).cast(pl.String) for c in other]))
+
+
+def _sheet_xml(df: pl.DataFrame, strings: _Strings, selected: bool) -> bytes:
+    ncol, nrow = max(df.width, 1), df.height + 1
+    ref = f"A1:{_col_letter(ncol - 1)}{nrow}"
+    off = strings.add(pl.Series(df.columns, dtype=pl.String))
+    header = "".join(f'<c t="s" s="{_HEADER_STYLE}"><v>{off + i}</v></c>' for i in range(df.width))
+    cols = "".join(f'<col min="{i + 1}" max="{i + 1}" width="{w}" customWidth="1"/>'
+                   for i, w in enumerate(_widths(df)))
+    tab = 'tabSelected="1" ' if selected else ""
+    cols = f"<cols>{cols}</cols>" if cols else ""
+    head = (f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<worksheet xmlns="{_NS}" xmlns:r="{_REL}">'
+            f'<dimension ref="{ref}"/><sheetViews><sheetView {tab}workbookViewId="0">'
+            '<pane ySplit="1" topLeftCell="A2" activePane="bottomLeft" state="frozen"/></sheetView></sheetViews>'
+            f'<sheetFormatPr defaultRowHeight="15"/>{cols}<sheetData><row>{header}</row>\n')
+    body = b""
+    if df.height and df.width:
+        # Rows are written by the (multithreaded) CSV writer with '<' as the separator: each cell fragment
+        # lacks its leading '<', and cells carry no references, so an empty value still needs its <c/>.
+        frags = [_cell_fragment(c, t, df.get_column(c), strings).fill_null("c/>").alias(f"_{i}")
+                 for i, (c, t) in enumerate(df.schema.items())]
+        buf = io.BytesIO()
+        df.select([pl.lit("<row>").alias("_open"), *frags, pl.lit("/row>").alias("_close")]).write_csv(
+            buf, separator="<", quote_style="never", include_header=False)
+        body = buf.getvalue()
+    tail = f'</sheetData><autoFilter ref="{ref}"/></worksheet>'
+    return head.encode("utf-8") + body + tail.encode("utf-8")
+
+
+def _widths(df: pl.DataFrame) -> list[float]:
+    sample = df.head(200)
+    out = []
+    for c, t in df.schema.items():
+        if isinstance(t, pl.Datetime):
+            n = 19
+        else:
+            lens = sample.get_column(c).cast(pl.String).str.len_chars()
+            n = int(lens.max() or 0)
+        out.append(float(min(max(len(c) + 2, n + 2, 8), 60)))
+    return out
+
+
+def _sst_xml(strings: _Strings) -> bytes:
+    items = b""
+    if strings.parts:
+        s = pl.concat(strings.parts).rename("s").to_frame()
+        items = s.select(pl.format('<si><t xml:space="preserve">{}</t></si>', _xml_escape(pl.col("s")))).write_csv(
+            separator="\x1f", quote_style="never", include_header=False, line_terminator="").encode("utf-8")
+    return (f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<sst xmlns="{_NS}" count="{strings.size}" '
+            f'uniqueCount="{strings.size}">').encode() + items + b"</sst>"
+
+
+def _sheet_names(names: list[str]) -> list[str]:
+    out = []
+    for n in names:
+        base = re.sub(r"[\[\]:*?/\\]", "-", n)[:31] or "sheet"
+        cand, k = base, 2
+        while cand.lower() in (o.lower() for o in out):
+            cand = f"{base[:27]} ({k})"
+            k += 1
+        out.append(cand)
+    return out
+
+
+def _split_large(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
+    """A table with more rows than a sheet holds continues on sheets 'name (2)', 'name (3)', ..."""
+    out = {}
+    per = XLSX_MAX_ROWS - 1
+    for name, df in tables.items():
+        if df.height <= per:
+            out[name] = df
+            continue
+        for k, off in enumerate(range(0, df.height, per), start=1):
+            out[name if k == 1 else f"{name} ({k})"] = df.slice(off, per)
+    return out
+
+
+def xlsx_bytes(tables: dict[str, pl.DataFrame], title: str = "gpuledger export",
+               created: dt.datetime | None = None) -> bytes:
+    """An XLSX workbook with one sheet per table (header row bold and frozen, autofilter, number formats:
+    decimals keep their scale, timestamps as dates). ``created`` (naive UTC, default 1980-01-01) stamps the
+    document properties and ZIP entries, so equal inputs give equal bytes."""
+    created = (created or dt.datetime(1980, 1, 1)).replace(microsecond=0, tzinfo=None)
+    tables = _split_large({k: _prepare(v) for k, v in tables.items()})
+    names = _sheet_names(list(tables))
+    strings = _Strings()
+    sheets = [_sheet_xml(df, strings, i == 0) for i, df in enumerate(tables.values())]
+    parts = [("[Content_Types].xml", _content_types(len(names))), ("_rels/.rels", _root_rels()),
+             ("docProps/app.xml", _app_xml()), ("docProps/core.xml", _core_xml(title, created)),
+             ("xl/workbook.xml", _workbook_xml(names, list(tables.values()))),
+             ("xl/_rels/workbook.xml.rels", _workbook_rels(len(names))), ("xl/styles.xml", _styles_xml()),
+             ("xl/sharedStrings.xml", _sst_xml(strings))]
+    parts += [(f"xl/worksheets/sheet{i}.xml", x) for i, x in enumerate(sheets, start=1)]
+    buf = io.BytesIO()
+    stamp = max(created, dt.datetime(1980, 1, 1)).timetuple()[:6]
+    with zipfile.ZipFile(buf, "w") as z:
+        for name, data in parts:
+            info = zipfile.ZipInfo(name, date_time=stamp)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.external_attr = 0o600 << 16
+            z.writestr(info, data, compresslevel=1)
+    return buf.getvalue()
+
+
+def _content_types(n: int) -> bytes:
+    sheets = "".join(f'<Override PartName="/xl/worksheets/sheet{i}.xml" ContentType="application/'
+                     'vnd.openxmlformats-officedocument.spreadsheetml.worksheet+xml"/>' for i in range(1, n + 1))
+    return ('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<Types xmlns="http://schemas.openxmlformats.org/'
+            'package/2006/content-types"><Default Extension="rels" ContentType="application/vnd.openxmlformats-'
+            'package.relationships+xml"/><Default Extension="xml" ContentType="application/xml"/>'
+            '<Override PartName="/xl/workbook.xml" ContentType="application/vnd.openxmlformats-officedocument.'
+            'spreadsheetml.sheet.main+xml"/>' + sheets +
+            '<Override PartName="/xl/styles.xml" ContentType="application/vnd.openxmlformats-officedocument.'
+            'spreadsheetml.styles+xml"/><Override PartName="/xl/sharedStrings.xml" ContentType="application/'
+            'vnd.openxmlformats-officedocument.spreadsheetml.sharedStrings+xml"/><Override PartName="/docProps/'
+            'core.xml" ContentType="application/vnd.openxmlformats-package.core-properties+xml"/><Override '
+            'PartName="/docProps/app.xml" ContentType="application/vnd.openxmlformats-officedocument.extended-'
+            'properties+xml"/></Types>').encode()
+
+
+def _root_rels() -> bytes:
+    return (f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<Relationships xmlns="{_PKG}">'
+            f'<Relationship Id="rId1" Type="{_REL}/officeDocument" Target="xl/workbook.xml"/>'
+            '<Relationship Id="rId2" Type="http://schemas.openxmlformats.org/package/2006/relationships/metadata/'
+            'core-properties" Target="docProps/core.xml"/>'
+            f'<Relationship Id="rId3" Type="{_REL}/extended-properties" Target="docProps/app.xml"/>'
+            '</Relationships>').encode()
+
+
+def _app_xml() -> bytes:
+    return ('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<Properties xmlns="http://schemas.'
+            'openxmlformats.org/officeDocument/2006/extended-properties"><Application>gpuledger</Application>'
+            '</Properties>').encode()
+
+
+def _core_xml(title: str, created: dt.datetime) -> bytes:
+    t = created.strftime("%Y-%m-%dT%H:%M:%SZ")
+    esc = title.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+    return ('<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<cp:coreProperties xmlns:cp="http://schemas.'
+            'openxmlformats.org/package/2006/metadata/core-properties" xmlns:dc="http://purl.org/dc/elements/1.1/" '
+            'xmlns:dcterms="http://purl.org/dc/terms/" xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance">'
+            f'<dc:title>{esc}</dc:title><dc:creator>gpuledger</dc:creator>'
+            f'<dcterms:created xsi:type="dcterms:W3CDTF">{t}</dcterms:created>'
+            f'<dcterms:modified xsi:type="dcterms:W3CDTF">{t}</dcterms:modified></cp:coreProperties>').encode()
+
+
+def _workbook_xml(names: list[str], frames: list[pl.DataFrame]) -> bytes:
+    esc = lambda s: s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace('"', "&quot;")
+    sheets = "".join(f'<sheet name="{esc(n)}" sheetId="{i}" r:id="rId{i}"/>' for i, n in enumerate(names, 1))
+    defined = "".join(
+        f'<definedName name="_xlnm._FilterDatabase" localSheetId="{i}" hidden="1">'
+        f"'{esc(n).replace(chr(39), chr(39) * 2)}'!$A$1:${_col_letter(max(df.width, 1) - 1)}${df.height + 1}"
+        "</definedName>" for i, (n, df) in enumerate(zip(names, frames)))
+    return (f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<workbook xmlns="{_NS}" xmlns:r="{_REL}">'
+            f'<bookViews><workbookView activeTab="0"/></bookViews><sheets>{sheets}</sheets>'
+            f'<definedNames>{defined}</definedNames></workbook>').encode()
+
+
+def _workbook_rels(n: int) -> bytes:
+    rels = "".join(f'<Relationship Id="rId{i}" Type="{_REL}/worksheet" Target="worksheets/sheet{i}.xml"/>'
+                   for i in range(1, n + 1))
+    rels += f'<Relationship Id="rId{n + 1}" Type="{_REL}/styles" Target="styles.xml"/>'
+    rels += f'<Relationship Id="rId{n + 2}" Type="{_REL}/sharedStrings" Target="sharedStrings.xml"/>'
+    return (f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<Relationships xmlns="{_PKG}">{rels}'
+            '</Relationships>').encode()
+
+
+def _styles_xml() -> bytes:
+    fmts = ['<numFmt numFmtId="164" formatCode="yyyy-mm-dd hh:mm:ss"/>']
+    fmts += [f'<numFmt numFmtId="{165 + s}" formatCode="#,##0{"." + "0" * s if s else ""}"/>' for s in range(7)]
+    xf = '<xf numFmtId="{}" fontId="{}" fillId="0" borderId="0" xfId="0"{}/>'
+    xfs = [xf.format(0, 0, ""), xf.format(0, 1, ' applyFont="1"'), xf.format(164, 0, ' applyNumberFormat="1"')]
+    xfs += [xf.format(165 + s, 0, ' applyNumberFormat="1"') for s in range(7)]
+    return (f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<styleSheet xmlns="{_NS}">'
+            f'<numFmts count="{len(fmts)}">{"".join(fmts)}</numFmts>'
+            '<fonts count="2"><font><sz val="11"/><name val="Calibri"/></font>'
+            '<font><b/><sz val="11"/><name val="Calibri"/></font></fonts>'
+            '<fills count="2"><fill><patternFill patternType="none"/></fill>'
+            '<fill><patternFill patternType="gray125"/></fill></fills>'
+            '<borders count="1"><border><left/><right/><top/><bottom/><diagonal/></border></borders>'
+            '<cellStyleXfs count="1"><xf numFmtId="0" fontId="0" fillId="0" borderId="0"/></cellStyleXfs>'
+            f'<cellXfs count="{len(xfs)}">{"".join(xfs)}</cellXfs>'
+            '<cellStyles count="1"><cellStyle name="Normal" xfId="0" builtinId="0"/></cellStyles>'
+            '</styleSheet>').encode()
