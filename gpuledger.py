@@ -161,16 +161,55 @@ def cmd_ingest_events(args) -> int:
     return EXIT_OK
 
 
+def _telemetry_options(args):
+    from ingest import prometheus, telemetry_store
+    interval = getattr(args, "interval", None)
+    return telemetry_store.TelemetryOptions(
+        cluster=args.cluster, node=getattr(args, "node", None),
+        interval_s=max(60, prometheus.parse_step(interval)) if interval else 60, keep_raw_days=args.keep_raw_days)
+
+
+def _ingest_telemetry(args, load) -> int:
+    """Run ``load(con, opts)`` (a list of summaries), print them, refresh; input errors exit 1 in one line."""
+    from ingest.errors import InputError
+    con = _open(args)
+    try:
+        summaries = load(con, _telemetry_options(args))
+    except InputError as exc:
+        raise CliError(str(exc)) from exc
+    for s in summaries:
+        _print_ingest_summary(args, s)
+        if s.get("pruned_raw_rows"):
+            _say(args, f"  pruned {s['pruned_raw_rows']} raw telemetry rows older than {args.keep_raw_days} days "
+                       "(the 5-minute rollup keeps them)")
+    _after_ingest(args, con)
+    return EXIT_ERROR if getattr(args, "strict", False) and any(s["rejected"] for s in summaries) else EXIT_OK
+
+
 def cmd_ingest_prometheus(args) -> int:
-    return _not_yet("ingest prometheus", 3)
+    from ingest import prometheus, telemetry_store
+
+    def load(con, opts):
+        q = prometheus.QueryOptions(
+            url=args.url, start=telemetry_store.parse_time(args.start, "--start", args.tz),
+            end=telemetry_store.parse_time(args.end, "--end", args.tz), step_s=prometheus.parse_step(args.step),
+            match=args.match, timeout_s=args.timeout, retries=args.retries)
+        return [prometheus.ingest(con, q, opts)]
+    return _ingest_telemetry(args, load)
 
 
 def cmd_ingest_dcgm(args) -> int:
-    return _not_yet("ingest dcgm", 3)
+    from ingest import dcgm
+    cache: dict = {}
+    return _ingest_telemetry(args, lambda con, opts: [
+        dcgm.ingest_path(con, f, opts, fmt=args.format, scrape_time=args.scrape_time, tz=args.tz, cache=cache)
+        for f in args.files])
 
 
 def cmd_ingest_nvidia_smi(args) -> int:
-    return _not_yet("ingest nvidia-smi", 3)
+    from ingest import nvidia_smi
+    return _ingest_telemetry(args, lambda con, opts: [
+        nvidia_smi.ingest_path(con, f, opts, fields=args.fields, tz=args.tz) for f in args.files])
 
 
 def cmd_ingest_trace(args) -> int:
@@ -240,7 +279,51 @@ def cmd_report_fragmentation(args) -> int:
 
 
 def cmd_report_efficiency(args) -> int:
-    return _not_yet("report efficiency", 3)
+    """Efficiency per group and bucket, per job (--by job), or the worst offenders (--worst N)."""
+    from ingest import telemetry_store
+    from ingest.errors import InputError
+    from models import efficiency
+    con = _open(args)
+    try:
+        lo = telemetry_store.parse_time(args.date_from, "--from") if args.date_from else None
+        hi = telemetry_store.parse_time(args.date_to, "--to") if args.date_to else None
+    except InputError as exc:
+        raise UsageError(f"report efficiency: {exc}") from exc
+    by = [c.strip() for c in (args.by or "").split(",") if c.strip()]
+    if not con.sql("SELECT count(*) FROM gpu_efficiency_job").fetchall()[0][0]:
+        _say(args, "report efficiency: no GPU jobs in the efficiency mart yet (ingest sacct and telemetry: "
+                   "`gpuledger ingest sacct ...`, `gpuledger ingest prometheus|dcgm|nvidia-smi ...`)")
+        return EXIT_OK
+    try:
+        if args.worst:
+            df = efficiency.worst_offenders(con, lo, hi, args.worst)
+        elif "job" in by:
+            df = efficiency.per_job(con, lo, hi)
+        else:
+            df = efficiency.by_group(con, lo, hi, by, None if args.total else args.bucket)
+    except ValueError as exc:
+        raise UsageError(f"report efficiency: {exc}") from exc
+    emit(df, args.format, args.out)
+    _efficiency_footer(args, con, efficiency.summary(con, lo, hi))
+    return EXIT_OK
+
+
+def _efficiency_footer(args, con, s: dict) -> None:
+    """What the numbers rest on: metric, attribution methods, jobs without telemetry; stale mart warning."""
+    tel = s["telemetry_gpu_h"] or 0.0
+    pct = (lambda x: f"{100 * x / tel:.1f}%") if tel else (lambda x: "-")
+    metrics = ", ".join(f"{name} {pct(s[k])}" for name, k in (("SM_ACTIVE", "sm_active_gpu_h"),
+                        ("GR_ENGINE_ACTIVE", "gr_engine_active_gpu_h"), ("GPU_UTIL", "gpu_util_gpu_h")) if s[k])
+    _say(args, f"activity metric: {metrics or 'none (no telemetry)'} of {tel:,.2f} telemetry GPU-h; "
+               f"attribution: exact by exporter label {pct(s['exporter_label_gpu_h'])}, exact by GPU index "
+               f"{pct(s['gpu_index_gpu_h'])}, node share {pct(s['node_share_gpu_h'])}")
+    _say(args, f"{s['jobs_without_telemetry']} of {s['jobs']} GPU jobs had no telemetry "
+               f"({s['gpu_h_without_telemetry']:,.2f} of {s['alloc_gpu_h']:,.2f} allocated GPU-h): shown as "
+               "'no telemetry', not as idle")
+    stale = con.sql("""SELECT (SELECT coalesce(max(run_id), 0) FROM ingest_runs) >
+                              (SELECT coalesce(max(last_run_id), 0) FROM gpu_mart_state WHERE mart = 'efficiency')""")
+    if stale.fetchall()[0][0]:
+        _say(args, "note: data were ingested after the last refresh; run `gpuledger refresh` to include them")
 
 
 def cmd_report_fairness(args) -> int:
@@ -562,6 +645,76 @@ def _report_parent() -> argparse.ArgumentParser:
     return p
 
 
+def _telemetry_common(s, node_help: str) -> None:
+    s.add_argument("--cluster", help="cluster of the readings (default: a `cluster` label, else the only cluster "
+                                     "known, else 'default')")
+    s.add_argument("--node", help=node_help)
+    s.add_argument("--keep-raw-days", type=float, metavar="N",
+                   help="after loading, delete raw rows older than N days before the newest (the 5-minute rollup "
+                        "keeps them); default: keep everything")
+    s.add_argument("--strict", action="store_true", help="exit 1 if any line was rejected")
+    s.add_argument("--no-refresh", action="store_true", help="do not refresh marts after loading")
+
+
+def _telemetry_parsers(ising) -> None:
+    """`ingest prometheus|dcgm|nvidia-smi` (issue 3)."""
+    s = ising.add_parser(
+        "prometheus", help="DCGM exporter series over the Prometheus HTTP API",
+        description="Pull the DCGM exporter metrics gpuledger uses (GPU_UTIL, SM_ACTIVE, GR_ENGINE_ACTIVE, "
+                    "PIPE_TENSOR_ACTIVE, FB_USED, POWER_USAGE, GPU_TEMP, XID_ERRORS) with query_range, in chunks "
+                    "under Prometheus' 11,000 points per series. Credentials only from the environment: "
+                    "GPULEDGER_PROM_TOKEN (bearer) or GPULEDGER_PROM_USER + GPULEDGER_PROM_PASSWORD (basic).")
+    s.add_argument("--url", required=True, help="Prometheus base URL, e.g. http://prometheus:9090")
+    s.add_argument("--start", required=True, metavar="T", help="ISO 8601 time or epoch seconds (UTC unless --tz)")
+    s.add_argument("--end", required=True, metavar="T", help="ISO 8601 time or epoch seconds, inclusive")
+    s.add_argument("--step", default="60s", help="resolution, e.g. 60s, 5m (default 60s; stored rows are >= 1 min)")
+    s.add_argument("--match", metavar="SELECTOR", help='extra label matchers for every metric, e.g. {Hostname=~"gpu.*"}')
+    s.add_argument("--tz", help="zone of --start/--end given without an offset (default UTC)")
+    s.add_argument("--timeout", type=float, default=60.0, metavar="S", help="seconds per HTTP request (default 60)")
+    s.add_argument("--retries", type=int, default=3, metavar="N",
+                   help="retries of a transient failure, with exponential backoff (default 3)")
+    _telemetry_common(s, "node of series without a Hostname label (default: the host of the `instance` label)")
+    s.set_defaults(func=cmd_ingest_prometheus)
+
+    s = ising.add_parser(
+        "dcgm", help="scraped DCGM exporter /metrics text files (Prometheus text or OpenMetrics)",
+        description="Load scraped dcgm-exporter /metrics files. Lines with a timestamp keep it (OpenMetrics: "
+                    "seconds; Prometheus text: milliseconds); lines without one take the file's scrape time: "
+                    "FILE@TIME, or --scrape-time for every file.")
+    s.add_argument("files", nargs="+", metavar="FILE[@TIME]")
+    s.add_argument("--scrape-time", metavar="T", help="time of readings without a timestamp (ISO 8601 / epoch)")
+    s.add_argument("--tz", help="zone of scrape times given without an offset (default UTC)")
+    s.add_argument("--format", choices=["auto", "openmetrics", "prometheus"], default="auto",
+                   help="timestamp unit: openmetrics = seconds, prometheus = milliseconds (auto: '# EOF' present)")
+    s.add_argument("--interval", metavar="S", help="resolution of a GPU seen once in a file (default 60s)")
+    _telemetry_common(s, "node of series without a Hostname/hostname label")
+    s.set_defaults(func=cmd_ingest_dcgm)
+
+    s = ising.add_parser(
+        "nvidia-smi", help="`nvidia-smi --query-gpu ... --format=csv` logs",
+        description="Load `nvidia-smi --query-gpu=timestamp,index,uuid,name,utilization.gpu,memory.used,"
+                    "power.draw,temperature.gpu --format=csv[,noheader][,nounits]` output. [N/A] cells are no "
+                    "reading (never 0).")
+    s.add_argument("files", nargs="+", metavar="FILE")
+    s.add_argument("--tz", help="zone of the timestamps (nvidia-smi prints local time; default: the cluster's "
+                                "zone, else UTC)")
+    s.add_argument("--fields", metavar="LIST", help="the --query-gpu list, for output without a header line")
+    s.add_argument("--interval", metavar="S", help="resolution of a GPU seen once in a file (default 60s)")
+    _telemetry_common(s, "the host the log was taken on (required unless the query has a hostname column)")
+    s.set_defaults(func=cmd_ingest_nvidia_smi)
+
+
+def _efficiency_options(s) -> None:
+    """Options of `report efficiency` beyond the common report ones (issue 3)."""
+    s.description = ("How busy allocated GPUs were, from telemetry: per --by group (user, team, account, partition, "
+                     "qos, gpu_type, cluster) and --bucket, per job (--by job), or the worst offenders (--worst N). "
+                     "Activity metric: SM_ACTIVE, else GR_ENGINE_ACTIVE, else GPU_UTIL (named in the output). "
+                     "Idle-allocated = stretches of >= 5 min at zero activity. Jobs without telemetry are counted "
+                     "as such, never as 0 % busy.")
+    s.add_argument("--total", action="store_true", help="one row per group for the whole window (no time bucket)")
+    s.add_argument("--worst", type=int, metavar="N", help="the N jobs with the most idle-allocated GPU-hours")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="gpuledger",
@@ -607,21 +760,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-refresh", action="store_true", help="do not refresh marts after loading")
     s.set_defaults(func=cmd_ingest_events)
 
-    s = ising.add_parser("prometheus", help="DCGM exporter series over the Prometheus HTTP API")
-    s.add_argument("--url", required=True)
-    s.add_argument("--start", required=True, metavar="T")
-    s.add_argument("--end", required=True, metavar="T")
-    s.add_argument("--step", default="60s")
-    s.add_argument("--match", metavar="SELECTOR")
-    s.set_defaults(func=cmd_ingest_prometheus)
-
-    s = ising.add_parser("dcgm", help="scraped DCGM exporter /metrics text files")
-    s.add_argument("files", nargs="+", metavar="FILE")
-    s.set_defaults(func=cmd_ingest_dcgm)
-
-    s = ising.add_parser("nvidia-smi", help="`nvidia-smi --query-gpu ... --format=csv` logs")
-    s.add_argument("files", nargs="+", metavar="FILE")
-    s.set_defaults(func=cmd_ingest_nvidia_smi)
+    _telemetry_parsers(ising)
 
     s = ising.add_parser("trace", help="public GPU cluster traces (alibaba-openb, mit-supercloud, ...)")
     s.add_argument("kind")
@@ -656,6 +795,7 @@ def build_parser() -> argparse.ArgumentParser:
     ]:
         s = isrep.add_parser(name, parents=[parent], help=text, description=text)
         s.set_defaults(func=func)
+    _efficiency_options(isrep.choices["efficiency"])
 
     s = sub.add_parser("chargeback", help="monthly statement per team and cost centre, reconciled to the cent",
                        description="The month's GPU statement per team and cost centre, by GPU type: GPU-hours, rate, "

@@ -21,6 +21,7 @@ def mart_builders() -> list[tuple[str, MartBuilder]]:
     from models import timeline
     return [
         ("timeline", timeline.build),  # occupancy timeline: the base of utilization, fragmentation, cost
+        ("efficiency", _efficiency_build),  # GPU efficiency per job and hour, from telemetry (models/efficiency.py)
     ]
 
 
@@ -37,3 +38,8 @@ def run(con: duckdb.DuckDBPyConnection, db_path: str | Path, full: bool = False,
         warehouse.publish_serving(con, db_path)
         done.append(("serving snapshot", time.perf_counter() - t0))
     return done
+
+
+def _efficiency_build(con: duckdb.DuckDBPyConnection, full: bool) -> None:
+    from models import efficiency
+    efficiency.build(con, full)

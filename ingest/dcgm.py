@@ -1,0 +1,204 @@
+"""`gpuledger ingest dcgm`: scraped DCGM-exporter ``/metrics`` text (Prometheus text format 0.0.4 or OpenMetrics).
+
+Parsing is vectorised (an input of millions of lines is never walked line by line in Python): the bytes are
+cut into lines with numpy, each sample line is split from the right into ``series value [timestamp]`` with
+Arrow kernels, and the series text is dictionary-encoded so that labels are parsed once per distinct series
+(thousands), not once per line (millions). Values and timestamps are typed and checked in DuckDB by
+:mod:`ingest.telemetry_store`.
+
+Timestamps: OpenMetrics files (those with a ``# EOF`` line, or ``--format openmetrics``) carry seconds; the
+Prometheus text format carries milliseconds. Lines without a timestamp take the file's scrape time
+(``FILE@TIME`` or ``--scrape-time``).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import re
+from pathlib import Path
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ingest import telemetry_store as store
+from ingest import warehouse
+from ingest.errors import InputError
+
+_SERIES = re.compile(r"([A-Za-z_:][A-Za-z0-9_:]*)\s*(?:\{(.*)\})?")
+SHAPE = "expected `metric{labels} value [timestamp]`"
+
+
+def split_spec(spec: str) -> tuple[str, str | None]:
+    """``FILE@TIME`` -> (FILE, TIME); a path that exists as given is never split."""
+    if "@" in spec and not os.path.exists(spec):
+        path, when = spec.rsplit("@", 1)
+        return path, when
+    return spec, None
+
+
+def read_file(path: str, what: str = "metrics text") -> bytes:
+    p = Path(path)
+    try:
+        return p.read_bytes()
+    except FileNotFoundError as exc:
+        raise InputError(str(p), "no such file") from exc
+    except IsADirectoryError as exc:
+        raise InputError(str(p), f"is a directory, expected a {what} file") from exc
+    except PermissionError as exc:
+        raise InputError(str(p), "permission denied") from exc
+
+
+def split_lines(data: bytes) -> tuple[pa.Array, np.ndarray, np.ndarray, bytes]:
+    """Cut ``data`` into lines without copying: (lines, start offsets, lengths without the line end, data).
+
+    The Arrow strings still end in ``\n`` (or ``\r\n``); callers trim the pieces they keep. Invalid UTF-8 is
+    replaced by U+FFFD first, so that every line can still be shown in ``rejects``.
+    """
+    buf = np.frombuffer(data, np.uint8)
+    if buf.size and (buf >= 0x80).any():
+        try:
+            data.decode("utf-8")
+        except UnicodeDecodeError:
+            data = data.decode("utf-8", errors="replace").encode("utf-8")
+            buf = np.frombuffer(data, np.uint8)
+    if not data:
+        return pa.array([], pa.large_string()), np.zeros(0, np.int64), np.zeros(0, np.int64), data
+    ends = np.flatnonzero(buf == 10) + 1
+    if ends.size == 0 or ends[-1] != len(data):
+        ends = np.append(ends, len(data))
+    offsets = np.concatenate([[0], ends]).astype(np.int64)
+    starts = offsets[:-1]
+    lens = ends - starts
+    lens -= buf[ends - 1] == 10
+    cr = (lens > 0) & (buf[np.maximum(starts + lens - 1, 0)] == 13)
+    lens -= cr
+    lines = pa.LargeStringArray.from_buffers(len(ends), pa.py_buffer(offsets), pa.py_buffer(data))
+    return lines, starts, lens, data
+
+
+def _patch(base: pa.Array, idx: np.ndarray, repl: pa.Array) -> pa.Array:
+    """``base`` with positions ``idx`` replaced by ``repl`` (in order)."""
+    order = np.arange(len(base), dtype=np.int64)
+    order[idx] = len(base) + np.arange(len(idx))
+    return pc.take(pa.concat_arrays([base, repl.cast(base.type)]), pa.array(order))
+
+
+def _split_samples(lines: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array, np.ndarray]:
+    """Split lines from the right into (series text, value, timestamp or null, piece count)."""
+    parts = pc.split_pattern(lines, " ", max_splits=2, reverse=True)
+    flat, offs = parts.values, parts.offsets.to_numpy()
+    n, start = np.diff(offs), offs[:-1]
+    first = pc.take(flat, pa.array(start))
+    value = pc.take(flat, pa.array(np.where(n >= 2, start + 1, start)))
+    ts = pc.take(flat, pa.array(np.where(n == 3, start + 2, start)))
+    # `m{a="x y"} 5` splits as [`m{a="x`, `y"}`, `5`]: a series cut inside its braces had no timestamp
+    open_end = np.flatnonzero(~pc.ends_with(first, "}").to_numpy(zero_copy_only=False))
+    if open_end.size:
+        cut = open_end[pc.match_substring(pc.take(first, pa.array(open_end)), "{").to_numpy(zero_copy_only=False)]
+        if cut.size:
+            two = pc.split_pattern(pc.take(lines, pa.array(cut)), " ", max_splits=1, reverse=True)
+            head = pc.list_element(two, 0)
+            closed = pc.ends_with(head, "}").to_numpy(zero_copy_only=False)
+            two_n = pc.list_value_length(two).to_numpy(zero_copy_only=False)
+            tail = pc.take(two.values, pa.array(two.offsets.to_numpy()[:-1] + np.minimum(two_n, 2) - 1))
+            first = _patch(first, cut, head)
+            value = _patch(value, cut, tail)
+            n = n.copy()
+            n[cut] = np.where(closed & (two_n == 2), 2, 1)   # still open: not `series value` at all
+    ts = pc.if_else(pa.array(n == 3), ts, pa.nulls(len(n), ts.type))
+    return first, pc.utf8_rtrim_whitespace(value), pc.utf8_rtrim_whitespace(ts), n
+
+
+def _identities(texts: list[str], opts: store.TelemetryOptions, cluster: str, cache: dict) -> list[dict]:
+    rows = []
+    for sid, text in enumerate(texts):
+        ident = cache.get(text)
+        if ident is None:
+            m = _SERIES.fullmatch(text)
+            labels = None if m is None else store.parse_labels(m.group(2) or "")
+            if m is None:
+                ident = dict.fromkeys(store.SERIES_SCHEMA.names)
+                ident.update(reject_field="metric", reject_reason="not a metric name: " + text[:80])
+            elif labels is None:
+                ident = dict.fromkeys(store.SERIES_SCHEMA.names)
+                ident.update(reject_field="labels", reject_reason="malformed label set")
+            else:
+                ident = store.series_identity(m.group(1), labels, opts, cluster)
+            cache[text] = ident
+        rows.append({**ident, "sid": sid, "series_text": text})
+    return rows
+
+
+def parse(lines: pa.Array, starts: np.ndarray, lens: np.ndarray, data: bytes, opts: store.TelemetryOptions,
+          cluster: str, cache: dict | None = None):
+    """Parse exposition lines into (points, series, skips, bad_lines, has_eof).
+
+    ``skips`` maps reason -> (count, first line number); ``bad_lines`` is an Arrow table of rejected lines.
+    """
+    cache = {} if cache is None else cache
+    buf = np.frombuffer(data, np.uint8)
+    line_no = np.arange(1, len(lines) + 1, dtype=np.int64)
+    blank = lens == 0
+    hashed = ~blank & (buf[np.minimum(starts, max(len(buf) - 1, 0))] == ord("#")) if len(buf) else blank
+    hidx = np.flatnonzero(hashed)
+    htext = pc.utf8_rtrim_whitespace(pc.take(lines, pa.array(hidx)))
+    eof = np.zeros(len(lines), bool)
+    meta = np.zeros(len(lines), bool)
+    eof[hidx] = pc.equal(htext, "# EOF").to_numpy(zero_copy_only=False)
+    meta[hidx] = pc.match_substring_regex(htext, r"^#\s*(HELP|TYPE|UNIT)\s").to_numpy(zero_copy_only=False)
+    skips = {}
+    for reason, mask in (("blank line", blank), ("# EOF marker", eof), ("# HELP/# TYPE/# UNIT line", meta),
+                         ("comment line", hashed & ~eof & ~meta)):
+        if mask.any():
+            skips[reason] = (int(mask.sum()), int(line_no[mask][0]))
+    first, value, ts, n = _split_samples(lines)
+    sample = ~(blank | hashed)
+    ok = sample & (n >= 2)
+    bad = sample & ~ok
+    bad_tbl = pa.table({"line_no": pa.array(line_no[bad]), "field": pa.nulls(int(bad.sum()), pa.string()),
+                        "reason": pa.array([SHAPE] * int(bad.sum()), pa.string()),
+                        "raw": pc.utf8_rtrim_whitespace(pc.take(lines, pa.array(np.flatnonzero(bad)))).cast(pa.string())})
+    enc = pc.dictionary_encode(first)
+    sids = pc.filter(enc.indices, pa.array(ok)).cast(pa.int32())
+    series = store.series_table(_identities(enc.dictionary.to_pylist(), opts, cluster, cache))
+    okm = pa.array(ok)
+    points = pa.table({"line_no": pa.array(line_no[ok]), "sid": sids,
+                       "value": pc.filter(value, okm).cast(pa.string()), "ts": pc.filter(ts, okm).cast(pa.string())})
+    return points, series, skips, bad_tbl, bool(eof.any())
+
+
+def ingest_bytes(con: duckdb.DuckDBPyConnection, data: bytes, name: str, opts: store.TelemetryOptions,
+                 fmt: str = "auto", scrape_time: dt.datetime | None = None, cache: dict | None = None) -> dict:
+    """Load one scrape file; returns the run summary (see ``IngestRun.summary``)."""
+    lines, starts, lens, data_ok = split_lines(data)
+    cluster = opts.cluster or store.default_cluster(con)
+    points, series, skips, bad, has_eof = parse(lines, starts, lens, data_ok, opts, cluster, cache)
+    openmetrics = fmt == "openmetrics" or (fmt == "auto" and has_eof)
+    if scrape_time is None and points.num_rows and points.column("ts").null_count:
+        first = pc.filter(points.column("line_no"), pc.is_null(points.column("ts")))[0].as_py()
+        raise InputError(name, "sample has no timestamp; give the scrape time as FILE@TIME or --scrape-time",
+                         line_no=first)
+    run = warehouse.IngestRun(con, "dcgm", name, sha256=hashlib.sha256(data).hexdigest(), nbytes=len(data),
+                              cluster=cluster, options={"format": "openmetrics" if openmetrics else "prometheus-text",
+                                                        "scrape_time": scrape_time, "node": opts.node})
+    with run:
+        run.lines_read = len(lines)
+        for reason, (n, first) in skips.items():
+            run.skip(reason, n, first)
+        if bad.num_rows:
+            run.reject_rows(bad)
+        store.ingest_readings(con, run, points, series, "dcgm", opts, ts_unit="s" if openmetrics else "ms",
+                              scrape_time=scrape_time)
+    return store.summary(con, run)
+
+
+def ingest_path(con: duckdb.DuckDBPyConnection, spec: str, opts: store.TelemetryOptions, fmt: str = "auto",
+                scrape_time: str | None = None, tz: str | None = None, cache: dict | None = None) -> dict:
+    """Load ``FILE`` or ``FILE@TIME``; the per-file time wins over ``scrape_time``."""
+    path, when = split_spec(spec)
+    when = when or scrape_time
+    t = store.parse_time(when, what=f"scrape time of {path}", tz=tz) if when else None
+    return ingest_bytes(con, read_file(path), path, opts, fmt=fmt, scrape_time=t, cache=cache)

@@ -1,0 +1,455 @@
+"""The one writer of GPU telemetry: readings in, ``gpu_samples`` + rollup + devices + XID events out.
+
+The three telemetry ingestors (``prometheus``, ``dcgm``, ``nvidia_smi``) parse their formats into two Arrow
+tables and hand them here:
+
+* a *series* table, one row per distinct labelled series (``sid``), with the device identity resolved from the
+  labels by :func:`series_identity` (or built directly by the nvidia-smi reader);
+* a *points* table, one row per reading: ``line_no``, ``sid``, ``value`` (text as read), ``ts`` (text or
+  number, NULL = use the scrape time).
+
+Readings are classified in DuckDB (loaded, skipped with a reason, rejected with a reason), folded into one row
+per device and UTC minute (``gpu_samples``), merged idempotently on ``(cluster, node, gpu, ts)``, and the
+5-minute rollup, device list, XID events and ingest ranges are brought up to date, all inside the caller's
+:class:`ingest.warehouse.IngestRun` transaction.
+
+Scale: activity is stored as a fraction 0..1 (GPU_UTIL percent / 100; PROF ratios as given).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import re
+from dataclasses import dataclass
+
+import duckdb
+import pyarrow as pa
+
+from ingest import warehouse
+
+#: Exporter metric -> (gpu_samples column, scale to the stored unit, lowest and highest plausible raw value).
+METRICS: dict[str, tuple[str, float, float, float]] = {
+    "DCGM_FI_DEV_GPU_UTIL": ("gpu_util", 0.01, 0.0, 100.0),
+    "DCGM_FI_PROF_SM_ACTIVE": ("sm_active", 1.0, 0.0, 1.01),
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE": ("gr_engine_active", 1.0, 0.0, 1.01),
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE": ("tensor_active", 1.0, 0.0, 1.01),
+    "DCGM_FI_DEV_FB_USED": ("fb_used_mib", 1.0, 0.0, 1e9),
+    "DCGM_FI_DEV_POWER_USAGE": ("power_w", 1.0, 0.0, 1e5),
+    "DCGM_FI_DEV_GPU_TEMP": ("temp_c", 1.0, -100.0, 250.0),
+    "DCGM_FI_DEV_XID_ERRORS": ("xid", 1.0, 0.0, 1e6),
+}
+ACTIVITY_COLUMNS = ("gpu_util", "sm_active", "gr_engine_active", "tensor_active")
+#: Labels that name the scheduler job using the GPU (dcgm-exporter --hpc-job-mapping-dir writes ``hpc_job``).
+JOB_LABELS = ("hpc_job", "slurm_job_id", "slurm_job")
+POD_LABELS = {"pod": ("pod", "pod_name"), "namespace": ("namespace", "pod_namespace"),
+              "container": ("container", "container_name")}
+SERIES_SCHEMA = pa.schema([
+    ("sid", pa.int32()), ("series_text", pa.string()), ("metric", pa.string()), ("scale", pa.float64()),
+    ("lo", pa.float64()), ("hi", pa.float64()), ("cluster", pa.string()), ("node", pa.string()),
+    ("gpu", pa.string()), ("gpu_index", pa.int32()), ("mig_instance", pa.int32()), ("mig_profile", pa.string()),
+    ("uuid", pa.string()), ("model", pa.string()), ("hpc_job", pa.string()), ("pod", pa.string()),
+    ("namespace", pa.string()), ("container", pa.string()), ("skip_reason", pa.string()),
+    ("reject_field", pa.string()), ("reject_reason", pa.string()),
+])
+_IP = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
+_LABEL = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,|$)')
+#: Timestamps outside [2000, 2100) are rejected: milliseconds read as seconds (or the reverse) land there.
+_TS_LO_US, _TS_HI_US = 946_684_800_000_000, 4_102_444_800_000_000
+
+
+@dataclass
+class TelemetryOptions:
+    """What the user told us about the inputs; see docs/CLI.md."""
+    cluster: str | None = None        # overrides any cluster label
+    node: str | None = None           # node of series without a Hostname label
+    interval_s: int = 60              # resolution of a device seen once in an input
+    keep_raw_days: float | None = None  # prune raw rows older than this (rollup stays)
+
+
+# ---------------------------------------------------------------- series identity
+
+def parse_labels(text: str) -> dict[str, str] | None:
+    """``a="x",b="y \\"q\\""`` -> dict; None when the text is not a well-formed label set."""
+    out, pos = {}, 0
+    text = text.strip()
+    while pos < len(text):
+        m = _LABEL.match(text, pos)
+        if not m:
+            return None
+        out[m.group(1)] = m.group(2).replace('\\"', '"').replace("\\n", "\n").replace("\\\\", "\\")
+        pos = m.end()
+    return out
+
+
+def short_node(host: str) -> str:
+    """Exporter host names to Slurm node names: ``gpu01.example.org`` -> ``gpu01``; IP addresses unchanged."""
+    host = host.strip()
+    if _IP.match(host) or ":" in host:
+        return host
+    return host.split(".", 1)[0]
+
+
+def _instance_host(instance: str | None) -> str | None:
+    if not instance:
+        return None
+    if instance.startswith("["):          # [::1]:9400
+        return instance[1:instance.find("]")] or None
+    return instance.rsplit(":", 1)[0] if instance.count(":") == 1 else instance
+
+
+def _int(text: str | None) -> int | None:
+    if text is None or not re.fullmatch(r"\s*\d+\s*", text):
+        return None
+    return int(text)
+
+
+def series_identity(metric: str, labels: dict[str, str], opts: TelemetryOptions, default_cluster: str) -> dict:
+    """Resolve one series' device identity from its labels; carries a skip or reject reason when it has none."""
+    row = {k: None for k in SERIES_SCHEMA.names if k not in ("sid", "series_text")}
+    spec = METRICS.get(metric)
+    if spec is None:
+        row["skip_reason"] = "metric not used by gpuledger"
+        return row
+    row["metric"], row["scale"], row["lo"], row["hi"] = spec
+    row["cluster"] = opts.cluster or labels.get("cluster") or default_cluster
+    host = labels.get("Hostname") or labels.get("hostname") or opts.node or _instance_host(labels.get("instance"))
+    idx = _int(labels.get("gpu"))
+    if idx is None and re.fullmatch(r"nvidia\d+", labels.get("device", "")):
+        idx = int(labels["device"][6:])
+    if not host:
+        row["reject_field"], row["reject_reason"] = "Hostname", "no Hostname/hostname label and no --node given"
+        return row
+    if idx is None:
+        row["reject_field"] = "gpu"
+        row["reject_reason"] = ("gpu label is not a GPU index: " + labels["gpu"]) if "gpu" in labels \
+            else "no gpu label (GPU index)"
+        return row
+    mig = _int(labels.get("GPU_I_ID"))
+    row.update(node=short_node(host), gpu_index=idx, mig_instance=mig,
+               gpu=str(idx) if mig is None else f"{idx}/mig{mig}",
+               mig_profile=labels.get("GPU_I_PROFILE") or None, uuid=labels.get("UUID") or None,
+               model=labels.get("modelName") or None)
+    row["hpc_job"] = next((labels[k].strip() for k in JOB_LABELS if labels.get(k, "").strip()), None)
+    for col, names in POD_LABELS.items():
+        row[col] = next((labels[k] for k in names if labels.get(k)), None)
+    return row
+
+
+def default_cluster(con: duckdb.DuckDBPyConnection) -> str:
+    """The cluster of telemetry that names none: the only configured cluster, else the only cluster in
+    ``jobs``, else ``default``."""
+    for sql in ("SELECT DISTINCT cluster FROM clusters", "SELECT DISTINCT cluster FROM jobs"):
+        known = [r[0] for r in con.sql(sql).fetchall()]
+        if len(known) == 1:
+            return known[0]
+    return "default"
+
+
+def series_table(rows: list[dict]) -> pa.Table:
+    """Arrow series table from dicts carrying ``sid``, ``series_text`` and :func:`series_identity` keys."""
+    return pa.Table.from_pylist(rows, schema=SERIES_SCHEMA)
+
+
+# ---------------------------------------------------------------- classification
+
+#: Stored columns in a fixed order; a reading's metric travels as its index here (cheap to group on).
+SAMPLE_COLS = ("gpu_util", "sm_active", "gr_engine_active", "tensor_active", "fb_used_mib", "power_w", "temp_c",
+               "xid")
+_SENTINEL = "['BLANK', 'NOT_FOUND', 'NOT_SUPPORTED', 'NOT_PERMISSIONED']"
+
+
+def _series_sql() -> str:
+    """Series -> temp table ``_sv`` with a dense device number ``dev`` and metric code ``mcode``."""
+    codes = " ".join(f"WHEN '{c}' THEN {i}" for i, c in enumerate(SAMPLE_COLS))
+    return f"""CREATE OR REPLACE TEMP TABLE _sv AS
+               SELECT *, dense_rank() OVER (ORDER BY cluster, node, gpu)::INTEGER AS dev,
+                      CASE metric {codes} END AS mcode FROM _ser"""
+
+
+def _classify_sql(ts_unit: str) -> str:
+    """Readings ``_pts`` -> ``_cls(line_no, sid, dev, mcode, ts, val, verdict)``; verdict NULL = loaded,
+    else ``skip|reason`` or ``reject|field|reason``."""
+    to_us = "1e6" if ts_unit == "s" else "1e3"
+    hint = "OpenMetrics timestamps are seconds" if ts_unit == "s" else "text-format timestamps are milliseconds"
+    return f"""
+    CREATE OR REPLACE TEMP TABLE _cls AS
+    WITH p AS (
+        SELECT line_no, sid, value AS v, ts::VARCHAR AS t, TRY_CAST(value AS DOUBLE) AS d,
+               CASE WHEN ts IS NULL THEN $default_us ELSE TRY_CAST(round(TRY_CAST(ts AS DOUBLE) * {to_us}) AS BIGINT) END AS us
+        FROM _pts),
+    q AS (
+        SELECT p.line_no, p.sid, s.dev, s.mcode, p.us, p.d * s.scale AS val,
+               CASE
+                 WHEN s.skip_reason IS NOT NULL THEN 'skip|' || s.skip_reason
+                 WHEN s.reject_reason IS NOT NULL THEN 'reject|' || s.reject_field || '|' || s.reject_reason
+                 WHEN p.d IS NULL AND lower(p.v) = 'nan' THEN 'skip|NaN reading (no value)'
+                 WHEN p.d IS NULL AND p.v LIKE '<<<%>>>' THEN 'skip|DCGM blank value ' || p.v
+                 WHEN p.d IS NULL THEN 'reject|value|not a number: ' || p.v
+                 WHEN isnan(p.d) THEN 'skip|NaN reading (no value)'
+                 WHEN isinf(p.d) THEN 'reject|value|not a finite number: ' || p.v
+                 WHEN p.d >= 2147483632 THEN CASE
+                   WHEN TRY_CAST(p.v AS HUGEINT) >= 9223372036854775792 THEN 'skip|DCGM blank sentinel (INT64 '
+                        || coalesce({_SENTINEL}[(TRY_CAST(p.v AS HUGEINT) - 9223372036854775792)::INT + 1], 'BLANK') || ')'
+                   WHEN p.d >= 140737488355328.0 AND p.d < 140737488355344.0 THEN 'skip|DCGM blank sentinel (FP64 '
+                        || coalesce({_SENTINEL}[(p.d - 140737488355328.0)::INT + 1], 'BLANK') || ')'
+                   WHEN p.d <= 2147483647 THEN 'skip|DCGM blank sentinel (INT32 '
+                        || coalesce({_SENTINEL}[(p.d - 2147483632)::INT + 1], 'BLANK') || ')'
+                   WHEN p.d > s.hi THEN 'reject|value|out of range for ' || s.metric || ' [' || s.lo || ', ' || s.hi || ']: ' || p.v
+                 END
+                 WHEN p.d < s.lo OR p.d > s.hi THEN 'reject|value|out of range for ' || s.metric
+                      || ' [' || s.lo || ', ' || s.hi || ']: ' || p.v
+                 WHEN p.t IS NOT NULL AND p.us IS NULL THEN 'reject|timestamp|not a number: ' || p.t
+                 WHEN p.us IS NULL OR p.us < {_TS_LO_US} OR p.us >= {_TS_HI_US}
+                   THEN 'reject|timestamp|outside 2000-2100 (' || coalesce(p.t, '') || '); {hint}'
+               END AS verdict
+        FROM p JOIN _sv s USING (sid))
+    SELECT line_no, sid, dev, mcode, verdict,
+           make_timestamp(CASE WHEN verdict IS NULL THEN us END) AS ts,
+           CASE WHEN mcode BETWEEN 1 AND 3 THEN least(val, 1.0) ELSE val END AS val
+    FROM q"""
+
+
+def _account(con: duckdb.DuckDBPyConnection, run: warehouse.IngestRun) -> int:
+    """Count skips and quarantine rejects of ``_cls``; returns the number of loaded readings."""
+    for verdict, n, first in con.sql("""SELECT split_part(verdict, '|', 2), count(*), min(line_no) FROM _cls
+                                        WHERE verdict LIKE 'skip|%' GROUP BY 1 ORDER BY 1""").fetchall():
+        run.skip(verdict, n, first)
+    run.rejected += con.execute("""
+        INSERT INTO rejects
+        SELECT ?, c.line_no, split_part(c.verdict, '|', 2),
+               substr(c.verdict, length(split_part(c.verdict, '|', 2)) + 9),
+               s.series_text || ' ' || p.value || coalesce(' ' || p.ts::VARCHAR, '')
+        FROM _cls c JOIN _pts p USING (line_no) JOIN _sv s ON s.sid = c.sid
+        WHERE c.verdict LIKE 'reject|%'""", [run.run_id]).fetchall()[0][0]
+    return con.sql("SELECT count(*) FROM _cls WHERE verdict IS NULL").fetchall()[0][0]
+
+
+def ingest_readings(con: duckdb.DuckDBPyConnection, run: warehouse.IngestRun, points: pa.Table,
+                    series: pa.Table, source: str, opts: TelemetryOptions, ts_unit: str = "s",
+                    scrape_time: dt.datetime | None = None, interval_s: int | None = None) -> None:
+    """Classify ``points`` (see module doc), then fold the good readings into the warehouse.
+
+    ``ts_unit``: 's' (OpenMetrics, Prometheus API) or 'ms' (Prometheus text format). ``scrape_time`` (naive
+    UTC) stands for readings without a timestamp. ``interval_s`` fixes the rows' resolution (the query step);
+    otherwise it is inferred per device.
+    """
+    default_us = None if scrape_time is None else int(scrape_time.replace(tzinfo=dt.timezone.utc).timestamp() * 1e6)
+    con.register("_pts", points)
+    con.register("_ser", series)
+    try:
+        con.execute(_series_sql())
+        con.execute(_classify_sql(ts_unit), {"default_us": default_us})
+        run.loaded += _account(con, run)
+    finally:
+        con.unregister("_pts")
+        con.unregister("_ser")
+    con.execute("CREATE OR REPLACE TEMP VIEW _pv AS SELECT sid, dev, mcode, ts, val FROM _cls WHERE verdict IS NULL")
+    write_rows(con, run, source, opts, interval_s)
+    con.execute("DROP VIEW IF EXISTS _pv")
+    con.execute("DROP TABLE IF EXISTS _cls")
+
+
+def reject_examples(con: duckdb.DuckDBPyConnection, run: warehouse.IngestRun, limit: int = 10) -> list[str]:
+    """The first rejects of a run as ``INPUT:LINE: field F: reason`` lines, for the CLI."""
+    rows = con.execute("SELECT line_no, field, reason FROM rejects WHERE run_id = ? ORDER BY line_no LIMIT ?",
+                       [run.run_id, limit]).fetchall()
+    return [f"{run.input_name}:{n}: " + (f"field {f}: " if f else "") + r for n, f, r in rows]
+
+
+# ---------------------------------------------------------------- folding into rows
+
+_FOLD = ("avg", "avg", "avg", "avg", "max", "avg", "avg")   # per SAMPLE_COLS[:7]; xid takes the minute's last
+
+
+def _fold_sql(interval_s: int | None, default_interval: int, with_attrs: bool) -> str:
+    aggs = ",\n".join(f"{fn}(val) FILTER (WHERE mcode = {i}) AS {SAMPLE_COLS[i]}" for i, fn in enumerate(_FOLD))
+    counts = ", ".join(f"count(*) FILTER (WHERE mcode = {i})" for i in range(len(SAMPLE_COLS)))
+    fixed = "NULL" if interval_s is None else str(int(interval_s))
+    # job/pod labels are rare: aggregate them only when some series carries one
+    attrs = """, a AS (
+        SELECT p.dev, date_trunc('minute', p.ts) AS ts,
+               string_agg(DISTINCT s.hpc_job, ',' ORDER BY s.hpc_job) AS hpc_jobs,
+               max(s.pod) AS pod, max(s.namespace) AS namespace, max(s.container) AS container
+        FROM _pv p JOIN _sv s USING (sid)
+        WHERE s.hpc_job IS NOT NULL OR s.pod IS NOT NULL OR s.namespace IS NOT NULL OR s.container IS NOT NULL
+        GROUP BY ALL)""" if with_attrs else ""
+    attr_cols = "a.hpc_jobs, a.pod, a.namespace, a.container" if with_attrs else \
+        "NULL::VARCHAR AS hpc_jobs, NULL::VARCHAR AS pod, NULL::VARCHAR AS namespace, NULL::VARCHAR AS container"
+    attr_join = "LEFT JOIN a USING (dev, ts)" if with_attrs else ""
+    return f"""
+    CREATE OR REPLACE TEMP TABLE _rows AS
+    WITH f AS (
+        SELECT dev, date_trunc('minute', ts) AS ts, {aggs},
+               arg_max(val, ts) FILTER (WHERE mcode = 7)::INTEGER AS xid,
+               greatest({counts})::INTEGER AS n_raw
+        FROM _pv GROUP BY ALL),
+    gaps AS (
+        SELECT dev, median(gap) AS med FROM (
+            SELECT dev, epoch(lead(ts) OVER (PARTITION BY dev ORDER BY ts) - ts) AS gap FROM f)
+        WHERE gap > 0 GROUP BY ALL),
+    d AS (SELECT DISTINCT dev, cluster, node, gpu FROM _sv WHERE dev IS NOT NULL){attrs}
+    SELECT d.cluster, d.node, d.gpu, f.* EXCLUDE (dev, n_raw), {attr_cols}, f.n_raw,
+           coalesce({fixed}, greatest(60, round(g.med / 60) * 60)::INTEGER, {int(default_interval)}) AS interval_s
+    FROM f JOIN d USING (dev) LEFT JOIN gaps g USING (dev) {attr_join}"""
+
+
+def write_rows(con: duckdb.DuckDBPyConnection, run: warehouse.IngestRun, source: str, opts: TelemetryOptions,
+               interval_s: int | None = None) -> None:
+    """Fold ``_pv(sid, dev, mcode, ts, val)`` (readings) and ``_sv`` (series) into the telemetry tables."""
+    with_attrs = con.sql("""SELECT count(*) FROM _sv WHERE hpc_job IS NOT NULL OR pod IS NOT NULL
+                            OR namespace IS NOT NULL OR container IS NOT NULL""").fetchall()[0][0] > 0
+    con.execute(_fold_sql(interval_s, opts.interval_s, with_attrs))
+    n = con.sql("SELECT count(*) FROM _rows").fetchall()[0][0]
+    if n:
+        _merge_samples(con, run, source)
+        _refresh_rollup(con)
+        _upsert_devices(con)
+        _derive_xid_events(con, run, source)
+        con.execute("""INSERT INTO gpu_ingest_ranges
+                       SELECT ?, cluster, node, min(ts), max(ts + to_seconds(interval_s)) FROM _rows GROUP BY ALL""",
+                    [run.run_id])
+        if opts.keep_raw_days is not None:
+            run.options["pruned_raw_rows"] = prune_raw(con, opts.keep_raw_days)
+    for t in ("_rows", "_sv", "_old"):
+        con.execute(f"DROP TABLE IF EXISTS {t}")
+
+
+def _merge_samples(con: duckdb.DuckDBPyConnection, run: warehouse.IngestRun, source: str) -> None:
+    """Insert new keys; fill/overwrite metrics of existing keys (new readings win, absent ones keep the old)."""
+    lo, hi = con.sql("SELECT min(ts), max(ts) FROM _rows").fetchall()[0]
+    # the ts range lets DuckDB skip row groups of older telemetry via their min/max
+    con.execute("""CREATE OR REPLACE TEMP TABLE _old AS
+                   SELECT g.* FROM gpu_samples g SEMI JOIN (SELECT DISTINCT cluster, node, gpu FROM _rows) d
+                       ON g.cluster = d.cluster AND g.node = d.node AND g.gpu = d.gpu
+                   WHERE g.ts BETWEEN ? AND ?""", [lo, hi])
+    cols = (*SAMPLE_COLS, "hpc_jobs", "pod", "namespace", "container")
+    differs = " OR ".join(f"(r.{c} IS NOT NULL AND r.{c} IS DISTINCT FROM o.{c})" for c in cols) \
+        + " OR r.interval_s <> o.interval_s"
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE _rows AS
+                    SELECT r.*, CASE WHEN o.ts IS NULL THEN 'new' WHEN {differs} THEN 'upd' ELSE 'same' END AS fate
+                    FROM _rows r LEFT JOIN _old o USING (cluster, node, gpu, ts)""")
+    counts = dict(con.sql("SELECT fate, count(*) FROM _rows GROUP BY fate").fetchall())
+    run.inserted += counts.get("new", 0)
+    run.updated += counts.get("upd", 0)
+    run.unchanged += counts.get("same", 0)
+    if counts.get("upd"):
+        sets = ", ".join(f"{c} = coalesce(r.{c}, g.{c})" for c in cols)
+        con.execute(f"""UPDATE gpu_samples g SET {sets}, interval_s = r.interval_s,
+                            n_raw = greatest(g.n_raw, r.n_raw), source = ?, ingest_run_id = ?
+                        FROM (SELECT * FROM _rows WHERE fate = 'upd') r
+                        WHERE g.cluster = r.cluster AND g.node = r.node AND g.gpu = r.gpu AND g.ts = r.ts
+                          AND g.ts BETWEEN ? AND ?""", [source, run.run_id, lo, hi])
+    con.execute(f"""INSERT INTO gpu_samples (cluster, node, gpu, ts, interval_s, {', '.join(cols)}, n_raw, source,
+                                             ingest_run_id)
+                    SELECT cluster, node, gpu, ts, interval_s, {', '.join(cols)}, n_raw, ?, ?
+                    FROM _rows WHERE fate = 'new' ORDER BY cluster, node, gpu, ts""", [source, run.run_id])
+
+
+def _minute_rows(where: str) -> str:
+    """gpu_samples rows in ``where``, one per covered minute (rows coarser than a minute are spread out)."""
+    return f"""
+        SELECT *, ts AS m FROM gpu_samples g WHERE interval_s = 60 AND {where}
+        UNION ALL
+        SELECT * EXCLUDE (mm), mm AS m FROM (
+            SELECT *, unnest(generate_series(ts, ts + to_seconds(interval_s - 60), INTERVAL 1 MINUTE)) AS mm
+            FROM gpu_samples g WHERE interval_s <> 60 AND {where})"""
+
+
+def _refresh_rollup(con: duckdb.DuckDBPyConnection) -> None:
+    """Recompute the 5-minute buckets the batch touched, from gpu_samples."""
+    con.execute("""CREATE OR REPLACE TEMP TABLE _bk AS
+                   SELECT DISTINCT cluster, node, gpu, time_bucket(INTERVAL 5 MINUTE, b) AS bucket FROM (
+                       SELECT cluster, node, gpu,
+                              unnest(generate_series(ts, ts + to_seconds(interval_s - 60), INTERVAL 1 MINUTE)) AS b
+                       FROM _rows)""")
+    lo, hi = con.sql("SELECT min(bucket), max(bucket) + INTERVAL 5 MINUTE FROM _bk").fetchall()[0]
+    con.execute("""DELETE FROM gpu_samples_5m r USING _bk k
+                   WHERE r.cluster = k.cluster AND r.node = k.node AND r.gpu = k.gpu AND r.bucket = k.bucket""")
+    stats = ",\n".join(f"min({c}) AS {c}_min, avg({c}) AS {c}_mean, max({c}) AS {c}_max" for c in ACTIVITY_COLUMNS)
+    # rows are spread to minutes first, so means are time-weighted and coarse rows land in every bucket they cover
+    con.execute(f"""
+        INSERT INTO gpu_samples_5m
+        SELECT g.cluster, g.node, g.gpu, time_bucket(INTERVAL 5 MINUTE, g.m) AS bucket,
+               (60 * count(*))::INTEGER AS covered_s, count(DISTINCT g.ts)::INTEGER AS n_rows, {stats},
+               avg(fb_used_mib), max(fb_used_mib), avg(power_w), max(power_w), avg(temp_c), max(temp_c),
+               sum(power_w) * 60, max(xid)
+        FROM ({_minute_rows("g.ts >= $lo - INTERVAL 1 DAY AND g.ts < $hi")}) g
+        SEMI JOIN _bk k ON g.cluster = k.cluster AND g.node = k.node AND g.gpu = k.gpu
+                      AND time_bucket(INTERVAL 5 MINUTE, g.m) = k.bucket
+        GROUP BY ALL""", {"lo": lo, "hi": hi})
+    con.execute("DROP TABLE IF EXISTS _bk")
+
+
+def _upsert_devices(con: duckdb.DuckDBPyConnection) -> None:
+    con.execute("""
+        INSERT INTO gpu_devices
+        SELECT s.cluster, s.node, s.gpu, any_value(s.gpu_index), any_value(s.mig_instance),
+               max(s.mig_profile), max(s.uuid), max(s.model), r.lo, r.hi
+        FROM _sv s JOIN (SELECT cluster, node, gpu, min(ts) AS lo, max(ts) AS hi FROM _rows GROUP BY ALL) r
+             USING (cluster, node, gpu)
+        GROUP BY s.cluster, s.node, s.gpu, r.lo, r.hi
+        ON CONFLICT (cluster, node, gpu) DO UPDATE SET
+            first_seen = least(first_seen, excluded.first_seen), last_seen = greatest(last_seen, excluded.last_seen),
+            uuid = coalesce(excluded.uuid, uuid), model = coalesce(excluded.model, model),
+            mig_profile = coalesce(excluded.mig_profile, mig_profile),
+            gpu_index = coalesce(excluded.gpu_index, gpu_index)""")
+
+
+def _derive_xid_events(con: duckdb.DuckDBPyConnection, run: warehouse.IngestRun, source: str) -> None:
+    """XID events in the batch's range: nonzero readings that differ from the device's previous reading."""
+    if not con.sql("SELECT count(*) FROM _rows WHERE xid IS NOT NULL").fetchall()[0][0]:
+        return
+    con.execute("""CREATE OR REPLACE TEMP TABLE _xr AS SELECT cluster, node, gpu, min(ts) AS lo,
+                   max(ts) + INTERVAL 1 DAY AS hi FROM _rows WHERE xid IS NOT NULL GROUP BY ALL""")
+    con.execute("""DELETE FROM gpu_events e USING _xr r WHERE e.kind = 'xid' AND e.cluster = r.cluster
+                   AND e.node = r.node AND e.gpu = r.gpu AND e.ts BETWEEN r.lo AND r.hi""")
+    con.execute("""
+        INSERT INTO gpu_events
+        SELECT cluster, node, gpu, ts, 'xid', xid, ?, ? FROM (
+            SELECT g.cluster, g.node, g.gpu, g.ts, g.xid, r.lo, r.hi,
+                   lag(g.xid) OVER (PARTITION BY g.cluster, g.node, g.gpu ORDER BY g.ts) AS prev
+            FROM gpu_samples g JOIN _xr r USING (cluster, node, gpu)
+            WHERE g.xid IS NOT NULL AND g.ts BETWEEN r.lo - INTERVAL 1 DAY AND r.hi)
+        WHERE ts BETWEEN lo AND hi AND xid <> 0 AND prev IS DISTINCT FROM xid""", [source, run.run_id])
+    con.execute("DROP TABLE IF EXISTS _xr")
+
+
+def prune_raw(con: duckdb.DuckDBPyConnection, keep_days: float) -> int:
+    """Delete raw rows older than ``keep_days`` before each cluster's newest row; the 5-minute rollup stays.
+
+    Returns the number of rows deleted.
+    """
+    return con.execute("""
+        DELETE FROM gpu_samples g USING (SELECT cluster, max(ts) AS newest FROM gpu_samples GROUP BY cluster) c
+        WHERE g.cluster = c.cluster AND g.ts < c.newest - to_seconds(?::DOUBLE * 86400)""",
+                       [keep_days]).fetchall()[0][0]
+
+
+# ---------------------------------------------------------------- shared input helpers
+
+def parse_time(text: str, what: str = "time", tz: str | None = None) -> dt.datetime:
+    """A user-given time as naive UTC: epoch seconds, or ISO 8601 (``2026-07-14``, ``2026-07-14T08:12:53Z``,
+    ``2026-07-14 08:12:53+02:00``); a time without an offset is read in ``tz`` (default UTC)."""
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+    from ingest.errors import InputError
+    s = text.strip()
+    if re.fullmatch(r"\d{9,11}(\.\d+)?", s):
+        return dt.datetime.fromtimestamp(float(s), dt.timezone.utc).replace(tzinfo=None)
+    try:
+        t = dt.datetime.fromisoformat(s)
+    except ValueError:
+        raise InputError(what, f"not a time: {text!r} (use ISO 8601 like 2026-07-14T08:00:00Z, or epoch seconds)")
+    if t.tzinfo is None:
+        try:
+            t = t.replace(tzinfo=ZoneInfo(tz or "UTC"))
+        except (ZoneInfoNotFoundError, ValueError):
+            raise InputError("--tz", f"unknown time zone {tz!r}")
+    return t.astimezone(dt.timezone.utc).replace(tzinfo=None)
+
+
+def summary(con: duckdb.DuckDBPyConnection, run: warehouse.IngestRun) -> dict:
+    """The run's summary for the CLI, with the first rejects spelled out."""
+    out = run.summary()
+    out["reject_examples"] = reject_examples(con, run) if run.rejected else []
+    out["pruned_raw_rows"] = run.options.get("pruned_raw_rows", 0)
+    return out

@@ -1,0 +1,361 @@
+"""GPU efficiency: how busy allocated GPUs were, per job and per user/team/partition/GPU type and time bucket.
+
+Definitions (docs/METRICS.md, "GPU efficiency"):
+
+* activity metric, per job: ``SM_ACTIVE``, else ``GR_ENGINE_ACTIVE``, else ``GPU_UTIL`` — the first that covers at
+  least half as many of the job's GPU-seconds as the best-covered one; named in every output;
+* telemetry GPU-seconds: allocated GPU-seconds covered by readings of that metric (models/attribution.py);
+* active GPU-seconds: Σ activity × covered GPU-seconds; mean = active / telemetry; p95 GPU-second-weighted;
+* idle-allocated GPU-seconds: covered GPU-seconds inside stretches of ≥ 5 minutes (of the job's time on a device)
+  at zero activity (< 0.5 %) — Run:ai's "idle for more than 5 minutes", jobstats' "GPU-hours at 0 %";
+* memory high-water mark (MiB) and energy (J; reports show kWh).
+
+A job without telemetry keeps ``telemetry_gpu_s = 0`` and NULL activity: it is counted and shown as "no
+telemetry", never as 0 % busy. The marts (``gpu_efficiency_job``, ``gpu_efficiency_job_hour``) are rebuilt
+incrementally by :func:`build`; the report functions read them and return Polars frames.
+"""
+from __future__ import annotations
+
+import datetime as dt
+
+import duckdb
+import polars as pl
+
+from ingest import warehouse
+from models import attribution
+
+IDLE_STRETCH_S = 300
+METRIC_NAMES = {"sm": "SM_ACTIVE", "gr": "GR_ENGINE_ACTIVE", "gu": "GPU_UTIL"}
+N_BINS = 21
+GROUPABLE = ("user", "team", "account", "partition", "qos", "gpu_type", "cluster", "node")
+
+
+# ---------------------------------------------------------------- the mart
+
+def _targets(con: duckdb.DuckDBPyConnection, full: bool) -> int:
+    """``_eff_targets``: GPU jobs to (re)compute; returns the run id the refresh will be current to."""
+    newest = con.sql("SELECT coalesce(max(run_id), 0) FROM ingest_runs").fetchall()[0][0]
+    last = con.sql("SELECT coalesce(max(last_run_id), -1) FROM gpu_mart_state WHERE mart = 'efficiency'"
+                   ).fetchall()[0][0]
+    if full or last < 0:
+        con.execute("""CREATE OR REPLACE TEMP TABLE _eff_targets AS
+                       SELECT job_uid FROM jobs WHERE ngpus > 0 AND start IS NOT NULL""")
+        return newest
+    con.execute("""
+        CREATE OR REPLACE TEMP TABLE _eff_dirty AS
+        SELECT job_uid FROM jobs WHERE ngpus > 0 AND start IS NOT NULL
+          AND (coalesce(updated_run_id, ingest_run_id) > $last OR "end" IS NULL)
+        UNION SELECT job_uid FROM job_gpu_indices WHERE ingest_run_id > $last
+        UNION SELECT j.job_uid FROM jobs j ANTI JOIN gpu_efficiency_job e USING (job_uid)
+              WHERE j.ngpus > 0 AND j.start IS NOT NULL""", {"last": last})
+    # neighbours share nodes with changed jobs (their node-share changes), or sit under new telemetry
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE _eff_targets AS
+        WITH h AS ({attribution.horizon_sql()}),
+        win AS (SELECT jn.cluster, jn.node, j.start AS lo, coalesce(j."end", h.horizon) AS hi
+                FROM _eff_dirty d JOIN jobs j USING (job_uid) JOIN job_nodes jn USING (job_uid) JOIN h ON h.cluster = j.cluster
+                UNION ALL
+                SELECT cluster, node, min_ts, max_ts FROM gpu_ingest_ranges WHERE run_id > $last)
+        SELECT job_uid FROM _eff_dirty
+        UNION
+        SELECT DISTINCT j.job_uid FROM win JOIN job_nodes jn ON jn.cluster = win.cluster AND jn.node = win.node
+            JOIN jobs j ON j.job_uid = jn.job_uid JOIN h ON h.cluster = j.cluster
+        WHERE j.ngpus > 0 AND j.start IS NOT NULL AND j.start < win.hi AND coalesce(j."end", h.horizon) > win.lo""",
+                {"last": last})
+    return newest
+
+
+def _metric_choice(con: duckdb.DuckDBPyConnection) -> None:
+    """``_eff_metric``: per job the activity metric, by coverage in preference order."""
+    con.execute("""
+        CREATE OR REPLACE TEMP TABLE _eff_metric AS
+        WITH c AS (SELECT job_uid, sum(share) FILTER (WHERE sm IS NOT NULL) AS c_sm,
+                          sum(share) FILTER (WHERE gr IS NOT NULL) AS c_gr,
+                          sum(share) FILTER (WHERE gu IS NOT NULL) AS c_gu FROM _att GROUP BY job_uid),
+        b AS (SELECT *, list_max([c_sm, c_gr, c_gu]) AS best FROM c)
+        SELECT job_uid, CASE WHEN c_sm >= 0.5 * best THEN 'sm' WHEN c_gr >= 0.5 * best THEN 'gr'
+                             WHEN c_gu >= 0.5 * best THEN 'gu' END AS metric FROM b WHERE best > 0""")
+
+
+def _scored(con: duckdb.DuckDBPyConnection) -> None:
+    """``_eff_px``: attributed device-minutes with the job's activity, idle-stretch flag and histogram bin."""
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE _eff_px AS
+        WITH a AS (
+            SELECT t.job_uid, t.cluster, t.node, t.gpu, t.m, t.ov_s, t.share, t.method, t.rolled, t.fb, t.pw,
+                   CASE e.metric WHEN 'sm' THEN t.sm WHEN 'gr' THEN t.gr ELSE t.gu END AS act,
+                   CASE e.metric WHEN 'sm' THEN t.sm_x WHEN 'gr' THEN t.gr_x ELSE t.gu_x END AS act_x
+            FROM _att t JOIN _eff_metric e USING (job_uid)),
+        z AS (
+            SELECT *, act_x < {attribution.IDLE_EPSILON} AS zero FROM a WHERE act IS NOT NULL),
+        runs AS (
+            SELECT *, CASE WHEN zero THEN epoch(m) // 60 - row_number() OVER (
+                         PARTITION BY job_uid, cluster, node, gpu, zero ORDER BY m) END AS run_id
+            FROM z)
+        SELECT *, zero AND sum(ov_s) OVER (PARTITION BY job_uid, cluster, node, gpu, run_id) >= {IDLE_STRETCH_S}
+                  AS idle,
+               CASE WHEN act < {attribution.IDLE_EPSILON} THEN 0 ELSE least(20, floor(act * 20)::INTEGER + 1) END AS bin,
+               share * 60 AS cov
+        FROM runs""")
+
+
+def _hours(con: duckdb.DuckDBPyConnection) -> None:
+    """``_eff_hour``: per job and UTC hour, allocated and telemetry figures (+ histogram)."""
+    hist = ", ".join(f"coalesce(sum(cov) FILTER (WHERE bin = {b}), 0)" for b in range(N_BINS))
+    by_method = ", ".join(f"coalesce(sum(cov) FILTER (WHERE method = '{m}'), 0) AS {col}"
+                          for m, col in zip(attribution.METHODS, ("label_gpu_s", "index_gpu_s", "share_gpu_s")))
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE _eff_hour AS
+        WITH alloc AS (
+            SELECT job_uid, cluster, hour,
+                   ngpus * epoch(least(we, hour + INTERVAL 1 HOUR) - greatest(ws, hour)) AS alloc_gpu_s
+            FROM (SELECT *, unnest(generate_series(date_trunc('hour', ws), we - INTERVAL 1 MICROSECOND,
+                                                   INTERVAL 1 HOUR)) AS hour FROM _jw)),
+        tel AS (
+            SELECT job_uid, date_trunc('hour', m) AS hour, sum(cov) AS telemetry_gpu_s,
+                   sum(cov * act) AS active_gpu_s, coalesce(sum(cov) FILTER (WHERE idle), 0) AS idle_alloc_gpu_s,
+                   max(fb) AS fb_max_mib, sum(cov * pw) AS energy_j, {by_method},
+                   coalesce(sum(cov) FILTER (WHERE rolled), 0) AS rollup_gpu_s, [{hist}] AS hist
+            FROM _eff_px GROUP BY ALL)
+        SELECT a.job_uid, a.cluster, a.hour, a.alloc_gpu_s, coalesce(t.telemetry_gpu_s, 0) AS telemetry_gpu_s,
+               coalesce(t.active_gpu_s, 0) AS active_gpu_s, coalesce(t.idle_alloc_gpu_s, 0) AS idle_alloc_gpu_s,
+               t.fb_max_mib, t.energy_j, coalesce(t.label_gpu_s, 0) AS label_gpu_s,
+               coalesce(t.index_gpu_s, 0) AS index_gpu_s, coalesce(t.share_gpu_s, 0) AS share_gpu_s,
+               coalesce(t.rollup_gpu_s, 0) AS rollup_gpu_s, t.hist
+        FROM alloc a LEFT JOIN tel t USING (job_uid, hour)""")
+
+
+def _jobs(con: duckdb.DuckDBPyConnection, now: dt.datetime) -> None:
+    """``_eff_job``: the per-job row, with the exact weighted p95."""
+    con.execute("""
+        CREATE OR REPLACE TEMP TABLE _eff_job AS
+        WITH s AS (
+            SELECT job_uid, any_value(cluster) AS cluster, sum(alloc_gpu_s) AS alloc_gpu_s,
+                   sum(telemetry_gpu_s) AS telemetry_gpu_s, sum(active_gpu_s) AS active_gpu_s,
+                   sum(idle_alloc_gpu_s) AS idle_alloc_gpu_s, max(fb_max_mib) AS fb_max_mib, sum(energy_j) AS energy_j,
+                   sum(label_gpu_s) AS label_gpu_s, sum(index_gpu_s) AS index_gpu_s, sum(share_gpu_s) AS share_gpu_s,
+                   sum(rollup_gpu_s) AS rollup_gpu_s
+            FROM _eff_hour GROUP BY job_uid),
+        q AS (
+            SELECT job_uid, min(act) FILTER (WHERE cum >= 0.95 * tot) AS act_p95,
+                   count(DISTINCT (cluster, node, gpu)) AS n_devices
+            FROM (SELECT job_uid, cluster, node, gpu, act, sum(cov) OVER (PARTITION BY job_uid) AS tot,
+                         sum(cov) OVER (PARTITION BY job_uid ORDER BY act ROWS UNBOUNDED PRECEDING) AS cum
+                  FROM _eff_px) GROUP BY job_uid)
+        SELECT s.job_uid, s.cluster, w.ws AS window_start, w.we AS window_end, s.alloc_gpu_s,
+               s.telemetry_gpu_s, s.active_gpu_s, s.idle_alloc_gpu_s,
+               CASE WHEN s.telemetry_gpu_s > 0 THEN CASE e.metric WHEN 'sm' THEN 'SM_ACTIVE'
+                    WHEN 'gr' THEN 'GR_ENGINE_ACTIVE' WHEN 'gu' THEN 'GPU_UTIL' END END AS metric,
+               CASE WHEN s.telemetry_gpu_s > 0 THEN s.active_gpu_s / s.telemetry_gpu_s END AS act_mean,
+               q.act_p95, s.fb_max_mib, s.energy_j,
+               CASE WHEN s.telemetry_gpu_s = 0 THEN 'none'
+                    WHEN s.label_gpu_s >= s.index_gpu_s AND s.label_gpu_s >= s.share_gpu_s THEN 'exporter-label'
+                    WHEN s.index_gpu_s >= s.share_gpu_s THEN 'gpu-index' ELSE 'node-share' END AS method,
+               s.label_gpu_s, s.index_gpu_s, s.share_gpu_s, s.rollup_gpu_s,
+               coalesce(q.n_devices, 0)::INTEGER AS n_devices, $now AS computed_at
+        FROM s JOIN _jw w USING (job_uid) LEFT JOIN _eff_metric e USING (job_uid) LEFT JOIN q USING (job_uid)""",
+                {"now": now})
+
+
+def build(con: duckdb.DuckDBPyConnection, full: bool = False) -> None:
+    """Mart builder for models/refresh.py: recompute the changed jobs' rows of both efficiency marts."""
+    newest = _targets(con, full)
+    attribution.attribute(con, "_eff_targets")
+    _metric_choice(con)
+    _scored(con)
+    _hours(con)
+    _jobs(con, warehouse.utcnow())
+    con.execute("BEGIN TRANSACTION")
+    try:
+        if full:
+            con.execute("DELETE FROM gpu_efficiency_job")
+            con.execute("DELETE FROM gpu_efficiency_job_hour")
+        else:
+            con.execute("DELETE FROM gpu_efficiency_job WHERE job_uid IN (SELECT job_uid FROM _eff_targets)")
+            con.execute("DELETE FROM gpu_efficiency_job_hour WHERE job_uid IN (SELECT job_uid FROM _eff_targets)")
+            # jobs that stopped being GPU jobs (or vanished) leave the marts
+            for t in ("gpu_efficiency_job", "gpu_efficiency_job_hour"):
+                con.execute(f"""DELETE FROM {t} WHERE job_uid NOT IN
+                                (SELECT job_uid FROM jobs WHERE ngpus > 0 AND start IS NOT NULL)""")
+        con.execute("INSERT INTO gpu_efficiency_job BY NAME SELECT * FROM _eff_job")
+        con.execute("INSERT INTO gpu_efficiency_job_hour BY NAME SELECT * EXCLUDE (rollup_gpu_s) FROM _eff_hour "
+                    "ORDER BY hour, job_uid")
+        con.execute("""INSERT INTO gpu_mart_state VALUES ('efficiency', ?, ?)
+                       ON CONFLICT (mart) DO UPDATE SET last_run_id = excluded.last_run_id,
+                                                        refreshed_at = excluded.refreshed_at""",
+                    [newest, warehouse.utcnow()])
+        con.execute("COMMIT")
+    except Exception:
+        con.execute("ROLLBACK")
+        raise
+    for t in ("_eff_targets", "_eff_dirty", "_eff_metric", "_eff_px", "_eff_hour", "_eff_job", "_att", "_jw"):
+        con.execute(f"DROP TABLE IF EXISTS {t}")
+
+
+# ---------------------------------------------------------------- reports
+
+JOB_COLS = ("user", "team", "account", "partition", "qos", "gpu_type", "cluster")
+_BIN_LO = "CASE WHEN i = 1 THEN 0 WHEN i = 2 THEN 0.005 ELSE 0.05 * (i - 2) END"
+_BIN_HI = "CASE WHEN i = 1 THEN 0 ELSE 0.05 * (i - 1) END"
+
+
+def _hours_in(by: list[str]) -> str:
+    """Mart hours in the window, with the job's grouping columns (gpu_type falls back to the node pool)."""
+    cols = ", ".join(f'j."{c}"' if c != "gpu_type" else "coalesce(j.gpu_type, gt.gpu_type, 'unknown') AS gpu_type"
+                     for c in by if c != "cluster")
+    return f"""
+        SELECT h.*, e.metric{', ' + cols if cols else ''}
+        FROM gpu_efficiency_job_hour h JOIN gpu_efficiency_job e USING (job_uid) JOIN jobs j USING (job_uid)
+        LEFT JOIN (SELECT jn.job_uid, min(n.gpu_type) AS gpu_type FROM job_nodes jn
+                   JOIN nodes n ON n.cluster = jn.cluster AND n.node = jn.node GROUP BY 1) gt USING (job_uid)
+        WHERE h.hour >= $lo AND h.hour < $hi"""
+
+
+def _window(con, date_from: dt.datetime | None, date_to: dt.datetime | None) -> tuple[dt.datetime, dt.datetime]:
+    """The report window rounded out to whole UTC hours (the mart's grain); open ends take the data's."""
+    lo, hi = con.sql("SELECT min(hour), max(hour) + INTERVAL 1 HOUR FROM gpu_efficiency_job_hour").fetchall()[0]
+    lo = date_from.replace(minute=0, second=0, microsecond=0) if date_from else lo
+    if date_to:
+        hi = date_to if date_to == date_to.replace(minute=0, second=0, microsecond=0) else \
+            date_to.replace(minute=0, second=0, microsecond=0) + dt.timedelta(hours=1)
+    epoch = dt.datetime(1970, 1, 1)
+    return lo or epoch, hi or epoch
+
+
+def _check_by(by: list[str]) -> None:
+    bad = [c for c in by if c not in JOB_COLS]
+    if bad:
+        raise ValueError(f"cannot group efficiency by {', '.join(bad)}; choose from {', '.join(JOB_COLS)} or job")
+
+
+def by_group(con: duckdb.DuckDBPyConnection, date_from: dt.datetime | None = None,
+             date_to: dt.datetime | None = None, by: list[str] | None = None,
+             bucket: str | None = "day") -> pl.DataFrame:
+    """Efficiency per ``by`` columns and time ``bucket`` (hour/day/week/month, or None for the whole window).
+
+    GPU-hours; percentages of telemetry-covered GPU-hours; group p95 interpolated in 5 % bins.
+    """
+    by = list(by or [])
+    _check_by(by)
+    lo, hi = _window(con, date_from, date_to)
+    keys = ([f"date_trunc('{bucket}', hour) AS bucket"] if bucket else []) + [f'"{c}"' for c in by]
+    names = (["bucket"] if bucket else []) + [f'"{c}"' for c in by]
+    gsel = ", ".join(keys)
+    gkey = ", ".join(names)
+    sel = (gkey + ", ") if gkey else ""
+    on = " AND ".join(f"g.{n} IS NOT DISTINCT FROM x.{n}" for n in names) or "TRUE"
+    q = f"""
+    WITH h AS ({_hours_in(by)}),
+    per_job AS (
+        SELECT {gsel + ', ' if gsel else ''}job_uid, any_value(metric) AS metric, sum(alloc_gpu_s) AS alloc,
+               sum(telemetry_gpu_s) AS tel, sum(active_gpu_s) AS act, sum(idle_alloc_gpu_s) AS idle,
+               max(fb_max_mib) AS fb, sum(energy_j) AS energy, sum(label_gpu_s) AS lab, sum(index_gpu_s) AS idx,
+               sum(share_gpu_s) AS shr
+        FROM h GROUP BY ALL),
+    g AS (
+        SELECT {sel}count(*) AS jobs, count(*) FILTER (WHERE tel = 0) AS jobs_without_telemetry,
+               sum(alloc) AS alloc, sum(tel) AS tel, sum(act) AS act, sum(idle) AS idle, max(fb) AS fb,
+               sum(energy) AS energy, sum(lab) AS lab, sum(idx) AS idx, sum(shr) AS shr
+        FROM per_job GROUP BY ALL),
+    mt AS (SELECT {sel}metric, sum(tel) AS t FROM per_job WHERE tel > 0 GROUP BY ALL),
+    mix AS (
+        SELECT {sel}string_agg(metric || CASE WHEN n > 1 THEN ' ' || round(100 * t / tt)::INTEGER || '%' ELSE '' END,
+                              ', ' ORDER BY t DESC) AS metric
+        FROM (SELECT *, sum(t) OVER (PARTITION BY {gkey or 'NULL'}) AS tt,
+                     count(*) OVER (PARTITION BY {gkey or 'NULL'}) AS n FROM mt) GROUP BY ALL),
+    bins AS (
+        SELECT {sel}i, sum(hist[i]) AS s FROM (SELECT {gsel + ', ' if gsel else ''}hist FROM h WHERE hist IS NOT NULL),
+               range(1, {N_BINS + 1}) r(i) GROUP BY ALL),
+    cum AS (
+        SELECT *, sum(s) OVER w AS c, sum(s) OVER (PARTITION BY {gkey or 'NULL'}) AS tot
+        FROM bins WINDOW w AS (PARTITION BY {gkey or 'NULL'} ORDER BY i ROWS UNBOUNDED PRECEDING)),
+    p95 AS (
+        SELECT {sel}arg_min({_BIN_LO} + ({_BIN_HI} - {_BIN_LO}) * (0.95 * tot - (c - s)) / s, i) AS p95
+        FROM cum WHERE c >= 0.95 * tot AND s > 0 AND tot > 0 GROUP BY ALL)
+    SELECT {', '.join(f'g.{n}' for n in names) + ', ' if names else ''}
+           x.metric, g.jobs, g.jobs_without_telemetry,
+           g.alloc / 3600 AS alloc_gpu_h, g.tel / 3600 AS telemetry_gpu_h,
+           100 * g.tel / nullif(g.alloc, 0) AS coverage_pct,
+           100 * g.act / nullif(g.tel, 0) AS mean_pct, 100 * p.p95 AS p95_pct,
+           g.act / 3600 AS active_gpu_h, g.idle / 3600 AS idle_alloc_gpu_h,
+           100 * g.idle / nullif(g.tel, 0) AS idle_alloc_pct, g.fb AS mem_hwm_mib, g.energy / 3.6e6 AS energy_kwh,
+           100 * g.lab / nullif(g.tel, 0) AS exact_label_pct, 100 * g.idx / nullif(g.tel, 0) AS exact_index_pct,
+           100 * g.shr / nullif(g.tel, 0) AS node_share_pct
+    FROM g LEFT JOIN mix x ON {on} LEFT JOIN p95 p ON {on.replace('x.', 'p.')}
+    ORDER BY {', '.join(f'g.{n}' for n in names) or '1'}"""
+    return con.sql(q, params={"lo": lo, "hi": hi}).pl()
+
+
+def per_job(con: duckdb.DuckDBPyConnection, date_from: dt.datetime | None = None,
+            date_to: dt.datetime | None = None, order: str = "start", limit: int | None = None) -> pl.DataFrame:
+    """One row per GPU job overlapping the window, its figures within the window (GPU-hours, %).
+
+    ``order``: ``start`` or ``idle`` (worst offenders first: most idle-allocated GPU-hours).
+    """
+    lo, hi = _window(con, date_from, date_to)
+    order_sql = {"start": "j.start, j.job_id", "idle": "idle_alloc_gpu_h DESC, j.job_id"}[order]
+    q = f"""
+    WITH h AS ({_hours_in(["gpu_type"])}),
+    s AS (SELECT job_uid, any_value(gpu_type) AS gpu_type, sum(alloc_gpu_s) AS alloc, sum(telemetry_gpu_s) AS tel,
+                 sum(active_gpu_s) AS act, sum(idle_alloc_gpu_s) AS idle, max(fb_max_mib) AS fb,
+                 sum(energy_j) AS energy, count(*) = any_value(e_hours) AS whole
+          FROM (SELECT *, count(*) OVER (PARTITION BY job_uid) AS n FROM h) h
+          JOIN (SELECT job_uid, count(*) AS e_hours FROM gpu_efficiency_job_hour GROUP BY 1) USING (job_uid)
+          GROUP BY job_uid),
+    bins AS (SELECT job_uid, i, sum(hist[i]) AS s FROM h, range(1, {N_BINS + 1}) r(i) WHERE hist IS NOT NULL
+             GROUP BY ALL),
+    cum AS (SELECT *, sum(s) OVER (PARTITION BY job_uid ORDER BY i ROWS UNBOUNDED PRECEDING) AS c,
+                   sum(s) OVER (PARTITION BY job_uid) AS tot FROM bins),
+    p95 AS (SELECT job_uid, arg_min({_BIN_LO} + ({_BIN_HI} - {_BIN_LO}) * (0.95 * tot - (c - s)) / s, i) AS p95
+            FROM cum WHERE c >= 0.95 * tot AND s > 0 AND tot > 0 GROUP BY job_uid)
+    SELECT j.cluster, j.job_id, j.user, j.team, j.account, j.partition, s.gpu_type, j.state, j.start, j."end",
+           j.ngpus, CASE WHEN s.tel > 0 THEN e.metric ELSE 'no telemetry' END AS metric,
+           s.alloc / 3600 AS alloc_gpu_h, s.tel / 3600 AS telemetry_gpu_h,
+           100 * s.tel / nullif(s.alloc, 0) AS coverage_pct, 100 * s.act / nullif(s.tel, 0) AS mean_pct,
+           100 * CASE WHEN s.tel = 0 THEN NULL WHEN s.whole THEN e.act_p95 ELSE p.p95 END AS p95_pct,
+           s.act / 3600 AS active_gpu_h, s.idle / 3600 AS idle_alloc_gpu_h, s.fb AS mem_hwm_mib,
+           s.energy / 3.6e6 AS energy_kwh, e.method
+    FROM s JOIN jobs j USING (job_uid) JOIN gpu_efficiency_job e USING (job_uid) LEFT JOIN p95 p USING (job_uid)
+    ORDER BY {order_sql}{f' LIMIT {int(limit)}' if limit else ''}"""
+    return con.sql(q, params={"lo": lo, "hi": hi}).pl()
+
+
+def worst_offenders(con: duckdb.DuckDBPyConnection, date_from: dt.datetime | None = None,
+                    date_to: dt.datetime | None = None, n: int = 10) -> pl.DataFrame:
+    """The ``n`` jobs with the most idle-allocated GPU-hours in the window."""
+    df = per_job(con, date_from, date_to, order="idle", limit=n)
+    return df.filter(pl.col("idle_alloc_gpu_h") > 0)
+
+
+def summary(con: duckdb.DuckDBPyConnection, date_from: dt.datetime | None = None,
+            date_to: dt.datetime | None = None) -> dict:
+    """Window totals: GPU-hours by attribution method and by activity metric, jobs without telemetry."""
+    lo, hi = _window(con, date_from, date_to)
+    row = con.sql(f"""
+        WITH h AS ({_hours_in([])}),
+        pj AS (SELECT job_uid, any_value(metric) AS metric, sum(alloc_gpu_s) AS alloc, sum(telemetry_gpu_s) AS tel,
+                      sum(label_gpu_s) AS lab, sum(index_gpu_s) AS idx, sum(share_gpu_s) AS shr
+               FROM h GROUP BY job_uid)
+        SELECT count(*), count(*) FILTER (WHERE tel = 0), coalesce(sum(alloc) FILTER (WHERE tel = 0), 0) / 3600,
+               coalesce(sum(alloc), 0) / 3600, coalesce(sum(tel), 0) / 3600, coalesce(sum(lab), 0) / 3600,
+               coalesce(sum(idx), 0) / 3600, coalesce(sum(shr), 0) / 3600,
+               coalesce(sum(tel) FILTER (WHERE metric = 'SM_ACTIVE'), 0) / 3600,
+               coalesce(sum(tel) FILTER (WHERE metric = 'GR_ENGINE_ACTIVE'), 0) / 3600,
+               coalesce(sum(tel) FILTER (WHERE metric = 'GPU_UTIL'), 0) / 3600
+        FROM pj""", params={"lo": lo, "hi": hi}).fetchall()[0]
+    keys = ("jobs", "jobs_without_telemetry", "gpu_h_without_telemetry", "alloc_gpu_h", "telemetry_gpu_h",
+            "exporter_label_gpu_h", "gpu_index_gpu_h", "node_share_gpu_h", "sm_active_gpu_h",
+            "gr_engine_active_gpu_h", "gpu_util_gpu_h")
+    return {"window": (lo, hi), **dict(zip(keys, row))}
+
+
+def method_shares(con: duckdb.DuckDBPyConnection, date_from: dt.datetime | None = None,
+                  date_to: dt.datetime | None = None) -> pl.DataFrame:
+    """Share of telemetry GPU-hours attributed by each method (exact by exporter label, exact by GPU index,
+    node-share), as a table."""
+    s = summary(con, date_from, date_to)
+    tel = s["telemetry_gpu_h"]
+    rows = [(m, s[k], 100 * s[k] / tel if tel else None) for m, k in
+            (("exporter-label (exact)", "exporter_label_gpu_h"), ("gpu-index (exact)", "gpu_index_gpu_h"),
+             ("node-share", "node_share_gpu_h"))]
+    return pl.DataFrame(rows, schema=["method", "gpu_h", "pct"], orient="row")
