@@ -326,12 +326,89 @@ def _efficiency_footer(args, con, s: dict) -> None:
         _say(args, "note: data were ingested after the last refresh; run `gpuledger refresh` to include them")
 
 
+def _governance_windows(args, con, default_days):
+    """--from/--to as one window, else --windows (default: the governance's, 7 and 30 days) ending at the horizon."""
+    from models import fairness, timeline
+    try:
+        lo, hi = timeline.parse_time(args.date_from), timeline.parse_time(args.date_to)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+    if lo or hi:
+        hi = hi or timeline.horizon(con)
+        if hi is None or lo is None or lo >= hi:
+            raise UsageError("give --from before --to (or before the data horizon)")
+        return [(f"{lo:%Y-%m-%d}..{hi:%Y-%m-%d}", lo, hi)]
+    try:
+        days = [int(d) for d in args.windows.split(",")] if args.windows else list(default_days)
+    except ValueError:
+        raise UsageError(f"--windows {args.windows!r}: give whole days, e.g. 7,30") from None
+    return fairness.default_windows(con, days)
+
+
+def _print_views(args, views: dict, default: str, compact: dict | None = None) -> None:
+    """One view to --out/--format, or every view as text tables (compact columns where given)."""
+    if args.view or args.out or args.format in ("csv", "json", "parquet"):
+        emit(views[args.view or default], args.format, args.out)
+        return
+    for name, df in views.items():
+        sys.stdout.write(f"\n== {name}\n")
+        cols = [c for c in (compact or {}).get(name, df.columns) if c in df.columns]
+        emit(df.select(cols), "table", None)
+
+
 def cmd_report_fairness(args) -> int:
-    return _not_yet("report fairness", 6)
+    """Usage against entitlement per team and pool, Slurm fair-share factors, Jain and Gini, entitlement gap."""
+    from models import cost, fairness, timeline
+    con = _open(args)
+    try:
+        policy = cost.current_policy(con)
+        windows = _governance_windows(args, con, policy.windows_days)
+        if not windows:
+            raise CliError("report fairness: no jobs in the warehouse yet (run `gpuledger ingest sacct ...`)")
+        rep = fairness.report(con, windows, policy, half_life_days=args.half_life, pool=args.pool)
+        views = {"pools": rep["pools"], "teams": rep["teams"]}
+        if args.view == "sshare":
+            views["sshare"] = fairness.sshare(con, timeline.parse_time(args.as_of), args.half_life, args.basis, policy)
+    except (cost.CostError, ValueError) as exc:
+        raise CliError(str(exc)) from exc
+    _print_views(args, views, "teams", {"teams": [
+        "window", "cluster", "pool", "team", "usage_gpu_h", "usage_share", "entitlement_share", "share_ratio",
+        "fairshare_classic", "level_fs", "pending_gpu_h", "gap_gpu_h", "gap"]})
+    unmapped = cost.unmapped_accounts(con)
+    if unmapped.height:
+        _say(args, f"{unmapped.height} accounts map to no team; their jobs count as '(unmapped)': "
+                   + ", ".join(f"{r['cluster']}/{r['account']}" for r in unmapped.head(8).iter_rows(named=True)))
+    return EXIT_OK
 
 
 def cmd_report_queue(args) -> int:
-    return _not_yet("report queue", 6)
+    """Queue waits per team x size class and per QOS, bounded slowdown, starvation, jobs pending now."""
+    import polars as pl
+    from models import cost, queue
+    con = _open(args)
+    try:
+        policy = cost.current_policy(con)
+    except cost.CostError:
+        policy = None   # waits need no governance; teams then show as (unmapped)
+    thr = args.threshold_hours or (policy.starvation_hours if policy else 24.0)
+    tau = args.tau_minutes or (policy.bsld_tau_minutes if policy else 10.0)
+    windows = _governance_windows(args, con, policy.windows_days if policy else (7, 30))
+    if not windows:
+        raise CliError("report queue: no jobs in the warehouse yet (run `gpuledger ingest sacct ...`)")
+    by = tuple(c.strip() for c in args.by.split(",") if c.strip()) or ("team", "size_class")
+    bad = [c for c in by if c not in queue.GROUPS]
+    if bad:
+        raise UsageError(f"report queue: cannot group by {', '.join(bad)}; choose from {', '.join(queue.GROUPS)}")
+    def per_window(f):
+        return pl.concat([f(s, e).select(pl.lit(w).alias("window"), pl.all()) for w, s, e in windows])
+    views = {
+        "waits": per_window(lambda s, e: queue.waits(con, s, e, by, tau, thr)),
+        "qos": per_window(lambda s, e: queue.waits(con, s, e, ("qos",), tau, thr)),
+        "starvation": per_window(lambda s, e: queue.starvation(con, s, e, thr)),
+        "pending": queue.pending_at(con, windows[0][2]),
+    }
+    _print_views(args, views, "waits")
+    return EXIT_OK
 
 
 def cmd_chargeback(args) -> int:
@@ -715,6 +792,24 @@ def _efficiency_options(s) -> None:
     s.add_argument("--worst", type=int, metavar="N", help="the N jobs with the most idle-allocated GPU-hours")
 
 
+def _governance_report_options(fair: argparse.ArgumentParser, queue: argparse.ArgumentParser) -> None:
+    for s in (fair, queue):
+        s.add_argument("--windows", metavar="DAYS", help="comma-separated window lengths in days ending at the data "
+                                                          "horizon (default: the governance's, else 7,30)")
+    fair.add_argument("--pool", help="one pool (GPU type) only; '(all)' is the whole cluster")
+    fair.add_argument("--half-life", type=float, metavar="DAYS", help="usage decay half-life (default: governance, 7)")
+    fair.add_argument("--view", choices=["pools", "teams", "sshare"],
+                      help="one view; 'sshare' = the association tree in sshare -l's terms")
+    fair.add_argument("--as-of", metavar="TIME", help="with --view sshare: decay usage to this time (default: horizon)")
+    fair.add_argument("--basis", choices=["billing", "gpu"], default="billing",
+                      help="with --view sshare: raw usage in billing-TRES-seconds (as sshare) or GPU-seconds")
+    queue.add_argument("--threshold-hours", type=float, metavar="H",
+                       help="starvation threshold (default: governance starvation_hours, else 24)")
+    queue.add_argument("--tau-minutes", type=float, metavar="MIN", help="bounded-slowdown tau (default 10)")
+    queue.add_argument("--view", choices=["waits", "qos", "starvation", "pending"], help="one view only")
+    queue.set_defaults(by="team,size_class")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="gpuledger",
@@ -796,6 +891,7 @@ def build_parser() -> argparse.ArgumentParser:
         s = isrep.add_parser(name, parents=[parent], help=text, description=text)
         s.set_defaults(func=func)
     _efficiency_options(isrep.choices["efficiency"])
+    _governance_report_options(isrep.choices["fairness"], isrep.choices["queue"])
 
     s = sub.add_parser("chargeback", help="monthly statement per team and cost centre, reconciled to the cent",
                        description="The month's GPU statement per team and cost centre, by GPU type: GPU-hours, rate, "

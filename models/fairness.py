@@ -1,0 +1,278 @@
+"""Is the cluster shared as agreed? Usage against entitlement per team and pool, Slurm's fair-share factors,
+Jain's index and Gini, the entitlement gap.
+
+Definitions (docs/METRICS.md, "Fairness"; sources in ../shared/METRICS.md section 2 and ../shared/ANCHORS.md):
+
+- usage U_i: allocated GPU-hours of team i in the window and pool (from the timeline); usage share U_i/sum U.
+- entitlement E_i: entitled GPU-hours in the window (a share of the pool's capacity, or a quota); its share
+  S_i = E_i/sum E. A pool without entitlements gives every team present an equal share (Slurm's default
+  Fairshare=1 per association). For the whole cluster (pool ``(all)``), teams' ``fairshare`` raw shares are
+  used when the governance sets any (normalised down the association tree, as Slurm does), else sum E.
+- share ratio r_i = (U_i/sum U)/S_i.
+- decayed usage: every GPU-second weighted 2^(-age/half-life) at the window's end (Slurm PriorityDecayHalfLife,
+  continuous instead of every PriorityCalcPeriod); its normalised form U~_i = D_i/sum D.
+- Slurm classic fair-share factor F_i = 2^(-U~_i/S_i) (dampening 1); Fair Tree level factor LF_i = S_i/U~_i
+  (infinite, shown empty, with no usage).
+- Jain's index over r_i of teams that had pending demand (J = (sum r)^2/(n sum r^2)); Gini over r_i of teams with
+  an entitlement and any usage or demand (G = sum_ij |r_i - r_j| / (2 n^2 mean r)).
+- entitlement gap g_i = max(0, min(D_i, E_i) - U_i) / E_i with demand D_i = U_i + pending GPU-hours.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import math
+
+import polars as pl
+
+from models import cost, queue, timeline
+
+ALL_POOLS = "(all)"
+#: Usage older than this many half-lives weighs < 1e-6 and is not read.
+DECAY_HORIZON_HALF_LIVES = 20
+
+
+# ---------------------------------------------------------------- formulas
+
+def jain(x: list[float]) -> float | None:
+    """Jain's fairness index (Jain, Chiu & Hawe 1984): 1 = perfectly equal, 1/n = one takes all."""
+    x = [v for v in x if v is not None and math.isfinite(v)]
+    sq = sum(v * v for v in x)
+    return None if not x or sq == 0 else sum(x) ** 2 / (len(x) * sq)
+
+
+def gini(x: list[float]) -> float | None:
+    """Gini coefficient: 0 = equal, towards 1 = concentrated."""
+    x = [v for v in x if v is not None and math.isfinite(v)]
+    if not x or sum(x) == 0:
+        return None
+    n, mean = len(x), sum(x) / len(x)
+    return sum(abs(a - b) for a in x for b in x) / (2 * n * n * mean)
+
+
+def classic_factor(norm_usage: float, norm_shares: float, dampening: float = 1.0) -> float:
+    """Slurm classic fair-share factor 2^(-U/S/d); 0 for an association without shares."""
+    if norm_shares <= 0:
+        return 0.0
+    return 2.0 ** (-norm_usage / norm_shares / dampening)
+
+
+def level_fs(norm_shares: float, norm_usage: float) -> float:
+    """Fair Tree level fairshare S/U (infinite without usage)."""
+    return math.inf if norm_usage <= 0 else norm_shares / norm_usage
+
+
+def association_tree(nodes: pl.DataFrame) -> pl.DataFrame:
+    """sshare-like columns for an association tree ``nodes`` (node, parent (None = root), raw_shares, raw_usage;
+    raw_usage of leaves, parents' usage is their children's sum unless given).
+
+    Returns node, parent, depth, raw_shares, norm_shares (S_self/S_self+siblings, Fair Tree and sshare),
+    raw_usage, norm_usage (over the root's), effectv_usage (over the parent's: Fair Tree's sshare column),
+    level_fs (norm_shares/effectv_usage), classic_shares (the product down the tree), classic_effectv_usage
+    (U_E = U + (U_E,parent - U) S_child/S_siblings) and classic_fairshare (2^(-U_E/S))."""
+    rows = {r["node"]: dict(r) for r in nodes.iter_rows(named=True)}
+    kids: dict = {}
+    for n, r in rows.items():
+        kids.setdefault(r["parent"], []).append(n)
+
+    def usage(n):
+        own = rows[n].get("raw_usage")
+        return own if own is not None and n not in kids else sum(usage(k) for k in kids.get(n, [])) + (own or 0.0)
+    total = sum(usage(n) for n in kids.get(None, []))
+    out = []
+
+    def walk(parent, depth, p_usage, p_shares, p_ue):
+        sibs = kids.get(parent, [])
+        s_sum = sum(rows[k]["raw_shares"] or 0 for k in sibs)
+        for n in sorted(sibs):
+            raw_s, u = rows[n]["raw_shares"] or 0.0, usage(n)
+            ns = raw_s / s_sum if s_sum else 0.0
+            eff = u / p_usage if p_usage else 0.0
+            cs = p_shares * ns
+            nu = u / total if total else 0.0
+            ue = nu + (p_ue - nu) * ns if parent is not None else nu
+            out.append({"node": n, "parent": parent, "depth": depth, "raw_shares": raw_s, "norm_shares": ns,
+                        "raw_usage": u, "norm_usage": nu, "effectv_usage": eff,
+                        "level_fs": None if eff <= 0 else ns / eff, "classic_shares": cs,
+                        "classic_effectv_usage": ue, "classic_fairshare": classic_factor(ue, cs)})
+            walk(n, depth + 1, u, cs, ue)
+    walk(None, 1, total, 1.0, 0.0)
+    return pl.DataFrame(out, schema={
+        "node": pl.String, "parent": pl.String, "depth": pl.Int32, "raw_shares": pl.Float64,
+        "norm_shares": pl.Float64, "raw_usage": pl.Float64, "norm_usage": pl.Float64, "effectv_usage": pl.Float64,
+        "level_fs": pl.Float64, "classic_shares": pl.Float64, "classic_effectv_usage": pl.Float64,
+        "classic_fairshare": pl.Float64})
+
+
+# ---------------------------------------------------------------- usage
+
+def decayed_usage(con, at: dt.datetime, half_life_days: float, basis: str = "gpu") -> pl.DataFrame:
+    """Usage decayed to ``at``: every second weighted 2^(-(at - t)/half-life), integrated exactly over each
+    allocation. basis 'gpu': GPU-seconds per (cluster, gpu_type, team, account) from the timeline; 'billing':
+    billing-TRES-seconds per (cluster, team, account) from jobs (all jobs, as sshare's RawUsage)."""
+    h = half_life_days * 86400.0
+    since = at - dt.timedelta(seconds=h * DECAY_HORIZON_HALF_LIVES)
+    integral = "({w} * $h / ln(2) * (pow(2, -(epoch($at) - epoch(z)) / $h) - pow(2, -(epoch($at) - epoch(a)) / $h)))"
+    if basis == "gpu":
+        pieces = timeline.job_alloc_in_buckets_sql("month")
+        sql = f"""
+            WITH p AS (SELECT job_uid, cluster, gpu_type, gpus, greatest(t0, $s, bucket) AS a,
+                              least(t1, $e, bucket + INTERVAL 1 MONTH) AS z FROM ({pieces}) WHERE gpu_s > 0)
+            SELECT p.cluster, coalesce(p.gpu_type, j.gpu_type, '{cost.UNTYPED}') AS gpu_type,
+                   coalesce(j.team, '(unmapped)') AS team, j.account,
+                   sum({integral.format(w='p.gpus')}) AS decayed
+            FROM p JOIN jobs j USING (job_uid) GROUP BY ALL"""
+        return timeline.frame(con, sql, {"s": since, "e": at, "at": at, "h": h})
+    hz = timeline.horizon(con) or at
+    sql = f"""
+        WITH p AS (SELECT cluster, coalesce(team, '(unmapped)') AS team, account, billing,
+                          greatest(start, $s) AS a, least(coalesce("end", $hz), $at) AS z
+                   FROM jobs WHERE start IS NOT NULL AND start < $at AND coalesce("end", $hz) > $s AND billing > 0)
+        SELECT cluster, team, account, sum({integral.format(w='billing')}) AS decayed FROM p WHERE z > a GROUP BY ALL"""
+    return timeline.frame(con, sql, {"s": since, "at": at, "h": h, "hz": hz})
+
+
+# ---------------------------------------------------------------- the association tree (sshare view)
+
+def sshare(con, at: dt.datetime | None = None, half_life_days: float | None = None, basis: str = "billing",
+           policy: cost.Policy | None = None) -> pl.DataFrame:
+    """Our numbers in sshare's shape, to hold against `sshare -l`: the governance association tree (teams
+    with their ``fairshare`` and ``parent``), usage decayed to ``at`` (default: the data horizon). Raw usage is
+    billing-TRES-seconds like sshare's RawUsage (``basis='gpu'`` for GPU-seconds). A team is matched to its jobs
+    through team_map, so a team that is one Slurm account compares one to one."""
+    policy = policy or cost.current_policy(con)
+    at = at or timeline.horizon(con)
+    hl = half_life_days or policy.half_life_days
+    use = decayed_usage(con, at, hl, basis).group_by("team").agg(pl.col("decayed").sum())
+    by_team = dict(use.iter_rows())
+    nodes = [{"node": n, "parent": p, "raw_shares": 1.0 if s is None else s,
+              "raw_usage": by_team.get(n, 0.0) if is_team else None} for n, p, s, is_team in policy.team_tree]
+    frame = pl.DataFrame(nodes, schema={"node": pl.String, "parent": pl.String, "raw_shares": pl.Float64,
+                                        "raw_usage": pl.Float64})
+    return association_tree(frame).with_columns(pl.lit(at, pl.Datetime("us")).alias("as_of"))
+
+
+# ---------------------------------------------------------------- the fairness report
+
+def default_windows(con, days: tuple | list, end: dt.datetime | None = None) -> list[tuple[str, dt.datetime, dt.datetime]]:
+    """(label, start, end) windows of ``days`` days ending at ``end`` (default: the data horizon)."""
+    end = end or timeline.horizon(con)
+    if end is None:
+        return []
+    return [(f"{d}d", end - dt.timedelta(days=d), end) for d in days]
+
+
+def report(con, windows: list[tuple[str, dt.datetime, dt.datetime]], policy: cost.Policy | None = None,
+           half_life_days: float | None = None, pool: str | None = None) -> dict[str, pl.DataFrame]:
+    """Fairness per window, cluster and pool (each GPU type, and ``(all)``): {"teams": per team, "pools": per
+    pool (Jain, Gini, largest gap)}. GPU-hours; shares and ratios are fractions."""
+    policy = policy or cost.current_policy(con)
+    hl = half_life_days or policy.half_life_days
+    teams = [_window_teams(con, policy, label, s, e, hl) for label, s, e in windows]
+    teams = pl.concat([t for t in teams if t.height]) if any(t.height for t in teams) else _empty_teams()
+    if pool:
+        teams = teams.filter(pl.col("pool") == pool)
+    return {"teams": teams, "pools": _pool_summary(teams)}
+
+
+def _window_teams(con, policy, label, start, end, hl) -> pl.DataFrame:
+    keys = ["cluster", "pool", "team"]
+    alloc = cost.job_allocations(con, start, end)
+    jobs_team = con.sql("SELECT job_uid, coalesce(team, '(unmapped)') AS team, gpu_type AS job_gpu_type FROM jobs").pl()
+    use = (alloc.join(jobs_team, on="job_uid", how="left")
+           .with_columns(pool=pl.coalesce("gpu_type", "job_gpu_type", pl.lit(cost.UNTYPED)))
+           .group_by(keys).agg((pl.col("gpu_s").sum() / 3600).alias("usage_gpu_h")))
+    ent = (cost.entitled_gpu_seconds(con, policy, start, end).rename({"gpu_type": "pool"})
+           .with_columns((pl.col("entitled_s") / 3600).alias("entitled_gpu_h")).drop("entitled_s"))
+    pend = queue.pending_demand(con, start, end).rename({"gpu_type": "pool"}).drop("pending_jobs")
+    dec = (decayed_usage(con, end, hl, "gpu").rename({"gpu_type": "pool"})
+           .group_by(keys).agg((pl.col("decayed").sum() / 3600).alias("decayed_gpu_h")))
+    frames = [use, ent, pend.filter(pl.col("pool") != "(any)"), dec]
+    per_pool = _outer(frames, keys)
+    whole = _outer([f.group_by("cluster", "team").agg(pl.exclude("pool").sum()).with_columns(pool=pl.lit(ALL_POOLS))
+                    for f in (use, ent, pend, dec)], keys)
+    whole = _fairshare_shares(whole, policy)
+    out = pl.concat([per_pool.with_columns(shares_from=pl.lit("entitlements")), whole], how="diagonal_relaxed")
+    out = _derive(out).with_columns(window=pl.lit(label), window_start=pl.lit(start, pl.Datetime("us")),
+                                    window_end=pl.lit(end, pl.Datetime("us")))
+    return out.select(list(_TEAM_SCHEMA)).cast(_TEAM_SCHEMA).sort("window", "cluster", "pool", "team")
+
+
+def _outer(frames: list[pl.DataFrame], keys: list[str]) -> pl.DataFrame:
+    out = None
+    for f in frames:
+        f = f.select(keys + [c for c in f.columns if c not in keys])
+        out = f if out is None else out.join(f, on=keys, how="full", coalesce=True)
+    cols = {"usage_gpu_h": 0.0, "entitled_gpu_h": 0.0, "pending_gpu_h": 0.0, "decayed_gpu_h": 0.0}
+    for c in cols:
+        if c not in out.columns:
+            out = out.with_columns(pl.lit(0.0).alias(c))
+    return out.with_columns([pl.col(c).fill_null(0.0) for c in cols])
+
+
+def _fairshare_shares(whole: pl.DataFrame, policy: cost.Policy) -> pl.DataFrame:
+    """The (all) pool: teams' Slurm-style raw shares normalised down the tree, when the governance sets any."""
+    if not any(s is not None for n, p, s, is_team in policy.team_tree if is_team):
+        return whole.with_columns(shares_from=pl.lit("entitlements"))
+    nodes = pl.DataFrame([{"node": n, "parent": p, "raw_shares": 1.0 if s is None else s, "raw_usage": 0.0}
+                          for n, p, s, _ in policy.team_tree],
+                         schema={"node": pl.String, "parent": pl.String, "raw_shares": pl.Float64,
+                                 "raw_usage": pl.Float64})
+    shares = association_tree(nodes).select(pl.col("node").alias("team"), pl.col("classic_shares").alias("fs_share"))
+    return (whole.join(shares, on="team", how="left")
+            .with_columns(entitled_gpu_h=pl.col("fs_share").fill_null(0.0), shares_from=pl.lit("fairshare"))
+            .drop("fs_share"))
+
+
+def _derive(df: pl.DataFrame) -> pl.DataFrame:
+    g = ["cluster", "pool"]
+    tot = lambda c: pl.col(c).sum().over(g)
+    equal = tot("entitled_gpu_h") == 0
+    share = (pl.when(equal).then(1.0 / pl.len().over(g)).otherwise(pl.col("entitled_gpu_h") / tot("entitled_gpu_h")))
+    df = df.with_columns(
+        shares_from=pl.when(equal).then(pl.lit("equal (no entitlements)")).otherwise(pl.col("shares_from")),
+        usage_share=pl.col("usage_gpu_h") / tot("usage_gpu_h"), entitlement_share=share,
+        norm_decayed_usage=pl.col("decayed_gpu_h") / tot("decayed_gpu_h"),
+        demand_gpu_h=pl.col("usage_gpu_h") + pl.col("pending_gpu_h"))
+    ent_h = pl.when(pl.col("shares_from") == "entitlements").then(pl.col("entitled_gpu_h"))
+    gap_h = pl.max_horizontal(pl.min_horizontal("demand_gpu_h", ent_h) - pl.col("usage_gpu_h"), pl.lit(0.0))
+    return df.with_columns(
+        share_ratio=pl.when(pl.col("entitlement_share") > 0).then(pl.col("usage_share") / pl.col("entitlement_share")),
+        fairshare_classic=pl.when(pl.col("entitlement_share") > 0)
+            .then(pl.lit(2.0).pow(-pl.col("norm_decayed_usage").fill_nan(0) / pl.col("entitlement_share"))).otherwise(0.0),
+        level_fs=pl.when(pl.col("norm_decayed_usage") > 0).then(pl.col("entitlement_share") / pl.col("norm_decayed_usage")),
+        gap_gpu_h=pl.when(ent_h > 0).then(gap_h), gap=pl.when(ent_h > 0).then(gap_h / ent_h))
+
+
+_TEAM_SCHEMA = {
+    "window": pl.String, "window_start": pl.Datetime("us"), "window_end": pl.Datetime("us"), "cluster": pl.String,
+    "pool": pl.String, "team": pl.String, "usage_gpu_h": pl.Float64, "usage_share": pl.Float64,
+    "entitled_gpu_h": pl.Float64, "entitlement_share": pl.Float64, "shares_from": pl.String,
+    "share_ratio": pl.Float64, "decayed_gpu_h": pl.Float64, "norm_decayed_usage": pl.Float64,
+    "fairshare_classic": pl.Float64, "level_fs": pl.Float64, "pending_gpu_h": pl.Float64,
+    "demand_gpu_h": pl.Float64, "gap_gpu_h": pl.Float64, "gap": pl.Float64}
+
+
+def _empty_teams() -> pl.DataFrame:
+    return pl.DataFrame(schema=_TEAM_SCHEMA)
+
+
+def _pool_summary(teams: pl.DataFrame) -> pl.DataFrame:
+    rows = []
+    for (window, cluster, pool), t in teams.group_by(["window", "cluster", "pool"], maintain_order=True):
+        demand = t.filter((pl.col("pending_gpu_h") > 0) & (pl.col("entitlement_share") > 0))
+        active = t.filter((pl.col("entitlement_share") > 0) & (pl.col("demand_gpu_h") > 0))
+        gaps = t.filter(pl.col("gap").is_not_null()).sort("gap", descending=True)
+        rows.append({"window": window, "cluster": cluster, "pool": pool, "teams": t.height,
+                     "allocated_gpu_h": t["usage_gpu_h"].sum(), "pending_gpu_h": t["pending_gpu_h"].sum(),
+                     "teams_with_pending_demand": demand.height,
+                     "jain_pending_teams": jain(demand["share_ratio"].to_list()),
+                     "gini": gini(active["share_ratio"].to_list()),
+                     "max_gap": gaps["gap"][0] if gaps.height else None,
+                     "max_gap_team": gaps["team"][0] if gaps.height and gaps["gap"][0] > 0 else None,
+                     "teams_with_gap": gaps.filter(pl.col("gap") > 0).height,
+                     "shares_from": t["shares_from"][0]})
+    return pl.DataFrame(rows, schema={
+        "window": pl.String, "cluster": pl.String, "pool": pl.String, "teams": pl.Int64, "allocated_gpu_h": pl.Float64,
+        "pending_gpu_h": pl.Float64, "teams_with_pending_demand": pl.Int64, "jain_pending_teams": pl.Float64,
+        "gini": pl.Float64, "max_gap": pl.Float64, "max_gap_team": pl.String, "teams_with_gap": pl.Int64,
+        "shares_from": pl.String})
