@@ -9,7 +9,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from dashboards import queries, sidebar, ui
+from dashboards import model_reads, queries, sidebar, ui
 
 HERE = Path(__file__).resolve().parent
 PAGES = HERE / "views"   # not "pages/": Streamlit 1.67 would run that directory in legacy mode on a cold deep link
@@ -51,7 +51,7 @@ def main() -> None:
         }
         flt = sidebar.filters(cat)
     if flt is not None:
-        ui.set_context(ui.Context(version=state.version, cat=cat, filters=flt, currency=queries.currency(state.version)))
+        ui.set_context(ui.Context(version=state.version, cat=cat, filters=flt, currency=model_reads.currency(state.version) if cat else None))
     sidebar.freshness(state.version, cat)
     st.navigation(pages, position="sidebar").run()
 

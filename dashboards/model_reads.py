@@ -3,17 +3,200 @@
 Each function calls the library function of the model that owns the figure (models/*), on a read-only
 cursor of the serving snapshot, and returns None while that model has not landed, so a page can say so
 instead of inventing numbers. No business SQL lives here: only the mapping from the sidebar's filters to
-the model's parameters.
+the model's parameters, and sums of the model's additive columns (GPU-hours) over the groups a filter
+keeps, with ratios recomputed from those sums.
 """
 from __future__ import annotations
+
+import datetime as dt
+import importlib
+from types import ModuleType
 
 import polars as pl
 import streamlit as st
 
-from dashboards import queries, ui
+from dashboards import queries
+from dashboards.filters import Filters
 from dashboards.queries import CACHE
+from dashboards.theme import UNMAPPED
 
 
-def telemetry_gaps(ctx: "ui.Context") -> pl.DataFrame | None:
+def _model(name: str, *functions: str) -> ModuleType | None:
+    try:
+        mod = importlib.import_module(f"models.{name}")
+    except ImportError:
+        return None
+    return mod if all(hasattr(mod, f) for f in functions) else None
+
+
+def landed(name: str, *functions: str) -> bool:
+    """True when ``models.<name>`` exists with every function the dashboard calls."""
+    return _model(name, *functions) is not None
+
+
+def _cursor():
+    return queries.current().cursor()
+
+
+def auto_bucket(f: Filters) -> str:
+    """A bucket that gives a readable number of points for the window (about 24 to 120)."""
+    if f.days <= 3:
+        return "hour"
+    if f.days <= 120:
+        return "day"
+    if f.days <= 730:
+        return "week"
+    return "month"
+
+
+# ---------------------------------------------------------------- utilization (models/utilization.py, issue 5)
+
+#: Additive GPU-hour columns of utilization.by_bucket's capacity rows.
+UTIL_SUMS = ["capacity_gpu_h", "unavailable_gpu_h", "available_gpu_h", "allocated_gpu_h", "idle_gpu_h",
+             "beyond_capacity_gpu_h", "pending_gpu_h", "sreport_allocated", "sreport_down", "sreport_planned_down",
+             "sreport_idle", "sreport_planned", "sreport_reported"]
+_CAP_FILTERS = {"clusters": "cluster", "pools": "gpu_type", "partitions": "partition"}
+
+
+def _capacity_by(f: Filters, group: str | None) -> list[str]:
+    by = [col for name, col in _CAP_FILTERS.items() if f.dimensions()[name]]
+    if group and group != "team" and group not in by:
+        by.append(group)
+    return by
+
+
+@st.cache_data(**CACHE)
+def utilization(version: str, f: Filters, bucket: str, group: str | None = None) -> pl.DataFrame | None:
+    """Capacity and allocation per bucket (and ``group``: cluster, gpu_type or partition), GPU-hours.
+
+    With a team filter, ``allocated_gpu_h`` is the selected teams' allocation and ``other_allocated_gpu_h``
+    the rest, so allocated + other + idle + unavailable = capacity still holds. ``allocation_ratio`` is the
+    (selected) allocation inside capacity over available capacity, recomputed from the sums.
+    """
+    mod = _model("utilization", "by_bucket")
+    if mod is None:
+        return None
+    by = _capacity_by(f, group)
+    if f.teams:
+        by.append("team")
+    df = mod.by_bucket(_cursor(), f.t0, f.t1, bucket, by=by or None)
+    keys = ["bucket"] + ([group] if group and group != "team" else [])
+    if df.height == 0:
+        return df
+    df = f.apply(df, skip=("teams",))
+    if f.teams:
+        totals = df.filter(pl.col("team") == mod.TOTAL_LABEL)
+        chosen = (_team_rows(df, f, mod.TOTAL_LABEL).group_by(keys)
+                  .agg(pl.col("allocated_gpu_h").sum().alias("_sel")))
+    else:
+        totals, chosen = df, None
+    out = totals.group_by(keys).agg(pl.col("hours").max(), *[pl.col(c).sum() for c in UTIL_SUMS if c in totals.columns])
+    if chosen is not None:
+        out = (out.join(chosen, on=keys, how="left").with_columns(pl.col("_sel").fill_null(0.0))
+               .with_columns((pl.col("allocated_gpu_h") - pl.col("_sel")).alias("other_allocated_gpu_h"),
+                             pl.col("_sel").alias("allocated_gpu_h"))
+               .drop("_sel"))
+        ratio = pl.col("allocated_gpu_h") / pl.col("available_gpu_h")
+    else:
+        out = out.with_columns(pl.lit(0.0).alias("other_allocated_gpu_h"))
+        ratio = pl.col("sreport_allocated") / pl.col("available_gpu_h")
+    out = out.with_columns(pl.when(pl.col("available_gpu_h") > 0).then(ratio).otherwise(None).alias("allocation_ratio"))
+    return out.sort(keys)
+
+
+def _team_rows(df: pl.DataFrame, f: Filters, total_label: str) -> pl.DataFrame:
+    rows = df.filter(pl.col("team") != total_label)
+    return f.apply(rows.with_columns(pl.when(pl.col("team") == UNMAPPED).then(None).otherwise(pl.col("team"))
+                                     .alias("team")), skip=("clusters", "pools", "partitions"))
+
+
+@st.cache_data(**CACHE)
+def allocation_by_team(version: str, f: Filters, bucket: str) -> pl.DataFrame | None:
+    """Allocated GPU-hours per bucket and team (teams the filter keeps; unmapped jobs as UNMAPPED)."""
+    mod = _model("utilization", "by_bucket")
+    if mod is None:
+        return None
+    by = _capacity_by(f, None) + ["team"]
+    df = mod.by_bucket(_cursor(), f.t0, f.t1, bucket, by=by)
+    if df.height == 0:
+        return pl.DataFrame(schema={"bucket": pl.Datetime, "team": pl.String, "allocated_gpu_h": pl.Float64})
+    df = _team_rows(f.apply(df, skip=("teams",)), f, mod.TOTAL_LABEL)
+    return (df.with_columns(pl.col("team").fill_null(UNMAPPED))
+            .group_by("bucket", "team").agg(pl.col("allocated_gpu_h").sum()).sort("bucket", "team"))
+
+
+def window_totals(df: pl.DataFrame | None, f: Filters) -> dict[str, float | None]:
+    """Sum a utilization frame over its buckets (and groups): GPU-hours and the recomputed allocation ratio.
+
+    Without a team filter the ratio counts allocation inside capacity (as the model does); with one, the
+    selected teams' allocation over the available capacity of the pools and partitions kept."""
+    if df is None or df.height == 0:
+        return {}
+    sums = {c: float(df[c].sum()) for c in [*UTIL_SUMS, "other_allocated_gpu_h"] if c in df.columns}
+    avail = sums.get("available_gpu_h") or 0.0
+    num = sums["allocated_gpu_h"] if f.teams else sums.get("sreport_allocated", sums["allocated_gpu_h"])
+    sums["allocation_ratio"] = num / avail if avail > 0 else None
+    return sums
+
+
+# ---------------------------------------------------------------- telemetry (models/efficiency.py, issue 3)
+
+def telemetry_gaps(ctx) -> pl.DataFrame | None:
     """Nodes and periods without GPU telemetry in the window (issue 3), or None before that model lands."""
     return None
+
+
+# ---------------------------------------------------------------- cost and chargeback (models/chargeback.py, issue 6)
+
+@st.cache_data(**CACHE)
+def currency(version: str) -> str | None:
+    """The governance currency, or None before a governance file is loaded (or before the cost model lands)."""
+    mod = _model("cost", "current_policy")
+    if mod is None:
+        return None
+    try:
+        return mod.current_policy(_cursor()).currency
+    except Exception:  # no governance loaded yet: amounts are simply not shown
+        return None
+
+
+@st.cache_data(**CACHE)
+def chargeback_periods(version: str, first: dt.date | None, last: dt.date | None) -> tuple[list[str], list[str]]:
+    """(every month the data touches, newest first; the months closed so far)."""
+    mod = _model("chargeback", "closed_periods")
+    closed = mod.closed_periods(_cursor()) if mod is not None and "statements" in queries.current().tables() else []
+    months = set(closed)
+    if first and last:
+        y, m = first.year, first.month
+        while (y, m) <= (last.year, last.month):
+            months.add(f"{y:04d}-{m:02d}")
+            y, m = (y + 1, 1) if m == 12 else (y, m + 1)
+    return sorted(months, reverse=True), closed
+
+
+@st.cache_resource(max_entries=24, show_spinner=False)
+def statement(version: str, period: str):
+    """The period's Statement (frozen if closed, else computed from the snapshot); CostError text if it cannot be.
+
+    Cached as a resource (not copied per view): the statement of a big month carries every job."""
+    mod = _model("chargeback", "statement", "views")
+    if mod is None:
+        return None
+    from models.cost import CostError
+    try:
+        st_ = mod.statement(_cursor(), period)
+    except CostError as exc:
+        return str(exc)
+    return st_, mod.views(st_)
+
+
+@st.cache_data(max_entries=8, show_spinner=False)
+def statement_xlsx(version: str, period: str) -> bytes:
+    """The statement workbook exactly as `gpuledger chargeback --out X.xlsx` writes it (dashboards/exports.py).
+
+    Stamped with the close time, or for an open period with the snapshot's publication time, so one snapshot
+    always gives the same bytes."""
+    from dashboards import exports
+    stmt, views = statement(version, period)
+    created = stmt.closed_at or queries.published_at(version)
+    return exports.xlsx_bytes(views, title=f"GPU chargeback {stmt.period}", created=created)

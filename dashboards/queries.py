@@ -150,8 +150,3 @@ def unmapped_accounts(version: str, f: Filters) -> pl.DataFrame:
                   [f.t0, f.t1, list(f.clusters), list(f.clusters), list(f.partitions), list(f.partitions),
                    list(f.pools), list(f.pools)])
 
-
-@st.cache_data(**CACHE)
-def currency(version: str) -> str | None:
-    """The currency statements are in (from the governance file), or None before governance is loaded."""
-    return None

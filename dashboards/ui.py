@@ -119,6 +119,13 @@ def pp_delta(now: float | None, before: float | None) -> str | None:
     return f"{100 * (now - before):+.1f} pp vs previous period"
 
 
+def rel_delta(now: float | None, before: float | None) -> str | None:
+    """Relative change against the previous period, for KPI deltas."""
+    if now is None or not before:
+        return None
+    return f"{100 * (now / before - 1):+.1f} % vs previous period"
+
+
 def ago(t: dt.datetime | None, now: dt.datetime | None = None) -> str:
     if t is None:
         return "never"

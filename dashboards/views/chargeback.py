@@ -1,8 +1,141 @@
-"""Chargeback: what each team and cost centre owes for a period."""
+"""Chargeback: what each team and cost centre owes for a month, reconciled to the cent, with the exports."""
 from __future__ import annotations
 
-from dashboards import ui
+import datetime as dt
+
+import polars as pl
+import streamlit as st
+
+from dashboards import charts, exports, model_reads as mr, theme, ui
 
 ctx = ui.context()
-ui.header("Chargeback", "What did each team cost, and does it add up to what the cluster cost?", ctx)
-ui.not_landed("Chargeback", "models.chargeback", 6)
+f = ctx.filters
+st.title("Chargeback")
+st.markdown("**What did each team cost, and does it add up to what the cluster cost?**")
+
+if not mr.landed("chargeback", "statement", "views", "closed_periods"):
+    ui.not_landed("Chargeback", "models.chargeback", 6)
+    st.stop()
+
+periods, closed = mr.chargeback_periods(ctx.version, ctx.cat.first_day, ctx.cat.last_day)
+default = f"{f.end - dt.timedelta(days=1):%Y-%m}"
+top = st.columns([1, 3])
+period = top[0].selectbox("Statement period (month)", periods, key="cb_period",
+                          index=periods.index(default) if default in periods else 0,
+                          help="Statements are per calendar month in the governance file's time zone; the "
+                               "sidebar's dates choose the default month only.")
+res = mr.statement(ctx.version, period)
+if isinstance(res, str):
+    st.warning(f"No statement for {period}: {res}", icon=":material/receipt_long:")
+    st.stop()
+stmt, views = res
+cur = stmt.policy.currency
+minor = stmt.policy.minor_units
+with top[1]:
+    st.markdown("&nbsp;")
+    badge = {"closed": ("Closed", "green", ":material/lock:"), "open": ("Open", "blue", ":material/lock_open:"),
+             "provisional": ("Open, provisional", "orange", ":material/hourglass_top:")}[stmt.status]
+    st.badge(badge[0], color=badge[1], icon=badge[2])
+    status_text = dict(stmt.header).get("Status", stmt.status)
+    st.caption(status_text + (f" · content hash {stmt.content_hash[:12]}" if stmt.content_hash else ""))
+
+t = stmt.total_row
+money = lambda x: f"{float(x):,.{minor}f} {cur}"   # noqa: E731 (display only; sums stay Decimal)
+charged = t["direct_cost"] + t["idle_allocated"]
+k = st.columns(5)
+ui.kpi(k[0], "Cluster cost", money(t["cluster_cost"]), help="Installed GPU-hours x the pool's base rate.")
+ui.kpi(k[1], "Charged to teams", money(charged))
+ui.kpi(k[2], "of which idle shares", money(t["idle_allocated"]),
+       help=f"Idle policy: {dict(stmt.header).get('Idle policy', stmt.policy.idle_policy)}.")
+ui.kpi(k[3], "Unallocated idle", money(t["unallocated_idle"]), help="Idle cost no team carries under the policy.")
+ui.kpi(k[4], "Rounding residue", money(t["rounding_residue"]),
+       help="Each amount is rounded once, half-even; the residue is reported, never spread.")
+
+holds = t["difference"] == 0
+recon_text = (f"Cluster cost {money(t['cluster_cost'])} = charged {money(charged)} + unallocated idle "
+              f"{money(t['unallocated_idle'])} + rate variance {money(t['rate_variance'])} + rounding residue "
+              f"{money(t['rounding_residue'])}")
+(st.success if holds else st.error)(recon_text + (" — reconciles to the cent." if holds else
+                                                  f" — differs by {money(t['difference'])}."),
+                                    icon=":material/check_circle:" if holds else ":material/error:")
+
+# ---------------------------------------------------------------- the statement, filtered
+lines = views["by team"].with_columns(pl.col("team").fill_null(theme.UNMAPPED))
+shown = f.apply(lines, skip=("partitions",))
+if f.partitions:
+    st.caption("Statement lines are per team and pool; the partition filter does not apply to them.")
+if f.clusters or f.pools or f.teams:
+    st.caption(f"Showing {shown.height} of {lines.height} statement lines (sidebar filters); the cluster cost and "
+               "the reconciliation above are for the whole statement.")
+
+left, right = st.columns([3, 2])
+display = {name: shown_as or name for name, _, shown_as in stmt.policy.teams}
+by_team = (shown.group_by("team", "gpu_type").agg(pl.col("total").cast(pl.Float64).sum())
+           .with_columns(pl.col("team").replace_strict(display, default=pl.col("team")).alias("team_label")))
+order = (by_team.group_by("team_label").agg(pl.col("total").sum()).sort("total", descending=True)["team_label"].to_list())
+with left:
+    st.plotly_chart(charts.bars(by_team.sort(pl.col("team_label").replace_strict({n: i for i, n in enumerate(order)},
+                                                                                   default=len(order))),
+                                "team_label", "total", color="gpu_type", colours=ctx.pool_colours, horizontal=True,
+                                y_title=f"Total ({cur})", x_title="Team", title=f"Cost per team and pool, {period}",
+                                height=max(260, 90 + 40 * len(order))), key="cb_teams")
+by_cc = (shown.with_columns(pl.col("cost_center").fill_null("(no cost centre)"))
+         .group_by("cost_center").agg(pl.col("direct_cost").cast(pl.Float64).sum().alias("Direct"),
+                                      pl.col("idle_share").cast(pl.Float64).sum().alias("Idle share"))
+         .unpivot(index="cost_center", variable_name="part", value_name="amount").sort("cost_center"))
+with right:
+    st.plotly_chart(charts.bars(by_cc, "cost_center", "amount", color="part", horizontal=True,
+                                colours={"Direct": theme.PRIMARY, "Idle share": "#A5B8CF"}, y_title=f"Amount ({cur})",
+                                x_title="Cost centre", title="Per cost centre: direct and idle share",
+                                height=max(260, 90 + 40 * by_cc["cost_center"].n_unique())), key="cb_cc")
+
+st.subheader("Statement lines")
+money_fmt = f"%.{minor}f"
+line_cols = {"cluster": "Cluster", "team": "Team", "account": "Slurm account (unmapped)", "cost_center": "Cost centre",
+             "gpu_type": "Pool (GPU type)", "jobs": "Jobs", "gpu_hours": "GPU-hours", "rate": f"Rate ({cur}/GPU-hour)",
+             "direct_cost": f"Direct ({cur})", "idle_share": f"Idle share ({cur})", "total": f"Total ({cur})",
+             "waste_gpu_hours": "Idle-allocated GPU-hours", "waste_cost": f"Waste, shown not added ({cur})"}
+ui.table(shown, key="cb_lines", file_stem=f"chargeback_{period}_lines", ctx=ctx, columns=line_cols,
+         formats={"gpu_hours": "%.2f", "rate": "%.4f", "direct_cost": money_fmt, "idle_share": money_fmt,
+                  "total": money_fmt, "waste_gpu_hours": "%.2f", "waste_cost": money_fmt})
+
+d1, d2, _ = st.columns([1, 1, 3])
+d1.download_button("Statement CSV", data=exports.csv_bytes(views["by team"]), file_name=f"chargeback-{period}.csv",
+                   mime="text/csv", key="cb_csv", icon=":material/download:", on_click="ignore", width="stretch",
+                   help="The finance export, as `gpuledger chargeback --period P --out chargeback-P.csv` writes it.")
+d2.download_button("Workbook XLSX", data=mr.statement_xlsx(ctx.version, period),
+                   file_name=f"chargeback-{period}.xlsx", key="cb_xlsx", icon=":material/table_view:",
+                   mime="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet", on_click="ignore",
+                   width="stretch", help="Summary, one sheet per view, the reconciliation and the job-level detail.")
+
+with st.expander("Reconciliation per pool"):
+    rec_cols = {"kind": "Row", "cluster": "Cluster", "gpu_type": "Pool (GPU type)",
+                "capacity_gpu_hours": "Capacity (GPU-hours)", "allocated_gpu_hours": "Allocated (GPU-hours)",
+                "idle_gpu_hours": "Idle (GPU-hours)", "cluster_cost": f"Cluster cost ({cur})",
+                "direct_cost": f"Direct ({cur})", "idle_allocated": f"Idle charged ({cur})",
+                "unallocated_idle": f"Unallocated idle ({cur})", "rate_variance": f"Rate variance ({cur})",
+                "rounding_residue": f"Rounding residue ({cur})", "difference": f"Difference ({cur})"}
+    ui.table(views["reconciliation"], key="cb_recon", file_stem=f"chargeback_{period}_reconciliation", ctx=ctx,
+             columns=rec_cols, formats={c: "%.2f" for c in rec_cols if c not in ("kind", "cluster", "gpu_type")})
+if views["adjustments"].height:
+    with st.expander(f"Adjustments for closed periods ({views['adjustments'].height} lines)"):
+        ui.table(views["adjustments"], key="cb_adj", file_stem=f"chargeback_{period}_adjustments", ctx=ctx,
+                 columns={"adjusts_period": "Adjusts period", **line_cols, "job_refs": "Jobs"})
+
+# ---------------------------------------------------------------- drill-down to jobs
+st.subheader("Jobs behind a line")
+labels = {f"{r['team']} · {r['gpu_type']}" + (f" · account {r['account']}" if r["account"] else "")
+          + (f" · {r['cluster']}" if len(ctx.cat.clusters) > 1 else ""): r for r in shown.iter_rows(named=True)}
+if labels:
+    pick = st.selectbox("Statement line", list(labels), key="cb_drill")
+    r = labels[pick]
+    jobs = views["jobs"].with_columns(pl.col("team").fill_null(theme.UNMAPPED)).filter(
+        (pl.col("cluster") == r["cluster"]) & (pl.col("gpu_type") == r["gpu_type"]) & (pl.col("team") == r["team"]))
+    if r["account"]:
+        jobs = jobs.filter(pl.col("account") == r["account"])
+    ui.table(jobs.sort("direct_cost", descending=True), key="cb_jobs", file_stem=f"chargeback_{period}_jobs", ctx=ctx,
+             columns={"job_id": "Job", "user": "User", "account": "Slurm account", "partition": "Partition",
+                      "t0": "From (UTC)", "t1": "To (UTC)", "gpu_hours": "GPU-hours in period",
+                      "direct_cost": f"Direct ({cur})"},
+             formats={"gpu_hours": "%.3f", "direct_cost": "%.4f"},
+             caption=f"{jobs.height} jobs; direct cost per job before rounding (the line is rounded once).")

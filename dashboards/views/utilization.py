@@ -1,8 +1,109 @@
-"""Utilization: where the GPU-hours went."""
+"""Utilization: where the GPU-hours of the capacity we own went (allocated, idle, unavailable)."""
 from __future__ import annotations
 
-from dashboards import ui
+import polars as pl
+import streamlit as st
+
+from dashboards import charts, model_reads as mr, theme, ui
 
 ctx = ui.context()
-ui.header("Utilization", "How much of the capacity we own was allocated, idle or unavailable?", ctx)
-ui.not_landed("Utilization", "models.utilization", 5)
+f = ctx.filters
+ui.header("Utilization", "How much of the GPU capacity we own was allocated, idle or unavailable?", ctx)
+
+if not mr.landed("utilization", "by_bucket"):
+    ui.not_landed("Utilization", "models.utilization", 5)
+    st.stop()
+
+BUCKETS = {"Hour": "hour", "Day": "day", "Week": "week", "Month": "month"}
+auto = mr.auto_bucket(f)
+c1, c2 = st.columns([2, 3])
+picked = c1.segmented_control("Time bucket (UTC)", list(BUCKETS), key="util_bucket",
+                              default=next(k for k, v in BUCKETS.items() if v == auto))
+bucket = BUCKETS.get(picked or "", auto)
+
+util = mr.utilization(ctx.version, f, bucket)
+if util is None or util.height == 0:
+    ui.no_data("capacity or jobs", "Widen the dates or clear a filter.")
+    st.stop()
+now = mr.window_totals(util, f)
+before = mr.window_totals(mr.utilization(ctx.version, f.previous(), "month"), f)
+
+k = st.columns(5)
+ui.kpi(k[0], "Allocation ratio", ui.pct(now["allocation_ratio"]),
+       ui.pp_delta(now["allocation_ratio"], before.get("allocation_ratio")),
+       help="Allocated GPU-hours inside capacity / available GPU-hours (capacity minus down, drained and "
+            "maintenance). With a team filter: the selected teams' allocated GPU-hours / available GPU-hours.")
+ui.kpi(k[1], "Allocated GPU-hours", f"{now['allocated_gpu_h']:,.0f}",
+       ui.rel_delta(now["allocated_gpu_h"], before.get("allocated_gpu_h")))
+ui.kpi(k[2], "Idle GPU-hours", f"{now['idle_gpu_h']:,.0f}", help="Available but allocated to no job.")
+ui.kpi(k[3], "Unavailable GPU-hours", f"{now['unavailable_gpu_h']:,.0f}",
+       help="Free GPUs on nodes that were down, drained or in maintenance (GPUs still held by jobs on a "
+            "draining node count as allocated).")
+ui.kpi(k[4], "Queued GPU-hours", f"{now['pending_gpu_h']:,.0f}",
+       help="GPU-hours that eligible jobs spent waiting in the queue in the window (requested GPUs x wait).")
+
+# ---------------------------------------------------------------- capacity stack
+stack_cols = {"allocated_gpu_h": "Allocated", "other_allocated_gpu_h": "Allocated (other teams)",
+              "idle_gpu_h": "Idle", "unavailable_gpu_h": "Unavailable"}
+if not f.teams:
+    stack_cols.pop("other_allocated_gpu_h")
+long = (util.select("bucket", *stack_cols).unpivot(index="bucket", variable_name="state", value_name="gpu_h")
+        .with_columns(pl.col("state").replace_strict(stack_cols)))
+colours = {"Allocated": theme.STATE_COLOURS["allocated"], "Allocated (other teams)": "#A5B8CF",
+           "Idle": theme.STATE_COLOURS["idle"], "Unavailable": theme.STATE_COLOURS["unavailable"]}
+st.plotly_chart(charts.stacked_area(long, "bucket", "gpu_h", "state", colours, order=list(stack_cols.values()),
+                                    y_title=f"GPU-hours per {bucket}", title="Where the capacity went"),
+                key="util_stack")
+if now.get("beyond_capacity_gpu_h", 0) > 0.005:
+    st.warning(f"{now['beyond_capacity_gpu_h']:,.1f} GPU-hours were allocated on nodes the inventory lacks or lists "
+               "with fewer GPUs; they are counted as allocated but not inside capacity. Ingest a fuller node "
+               "inventory (`gpuledger ingest nodes`).", icon=":material/inventory:")
+
+left, right = st.columns(2)
+pools = mr.utilization(ctx.version, f, bucket, "gpu_type")
+with left:
+    if pools is not None and pools.height:
+        st.plotly_chart(charts.lines(pools.with_columns(pl.col("allocation_ratio") * 100), "bucket", "allocation_ratio",
+                                     color="gpu_type", colours=ctx.pool_colours, y_title="Allocation ratio (%)",
+                                     title="Allocation ratio by pool", height=360), key="util_pools")
+teams = mr.allocation_by_team(ctx.version, f, bucket)
+with right:
+    if teams is not None and teams.height:
+        st.plotly_chart(charts.bars(teams, "bucket", "allocated_gpu_h", color="team", colours=ctx.team_colours,
+                                    y_title=f"Allocated GPU-hours per {bucket}", title="Allocated GPU-hours by team",
+                                    height=360), key="util_teams")
+
+parts = mr.utilization(ctx.version, f, "month", "partition")
+if parts is not None and parts.height:
+    per_part = (parts.group_by("partition").agg(pl.col("sreport_allocated", "available_gpu_h", "allocated_gpu_h",
+                                                      "idle_gpu_h", "unavailable_gpu_h").sum())
+                .with_columns((100 * (pl.col("allocated_gpu_h" if f.teams else "sreport_allocated")
+                                      / pl.col("available_gpu_h"))).alias("ratio_pct"))
+                .sort("ratio_pct", descending=True, nulls_last=True))
+    st.plotly_chart(charts.bars(per_part, "partition", "ratio_pct", horizontal=True, y_title="Allocation ratio (%)",
+                                x_title="Partition", title="Allocation ratio by partition over the window",
+                                height=max(200, 60 + 34 * per_part.height)), key="util_parts")
+    st.caption("A node in several partitions counts in each partition's capacity.")
+
+# ---------------------------------------------------------------- the table beneath
+st.subheader("By period and pool")
+table = (pools if pools is not None and pools.height else util).with_columns(
+    (pl.col("allocation_ratio") * 100).alias("allocation_ratio_pct"))
+cols = {"bucket": f"Period ({bucket}, UTC)", "gpu_type": "Pool (GPU type)",
+        "capacity_gpu_h": "Capacity (GPU-hours)", "unavailable_gpu_h": "Unavailable (GPU-hours)",
+        "available_gpu_h": "Available (GPU-hours)", "allocated_gpu_h": "Allocated (GPU-hours)",
+        "idle_gpu_h": "Idle (GPU-hours)", "allocation_ratio_pct": "Allocation ratio (%)",
+        "pending_gpu_h": "Queued demand (GPU-hours)"}
+if f.teams:
+    cols["other_allocated_gpu_h"] = "Allocated by other teams (GPU-hours)"
+ui.table(table, key="util", file_stem="utilization", ctx=ctx, columns=cols,
+         formats={c: "%.1f" for c in cols if c not in ("bucket", "gpu_type")})
+
+with st.expander("Slurm sreport categories (to reconcile with `sreport cluster utilization -T gres/gpu`)"):
+    sr = {"bucket": f"Period ({bucket}, UTC)", "sreport_allocated": "Allocated (GPU-hours)",
+          "sreport_down": "Down (GPU-hours)", "sreport_planned_down": "PlannedDown (GPU-hours)",
+          "sreport_idle": "Idle (GPU-hours)", "sreport_planned": "Planned (GPU-hours)",
+          "sreport_reported": "Reported (GPU-hours)"}
+    ui.table(util, key="sreport", file_stem="sreport_categories", ctx=ctx, columns=sr,
+             formats={c: "%.1f" for c in sr if c != "bucket"},
+             caption="Planned = idle GPU-hours while eligible jobs that could run there were waiting.")
