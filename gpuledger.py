@@ -781,6 +781,22 @@ def _telemetry_parsers(ising) -> None:
     s.set_defaults(func=cmd_ingest_nvidia_smi)
 
 
+def _own_action(parser, dest: str, **changes) -> None:
+    """Give ``parser`` its own copy of an option shared through ``parents=``: ``set_defaults`` on a sibling
+    report parser changes the shared action's default for every report otherwise."""
+    import copy
+    for i, a in enumerate(parser._actions):
+        if a.dest == dest:
+            mine = copy.copy(a)
+            for k, v in changes.items():
+                setattr(mine, k, v)
+            parser._actions[i] = mine
+            for opt in a.option_strings:
+                parser._option_string_actions[opt] = mine
+            for g in parser._action_groups:
+                g._group_actions[:] = [mine if x is a else x for x in g._group_actions]
+
+
 def _efficiency_options(s) -> None:
     """Options of `report efficiency` beyond the common report ones (issue 3)."""
     s.description = ("How busy allocated GPUs were, from telemetry: per --by group (user, team, account, partition, "
@@ -788,6 +804,7 @@ def _efficiency_options(s) -> None:
                      "Activity metric: SM_ACTIVE, else GR_ENGINE_ACTIVE, else GPU_UTIL (named in the output). "
                      "Idle-allocated = stretches of >= 5 min at zero activity. Jobs without telemetry are counted "
                      "as such, never as 0 % busy.")
+    _own_action(s, "by", default="")
     s.add_argument("--total", action="store_true", help="one row per group for the whole window (no time bucket)")
     s.add_argument("--worst", type=int, metavar="N", help="the N jobs with the most idle-allocated GPU-hours")
 

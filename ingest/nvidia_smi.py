@@ -134,6 +134,9 @@ def ingest_bytes(con: duckdb.DuckDBPyConnection, data: bytes, name: str, opts: s
             con.execute(f"""INSERT INTO _smi SELECT line_no, verdict, host, idx, uuid, model,
                                 timezone('UTC', timezone($tz, ts_local)), gpu_util, fb_used_mib, power_w, temp_c
                             FROM ({_segment_sql(cols)})""", {"lo": lo, "hi": hi, "node": opts.node, "tz": zone})
+        named, total = con.sql("SELECT count(host), count(*) FROM _smi").fetchall()[0]
+        if total and not named:
+            raise InputError(name, "nvidia-smi output does not name the host (hostname is [N/A]); give --node NAME")
         _account(con, run)
         _stage(con, cluster)
         store.write_rows(con, run, "nvidia-smi", opts)

@@ -218,28 +218,37 @@ def ingest(con: duckdb.DuckDBPyConnection, q: QueryOptions, opts: store.Telemetr
         raise InputError("--end", "is before --start")
     cluster = opts.cluster or store.default_cluster(con)
     name = f"{client.shown} [{q.start:%Y-%m-%dT%H:%M:%SZ}, {q.end:%Y-%m-%dT%H:%M:%SZ}] step {q.step_s}s"
-    plan = []
+    counts = {}
     for metric in q.metrics:
         selector = metric + ("{" + inner + "}" if inner else "")
         n = _series_count(client, selector, start, end)
         if n:
-            per_series = min(q.max_points, max(1, q.max_query_points // n))
-            plan += [(metric, selector, w) for w in chunks(start, end, q.step_s, per_series)]
-    q.stats.update(queries=len(plan), points=0)
+            counts[metric] = (selector, n)
+    # one chunk holds every metric of a time window, so each device-minute row is written once, complete
+    per_series = min(q.max_points, max(1, q.max_query_points // max(1, sum(n for _, n in counts.values()))))
+    windows = chunks(start, end, q.step_s, per_series) if counts else []
+    q.stats.update(queries=len(windows) * len(counts), points=0, series=sum(n for _, n in counts.values()))
     run = warehouse.IngestRun(con, "prometheus", name, cluster=cluster, options={
         "url": client.shown, "start": q.start, "end": q.end, "step_s": q.step_s, "match": q.match,
-        "auth": client.auth, "queries": len(plan)})
+        "auth": client.auth, "queries": q.stats["queries"]})
     with run:
         cache, line = {}, 1
-        for metric, selector, (t0, t1) in plan:
-            data = client.get("/api/v1/query_range", [("query", selector), ("start", f"{t0:.3f}"),
-                                                       ("end", f"{t1:.3f}"), ("step", f"{q.step_s}s")])
-            if not data or data.get("resultType") != "matrix":
-                raise InputError(client.shown, f"expected a matrix from query_range, got {data and data.get('resultType')}")
-            points, series = _to_tables(data.get("result") or [], line, metric, opts, cluster, cache, sid_base=0)
-            if not points.num_rows:
+        for t0, t1 in windows:
+            parts, series = [], []
+            for metric, (selector, _) in counts.items():
+                data = client.get("/api/v1/query_range", [("query", selector), ("start", f"{t0:.3f}"),
+                                                           ("end", f"{t1:.3f}"), ("step", f"{q.step_s}s")])
+                if not data or data.get("resultType") != "matrix":
+                    raise InputError(client.shown, "expected a matrix from query_range, got "
+                                                   f"{data and data.get('resultType')}")
+                points, rows = _to_tables(data.get("result") or [], line, metric, opts, cluster, cache,
+                                          sid_base=len(series))
+                line += points.num_rows
+                parts.append(points)
+                series += rows
+            points = pa.concat_tables(parts) if parts else None
+            if points is None or not points.num_rows:
                 continue
-            line += points.num_rows
             run.lines_read += points.num_rows
             store.ingest_readings(con, run, points, store.series_table(series), "prometheus", opts, ts_unit="s",
                                   interval_s=max(60, q.step_s))

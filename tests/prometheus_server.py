@@ -1,0 +1,92 @@
+"""A real Prometheus (Debian's package) for tests: backfilled from an OpenMetrics file, on 127.0.0.1.
+
+What bites (../shared/realbox/PROMETHEUS_GOTCHAS.txt): OpenMetrics timestamps are SECONDS, the file must end
+with ``# EOF``, a series' samples must be in time order, blocks must be written before the server starts, and
+retention counts back from the newest block (hence ``--storage.tsdb.retention.time=100y``).
+"""
+from __future__ import annotations
+
+import shutil
+import socket
+import subprocess
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+
+def binaries() -> tuple[str, str]:
+    """Paths of prometheus and promtool, or skip the test saying why."""
+    prom, tool = shutil.which("prometheus"), shutil.which("promtool")
+    if not prom or not tool:
+        pytest.skip("the prometheus package (prometheus + promtool) is not installed; .ci/run installs it")
+    return prom, tool
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nothing listens on (at the time of asking)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def openmetrics(families: dict[str, list[tuple[str, list[tuple[int, float]]]]]) -> str:
+    """OpenMetrics text: ``{metric: [(label_text, [(epoch_seconds, value), ...]), ...]}``, gauges, ``# EOF``."""
+    out = []
+    for name, series in families.items():
+        out.append(f"# TYPE {name} gauge\n")
+        for labels, points in series:
+            out.extend(f"{name}{{{labels}}} {v} {t}\n" for t, v in sorted(points))
+    out.append("# EOF\n")
+    return "".join(out)
+
+
+@dataclass
+class PromServer:
+    url: str
+    proc: subprocess.Popen
+    log: Path
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=5)
+
+
+def start(om_text: str, workdir: Path, ready_timeout_s: float = 60.0) -> PromServer:
+    """Backfill ``om_text`` with promtool, then start prometheus on a free port; returns when /-/ready."""
+    prom, tool = binaries()
+    workdir.mkdir(parents=True, exist_ok=True)
+    om, data = workdir / "backfill.om", workdir / "data"
+    om.write_text(om_text, encoding="utf-8")
+    done = subprocess.run([tool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)],
+                          capture_output=True, text=True, timeout=120)
+    if done.returncode != 0:
+        raise RuntimeError(f"promtool failed: {done.stderr.strip() or done.stdout.strip()}")
+    conf = workdir / "prometheus.yml"
+    conf.write_text("global:\n  scrape_interval: 1m\nscrape_configs: []\n", encoding="utf-8")
+    port = free_port()
+    log = workdir / "prometheus.log"
+    with open(log, "wb") as lf:
+        proc = subprocess.Popen([prom, f"--config.file={conf}", f"--storage.tsdb.path={data}",
+                                 "--storage.tsdb.retention.time=100y", f"--web.listen-address=127.0.0.1:{port}",
+                                 "--log.level=warn"], stdout=lf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    server = PromServer(f"http://127.0.0.1:{port}", proc, log)
+    deadline = time.monotonic() + ready_timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"prometheus exited ({proc.returncode}): {log.read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(server.url + "/-/ready", timeout=2) as r:
+                if r.status == 200:
+                    return server
+        except OSError:
+            time.sleep(0.1)
+    server.stop()
+    raise RuntimeError(f"prometheus not ready after {ready_timeout_s} s: {log.read_text()[-2000:]}")
