@@ -275,7 +275,51 @@ def cmd_report_utilization(args) -> int:
 
 
 def cmd_report_fragmentation(args) -> int:
-    return _not_yet("report fragmentation", 5)
+    from models import fragmentation, fragmentation_blocked
+    con = _open(args)
+    try:
+        if args.view == "summary":
+            df = fragmentation.report(con, args.date_from, args.date_to, args.bucket, args.by or "gpu_type,partition",
+                                      args.interval, args.popularity)
+        elif args.view == "blocked":
+            df = fragmentation_blocked.blocked(con, args.date_from, args.date_to, args.by or "team,size_class",
+                                               args.interval)
+        else:
+            df = fragmentation_blocked.per_job(con, args.date_from, args.date_to, args.interval)
+    except ValueError as exc:
+        raise UsageError(f"report fragmentation: {exc}") from exc
+    if df.is_empty():
+        _say(args, "report fragmentation: nothing to report in this window (no accounting, or no pending jobs)")
+        return EXIT_OK
+    emit(df, args.format, args.out)
+    return EXIT_OK
+
+
+def _own_by_default(p: argparse.ArgumentParser, default: str = "") -> None:
+    """Give report parser ``p`` its own --by action: parsers made with ``parents=`` share action objects, and
+    a sibling's ``set_defaults(by=...)`` would otherwise change our default too."""
+    import copy
+    for i, a in enumerate(p._actions):
+        if a.dest == "by":
+            mine = copy.copy(a)
+            mine.default = default
+            p._actions[i] = mine
+            for opt in a.option_strings:
+                p._option_string_actions[opt] = mine
+            for g in p._action_groups:
+                g._group_actions[:] = [mine if x is a else x for x in g._group_actions]
+
+
+def _fragmentation_options(p: argparse.ArgumentParser) -> None:
+    _own_by_default(p)
+    p.add_argument("--view", choices=["summary", "blocked", "jobs"], default="summary",
+                   help="summary: free-GPU state per bucket, pool and partition (default --by gpu_type,partition); "
+                        "blocked: queue wait split into placeable/fragmentation/capacity per group (default --by "
+                        "team,size_class); jobs: that split per pending job")
+    p.add_argument("--interval", default="5m", metavar="DUR", help="sampling interval, e.g. 5m (default), 1m, 1h, 300")
+    p.add_argument("--popularity", type=float, default=1.0, metavar="X",
+                   help="FGD target workload: the most frequent request sizes covering this share of jobs "
+                        "(default 1.0 = all; the FGD paper used 0.6 and 0.95)")
 
 
 def cmd_report_efficiency(args) -> int:
@@ -907,7 +951,8 @@ def build_parser() -> argparse.ArgumentParser:
     ]:
         s = isrep.add_parser(name, parents=[parent], help=text, description=text)
         s.set_defaults(func=func)
-    _efficiency_options(isrep.choices["efficiency"])
+    _fragmentation_options(isrep.choices["fragmentation"])
+    _own_by_default(isrep.choices["utilization"])
     _governance_report_options(isrep.choices["fairness"], isrep.choices["queue"])
 
     s = sub.add_parser("chargeback", help="monthly statement per team and cost centre, reconciled to the cent",

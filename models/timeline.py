@@ -36,10 +36,19 @@ CAPACITY_DIMS = ("cluster", "gpu_type", "partition")
 _DIM_ALIASES = {"pool": "gpu_type"}
 
 
+def _used(sql: str, params: dict | None) -> dict:
+    names = set(re.findall(r"\$(\w+)", sql))
+    return {k: v for k, v in (params or {}).items() if k in names}
+
+
 def frame(con: duckdb.DuckDBPyConnection, sql: str, params: dict | None = None) -> pl.DataFrame:
     """Run ``sql`` with the named $parameters it uses and return a Polars DataFrame."""
-    used = set(re.findall(r"\$(\w+)", sql))
-    return con.sql(sql, params={k: v for k, v in (params or {}).items() if k in used}).pl()
+    return con.sql(sql, params=_used(sql, params)).pl()
+
+
+def execute(con: duckdb.DuckDBPyConnection, sql: str, params: dict | None = None) -> None:
+    """Execute a statement with the named $parameters it uses (DuckDB rejects unused ones)."""
+    con.execute(sql, _used(sql, params))
 
 
 # ---------------------------------------------------------------- freshness and span

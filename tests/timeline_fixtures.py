@@ -5,6 +5,8 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
+from hypothesis import strategies as st
+
 from ingest import jobs_store, sacct, slurm_events, slurm_nodes
 
 SACCT_HEADER = ("JobID|JobIDRaw|Cluster|Partition|Account|User|State|Submit|Eligible|Start|End|Elapsed|NNodes|NCPUS|"
@@ -120,3 +122,43 @@ TEAMS = [("research", "ml"), ("product", "cv")]
 
 def load_hand_cluster(con) -> None:
     load(con, "tc", JOBS, NODES, EVENTS, TEAMS)
+
+
+# ---------------------------------------------------------------- random clusters (hypothesis)
+
+@st.composite
+def clusters(draw):
+    """A random small cluster whose jobs fit their nodes (at most 3 nodes, 12 jobs, 2 days, 15-min grid)."""
+    base = dt.datetime(2024, 3, 1)
+    slot = dt.timedelta(minutes=15)
+    n_nodes = draw(st.integers(1, 3))
+    nodes = [(f"n{i}", draw(st.sampled_from([4, 8])), draw(st.sampled_from(["a100", "h100"])),
+              draw(st.sampled_from(["p1", "p1,p2", "p2"]))) for i in range(n_nodes)]
+    busy = {n[0]: [] for n in nodes}   # (start, end or None, gpus)
+
+    def free(node, s, e):
+        gpus = dict((n[0], n[1]) for n in nodes)[node]
+        pts = {s} | {a for a, b, g in busy[node] if s <= a < e}
+        return min(gpus - sum(g for a, b, g in busy[node] if a <= p and (b is None or p < b)) for p in pts)
+
+    jobs = []
+    for i in range(draw(st.integers(0, 12))):
+        s = base + slot * draw(st.integers(0, 180))
+        running = draw(st.booleans()) and i % 4 == 0
+        e = None if running else s + slot * draw(st.integers(1, 30))
+        node = draw(st.sampled_from([n[0] for n in nodes]))
+        room = free(node, s, e or s + dt.timedelta(days=30))
+        if room <= 0:
+            continue
+        g = draw(st.integers(1, room))
+        busy[node].append((s, e, g))
+        wait = slot * draw(st.integers(0, 8))
+        part = dict((n[0], n[3]) for n in nodes)[node].split(",")[0]
+        jobs.append(Job(i + 1, f"u{i % 3}", f"acct{i % 2}", part, g, [node], submit=s - wait, start=s, end=e))
+    if draw(st.booleans()):
+        jobs.append(Job(99, "u9", "acct9", "p1", 2, submit=base + slot * draw(st.integers(0, 150))))
+    events = []
+    if draw(st.booleans()):
+        s = base + slot * draw(st.integers(0, 150))
+        events.append((nodes[0][0], s, s + slot * draw(st.integers(1, 40)), draw(st.sampled_from(["DRAIN", "MAINT", "DOWN"])), "x"))
+    return nodes, jobs, events

@@ -1,0 +1,290 @@
+"""GPU fragmentation: the free-GPU state of every available node at regular samples (default every 5 minutes),
+aggregated per bucket and cell (cluster x pool x partition): free GPUs, the free-GPU histogram, whole free nodes,
+the largest request one node can take, the largest gang of whole nodes, stranded GPUs per request size, and the
+FGD fragmentation rate (Weng et al., ATC'23) against the request sizes observed in the same bucket.
+
+Reads only the occupancy timeline (:mod:`models.timeline`). Definitions: docs/METRICS.md ("Fragmentation").
+
+Sampling: sample times are the multiples of the interval since the Unix epoch (UTC) inside the window and the
+cluster's data span; at each one, a node counts if it is available (not DOWN/DRAIN/MAINT..., in the inventory).
+Its free GPUs are ``f`` whole GPUs plus ``r`` milli-GPUs left on GPUs that GPU-sharing jobs (gpu_milli) use:
+accounting does not say which GPU a sharing job sat on, so they are assumed packed onto as few GPUs as possible
+(the least fragmented placement: a lower bound).
+
+Two exact and consistent computations, both from the per-node segments, never a per-node-per-sample table:
+- per-sample *cell state* (counts of nodes with >= k free GPUs, whole free nodes...) by a sweep over sample
+  indices: each segment adds its node's state at its first sample and removes it after its last;
+- per-bucket *node-sample histogram* over (GPUs, free f, partial r), each segment weighted by the number of
+  sample times it covers: the means and the FGD rate come from it.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import math
+from typing import Iterable
+
+import duckdb
+import polars as pl
+
+from models import timeline
+
+DEFAULT_INTERVAL_S = 300
+CELL_DIMS = ("gpu_type", "partition")
+SIZE_CLASSES = (1, 2, 4, 8, 16, 32, 64)
+MAX_K = 64
+
+
+def parse_interval(value: str | int | float | None) -> int:
+    """'5m', '300', '300s', '1h', 300 -> seconds (>= 1)."""
+    if value is None or value == "":
+        return DEFAULT_INTERVAL_S
+    if isinstance(value, (int, float)):
+        secs = float(value)
+    else:
+        v = str(value).strip().lower()
+        mult = {"s": 1, "m": 60, "h": 3600}.get(v[-1:], None)
+        try:
+            secs = float(v[:-1]) * mult if mult else float(v)
+        except ValueError as exc:
+            raise ValueError(f"cannot read interval {value!r}: use seconds or e.g. 5m, 1h") from exc
+    if secs < 1 or secs != int(secs):
+        raise ValueError(f"interval must be a whole number of seconds >= 1, not {value!r}")
+    return int(secs)
+
+
+def max_gpus_per_node(con) -> int:
+    k = con.sql("SELECT coalesce(max(gpus), 0) FROM tl_node_state WHERE avail <> 'absent'").fetchall()[0][0]
+    return max(1, min(int(k), MAX_K))
+
+
+# ---------------------------------------------------------------- node free state
+
+#: Free state of each available node in a segment: f whole free GPUs, r free milli-GPUs on shared GPUs.
+FREE_SQL = """
+    SELECT cluster, node, t0, t1, gpus, coalesce(gpu_type, '(untyped)') AS gpu_type, partitions,
+           CAST(greatest(gpus - whole_gpus - ceil(frac_milli / 1000.0), 0) AS INTEGER) AS f,
+           CAST(CASE WHEN whole_gpus + ceil(frac_milli / 1000.0) <= gpus
+                     THEN ceil(frac_milli / 1000.0) * 1000 - frac_milli ELSE 0 END AS INTEGER) AS r
+    FROM tl_node_segments
+    WHERE avail = 'up' AND gpus > 0 AND t1 > $ws AND t0 < $we"""
+
+
+def _cells_sql(dims: list[str]) -> str:
+    """Distinct cells (cluster + dims) that have inventory nodes, labelled as in FREE_SQL."""
+    src = ("SELECT DISTINCT cluster, coalesce(gpu_type, '(untyped)') AS gpu_type, partitions FROM tl_node_state "
+           "WHERE avail <> 'absent' AND gpus > 0")
+    if "partition" in dims:
+        src = timeline.explode_partitions(src)
+    return f"SELECT DISTINCT cluster{''.join(', ' + d for d in dims)} FROM ({src})"
+
+
+def _sample_index(col: str) -> str:
+    """Index of the first sample time at or after ``col`` (samples at multiples of $iv_us since the epoch)."""
+    return f"((epoch_us({col}) + $iv_us - 1) // $iv_us)"
+
+
+def state_sql(dims: list[str], k_max: int) -> str:
+    """Per-sample state of each cell over sample indices [$i0, $i1) (inside each cluster's data span):
+    nodes_up, free_gpus (whole), partial_milli, whole_free_nodes, whole_free_gpus, ge (list: ge[k] = nodes with
+    >= k free whole GPUs, k = 1..k_max), largest_single_node."""
+    cell = ["cluster", *dims]
+    keys = ", ".join(cell)
+    src = FREE_SQL if "partition" not in dims else timeline.explode_partitions(FREE_SQL)
+    ge_d = ", ".join(f"sum(d * (f >= {k})::INTEGER) AS g{k}" for k in range(1, k_max + 1))
+    ge_cum = ", ".join(f"(sum(coalesce(g{k}, 0)) OVER w)::BIGINT" for k in range(1, k_max + 1))
+    largest = " ".join(f"WHEN ge[{k}] > 0 THEN {k}" for k in range(k_max, 0, -1))
+    return f"""
+    WITH seg AS (
+      SELECT {keys}, gpus, f, r, greatest({_sample_index('t0')}, $i0) AS a, least({_sample_index('t1')}, $i1) AS b
+      FROM ({src})),
+    ev AS (SELECT {keys}, a AS i, 1 AS d, gpus, f, r FROM seg WHERE a < b
+           UNION ALL SELECT {keys}, b AS i, -1 AS d, gpus, f, r FROM seg WHERE a < b),
+    agg AS (SELECT {keys}, i, sum(d) AS n, sum(d * f) AS fr, sum(d * r) AS rm, sum(d * (f = gpus)::INTEGER) AS wn,
+                   sum(d * gpus * (f = gpus)::INTEGER) AS wg, {ge_d}
+            FROM ev GROUP BY ALL),
+    grid AS (
+      SELECT c.*, unnest(range(greatest($i0, {_sample_index('sp.data_start')}),
+                               least($i1, {_sample_index('sp.horizon')}))) AS i
+      FROM ({_cells_sql(dims)}) c JOIN tl_clusters sp ON sp.cluster = c.cluster),
+    st AS (
+      SELECT grid.*, (sum(coalesce(n, 0)) OVER w)::BIGINT AS nodes_up,
+             (sum(coalesce(fr, 0)) OVER w)::BIGINT AS free_gpus, (sum(coalesce(rm, 0)) OVER w)::BIGINT AS partial_milli,
+             (sum(coalesce(wn, 0)) OVER w)::BIGINT AS whole_free_nodes,
+             (sum(coalesce(wg, 0)) OVER w)::BIGINT AS whole_free_gpus, [{ge_cum}] AS ge
+      FROM grid LEFT JOIN agg USING ({keys}, i)
+      WINDOW w AS (PARTITION BY {', '.join('grid.' + c for c in cell)} ORDER BY grid.i ROWS UNBOUNDED PRECEDING))
+    SELECT *, make_timestamp(i * $iv_us) AS ts, CASE {largest} ELSE 0 END AS largest_single_node FROM st"""
+
+
+def _chunks(start: dt.datetime, end: dt.datetime) -> list[tuple[dt.datetime, dt.datetime]]:
+    """Calendar months (UTC) covering [start, end): per-sample work is done a month at a time (bounded memory)."""
+    out, a = [], start
+    while a < end:
+        nxt = (a.replace(day=1, hour=0, minute=0, second=0, microsecond=0) + dt.timedelta(days=32)).replace(day=1)
+        b = min(nxt, end)
+        out.append((a, b))
+        a = b
+    return out
+
+
+def chunk_params(a: dt.datetime, b: dt.datetime, interval_s: int) -> dict:
+    iv_us = interval_s * 1_000_000
+    ep = dt.datetime(1970, 1, 1)
+    us = lambda t: (t - ep) // dt.timedelta(microseconds=1)   # noqa: E731
+    return {"iv_us": iv_us, "i0": -(-us(a) // iv_us), "i1": -(-us(b) // iv_us), "ws": a, "we": b}
+
+
+def samples(con: duckdb.DuckDBPyConnection, start=None, end=None, interval: str | int = DEFAULT_INTERVAL_S,
+            by: str | Iterable[str] = CELL_DIMS) -> pl.DataFrame:
+    """Per sample time and cell: nodes_up, free_gpus, partial_milli, whole_free_nodes, whole_free_gpus,
+    largest_single_node, and ``ge`` (list: ge[k-1] = available nodes with >= k free whole GPUs). For charts of
+    a short window; the report aggregates the same state month by month."""
+    timeline.ensure_current(con)
+    dims = timeline.normalise_dims(by, CELL_DIMS)
+    win = timeline.resolve_window(con, start, end)
+    if win is None:
+        return pl.DataFrame()
+    iv = parse_interval(interval)
+    sql = state_sql(dims, max_gpus_per_node(con))
+    parts = [timeline.frame(con, sql + " ORDER BY ALL", chunk_params(a, b, iv)) for a, b in _chunks(*win)]
+    return pl.concat(parts).drop("i") if parts else pl.DataFrame()
+
+
+# ---------------------------------------------------------------- per-bucket aggregates
+
+def _state_buckets_sql(dims: list[str], k_max: int, bucket: str) -> str:
+    keys = ", ".join(["cluster", *dims])
+    return f"""
+    SELECT {timeline.bucket_sql(bucket, 'ts')} AS bucket, {keys}, count(*) AS samples,
+           sum(largest_single_node)::BIGINT AS lsn_sum, min(largest_single_node) AS lsn_min,
+           sum(whole_free_nodes)::BIGINT AS wfn_sum, min(whole_free_nodes) AS wfn_min,
+           sum(whole_free_gpus)::BIGINT AS wfg_sum, min(whole_free_gpus) AS wfg_min
+    FROM ({state_sql(dims, k_max)}) GROUP BY ALL"""
+
+
+def histogram_sql(dims: list[str], bucket: str) -> str:
+    """Node-samples per bucket, cell and node free state (gpus, f, r): each segment weighted by the sample
+    times it covers inside the bucket."""
+    keys = ", ".join(["cluster", *dims])
+    src = FREE_SQL if "partition" not in dims else timeline.explode_partitions(FREE_SQL)
+    iv = timeline.bucket_interval(bucket)
+    a, b = "greatest(t0, bk, $ws)", f"least(t1, bk + {iv}, $we)"
+    return f"""
+    SELECT bk AS bucket, {keys}, gpus, f, r, sum({_sample_index(b)} - {_sample_index(a)})::BIGINT AS n
+    FROM (SELECT *, unnest(generate_series({timeline.bucket_sql(bucket, 'greatest(t0, $ws)')},
+                                           least(t1, $we) - INTERVAL 1 MICROSECOND, {iv})) AS bk FROM ({src}))
+    GROUP BY ALL HAVING sum({_sample_index(b)} - {_sample_index(a)}) > 0"""
+
+
+def workload_sql(dims: list[str], bucket: str) -> str:
+    """The request-size distribution per bucket and cell: jobs submitted in the bucket asking for GPUs, by spec
+    (k = GPUs per node, q = milli-GPU per GPU; 1000 = whole GPUs). A job's pool is the pool it ran on, else its
+    typed request, else the only pool of its partition; its partition the first one it named."""
+    keys = ", ".join(["cluster", *dims])
+    return f"""
+    WITH ran AS (SELECT job_uid, arg_min(coalesce(gpu_type, '(untyped)'), t0) AS pool FROM tl_job_alloc
+                 WHERE job_uid IN (SELECT job_uid FROM jobs WHERE submit >= $ws AND submit < $we) GROUP BY job_uid),
+    ppool AS (SELECT cluster, partition, any_value(gpu_type) AS pool FROM ({_cells_sql(['gpu_type', 'partition'])})
+              GROUP BY ALL HAVING count(*) = 1),
+    j AS (
+      SELECT j.job_uid, j.cluster, {timeline.bucket_sql(bucket, 'j.submit')} AS bucket,
+             trim(split_part(j.partition, ',', 1)) AS partition,
+             coalesce(ran.pool, j.gpu_type, pp.pool) AS gpu_type,
+             coalesce(nullif(j.ngpus, 0), j.req_gpus) AS g, greatest(coalesce(j.nnodes, 1), 1) AS nn, j.gpu_milli
+      FROM jobs j LEFT JOIN ran ON ran.job_uid = j.job_uid
+      LEFT JOIN ppool pp ON pp.cluster = j.cluster AND pp.partition = trim(split_part(j.partition, ',', 1))
+      WHERE j.submit >= $ws AND j.submit < $we)
+    SELECT bucket, {keys}, CASE WHEN gpu_milli < 1000 THEN 1 ELSE CAST(ceil(g / nn) AS INTEGER) END AS k,
+           CASE WHEN gpu_milli < 1000 THEN gpu_milli ELSE 1000 END AS q, count(*)::BIGINT AS jobs
+    FROM j WHERE g > 0 {''.join(f' AND {d} IS NOT NULL' for d in dims)}
+    GROUP BY ALL"""
+
+
+def _popular(m: pl.DataFrame, keys: list[str], popularity: float) -> pl.DataFrame:
+    """FGD's 'typical tasks': per group, specs by descending frequency until they cover ``popularity`` of the
+    jobs (the spec crossing the threshold included); probabilities renormalised."""
+    m = m.sort([*keys, "jobs", "k", "q"], descending=[False] * len(keys) + [True, False, False])
+    m = m.with_columns(pl.col("jobs").cum_sum().over(keys).alias("_cum"),
+                       pl.col("jobs").sum().over(keys).alias("_tot"))
+    m = m.filter((pl.col("_cum") - pl.col("jobs")) < popularity * pl.col("_tot") - 1e-9)
+    return m.with_columns((pl.col("jobs") / pl.col("jobs").sum().over(keys)).alias("p")).drop("_cum", "_tot")
+
+
+def fgd_fragment(f: pl.Expr, r: pl.Expr, k: pl.Expr, q: pl.Expr) -> pl.Expr:
+    """FGD's F_n(m) in milli-GPU for a node with f whole free GPUs and r free milli on a shared GPU, and a task of
+    k GPUs of q milli each (GetNodePodFrag): whole-GPU task: r + 1000 f [f < k]; sharing task: r [r < q]."""
+    return pl.when(q >= 1000).then(r + 1000 * f * (f < k).cast(pl.Int64)).otherwise(r * (r < q).cast(pl.Int64))
+
+
+def report(con: duckdb.DuckDBPyConnection, start=None, end=None, bucket: str = "day",
+           by: str | Iterable[str] = CELL_DIMS, interval: str | int = DEFAULT_INTERVAL_S,
+           popularity: float = 1.0) -> pl.DataFrame:
+    """Fragmentation per bucket and cell (cluster + ``by`` of gpu_type/pool, partition). GPUs are means over
+    the bucket's sample times unless the column says ``_min``. See docs/METRICS.md for every column."""
+    timeline.ensure_current(con)
+    dims = timeline.normalise_dims(by, CELL_DIMS)
+    bucket = timeline.check_bucket(bucket)
+    win = timeline.resolve_window(con, start, end)
+    if win is None:
+        return pl.DataFrame()
+    iv = parse_interval(interval)
+    if not 0 < popularity <= 1:
+        raise ValueError("popularity must be in (0, 1]")
+    k_max = max_gpus_per_node(con)
+    keys = ["bucket", "cluster", *dims]
+    st_parts, h_parts = [], []
+    for a, b in _chunks(*win):
+        p = chunk_params(a, b, iv)
+        st_parts.append(timeline.frame(con, _state_buckets_sql(dims, k_max, bucket), p))
+        h_parts.append(timeline.frame(con, histogram_sql(dims, bucket), p))
+    st = _combine_states(pl.concat(st_parts), keys)
+    if st.is_empty():
+        return st
+    hist = pl.concat(h_parts).group_by([*keys, "gpus", "f", "r"]).agg(pl.col("n").sum())
+    wl = timeline.frame(con, workload_sql(dims, bucket), {"ws": win[0], "we": win[1]})
+    return _assemble(st, hist, wl, keys, k_max, popularity)
+
+
+def _combine_states(st: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """Sums and minima of per-chunk state aggregates (a week can straddle two months)."""
+    if st.is_empty():
+        return st
+    return st.group_by(keys).agg(
+        pl.col("samples").sum(), pl.col("lsn_sum").sum(), pl.col("lsn_min").min(), pl.col("wfn_sum").sum(),
+        pl.col("wfn_min").min(), pl.col("wfg_sum").sum(), pl.col("wfg_min").min())
+
+
+def _assemble(st, hist, wl, keys, k_max, popularity) -> pl.DataFrame:
+    n, f, r, g = pl.col("n"), pl.col("f"), pl.col("r"), pl.col("gpus")
+    free = f + r / 1000
+    sizes = [s for s in SIZE_CLASSES if s <= k_max]
+    hagg = hist.group_by(keys).agg(
+        n.sum().alias("_node_samples"), (n * free).sum().alias("_free"),
+        *[(n * (f == k).cast(pl.Int64)).sum().alias(f"nodes_free_{k}") for k in range(0, k_max + 1)],
+        *[(n * (f * (f < s).cast(pl.Int64) + r / 1000)).sum().alias(f"stranded_{s}") for s in sizes],
+        (n * free * (f < g).cast(pl.Int64)).sum().alias("stranded_multinode"),
+        (n * (1000 * f + r)).sum().alias("_free_milli"))
+    m = _popular(wl, keys, popularity) if wl.height else wl.with_columns(pl.lit(0.0).alias("p"))
+    fgd = (hist.join(m.select([*keys, "k", "q", "p"]), on=keys, how="inner", nulls_equal=True)
+           .with_columns((pl.col("n") * pl.col("p") * fgd_fragment(f, r, pl.col("k"), pl.col("q"))).alias("_F"))
+           .group_by(keys).agg(pl.col("_F").sum()))
+    jobs = wl.group_by(keys).agg(pl.col("jobs").sum().alias("workload_jobs"), pl.len().alias("workload_specs"))
+    out = (st.join(hagg, on=keys, how="left", nulls_equal=True).join(fgd, on=keys, how="left", nulls_equal=True)
+           .join(jobs, on=keys, how="left", nulls_equal=True))
+    per = lambda c: (pl.col(c) / pl.col("samples"))   # noqa: E731  a sum over node-samples -> mean per sample
+    hist_cols = [f"nodes_free_{k}" for k in range(0, k_max + 1)] + [f"stranded_{s}" for s in sizes] + ["stranded_multinode"]
+    out = out.with_columns(
+        per("_node_samples").alias("nodes_up"), per("_free").alias("free_gpus"),
+        *[per(c).fill_null(0.0).alias(c) for c in hist_cols],
+        per("wfn_sum").alias("whole_free_nodes"), pl.col("wfn_min").alias("whole_free_nodes_min"),
+        per("lsn_sum").alias("largest_single_node"), pl.col("lsn_min").alias("largest_single_node_min"),
+        per("wfg_sum").alias("largest_gang_gpus"), pl.col("wfg_min").alias("largest_gang_gpus_min"),
+        (pl.col("_F") / 1000 / pl.col("samples")).alias("fgd_frag_gpus"),
+        pl.when(pl.col("_free_milli") > 0).then(pl.col("_F") / pl.col("_free_milli")).alias("fgd_rate"),
+        pl.col("workload_jobs").fill_null(0), pl.col("workload_specs").fill_null(0))
+    out = out.with_columns(pl.col("nodes_up").fill_null(0.0), pl.col("free_gpus").fill_null(0.0))
+    cols = [*keys, "samples", "nodes_up", "free_gpus", *[f"nodes_free_{k}" for k in range(0, k_max + 1)],
+            "whole_free_nodes", "whole_free_nodes_min", "largest_single_node", "largest_single_node_min",
+            "largest_gang_gpus", "largest_gang_gpus_min", *[f"stranded_{s}" for s in sizes], "stranded_multinode",
+            "fgd_frag_gpus", "fgd_rate", "workload_jobs", "workload_specs"]
+    return out.select(cols).sort(keys)
