@@ -951,6 +951,7 @@ def build_parser() -> argparse.ArgumentParser:
     ]:
         s = isrep.add_parser(name, parents=[parent], help=text, description=text)
         s.set_defaults(func=func)
+    _efficiency_options(isrep.choices["efficiency"])
     _fragmentation_options(isrep.choices["fragmentation"])
     _own_by_default(isrep.choices["utilization"])
     _governance_report_options(isrep.choices["fairness"], isrep.choices["queue"])
@@ -1091,13 +1092,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    from ingest.errors import InputError
     from ingest.warehouse import WarehouseError
     try:
         return args.func(args) or EXIT_OK
     except UsageError as exc:
         print(f"gpuledger: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    except (CliError, WarehouseError) as exc:
+    except (CliError, WarehouseError, InputError) as exc:
         print(f"gpuledger: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except BrokenPipeError:

@@ -63,48 +63,39 @@ def merge_jobs(con, run, table: str) -> None:
     """Fold staged rows of ``table`` into ``jobs``/``job_nodes`` for ingest ``run`` (an IngestRun).
 
     Call :func:`stage_nodelists` on the same table first. Sets run.inserted/updated/unchanged and
-    returns the state transitions of updated jobs in ``run.options['transitions']``.
+    records the state transitions of updated jobs in ``run.options['transitions']``.
     """
     register_macros(con)
     cols = ", ".join(JOB_COLUMNS)
-    con.execute(f"""
-        CREATE OR REPLACE TEMP TABLE _in AS
-        SELECT {cols} FROM (
-          SELECT *, row_number() OVER (PARTITION BY cluster, job_id_raw, submit
-                                       ORDER BY {_progress(table)} DESC, line_no DESC) AS _rn
-          FROM {table}) AS {table}
-        WHERE _rn = 1""")
-    newer = f"{_progress('i')} > {_progress('j')}"
-    merged = ", ".join(
-        f"CASE WHEN j.job_uid IS NULL OR {newer} THEN coalesce(i.{c}, j.{c}) ELSE coalesce(j.{c}, i.{c}) END AS {c}"
-        for c in JOB_COLUMNS)
-    con.execute(f"""
-        CREATE OR REPLACE TEMP TABLE _m AS
-        SELECT j.job_uid AS old_uid, j.team AS old_team, j.ingest_run_id AS old_run, j.state AS old_state, {merged}
-        FROM _in i LEFT JOIN jobs j
-          ON j.cluster = i.cluster AND j.job_id_raw = i.job_id_raw AND j.submit IS NOT DISTINCT FROM i.submit""")
-    changed = " OR ".join(f"m.{c} IS DISTINCT FROM j.{c}" for c in JOB_COLUMNS)
-    con.execute(f"""
-        CREATE OR REPLACE TEMP TABLE _w AS
-        SELECT coalesce(m.old_uid, nextval('seq_job_uid')) AS job_uid, m.*,
-               m.old_uid IS NULL AS is_new
-        FROM _m m LEFT JOIN jobs j ON j.job_uid = m.old_uid
-        WHERE m.old_uid IS NULL OR ({changed})""")
-    total = con.sql("SELECT count(*) FROM _in").fetchall()[0][0]
-    new, upd = con.sql("SELECT count(*) FILTER (is_new), count(*) FILTER (NOT is_new) FROM _w").fetchall()[0]
-    run.inserted, run.updated, run.unchanged = new, upd, total - new - upd
-    run.options["transitions"] = {
-        f"{a}->{b}": n for a, b, n in con.sql(
-            "SELECT old_state, state, count(*) FROM _w WHERE NOT is_new AND old_state <> state "
-            "GROUP BY ALL ORDER BY 3 DESC").fetchall()}
-    if new + upd == 0:
-        return
-    con.execute("DELETE FROM jobs WHERE job_uid IN (SELECT job_uid FROM _w WHERE NOT is_new)")
-    con.execute("DELETE FROM job_nodes WHERE job_uid IN (SELECT job_uid FROM _w WHERE NOT is_new)")
-    con.execute(f"""
-        INSERT INTO jobs (job_uid, team, ingest_run_id, updated_run_id, {cols})
-        SELECT job_uid, old_team, coalesce(old_run, ?), CASE WHEN is_new THEN NULL ELSE ? END, {cols} FROM _w""",
-                [run.run_id, run.run_id])
+    key = "cluster, job_id_raw, submit"
+    # 1. one version per key: the most progressed (narrow work; the wide rows are only filtered)
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE _k AS
+                    SELECT line_no, {key}, {_progress(table)} AS prog FROM {table}""")
+    n_rows, n_keys = con.sql(f"SELECT count(*), count(DISTINCT ({key})) FROM _k").fetchall()[0]
+    if n_keys < n_rows:
+        con.execute(f"""CREATE OR REPLACE TEMP TABLE _k AS SELECT * FROM _k
+                        QUALIFY row_number() OVER (PARTITION BY {key} ORDER BY prog DESC, line_no DESC) = 1""")
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _in AS SELECT * FROM {table} WHERE line_no IN (SELECT line_no FROM _k)")
+        table = "_in"
+    # 2. which keys exist already (narrow join)
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE _match AS
+                    SELECT k.line_no, j.job_uid, k.prog > {_progress('j')} AS newer
+                    FROM _k k JOIN jobs j ON j.cluster = k.cluster AND j.job_id_raw = k.job_id_raw
+                                         AND j.submit IS NOT DISTINCT FROM k.submit""")
+    n_match = con.sql("SELECT count(*) FROM _match").fetchall()[0][0]
+    new_sql = f"""SELECT nextval('seq_job_uid') AS job_uid, NULL::VARCHAR AS team, $run AS ingest_run_id,
+                         NULL::BIGINT AS updated_run_id, {cols}
+                  FROM {table} s WHERE NOT EXISTS (SELECT 1 FROM _match m WHERE m.line_no = s.line_no)"""
+    con.execute("CREATE OR REPLACE TEMP TABLE _w AS " + new_sql, {"run": run.run_id})
+    run.inserted = n_keys - n_match
+    run.updated, run.unchanged = 0, n_match
+    run.options["transitions"] = {}
+    if n_match:
+        _merge_existing(con, run, table)
+    con.execute("DELETE FROM jobs WHERE job_uid IN (SELECT job_uid FROM _w)")
+    con.execute("DELETE FROM job_nodes WHERE job_uid IN (SELECT job_uid FROM _w)")
+    con.execute(f"INSERT INTO jobs (job_uid, team, ingest_run_id, updated_run_id, {cols}) "
+                f"SELECT job_uid, team, ingest_run_id, updated_run_id, {cols} FROM _w")
     # GPUs are spread evenly over the job's nodes; a remainder goes to the first nodes of the list.
     con.execute("""
         INSERT INTO job_nodes
@@ -113,6 +104,31 @@ def merge_jobs(con, run, table: str) -> None:
                     THEN floor(w.ngpus / m.n) + CASE WHEN m.idx < w.ngpus - floor(w.ngpus / m.n) * m.n THEN 1 ELSE 0 END
                     ELSE w.ngpus / m.n END
         FROM _w w JOIN _nodelist_map m ON m.nodelist = w.nodelist""")
+    for t in ("_k", "_match", "_w", "_in", "_upd"):
+        con.execute(f"DROP TABLE IF EXISTS {t}")
+
+
+def _merge_existing(con, run, table: str) -> None:
+    """Versions of jobs already stored: a more progressed version replaces the stored one (keeping what it
+    lacks); an equal or older one only fills the stored row's gaps. Changed rows are appended to ``_w``."""
+    cols = ", ".join(JOB_COLUMNS)
+    take_new = ", ".join(f"coalesce(s.{c}, j.{c}) AS {c}" for c in JOB_COLUMNS)
+    keep_old = ", ".join(f"coalesce(j.{c}, s.{c}) AS {c}" for c in JOB_COLUMNS)
+    j_cols = ", ".join(f"j.{c}" for c in JOB_COLUMNS)
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE _upd AS
+        SELECT j.job_uid, j.team, j.ingest_run_id, j.state AS old_state, hash({j_cols}) AS old_hash, {take_new}
+        FROM {table} s JOIN _match m ON m.line_no = s.line_no AND m.newer JOIN jobs j ON j.job_uid = m.job_uid
+        UNION ALL
+        SELECT j.job_uid, j.team, j.ingest_run_id, j.state, hash({j_cols}), {keep_old}
+        FROM {table} s JOIN _match m ON m.line_no = s.line_no AND NOT m.newer JOIN jobs j ON j.job_uid = m.job_uid""")
+    con.execute(f"DELETE FROM _upd WHERE hash({cols}) = old_hash")
+    run.updated = con.sql("SELECT count(*) FROM _upd").fetchall()[0][0]
+    run.unchanged -= run.updated
+    run.options["transitions"] = {
+        f"{a}->{b}": n for a, b, n in con.sql(
+            "SELECT old_state, state, count(*) FROM _upd WHERE old_state <> state GROUP BY ALL ORDER BY 3 DESC").fetchall()}
+    con.execute(f"INSERT INTO _w SELECT job_uid, team, ingest_run_id, $run, {cols} FROM _upd", {"run": run.run_id})
 
 
 def assign_teams(con, run_id: int | None = None) -> int:

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
+import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from ingest import jobs_store, slurm_sql, warehouse
+from ingest import jobs_store, slurm_sql, textsplit, warehouse
 from ingest.errors import InputError
 
 #: Open XDMoD's field list: the default column order of headerless input and what --live asks for.
@@ -79,24 +79,6 @@ def read_input(path: str) -> tuple[bytes, str]:
         raise InputError(str(p), "permission denied") from exc
 
 
-def _lines(data: bytes) -> tuple[pa.Array, int]:
-    """Split into lines (\\n or \\r\\n); bytes that are not UTF-8 become U+FFFD. Returns (lines, n_bad_utf8)."""
-    try:
-        text = data.decode("utf-8")
-        bad = 0
-    except UnicodeDecodeError:
-        text = data.decode("utf-8", errors="replace")
-        bad = text.count("\ufffd")
-    if text.endswith("\n"):
-        text = text[:-1]
-    if not text:
-        return pa.array([], pa.large_string()), bad
-    arr = pc.split_pattern(pa.array([text], pa.large_string()), "\n").flatten()
-    if "\r" in text:
-        arr = pc.utf8_rtrim(arr, "\r")
-    return arr, bad
-
-
 def _normalise_field(name: str) -> str:
     return re.sub(r"%-?\d+$", "", name.strip()).lower()
 
@@ -123,191 +105,167 @@ def _header_fields(line: str, delim: str) -> list[str] | None:
 
 # ---------------------------------------------------------------- staging
 
-def _field_expr(i: int, jobname_at: int | None, ncols: int) -> str:
-    """The SQL for column i (1-based) when surplus fields were merged into the free-text column."""
-    if jobname_at is None or i < jobname_at:
-        return f"f[{i}]"
-    if i == jobname_at:
-        return f"array_to_string(f[{i}:{i} + extra], $delim)"
-    return f"f[{i} + extra]"
+STEP_RE = r"^(.*)\.(batch|extern|interactive|[0-9]+)$"
+JOBID_RE = r"[0-9]+(_[0-9]+|_\[[0-9,%\-]+\]|\+[0-9]+)?"
+SEP = "\x1f"  # separates kind, field and reason inside the one verdict string
 
 
-def _segment_sql(cols: list[str]) -> str:
-    """SQL that turns raw lines of one header segment into typed staged rows (+ reject reason)."""
-    ncols = len(cols)
-    free = next((f for f in FREE_TEXT if f in cols), None)
-    free_at = cols.index(free) + 1 if free else None
-    raw = {c: _field_expr(i + 1, free_at, ncols) for i, c in enumerate(cols)}
-    def col(name, default="NULL"):
-        return raw.get(name, default)
-    jid = f"nullif(trim({col('jobid', 'NULL')}), '')"
-    jidraw = f"nullif(trim({col('jobidraw', 'NULL')}), '')"
-    extra_cols = [c for c in cols if c not in MODELLED]
-    extra_json = ("to_json(map([" + ", ".join(f"'{c}'" for c in extra_cols) + "], [" +
-                  ", ".join(raw[c] for c in extra_cols) + "]))::VARCHAR") if extra_cols else "NULL"
-    elapsed = (f"gl_dur({col('elapsed')})" if "elapsed" in cols else
-               f"try_cast({col('elapsedraw')} AS BIGINT)" if "elapsedraw" in cols else "NULL")
-    timelimit = (f"gl_dur({col('timelimit')})" if "timelimit" in cols else
-                 f"try_cast({col('timelimitraw')} AS BIGINT) * 60" if "timelimitraw" in cols else "NULL")
-    timelimit_raw = col("timelimit") if "timelimit" in cols else col("timelimitraw")
-    ncpus = col("ncpus") if "ncpus" in cols else col("alloccpus")
-    # A field's text is "bad" when it is neither a null token nor parseable: the line is rejected naming it.
-    checks = []
+def _sql_str(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+def _checks(cols: list[str]) -> list[tuple[str, str, str]]:
+    """(field, bad-condition, reason SQL) for every typed field: text that is neither a null token nor readable."""
+    out = []
     for name in ("submit", "eligible", "start", "end"):
         if name in cols:
-            checks.append((name, f"NOT gl_is_null_token({raw[name]}) AND {raw[name]} <> '0' AND gl_ts({raw[name]}, $tz) IS NULL",
-                           f"'cannot read time ' || {raw[name]}"))
+            out.append((name, f"t_{name} IS NULL AND NOT gl_is_null_token(c_{name}) AND c_{name} <> '0'",
+                        f"'cannot read time ' || c_{name}"))
     for name in ("elapsed", "timelimit"):
         if name in cols:
-            checks.append((name, f"NOT gl_dur_ok({raw[name]})", f"'cannot read duration ' || {raw[name]}"))
+            out.append((name, f"t_{name} IS NULL AND NOT gl_dur_is_none(c_{name})", f"'cannot read duration ' || c_{name}"))
     for name in ("nnodes", "ncpus", "alloccpus", "reqcpus", "uid", "gid", "elapsedraw", "timelimitraw"):
         if name in cols:
-            checks.append((name, f"NOT gl_is_null_token({raw[name]}) AND try_cast({raw[name]} AS BIGINT) IS NULL",
-                           f"'not an integer: ' || {raw[name]}"))
+            out.append((name, f"try_cast(c_{name} AS BIGINT) IS NULL AND NOT gl_is_null_token(c_{name})",
+                        f"'not an integer: ' || c_{name}"))
     if "exitcode" in cols:
-        checks.append(("exitcode", f"NOT gl_is_null_token({raw['exitcode']}) AND NOT regexp_full_match({raw['exitcode']}, '[0-9]+(:[0-9]+)?')",
-                       f"'not an exit code N:S: ' || {raw['exitcode']}"))
+        out.append(("exitcode", "NOT gl_is_null_token(c_exitcode) AND NOT regexp_full_match(c_exitcode, '[0-9]+(:[0-9]+)?')",
+                    "'not an exit code N:S: ' || c_exitcode"))
     if "reqmem" in cols:
-        checks.append(("reqmem", f"NOT gl_is_null_token({raw['reqmem']}) AND gl_reqmem({raw['reqmem']}, 1, 1) IS NULL",
-                       f"'cannot read memory ' || {raw['reqmem']}"))
-    reason = "CASE " + " ".join(
-        f"WHEN {cond} THEN {msg}" for _, cond, msg in checks) + " ELSE NULL END" if checks else "NULL"
-    field = "CASE " + " ".join(
-        f"WHEN {cond} THEN '{name}'" for name, cond, _ in checks) + " ELSE NULL END" if checks else "NULL"
-    shape_ok = f"extra = 0 OR (extra > 0 AND {'true' if free_at else 'false'})"
-    return f"""
-    WITH split AS (
-      SELECT line_no, line, CASE WHEN len(f0) > {ncols} AND f0[-1] = '' THEN f0[1:-2] ELSE f0 END AS f
-      FROM (SELECT line_no, line, string_split(line, $delim) AS f0 FROM _lines WHERE seg = $seg AND kind = 'data')
-    ), shaped AS (
-      SELECT *, len(f) - {ncols} AS extra FROM split
-    ), fields AS (
-      SELECT line_no, line, extra, ({shape_ok}) AS shape_ok,
-        {jid} AS jid, {jidraw} AS jidraw,
-        {col('cluster')} AS c_cluster, {col('partition')} AS c_partition, {col('qos')} AS c_qos,
-        {col('account')} AS c_account, {col('group')} AS c_group, {col('gid')} AS c_gid,
-        {col('user')} AS c_user, {col('uid')} AS c_uid, {col('submit')} AS c_submit,
-        {col('eligible')} AS c_eligible, {col('start')} AS c_start, {col('end')} AS c_end,
-        {elapsed} AS c_elapsed, {col('exitcode')} AS c_exitcode, {col('state')} AS c_state,
-        {col('nnodes')} AS c_nnodes, {ncpus} AS c_ncpus, {col('reqcpus')} AS c_reqcpus,
-        {col('reqmem')} AS c_reqmem, {col('reqtres')} AS c_reqtres, {col('alloctres')} AS c_alloctres,
-        {timelimit} AS c_timelimit, {timelimit_raw} AS c_timelimit_raw, {col('nodelist')} AS c_nodelist,
-        {col('jobname')} AS c_jobname, {extra_json} AS c_extra,
-        CASE WHEN extra >= 0 AND ({shape_ok}) THEN {reason} END AS bad_reason,
-        CASE WHEN extra >= 0 AND ({shape_ok}) THEN {field} END AS bad_field
-      FROM shaped
-    )
-    SELECT * FROM fields"""
+        out.append(("reqmem", "req_mem_bytes IS NULL AND NOT gl_is_null_token(c_reqmem)",
+                    "'cannot read memory ' || c_reqmem"))
+    return out
 
 
-STEP_RE = r"^(.*)\.(batch|extern|interactive|[0-9]+)$"
+#: Every column the staging SQL may read; those absent from the input are NULL.
+STAGED_INPUTS = ("jobid", "jobidraw", "cluster", "partition", "qos", "account", "group", "gid", "user", "uid",
+                 "submit", "eligible", "start", "end", "elapsed", "elapsedraw", "exitcode", "state", "nnodes",
+                 "ncpus", "alloccpus", "reqcpus", "reqmem", "reqtres", "alloctres", "timelimit", "timelimitraw",
+                 "nodelist", "jobname")
 
 
-def _stage(con, seg: int, cols: list[str], opts: SacctOptions, default_cluster: str) -> None:
-    """Parse segment ``seg`` into temp tables _stg (good rows) and _bad (rejects) and _steps (skips)."""
-    params = {"delim": opts.delimiter, "seg": seg, "tz": opts.tz or "UTC"}
+def _stage_sql(cols: list[str], hint: str) -> str:
+    """SQL from the split columns of one segment (table ``_seg``) to typed, staged job rows with a verdict.
+
+    Layered so that each macro is applied to a plain column (cheap to plan). ``verdict`` is NULL for a good
+    row, else ``reject<US>field<US>reason``.
+    """
     ncols = len(cols)
-    sql = _segment_sql(cols)
-    con.execute(f"CREATE OR REPLACE TEMP TABLE _f AS {sql}", {k: v for k, v in params.items() if f"${k}" in sql})
-    no_id = "jobid" not in cols and "jobidraw" not in cols
-    hint = ("columns of the header line" if seg > 0 else
-            "Open XDMoD default list; give --fields for other layouts" if not opts.fields else "--fields")
-    con.execute(f"""
-        CREATE OR REPLACE TEMP TABLE _cls AS
-        SELECT *,
-          coalesce(jid, jidraw) AS anyid,
-          CASE
-            WHEN {'true' if no_id else 'false'} THEN 'reject:no JobID or JobIDRaw column in this input'
-            WHEN extra < 0 THEN 'reject:expected {ncols} fields ({hint}), found ' || ({ncols} + extra)
-            WHEN NOT shape_ok THEN 'reject:expected {ncols} fields ({hint}), found ' || ({ncols} + extra)
-                                   || ' and no free-text column to hold the surplus'
-            WHEN coalesce(jid, jidraw) IS NULL THEN 'reject:empty job id'
-            WHEN regexp_matches(coalesce(jid, jidraw), '{STEP_RE}')
-              THEN 'skip:job step (.' || CASE WHEN regexp_extract(coalesce(jid, jidraw), '{STEP_RE}', 2) SIMILAR TO '[0-9]+'
-                                                  THEN 'N' ELSE regexp_extract(coalesce(jid, jidraw), '{STEP_RE}', 2) END || ')'
-            WHEN NOT regexp_full_match(coalesce(jid, jidraw), '[0-9]+(_[0-9]+|_\\[[0-9,%\\-]+\\]|\\+[0-9]+)?')
-              THEN 'reject:not a Slurm job id: ' || coalesce(jid, jidraw)
-            WHEN jidraw IS NOT NULL AND NOT regexp_full_match(jidraw, '[0-9]+') AND jidraw <> jid
-              THEN 'reject:JobIDRaw is not a number: ' || jidraw
-            WHEN bad_reason IS NOT NULL THEN 'reject:' || bad_reason
-            ELSE 'ok'
-          END AS verdict
-        FROM _f""")
-    con.execute(f"""
-        CREATE OR REPLACE TEMP TABLE _stg AS
-        SELECT line_no, line,
-          coalesce(nullif(trim(c_cluster), ''), $cluster) AS cluster,
-          anyid AS job_id,
-          coalesce(jidraw, anyid) AS job_id_raw,
-          try_cast(coalesce(nullif(regexp_extract(anyid, '^([0-9]+)_', 1), ''),
-                            nullif(regexp_extract(anyid, '^([0-9]+)\\+', 1), '')) AS BIGINT) AS _base,
-          try_cast(nullif(regexp_extract(anyid, '^[0-9]+_([0-9]+)$', 1), '') AS BIGINT) AS array_task_id,
-          nullif(regexp_extract(anyid, '^[0-9]+_\\[(.*)\\]$', 1), '') AS array_task_spec,
-          try_cast(nullif(regexp_extract(anyid, '^[0-9]+\\+([0-9]+)$', 1), '') AS INTEGER) AS het_offset,
-          nullif(trim(c_user), '') AS "user", try_cast(c_uid AS BIGINT) AS uid,
-          nullif(trim(c_group), '') AS "group", try_cast(c_gid AS BIGINT) AS gid,
-          nullif(trim(c_account), '') AS account, nullif(trim(c_partition), '') AS partition,
-          nullif(trim(c_qos), '') AS qos,
-          gl_state(c_state) AS state, c_state AS state_raw,
-          try_cast(nullif(regexp_extract(c_state, 'by ([0-9]+)', 1), '') AS BIGINT) AS cancelled_by_uid,
-          try_cast(nullif(split_part(c_exitcode, ':', 1), '') AS INTEGER) AS exit_code,
-          try_cast(nullif(split_part(c_exitcode, ':', 2), '') AS INTEGER) AS signal,
-          gl_ts(c_submit, $tz) AS submit, gl_ts(c_eligible, $tz) AS eligible,
-          gl_ts(c_start, $tz) AS start, gl_ts(c_end, $tz) AS _end_raw,
-          c_elapsed AS _elapsed, c_timelimit AS timelimit_s, nullif(c_timelimit_raw, '') AS timelimit_raw,
-          try_cast(c_nnodes AS INTEGER) AS nnodes, try_cast(c_ncpus AS INTEGER) AS ncpus,
-          try_cast(c_reqcpus AS INTEGER) AS req_cpus,
-          nullif(c_alloctres, '') AS alloc_tres, nullif(c_reqtres, '') AS req_tres,
-          nullif(trim(c_nodelist), '') AS nodelist, c_jobname AS job_name, c_extra AS extra,
-          c_reqmem AS _reqmem
-        FROM _cls WHERE verdict = 'ok'""", {"cluster": default_cluster, "tz": opts.tz or "UTC"})
-    con.execute("""
-        CREATE OR REPLACE TEMP TABLE _stg2 AS
-        SELECT line_no, line, cluster, job_id, job_id_raw,
-          CASE WHEN array_task_id IS NOT NULL OR array_task_spec IS NOT NULL THEN _base END AS array_job_id,
-          array_task_id, array_task_spec,
-          CASE WHEN het_offset IS NOT NULL THEN _base END AS het_job_id, het_offset,
-          "user", uid, "group", gid, account, partition, qos, state, state_raw, cancelled_by_uid, exit_code, signal,
-          submit, eligible, start,
-          CASE WHEN gl_state_rank(state) = 0 OR start IS NULL THEN NULL ELSE _end_raw END AS "end",
-          CASE WHEN _elapsed IS NOT NULL THEN _elapsed
-               WHEN start IS NOT NULL AND _end_raw IS NOT NULL AND gl_state_rank(state) > 0
-                 THEN greatest(0, epoch(_end_raw) - epoch(start))::BIGINT END AS elapsed_s,
-          timelimit_s, timelimit_raw, nnodes, ncpus, req_cpus,
-          coalesce(gl_tres_gpus(alloc_tres), 0) AS ngpus, NULL::INTEGER AS gpu_milli,
-          gl_tres_gpus(req_tres) AS req_gpus,
-          coalesce(gl_tres_gpu_type(alloc_tres), gl_tres_gpu_type(req_tres)) AS gpu_type,
-          gl_tres_mem(alloc_tres) AS mem_bytes,
-          coalesce(gl_reqmem(_reqmem, coalesce(req_cpus, ncpus), nnodes), gl_tres_mem(req_tres)) AS req_mem_bytes,
-          coalesce(gl_tres_num(alloc_tres, 'billing'), gl_tres_num(req_tres, 'billing')) AS billing,
-          alloc_tres, req_tres, nodelist, job_name, extra, 'sacct' AS source
-        FROM _stg""")
+    known = set(cols)
+    has_free = any(f in known for f in FREE_TEXT)
+    present = ", ".join(f"c_{n}" if n in known else f"NULL::VARCHAR AS c_{n}" for n in STAGED_INPUTS)
+    extra_cols = [c for c in cols if c not in MODELLED]
+    extra_json = ("to_json(map([" + ", ".join(_sql_str(c) for c in extra_cols) + "], [" +
+                  ", ".join(f"c_{c}" for c in extra_cols) + "]))::VARCHAR") if extra_cols else "NULL::VARCHAR"
+    elapsed = ("gl_dur(c_elapsed)" if "elapsed" in known else
+               "try_cast(c_elapsedraw AS BIGINT)" if "elapsedraw" in known else "NULL::BIGINT")
+    timelimit = ("gl_dur(c_timelimit)" if "timelimit" in known else
+                 "try_cast(c_timelimitraw AS BIGINT) * 60" if "timelimitraw" in known else "NULL::BIGINT")
+    no_id = "jobid" not in known and "jobidraw" not in known
+    shape_ok = f"nf = {ncols}" + (f" OR nf > {ncols}" if has_free else "")
+    field_checks = " ".join(f"WHEN {cond} THEN 'reject{SEP}{name}{SEP}' || {msg}" for name, cond, msg in _checks(cols))
+    return f"""
+    WITH r AS (
+      SELECT line_no, nf, {present}, {extra_json} AS c_extra FROM _seg WHERE NOT is_step
+    ), t AS (
+      SELECT *,
+        coalesce(nullif(trim(c_jobid), ''), nullif(trim(c_jobidraw), '')) AS anyid,
+        nullif(trim(c_jobidraw), '') AS jidraw,
+        gl_ts(c_submit, $tz) AS t_submit, gl_ts(c_eligible, $tz) AS t_eligible,
+        gl_ts(c_start, $tz) AS t_start, gl_ts(c_end, $tz) AS t_end,
+        {elapsed} AS t_elapsed, {timelimit} AS t_timelimit,
+        gl_state_base(c_state) AS state_base,
+        gl_tres_get(c_alloctres, 'gres/gpu') AS a_gpu, gl_tres_ntyped(c_alloctres) AS a_n,
+        gl_tres_ntyped(c_reqtres) AS q_n, gl_tres_get(c_reqtres, 'gres/gpu') AS q_gpu,
+        gl_tres_get(c_alloctres, 'mem') AS a_mem, gl_tres_get(c_reqtres, 'mem') AS q_mem,
+        gl_tres_get(c_alloctres, 'billing') AS a_bill, gl_tres_get(c_reqtres, 'billing') AS q_bill,
+        CASE WHEN right(c_reqmem, 1) IN ('c', 'n') THEN c_reqmem[1:-2] ELSE c_reqmem END AS rm_amount,
+        CASE WHEN right(c_reqmem, 1) IN ('c', 'n') THEN right(c_reqmem, 1) ELSE '' END AS rm_per,
+        try_cast(c_nnodes AS INTEGER) AS t_nnodes, try_cast(coalesce(c_ncpus, c_alloccpus) AS INTEGER) AS t_ncpus,
+        try_cast(c_reqcpus AS INTEGER) AS t_reqcpus
+      FROM r
+    ), u AS (
+      SELECT *,
+        gl_state_of(state_base) AS t_state,
+        coalesce(try_cast(a_gpu AS DOUBLE), gl_tres_typed_sum(c_alloctres, a_n), 0) AS ngpus,
+        coalesce(try_cast(q_gpu AS DOUBLE), gl_tres_typed_sum(c_reqtres, q_n)) AS req_gpus,
+        coalesce(gl_tres_type(c_alloctres, a_n), gl_tres_type(c_reqtres, q_n)) AS gpu_type,
+        gl_mem_bytes(a_mem) AS mem_bytes,
+        coalesce(gl_reqmem(rm_amount, rm_per, coalesce(t_reqcpus, t_ncpus), t_nnodes), gl_mem_bytes(q_mem)) AS req_mem_bytes,
+        coalesce(try_cast(a_bill AS DOUBLE), try_cast(q_bill AS DOUBLE)) AS billing
+      FROM t
+    ), v AS (
+      SELECT *,
+        CASE
+          WHEN {'true' if no_id else 'false'} THEN 'reject{SEP}jobid{SEP}no JobID or JobIDRaw column in this input'
+          WHEN NOT ({shape_ok}) THEN 'reject{SEP}{SEP}expected {ncols} fields ({hint}), found ' || nf
+          WHEN anyid IS NULL THEN 'reject{SEP}jobid{SEP}empty job id'
+          WHEN NOT regexp_full_match(anyid, '{JOBID_RE}') THEN 'reject{SEP}jobid{SEP}not a Slurm job id: ' || anyid
+          WHEN jidraw IS NOT NULL AND NOT regexp_full_match(jidraw, '[0-9]+') AND jidraw <> anyid
+            THEN 'reject{SEP}jobidraw{SEP}JobIDRaw is not a number: ' || jidraw
+          {field_checks}
+          ELSE NULL
+        END AS verdict,
+        gl_state_rank(t_state) AS rank
+      FROM u
+    )
+    SELECT line_no, verdict,
+      coalesce(nullif(trim(c_cluster), ''), $cluster) AS cluster,
+      anyid AS job_id,
+      coalesce(jidraw, anyid) AS job_id_raw,
+      CASE WHEN strpos(anyid, '_') > 0 THEN try_cast(split_part(anyid, '_', 1) AS BIGINT) END AS array_job_id,
+      CASE WHEN strpos(anyid, '_') > 0 THEN try_cast(split_part(anyid, '_', 2) AS BIGINT) END AS array_task_id,
+      CASE WHEN strpos(anyid, '_[') > 0 THEN rtrim(split_part(anyid, '_[', 2), ']') END AS array_task_spec,
+      CASE WHEN strpos(anyid, '+') > 0 THEN try_cast(split_part(anyid, '+', 1) AS BIGINT) END AS het_job_id,
+      CASE WHEN strpos(anyid, '+') > 0 THEN try_cast(split_part(anyid, '+', 2) AS INTEGER) END AS het_offset,
+      nullif(trim(c_user), '') AS "user", try_cast(c_uid AS BIGINT) AS uid,
+      nullif(trim(c_group), '') AS "group", try_cast(c_gid AS BIGINT) AS gid,
+      nullif(trim(c_account), '') AS account, nullif(trim(c_partition), '') AS partition,
+      nullif(trim(c_qos), '') AS qos,
+      t_state AS state, c_state AS state_raw,
+      CASE WHEN strpos(c_state, ' by ') > 0 THEN try_cast(split_part(c_state, ' by ', 2) AS BIGINT) END AS cancelled_by_uid,
+      try_cast(nullif(split_part(c_exitcode, ':', 1), '') AS INTEGER) AS exit_code,
+      try_cast(nullif(split_part(c_exitcode, ':', 2), '') AS INTEGER) AS signal,
+      t_submit AS submit, t_eligible AS eligible, t_start AS start,
+      CASE WHEN rank = 0 OR t_start IS NULL THEN NULL ELSE t_end END AS "end",
+      CASE WHEN t_elapsed IS NOT NULL THEN t_elapsed
+           WHEN t_start IS NOT NULL AND t_end IS NOT NULL AND rank > 0
+             THEN greatest(0, epoch(t_end) - epoch(t_start))::BIGINT END AS elapsed_s,
+      t_timelimit AS timelimit_s, nullif(coalesce(c_timelimit, c_timelimitraw), '') AS timelimit_raw,
+      t_nnodes AS nnodes, t_ncpus AS ncpus, t_reqcpus AS req_cpus,
+      ngpus, NULL::INTEGER AS gpu_milli, req_gpus, gpu_type, mem_bytes, req_mem_bytes, billing,
+      nullif(c_alloctres, '') AS alloc_tres, nullif(c_reqtres, '') AS req_tres,
+      nullif(trim(c_nodelist), '') AS nodelist, c_jobname AS job_name, c_extra AS extra, $source AS source
+    FROM v"""
 
 
-def _segments(con, delim: str, default_cols: list[str]) -> dict[int, list[str]]:
-    """Classify lines as blank / header / data into temp table _lines (line_no, line, kind, seg);
-    return the column list of each segment (segment 0 = before any header)."""
-    first_tokens = sorted(SACCT_FIELDS)
-    cand = con.execute("""
-        SELECT line_no, line FROM _raw
-        WHERE trim(line) <> '' AND list_contains($names, regexp_replace(lower(trim(split_part(line, $delim, 1))), '%-?[0-9]+$', ''))
-        ORDER BY line_no""", {"names": first_tokens, "delim": delim}).fetchall()
-    headers = {}
-    for line_no, line in cand:
-        names = _header_fields(line, delim)
+def _header_lines(con, lines: textsplit.Lines, nonblank: np.ndarray, delim: str) -> dict[int, list[str]]:
+    """{line index: columns} of the header lines: a line whose every field is a sacct field name."""
+    d = delim.encode()
+    pos = textsplit.delimiter_positions(lines.buf, d)
+    starts, ends = lines.starts[nonblank], lines.ends[nonblank]
+    nxt = np.searchsorted(pos, starts)
+    if len(pos):
+        cand = pos[np.minimum(nxt, len(pos) - 1)]
+        first_end = np.where((nxt < len(pos)) & (cand < ends), cand, ends)
+    else:
+        first_end = ends
+    first = textsplit.string_views(lines.data, lines.buf, starts, first_end - starts)
+    con.register("_first", pa.table({"i": pa.array(nonblank), "first": first}))
+    try:
+        cand = [r[0] for r in con.execute(
+            """SELECT i FROM _first WHERE length(first) < 40 AND
+                      list_contains($names, regexp_replace(lower(trim(first)), '%-?[0-9]+$', ''))""",
+            {"names": sorted(SACCT_FIELDS)}).fetchall()]
+    finally:
+        con.unregister("_first")
+    out = {}
+    for i in cand:
+        text = lines.data[lines.starts[i]:lines.ends[i]].decode("utf-8", errors="replace")
+        names = _header_fields(text, delim)
         if names:
-            headers[line_no] = names
-    _from_arrow(con, "_hdr", pa.table({"line_no": pa.array(list(headers), pa.int64())}))
-    con.execute("""
-        CREATE OR REPLACE TEMP TABLE _lines AS
-        SELECT r.line_no, r.line,
-               CASE WHEN h.line_no IS NOT NULL THEN 'header' WHEN trim(r.line) = '' THEN 'blank' ELSE 'data' END AS kind,
-               count(h.line_no) OVER (ORDER BY r.line_no ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW) AS seg
-        FROM _raw r LEFT JOIN _hdr h ON h.line_no = r.line_no""")
-    cols = {0: default_cols}
-    for i, line_no in enumerate(sorted(headers), start=1):
-        cols[i] = headers[line_no]
-    return cols
+            out[int(i)] = names
+    return out
 
 
 def _from_arrow(con, name: str, table: pa.Table) -> None:
@@ -319,11 +277,11 @@ def _from_arrow(con, name: str, table: pa.Table) -> None:
         con.unregister("_arrow_in")
 
 
-def _detect_delimiter(lines: pa.Array) -> str:
+def _detect_delimiter(lines: textsplit.Lines) -> str:
     for i in range(min(len(lines), 50)):
-        s = lines[i].as_py()
-        if s and s.strip():
-            return "^|^" if "^|^" in s else "|"
+        s = lines.data[lines.starts[i]:lines.ends[i]]
+        if s.strip():
+            return "^|^" if b"^|^" in s else "|"
     return "|"
 
 
@@ -339,70 +297,118 @@ def _cluster_tz(con, cluster: str) -> str | None:
     return rows[0][0] if rows else None
 
 
+def _line_text(lines: textsplit.Lines, line_nos) -> pa.Array:
+    return pa.array([lines.data[lines.starts[i - 1]:lines.ends[i - 1]].decode("utf-8", "replace") for i in line_nos],
+                    pa.string())
+
+
+def _stage_segment(con, run, lines, rows: np.ndarray, cols: list[str], opts: SacctOptions, cluster: str,
+                   source: str, hint: str, table: str) -> None:
+    """Split, type and validate the lines ``rows`` with layout ``cols`` into temp table ``table``."""
+    d = opts.delimiter.encode()
+    free = next((f for f in FREE_TEXT if f in cols), None)
+    ends_with = lines.ends[rows] - lines.starts[rows] >= len(d)
+    tail = np.array([lines.data[e - len(d):e] == d for e in lines.ends[rows[:200]]]) if len(rows) else np.array([])
+    trailing = bool(len(tail) and tail.mean() > 0.5 and ends_with.any())
+    fields = textsplit.split_fields(lines, rows, d, len(cols), cols.index(free) if free else None, trailing)
+    key = "jobid" if "jobid" in cols else "jobidraw" if "jobidraw" in cols else None
+    arrays = {"line_no": pa.array(rows + 1), "nf": pa.array(fields.nfields)}
+    for name, col in zip(cols, fields.columns):
+        arrays.setdefault(f"c_{name}", col)     # a repeated column name keeps its first occurrence
+    step = (f"regexp_matches(c_{key}, '{STEP_RE}') AND nf >= {len(cols)}" if key else "false")
+    con.register("_seg_in", pa.table(arrays))
+    try:
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _seg AS SELECT *, {step} AS is_step FROM _seg_in")
+    finally:
+        con.unregister("_seg_in")
+    if key:
+        for reason, n, first in con.execute(f"""
+                SELECT 'job step (.' || CASE WHEN k SIMILAR TO '[0-9]+' THEN 'N' ELSE k END || ')', count(*), min(line_no)
+                FROM (SELECT line_no, regexp_extract(c_{key}, '{STEP_RE}', 2) AS k FROM _seg WHERE is_step)
+                GROUP BY 1""").fetchall():
+            run.skip(reason, n, first)
+    sql = _stage_sql(cols, hint)
+    params = {"tz": opts.tz, "cluster": cluster, "source": source}
+    con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS {sql}", params)
+    con.execute("DROP TABLE _seg")
+    bad = con.execute(f"""SELECT line_no, nullif(split_part(verdict, $sep, 2), ''), split_part(verdict, $sep, 3)
+                          FROM {table} WHERE verdict IS NOT NULL ORDER BY line_no""", {"sep": SEP}).fetchall()
+    if bad:
+        _reject(con, run, lines, [b[0] for b in bad], [b[1] for b in bad], [b[2] for b in bad])
+
+
+def _reject(con, run, lines, line_nos, fields, reasons) -> None:
+    tbl = pa.table({"line_no": pa.array(line_nos, pa.int64()), "field": pa.array(fields, pa.string()),
+                    "reason": pa.array(reasons, pa.string()), "raw": _line_text(lines, line_nos)})
+    run.reject_rows(tbl)
+
+
 def ingest_bytes(con: duckdb.DuckDBPyConnection, data: bytes, input_name: str, opts: SacctOptions,
                  source: str = "sacct") -> dict:
     """Load one sacct output (as bytes) in one transaction; returns the run summary."""
     opts = SacctOptions(**vars(opts))
-    lines, bad_utf8 = _lines(data)
+    data, bad_utf8 = textsplit.to_utf8(data)
+    lines = textsplit.split_lines(data)
     opts.delimiter = opts.delimiter or _detect_delimiter(lines)
     cluster = default_cluster(con, opts)
     opts.tz = opts.tz or _cluster_tz(con, cluster) or "UTC"
     _check_tz(con, opts.tz)
     default_cols = parse_fields(opts.fields) if opts.fields else list(XDMOD_FIELDS)
     slurm_sql.register(con)
-    raw = pa.table({"line_no": pa.array(range(1, len(lines) + 1), pa.int64()), "line": lines})
     options = {"delimiter": opts.delimiter, "tz": opts.tz, "fields": opts.fields, "cluster": cluster,
                "non_utf8_bytes": bad_utf8}
     run = warehouse.IngestRun(con, source, input_name, sha256=hashlib.sha256(data).hexdigest(), nbytes=len(data),
                               cluster=cluster, options=options)
     with run:
         run.lines_read = len(lines)
-        _from_arrow(con, "_raw", raw)
-        seg_cols = _segments(con, opts.delimiter, default_cols)
-        counts = dict(con.sql("SELECT kind, count(*) FROM _lines WHERE kind <> 'data' GROUP BY kind").fetchall())
-        first = dict(con.sql("SELECT kind, min(line_no) FROM _lines WHERE kind <> 'data' GROUP BY kind").fetchall())
-        run.skip("blank line", counts.get("blank", 0), first.get("blank"))
-        run.skip("header line", counts.get("header", 0), first.get("header"))
-        con.execute("CREATE OR REPLACE TEMP TABLE _all_stg AS SELECT * FROM (SELECT NULL) WHERE false")
-        stg_parts, examples = [], []
-        for seg, cols in seg_cols.items():
-            if not con.execute("SELECT count(*) FROM _lines WHERE seg = ? AND kind = 'data'", [seg]).fetchall()[0][0]:
+        blank_mask = lines.ends == lines.starts
+        blank = np.flatnonzero(blank_mask)
+        run.skip("blank line", len(blank), int(blank[0]) + 1 if len(blank) else None)
+        nonblank = np.flatnonzero(~blank_mask)
+        headers = _header_lines(con, lines, nonblank, opts.delimiter) if len(nonblank) else {}
+        run.skip("header line", len(headers), min(headers) + 1 if headers else None)
+        is_data = ~blank_mask
+        is_data[list(headers)] = False
+        bounds = [-1] + sorted(headers) + [len(lines)]
+        layouts = [default_cols] + [headers[h] for h in sorted(headers)]
+        staged = []
+        for seg, (lo, hi, cols) in enumerate(zip(bounds[:-1], bounds[1:], layouts)):
+            rows = np.flatnonzero(is_data[lo + 1:hi]) + lo + 1
+            if not len(rows):
                 continue
-            _stage(con, seg, cols, opts, cluster)
-            for reason, n, first_no in con.sql(
-                    "SELECT substr(verdict, 6), count(*), min(line_no) FROM _cls WHERE verdict LIKE 'skip:%' GROUP BY 1").fetchall():
-                run.skip(reason, n, first_no)
-            con.execute("""INSERT INTO rejects SELECT ?, line_no, coalesce(bad_field, CASE WHEN verdict LIKE '%job id%'
-                                   OR verdict LIKE '%JobID%' THEN 'jobid' END), substr(verdict, 8), line
-                           FROM _cls WHERE verdict LIKE 'reject:%'""", [run.run_id])
-            run.rejected += con.sql("SELECT count(*) FROM _cls WHERE verdict LIKE 'reject:%'").fetchall()[0][0]
-            tbl = f"_stg_seg{seg}"
-            con.execute(f"CREATE OR REPLACE TEMP TABLE {tbl} AS SELECT * FROM _stg2")
-            stg_parts.append(tbl)
-        if stg_parts:
-            con.execute("CREATE OR REPLACE TEMP TABLE stg_jobs AS " + " UNION ALL BY NAME ".join(
-                f"SELECT * FROM {t}" for t in stg_parts))
-            bad = jobs_store.stage_nodelists(con, "stg_jobs")
-            if bad:
-                _from_arrow(con, "badtbl", pa.table({"nodelist": list(bad), "err": list(bad.values())}))
-                con.execute("""INSERT INTO rejects SELECT ?, s.line_no, 'nodelist', 'bad nodelist: ' || b.err, s.line
-                               FROM stg_jobs s JOIN badtbl b ON b.nodelist = s.nodelist""", [run.run_id])
-                n_bad = con.sql("SELECT count(*) FROM stg_jobs s JOIN badtbl b ON b.nodelist = s.nodelist").fetchall()[0][0]
-                run.rejected += n_bad
-                con.execute("DELETE FROM stg_jobs WHERE nodelist IN (SELECT nodelist FROM badtbl)")
-            run.loaded = con.sql("SELECT count(*) FROM stg_jobs").fetchall()[0][0]
-            jobs_store.merge_jobs(con, run, "stg_jobs")
-            jobs_store.assign_teams(con, run.run_id)
+            hint = ("columns of the header line" if seg else
+                    "the Open XDMoD default list; give --fields for other layouts" if not opts.fields else "--fields")
+            _stage_segment(con, run, lines, rows, cols, opts, cluster, source, hint, f"_stg_seg{seg}")
+            staged.append(f"_stg_seg{seg}")
+        _load_staged(con, run, lines, staged)
         examples = [f"{input_name}:{ln}: " + (f"field {fld}: " if fld else "") + reason
                     for ln, fld, reason in con.execute(
                         "SELECT line_no, field, reason FROM rejects WHERE run_id = ? ORDER BY line_no LIMIT 10",
                         [run.run_id]).fetchall()]
-        for t in stg_parts + ["_raw", "_hdr", "badtbl", "_lines", "_f", "_cls", "_stg", "_stg2", "_all_stg"]:
+        for t in staged + ["stg_jobs"]:
             con.execute(f"DROP TABLE IF EXISTS {t}")
     summary = run.summary()
     summary["reject_examples"] = examples
     summary["transitions"] = run.options.get("transitions", {})
     return summary
+
+
+def _load_staged(con, run, lines, staged: list[str]) -> None:
+    """Reject bad nodelists, then merge the good staged rows into jobs/job_nodes and resolve teams."""
+    if not staged:
+        return
+    con.execute("CREATE OR REPLACE TEMP TABLE stg_jobs AS " + " UNION ALL BY NAME ".join(
+        f"SELECT * EXCLUDE (verdict) FROM {t} WHERE verdict IS NULL" for t in staged))
+    bad = jobs_store.stage_nodelists(con, "stg_jobs")
+    if bad:
+        rows = con.execute("SELECT line_no, nodelist FROM stg_jobs WHERE list_contains($bad, nodelist) ORDER BY line_no",
+                           {"bad": list(bad)}).fetchall()
+        _reject(con, run, lines, [r[0] for r in rows], ["nodelist"] * len(rows),
+                [f"bad nodelist: {bad[r[1]]}" for r in rows])
+        con.execute("DELETE FROM stg_jobs WHERE list_contains($bad, nodelist)", {"bad": list(bad)})
+    run.loaded = con.sql("SELECT count(*) FROM stg_jobs").fetchall()[0][0]
+    jobs_store.merge_jobs(con, run, "stg_jobs")
+    jobs_store.assign_teams(con, run.run_id)
 
 
 def _check_tz(con, tz: str) -> None:

@@ -38,80 +38,88 @@ def _sql_list(values) -> str:
 
 
 def macros() -> list[str]:
-    null_tokens = _sql_list(NULL_TOKENS)
-    states = _sql_list(JOB_STATES)
-    codes_k = _sql_list(STATE_CODES.keys())
-    codes_v = _sql_list(STATE_CODES.values())
-    unit = "CASE upper({u}) WHEN 'K' THEN 1024 WHEN 'M' THEN 1048576 WHEN 'G' THEN 1073741824 " \
-           "WHEN 'T' THEN 1099511627776 WHEN 'P' THEN 1125899906842624 ELSE NULL END"
+    """The macro definitions. Arguments are referenced directly (never a nested macro call on an argument),
+    because DuckDB inlines macros textually: nesting multiplies the expression tree and its planning time."""
+    null_tokens = ", ".join(_sql_list(NULL_TOKENS)[1:-1].split(", "))
+    states = ", ".join(_sql_list(JOB_STATES)[1:-1].split(", "))
+    codes = " ".join(f"WHEN '{k}' THEN '{v}'" for k, v in STATE_CODES.items())
+    waiting = _sql_list(WAITING_STATES)[1:-1]
+    final = _sql_list(FINAL_STATES)[1:-1]
     return [
-        f"CREATE OR REPLACE TEMP MACRO gl_is_null_token(s) AS (s IS NULL OR list_contains({null_tokens}, trim(s)))",
+        f"CREATE OR REPLACE TEMP MACRO gl_is_null_token(s) AS (s IS NULL OR trim(s) IN ({null_tokens}))",
         # Times: ISO local (interpreted in zone tz), ISO with an offset, or epoch seconds.
         f"""CREATE OR REPLACE TEMP MACRO gl_ts(s, tz) AS (
             CASE
-              WHEN gl_is_null_token(s) OR s = '0' THEN NULL
               WHEN length(s) = 19 AND s[11] = 'T' THEN
                 CASE WHEN tz = 'UTC' THEN try_strptime(s, '%Y-%m-%dT%H:%M:%S')
                      ELSE timezone('UTC', timezone(tz, try_strptime(s, '%Y-%m-%dT%H:%M:%S'))) END
               WHEN length(s) > 19 AND s[11] = 'T' THEN
                 timezone('UTC', try_strptime(replace(s, 'Z', '+0000'), '%Y-%m-%dT%H:%M:%S%z'))
-              WHEN regexp_full_match(s, '[0-9]{{1,12}}') THEN make_timestamp(s::BIGINT * 1000000)
+              WHEN length(s) BETWEEN 2 AND 12 AND regexp_full_match(s, '[0-9]+') THEN make_timestamp(s::BIGINT * 1000000)
               ELSE NULL
             END)""",
-        # Durations: [D-][HH:]MM:SS[.mmm]; UNLIMITED and Partition_Limit mean "no number".
-        """CREATE OR REPLACE TEMP MACRO gl_dur_parts(s) AS (
-            regexp_extract(trim(s), '^(?:([0-9]+)-)?(?:([0-9]+):)?([0-9]+):([0-9]+(?:[.][0-9]+)?)$', ['d', 'h', 'm', 's']))""",
-        """CREATE OR REPLACE TEMP MACRO gl_dur_from_parts(p) AS (
-            CASE WHEN p.s = '' THEN NULL ELSE
-              coalesce(try_cast(nullif(p.d, '') AS BIGINT), 0) * 86400
-              + coalesce(try_cast(nullif(p.h, '') AS BIGINT), 0) * 3600
-              + try_cast(p.m AS BIGINT) * 60
-              + round(try_cast(p.s AS DOUBLE))::BIGINT END)""",
+        # Durations: [D-][HH:]MM:SS[.mmm]. String slicing, not regular expressions: this runs on every line.
+        """CREATE OR REPLACE TEMP MACRO gl_hms(r) AS (
+            CASE WHEN length(r) = 8 AND r[3] = ':' AND r[6] = ':'
+                   THEN try_cast(r[1:2] AS BIGINT) * 3600 + try_cast(r[4:5] AS BIGINT) * 60 + try_cast(r[7:8] AS BIGINT)
+                 WHEN length(r) - length(replace(r, ':', '')) = 2
+                   THEN try_cast(split_part(r, ':', 1) AS BIGINT) * 3600 + try_cast(split_part(r, ':', 2) AS BIGINT) * 60
+                        + round(try_cast(split_part(r, ':', 3) AS DOUBLE))::BIGINT
+                 WHEN length(r) - length(replace(r, ':', '')) = 1
+                   THEN try_cast(split_part(r, ':', 1) AS BIGINT) * 60 + round(try_cast(split_part(r, ':', 2) AS DOUBLE))::BIGINT
+            END)""",
         """CREATE OR REPLACE TEMP MACRO gl_dur(s) AS (
-            CASE WHEN gl_is_null_token(s) OR trim(s) IN ('UNLIMITED', 'Partition_Limit', 'NONE') THEN NULL
-                 ELSE gl_dur_from_parts(gl_dur_parts(s)) END)""",
-        """CREATE OR REPLACE TEMP MACRO gl_dur_ok(s) AS (
-            gl_is_null_token(s) OR trim(s) IN ('UNLIMITED', 'Partition_Limit', 'NONE') OR gl_dur(s) IS NOT NULL)""",
+            CASE WHEN strpos(s, '-') > 0 THEN try_cast(s[1:strpos(s, '-') - 1] AS BIGINT) * 86400
+                                              + gl_hms(s[strpos(s, '-') + 1:])
+                 ELSE gl_hms(s) END)""",
+        # "no number" forms of a duration: a NULL from gl_dur on anything else is unreadable text
+        f"""CREATE OR REPLACE TEMP MACRO gl_dur_is_none(s) AS (
+            s IS NULL OR trim(s) IN ({null_tokens}, 'UNLIMITED', 'Partition_Limit', 'NONE'))""",
         # TRES strings: billing=8,cpu=8,gres/gpu:a100=2,gres/gpu=2,mem=16000M,node=1
-        """CREATE OR REPLACE TEMP MACRO gl_tres_gpus(t) AS (
-            coalesce(try_cast(nullif(regexp_extract(t, '(?:^|,)gres/gpu=([0-9.]+)', 1), '') AS DOUBLE),
-                     list_sum(list_transform(regexp_extract_all(t, '(?:^|,)gres/gpu:[^=,]+=([0-9.]+)', 1),
-                                             lambda x: x::DOUBLE)),
-                     0))""",
-        """CREATE OR REPLACE TEMP MACRO gl_tres_gpu_type(t) AS (
-            nullif(array_to_string(list_sort(list_distinct(
-                regexp_extract_all(t, '(?:^|,)gres/gpu:([^=,]+)=[0-9.]+', 1))), '+'), ''))""",
-        f"""CREATE OR REPLACE TEMP MACRO gl_tres_mem(t) AS (
-            CASE WHEN regexp_extract(t, '(?:^|,)mem=([0-9.]+)', 1) = '' THEN NULL ELSE
-              (regexp_extract(t, '(?:^|,)mem=([0-9.]+)', 1)::DOUBLE *
-               {unit.format(u="coalesce(nullif(regexp_extract(t, '(?:^|,)mem=[0-9.]+([KMGTPkmgtp])', 1), ''), 'M')")})::BIGINT
-            END)""",
-        """CREATE OR REPLACE TEMP MACRO gl_tres_num(t, key) AS (
-            try_cast(nullif(regexp_extract(t, '(?:^|,)' || key || '=([0-9.]+)', 1), '') AS DOUBLE))""",
-        # ReqMem: 3000Mc (per CPU), 48000Mn (per node), 32G (per node in Slurm >= 21.08)
-        f"""CREATE OR REPLACE TEMP MACRO gl_reqmem(s, ncpus, nnodes) AS (
-            CASE WHEN gl_is_null_token(s) OR NOT regexp_full_match(trim(s), '[0-9.]+[KMGTPkmgtp]?[cn]?') THEN NULL ELSE
-              (regexp_extract(s, '^([0-9.]+)', 1)::DOUBLE
-               * {unit.format(u="coalesce(nullif(regexp_extract(s, '^[0-9.]+([KMGTPkmgtp])', 1), ''), 'M')")}
-               * CASE WHEN s LIKE '%c' THEN greatest(coalesce(ncpus, 1), 1)
-                      WHEN s LIKE '%n' THEN greatest(coalesce(nnodes, 1), 1) ELSE 1 END)::BIGINT
-            END)""",
-        f"""CREATE OR REPLACE TEMP MACRO gl_state(s) AS (
-            CASE
-              WHEN list_contains({states}, rtrim(upper(split_part(trim(s), ' ', 1)), '+'))
-                THEN rtrim(upper(split_part(trim(s), ' ', 1)), '+')
-              WHEN list_contains({codes_k}, upper(trim(s)))
-                THEN {codes_v}[list_position({codes_k}, upper(trim(s)))]
-              ELSE 'UNKNOWN'
-            END)""",
+        """CREATE OR REPLACE TEMP MACRO gl_tres_get(t, key) AS (
+            nullif(split_part(split_part(',' || t || ',', ',' || key || '=', 2), ',', 1), ''))""",
+        # Typed entries (gres/gpu:a100=2): one is the common case and needs no regular expression.
+        """CREATE OR REPLACE TEMP MACRO gl_tres_ntyped(t) AS ((length(t) - length(replace(t, 'gres/gpu:', ''))) // 9)""",
+        """CREATE OR REPLACE TEMP MACRO gl_tres_typed_sum(t, n) AS (
+            CASE n WHEN 0 THEN NULL
+                   WHEN 1 THEN try_cast(split_part(split_part(split_part(t, 'gres/gpu:', 2), ',', 1), '=', 2) AS DOUBLE)
+                   ELSE list_sum(list_transform(regexp_extract_all(t, '(?:^|,)gres/gpu:[^=,]+=([0-9.]+)', 1),
+                                                lambda x: x::DOUBLE)) END)""",
+        """CREATE OR REPLACE TEMP MACRO gl_tres_type(t, n) AS (
+            CASE n WHEN 0 THEN NULL
+                   WHEN 1 THEN nullif(split_part(split_part(t, 'gres/gpu:', 2), '=', 1), '')
+                   ELSE nullif(array_to_string(list_sort(list_distinct(
+                          regexp_extract_all(t, '(?:^|,)gres/gpu:([^=,]+)=[0-9.]+', 1))), '+'), '') END)""",
+        # 3000M, 320.5G, 512K; a bare number is MB (Slurm's TRES unit for memory)
+        """CREATE OR REPLACE TEMP MACRO gl_mem_bytes(v) AS (
+            CASE WHEN strpos('KMGTPkmgtp', right(v, 1)) > 0
+                   THEN (try_cast(v[1:-2] AS DOUBLE) * power(1024, strpos('KMGTP', upper(right(v, 1)))))::BIGINT
+                 ELSE (try_cast(v AS DOUBLE) * 1048576)::BIGINT END)""",
+        # ReqMem: 3000Mc (per CPU), 48000Mn (per node), 32G (per node in Slurm >= 21.08); a is the text
+        # without its c/n suffix, per is 'c', 'n' or ''
+        """CREATE OR REPLACE TEMP MACRO gl_reqmem(a, per, ncpus, nnodes) AS (
+            gl_mem_bytes(a) * CASE per WHEN 'c' THEN greatest(coalesce(ncpus, 1), 1)
+                                       WHEN 'n' THEN greatest(coalesce(nnodes, 1), 1) ELSE 1 END)""",
+        f"""CREATE OR REPLACE TEMP MACRO gl_state_base(s) AS (
+            rtrim(upper(CASE WHEN strpos(trim(s), ' ') > 0 THEN trim(s)[1:strpos(trim(s), ' ') - 1] ELSE trim(s) END), '+'))""",
+        f"""CREATE OR REPLACE TEMP MACRO gl_state_of(b) AS (
+            CASE WHEN b IN ({states}) THEN b ELSE CASE b {codes} ELSE 'UNKNOWN' END END)""",
+        """CREATE OR REPLACE TEMP MACRO gl_state(s) AS (gl_state_of(gl_state_base(s)))""",
         f"""CREATE OR REPLACE TEMP MACRO gl_state_rank(st) AS (
-            CASE WHEN list_contains({_sql_list(WAITING_STATES)}, st) THEN 0
-                 WHEN list_contains({_sql_list(FINAL_STATES)}, st) THEN 2
-                 ELSE 1 END)""",
+            CASE WHEN st IN ({waiting}) THEN 0 WHEN st IN ({final}) THEN 2 ELSE 1 END)""",
+        # convenience forms for small inputs (events, traces): not for the hot path
+        """CREATE OR REPLACE TEMP MACRO gl_tres_gpus(t) AS (
+            coalesce(try_cast(gl_tres_get(t, 'gres/gpu') AS DOUBLE), gl_tres_typed_sum(t, gl_tres_ntyped(t)), 0))""",
+        """CREATE OR REPLACE TEMP MACRO gl_tres_gpu_type(t) AS (gl_tres_type(t, gl_tres_ntyped(t)))""",
+        """CREATE OR REPLACE TEMP MACRO gl_tres_mem(t) AS (gl_mem_bytes(gl_tres_get(t, 'mem')))""",
+        """CREATE OR REPLACE TEMP MACRO gl_tres_num(t, key) AS (try_cast(gl_tres_get(t, key) AS DOUBLE))""",
     ]
 
 
 def register(con: duckdb.DuckDBPyConnection) -> None:
-    """Create the gl_* macros on this connection (idempotent)."""
+    """Create the gl_* macros on this connection, once (they are temporary: per connection)."""
+    if con.execute("SELECT count(*) FROM duckdb_functions() WHERE function_name = 'gl_tres_num' "
+                   "AND schema_name = 'main' AND database_name = 'temp'").fetchall()[0][0]:
+        return
     for sql in macros():
         con.execute(sql)
