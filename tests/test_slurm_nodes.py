@@ -1,0 +1,113 @@
+"""`gpuledger ingest nodes`: scontrol and sinfo forms, gres parsing, validity periods."""
+import datetime as dt
+
+import pytest
+
+from conftest import shared_path
+from ingest import slurm_nodes
+from ingest.slurm_nodes import normalise_state, parse_gres
+
+SCONTROL_O = (
+    "NodeName=gpu01 Arch=x86_64 CoresPerSocket=16 CPUAlloc=16 CPUTot=64 Gres=gpu:a100:8(S:0-1) GresUsed=gpu:a100:4(IDX:0-3) "
+    "RealMemory=512000 State=MIXED Partitions=a100,all CfgTRES=cpu=64,mem=500G,billing=64,gres/gpu=8 "
+    "AllocTRES=cpu=16,gres/gpu=4\n"
+    "NodeName=gpu02 Arch=x86_64 CPUTot=64 Gres=gpu:a100:8 RealMemory=512000 State=IDLE+DRAIN Partitions=a100 "
+    "Reason=fake XID 79: GPU fell off the bus [root@2026-12-02T10:37:42]\n"
+    "NodeName=gpu03 Arch=x86_64 CPUTot=32 Gres=gpu:h100:4 RealMemory=256000 State=DOWN* Partitions=h100\n"
+)
+
+
+@pytest.mark.parametrize("gres, gpus, gtype", [
+    ("gpu:a100:4(S:0-3),nsight:no_consume:1,pfsdir:scratch:no_consume:1", 4, "a100"),
+    ("gpu:tesla:2(S:0-1),gpu:kepler:2(S:0-1)", 4, "kepler+tesla"),
+    ("gpu:4,shard:20", 4, None), ("gpu:quadro:1(S:0),vmem:2G", 1, "quadro"), ("(null)", 0, None),
+    ("gpu:nvidia_rtx_pro_6000_blackwell_server_edition:8(S:0-1)", 8, "nvidia_rtx_pro_6000_blackwell_server_edition"),
+    ("gpu:2(S:1)", 2, None), ("gpu:a100:3(S:2,4,7),vis:no_consume:1", 3, "a100"),
+])
+def test_parse_gres(gres, gpus, gtype):
+    assert parse_gres(gres) == (gpus, gtype)
+
+
+@pytest.mark.parametrize("raw, state", [
+    ("MIXED", "MIXED"), ("mixed+drain", "DRAIN"), ("idle*", "DOWN"), ("drng", "DRAIN"), ("IDLE+DRAIN", "DRAIN"),
+    ("alloc", "ALLOCATED"), ("down*", "DOWN"), ("maint", "MAINT"), ("mixed-", "MIXED"), ("idle#", "IDLE"),
+    ("MIXED+DRAIN", "DRAIN"), ("ALLOCATED+COMPLETING", "ALLOCATED"), ("idle~", "IDLE"),
+])
+def test_states(raw, state):
+    assert normalise_state(raw) == state
+
+
+def test_scontrol_one_line_snapshot(con):
+    s = slurm_nodes.ingest_bytes(con, SCONTROL_O.encode(), "nodes.txt", cluster="lab", as_of="2026-12-01T00:00:00")
+    assert (s["read"], s["loaded"], s["inserted"]) == (3, 3, 3)
+    assert con.sql("SELECT node, partitions, gpu_type, gpus, cpus, mem_bytes, valid_from, valid_to FROM nodes "
+                   "ORDER BY node").fetchall() == [
+        ("gpu01", "a100,all", "a100", 8, 64, 512000 * 2 ** 20, None, None),
+        ("gpu02", "a100", "a100", 8, 64, 512000 * 2 ** 20, None, None),
+        ("gpu03", "h100", "h100", 4, 32, 256000 * 2 ** 20, None, None)]
+    assert con.sql("SELECT node, state, gpus_alloc, reason FROM node_states ORDER BY node").fetchall() == [
+        ("gpu01", "MIXED", 4, None), ("gpu02", "DRAIN", None, "fake XID 79: GPU fell off the bus [root@2026-12-02T10:37:42]"),
+        ("gpu03", "DOWN", None, None)]
+
+
+def test_validity_periods_follow_changes(con):
+    slurm_nodes.ingest_bytes(con, SCONTROL_O.encode(), "a", cluster="lab", as_of="2026-12-01T00:00:00")
+    grown = SCONTROL_O.replace("gpu:h100:4", "gpu:h100:8") + \
+        "NodeName=gpu04 CPUTot=32 Gres=gpu:h100:8 RealMemory=256000 State=IDLE Partitions=h100\n"
+    s = slurm_nodes.ingest_bytes(con, grown.encode(), "b", cluster="lab", as_of="2026-12-15T00:00:00")
+    assert (s["inserted"], s["updated"], s["unchanged"]) == (1, 1, 2)
+    rows = con.sql("SELECT node, gpus, valid_from, valid_to FROM nodes WHERE node IN ('gpu03', 'gpu04') "
+                   "ORDER BY node, valid_from NULLS FIRST").fetchall()
+    t = dt.datetime(2026, 12, 15)
+    assert rows == [("gpu03", 4, None, t), ("gpu03", 8, t, None), ("gpu04", 8, t, None)]
+    # capacity on any date comes from the validity periods
+    def capacity(day):
+        return con.execute("SELECT sum(gpus) FROM nodes WHERE (valid_from IS NULL OR valid_from <= ?) "
+                           "AND (valid_to IS NULL OR valid_to > ?)", [day, day]).fetchall()[0][0]
+    assert capacity(dt.datetime(2026, 11, 1)) == 20 and capacity(dt.datetime(2026, 12, 20)) == 32
+    # re-ingesting the same snapshot changes nothing; an older one is refused
+    s = slurm_nodes.ingest_bytes(con, grown.encode(), "b", cluster="lab", as_of="2026-12-15T00:00:00")
+    assert (s["inserted"], s["updated"]) == (0, 0)
+    with pytest.raises(Exception, match="time order"):
+        slurm_nodes.ingest_bytes(con, SCONTROL_O.encode(), "old", cluster="lab", as_of="2026-12-02T00:00:00")
+
+
+def test_retire_missing_nodes(con):
+    slurm_nodes.ingest_bytes(con, SCONTROL_O.encode(), "a", cluster="lab", as_of="2026-12-01T00:00:00")
+    only_two = "\n".join(SCONTROL_O.splitlines()[:2]) + "\n"
+    slurm_nodes.ingest_bytes(con, only_two.encode(), "b", cluster="lab", as_of="2026-12-10T00:00:00", retire_missing=True)
+    assert con.sql("SELECT valid_to FROM nodes WHERE node = 'gpu03'").fetchall() == [(dt.datetime(2026, 12, 10),)]
+
+
+def test_multi_line_scontrol_from_a_real_site(con):
+    path = shared_path("samples", "scontrol_node", "irush-cs-huji-scontrol-show-node-gpu.txt")
+    s = slurm_nodes.ingest_path(con, str(path), cluster="huji")
+    assert (s["read"], s["loaded"], s["skipped"], s["rejected"]) == (82, 77, 5, 0)
+    assert con.sql("SELECT node, gpu_type, gpus FROM nodes ORDER BY node").fetchall() == [
+        ("cortex-01", "m60", 8), ("cricket", "quadro", 1), ("dumfries-002", "rtx2080", 4), ("oxygen-04", None, 0)]
+    assert con.sql("SELECT state FROM node_states WHERE node = 'oxygen-04'").fetchall() == [("DRAIN",)]
+
+
+def test_sinfo_with_header_one_line_per_partition(con):
+    text = ("NODELIST|PARTITION|STATE|CPUS(A/I/O/T)|MEMORY|GRES|GRES_USED|REASON\n"
+            "gpu01|a100*|mixed|16/48/0/64|512000|gpu:a100:8(S:0-1)|gpu:a100:4(IDX:0-3)|none\n"
+            "gpu01|all|mixed|16/48/0/64|512000|gpu:a100:8(S:0-1)|gpu:a100:4(IDX:0-3)|none\n"
+            "gpu[02-03]|a100*|drng|0/64/0/64|512000|gpu:a100:8(S:0-1)|gpu:a100:0(IDX:N/A)|ECC\n")
+    s = slurm_nodes.ingest_bytes(con, text.encode(), "sinfo.psv", cluster="lab")
+    assert (s["read"], s["loaded"], s["skipped"]) == (4, 3, 1)
+    assert con.sql("SELECT node, partitions, gpus, cpus FROM nodes ORDER BY node").fetchall() == [
+        ("gpu01", "a100,all", 8, 64), ("gpu02", "a100", 8, 64), ("gpu03", "a100", 8, 64)]
+    assert con.sql("SELECT DISTINCT state FROM node_states WHERE node <> 'gpu01'").fetchall() == [("DRAIN",)]
+
+
+def test_sinfo_without_header_is_a_clear_error(con, fixtures):
+    with pytest.raises(Exception, match="no header line"):
+        slurm_nodes.ingest_path(con, str(fixtures / "sinfo" / "datadog-sinfo.txt"))
+
+
+def test_sinfo_whitespace_with_header(con, fixtures):
+    text = (fixtures / "sinfo" / "ood_core-osc-gpus_null.txt").read_text()
+    s = slurm_nodes.ingest_bytes(con, ("HOSTNAMES GRES GRES_USED STATE\n" + text).encode(), "ood", cluster="osc")
+    assert s["rejected"] == 0
+    assert con.sql("SELECT node, gpus FROM nodes ORDER BY node").fetchall() == [
+        ("gput072", 2), ("gput073", 2), ("gput074", 4), ("gput075", 4)]

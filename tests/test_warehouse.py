@@ -1,0 +1,86 @@
+"""The warehouse: path resolution, migrations, locking between real processes, the serving snapshot."""
+import os
+import subprocess
+import sys
+import time
+
+import duckdb
+import pytest
+
+from ingest import warehouse
+
+
+def test_path_resolution(monkeypatch, tmp_path):
+    monkeypatch.delenv("GPULEDGER_DB", raising=False)
+    assert str(warehouse.resolve_path(None)) == "data/warehouse.duckdb"
+    monkeypatch.setenv("GPULEDGER_DB", str(tmp_path / "env.duckdb"))
+    assert warehouse.resolve_path(None) == tmp_path / "env.duckdb"
+    assert warehouse.resolve_path(tmp_path / "x.duckdb") == tmp_path / "x.duckdb"
+    assert warehouse.serving_path("data/warehouse.duckdb").name == "warehouse.serving.duckdb"
+
+
+def test_migrations_apply_once_and_in_order(db_path):
+    con = warehouse.connect(db_path)
+    versions = [v for v, _, _ in warehouse.migration_files()]
+    assert versions == sorted(versions) and versions[0] == 1
+    assert con.sql("SELECT version FROM schema_migrations ORDER BY 1").fetchall() == [(v,) for v in versions]
+    assert warehouse.migrate(con) == []
+    con.close()
+    ro = warehouse.connect(db_path, read_only=True)
+    assert warehouse.schema_version(ro) == versions[-1]
+
+
+def test_read_only_open_of_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(warehouse.WarehouseError, match="no warehouse here yet"):
+        warehouse.connect(tmp_path / "nope.duckdb", read_only=True)
+
+
+def test_a_locked_warehouse_is_waited_for_then_opened(db_path):
+    warehouse.connect(db_path).close()
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('locked', flush=True); time.sleep(2)"),
+        str(db_path)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "locked"
+    t0 = time.monotonic()
+    con = warehouse.connect(db_path, lock_timeout=30)
+    assert time.monotonic() - t0 > 0.5      # it waited for the other process...
+    con.close()
+    holder.wait()
+
+
+def test_a_lock_that_never_clears_fails_with_one_line(db_path):
+    warehouse.connect(db_path).close()
+    holder = subprocess.Popen([sys.executable, "-c", (
+        "import duckdb, sys, time; c = duckdb.connect(sys.argv[1]); print('locked', flush=True); time.sleep(20)"),
+        str(db_path)], stdout=subprocess.PIPE, text=True)
+    try:
+        holder.stdout.readline()
+        with pytest.raises(warehouse.WarehouseError, match=f"locked by process {holder.pid}"):
+            warehouse.connect(db_path, lock_timeout=0.5)
+    finally:
+        holder.kill()
+
+
+def test_serving_snapshot_is_swapped_while_a_reader_keeps_the_old_one(con, db_path):
+    con.execute("INSERT INTO teams VALUES ('ml', 'CC-1', 'ML')")
+    target = warehouse.publish_serving(con, db_path)
+    reader = duckdb.connect(str(target), read_only=True)
+    assert reader.sql("SELECT team FROM teams").fetchall() == [("ml",)]
+    con.execute("INSERT INTO teams VALUES ('vision', 'CC-2', 'Vision')")
+    warehouse.publish_serving(con, db_path)
+    assert reader.sql("SELECT count(*) FROM teams").fetchall() == [(1,)]   # still the old file
+    reader.close()   # DuckDB caches open databases by path: a reader closes before it reopens
+    fresh = duckdb.connect(str(target), read_only=True)
+    assert fresh.sql("SELECT count(*) FROM teams").fetchall() == [(2,)]
+    assert "gpu_samples" not in {r[0] for r in fresh.sql("SHOW TABLES").fetchall()}
+    assert not [p for p in os.listdir(db_path.parent) if ".tmp" in p]
+
+
+def test_accounting_that_does_not_add_up_is_never_committed(con):
+    with pytest.raises(warehouse.IngestAccountingError):
+        with warehouse.IngestRun(con, "test", "x") as run:
+            run.lines_read = 3
+            run.loaded = 1
+            con.execute("INSERT INTO teams VALUES ('t', NULL, NULL)")
+    assert con.sql("SELECT count(*) FROM teams").fetchall() == [(0,)]
+    assert con.sql("SELECT status FROM ingest_runs").fetchall() == [("failed",)]
