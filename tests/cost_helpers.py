@@ -106,3 +106,29 @@ def refresh(con, tmp: Path) -> None:
 
 def T(day: int, hour: int = 0, month: int = 3, year: int = 2026) -> dt.datetime:
     return dt.datetime(year, month, day, hour)
+
+
+def template(tmp: Path, jobs: list[Job], nodes: list[tuple], cluster: str = "c1") -> Path:
+    """Build a warehouse with ``jobs`` and ``nodes`` (timeline included, no governance) once, closed, for
+    :func:`clone`: tests that differ only in governance share the expensive part."""
+    from ingest import warehouse
+    path = tmp / "template.duckdb"
+    con = warehouse.connect(path)
+    try:
+        build(con, tmp, jobs, nodes, None, cluster)
+        con.execute("CHECKPOINT")
+    finally:
+        con.close()
+    return path
+
+
+def clone(template_path: Path, dest: Path, governance: str | None = None):
+    """A connection to a private copy of a template warehouse, with ``governance`` loaded if given."""
+    import shutil
+    from ingest import warehouse
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(template_path, dest / "warehouse.duckdb")
+    con = warehouse.connect(dest / "warehouse.duckdb")
+    if governance is not None:
+        load_governance(con, dest, governance)
+    return con
