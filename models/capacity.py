@@ -93,7 +93,7 @@ def exhaustion(history: pl.DataFrame, forecast: pl.DataFrame, capacity: dict, ke
 
 
 def _first_over(part: pl.DataFrame, col: str, limit: float):
-    hit = part.filter(pl.col(col) > limit)
+    hit = part.filter(pl.col(col).is_not_nan() & (pl.col(col) > limit))   # NaN: no interval, not "over"
     return hit.get_column("ts")[0] if hit.height else None
 
 
@@ -106,7 +106,7 @@ def _pool_row(key: dict, part: pl.DataFrame, cap, recent, target_util: float, ba
     col = BANDS[band]
     for h in sorted({x for x in horizons if x <= part.height} | {part.height}):
         demand = part.get_column(col)[h - 1]
-        need = math.ceil(demand / target_util - 1e-9) if demand is not None else None
+        need = None if demand is None or math.isnan(demand) else math.ceil(demand / target_util - 1e-9)
         row[f"gpus_needed_h{h}"] = need
         row[f"shortfall_h{h}"] = None if cap is None or need is None else max(0, need - int(cap))
     row["note"] = ("no installed capacity known for this pool: pass --capacity POOL=GPUS" if cap is None else

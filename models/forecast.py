@@ -588,8 +588,11 @@ def _flat(value: float, h: int, model: str, note: str, width: float = float("nan
                   model, notes=[note])
 
 
-def forecast_values(y: np.ndarray, m: int, h: int, max_origins: int = 28) -> Result:
-    """Forecast a regular, gap-free history y (oldest first) h periods ahead with the backtest-chosen model."""
+def forecast_values(y: np.ndarray, m: int, h: int, max_origins: int = 28, force: str | None = None,
+                    bt: Backtest | None = None) -> Result:
+    """Forecast a regular, gap-free history y (oldest first) h periods ahead with the backtest-chosen model
+    (or the candidate ``force`` names, still calibrated on the backtest; ``bt`` reuses a backtest of this same
+    y, m and h: the benchmark uses both)."""
     y = np.asarray(y, dtype=float)
     n = len(y)
     if n == 0:
@@ -602,13 +605,13 @@ def forecast_values(y: np.ndarray, m: int, h: int, max_origins: int = 28) -> Res
     notes = []
     if n < 2 * m:
         notes.append(f"short history ({n} periods < two seasons of {m}): no seasonal ETS, Theta not deseasonalised")
-    bt = backtest(y, m, h, max_origins)
+    bt = bt or backtest(y, m, h, max_origins)
     if bt is None:
-        chosen = "ETS" if select_ets(y, m) is not None else "SeasonalNaive"
+        chosen = force or ("ETS" if select_ets(y, m) is not None else "SeasonalNaive")
         notes.append(f"history too short to backtest ({n} periods): {chosen} chosen by default, "
                      "intervals model-based (not calibrated), coverage unknown")
     else:
-        chosen = choose(bt)
+        chosen = force if force in bt.mase else choose(bt)
         if bt.horizon < h:
             notes.append(f"backtest covers horizons 1..{bt.horizon} of {h}; beyond it the model's own "
                          "variance growth is used, scaled by the backtest calibration")

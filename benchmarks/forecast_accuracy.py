@@ -1,0 +1,236 @@
+"""Forecast accuracy on real cluster series: our models against statsforecast's, on the same rolling-origin folds.
+
+Series (read straight from ../shared/traces, no warehouse needed):
+- philly_hourly / philly_daily: Philly's per-minute active-node count (HeliosArtifact), mean per hour / day.
+- openb_daily: Alibaba openb (2023) pods, mean GPUs requested per day (num_gpu x gpu_milli/1000 over
+  creation..deletion: requested, whether or not scheduled, so it is demand).
+- openb_T4_daily: the same for pods constrained to T4 GPUs (gpuspec33 list; the other types are near zero).
+- dlrm_daily / dlrm_hourly: Alibaba DLRM (2025) GPU instances (HN role), mean GPUs requested per day / hour.
+- with --demo-db FILE: the demo warehouse's daily demanded GPU-hours per pool (models/demand.py).
+Only complete periods are used (a trace's partial last day is dropped).
+
+Folds: origins step back from n - h by min(h, m) (at most 8; 14 for h = 1), each with at least max(3m, 28)
+periods of training data. Horizons: daily 1, 7, 28; hourly 24, 168. MASE's scale is the in-sample seasonal
+naive MAE of each fold's training data (M4). Every method sees exactly the same training data per fold.
+
+Methods: ours = the backtest-chosen model (what `gpuledger forecast` uses), and each of our candidates forced
+(SeasonalNaive, ETS, Theta, Combination), all with backtest-calibrated intervals; statsforecast's AutoETS,
+AutoARIMA, AutoTheta and SeasonalNaive with their own intervals (season length m = 7 daily, 24 hourly).
+
+Run: .venv/bin/python benchmarks/forecast_accuracy.py [--quick] [--demo-db FILE] [--markdown FILE]
+(statsforecast is in the `bench` extra: `uv pip install -e '.[bench]'`). Heavy: hold the shared lock,
+`flock /tmp/gpuledger-heavy.lock .venv/bin/python benchmarks/forecast_accuracy.py`.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+TRACES = Path(os.environ.get("GPULEDGER_SHARED", ROOT.parent / "shared")) / "traces"
+
+from models import forecast as F  # noqa: E402
+
+OURS = ("ours", "SeasonalNaive", "ETS", "Theta", "Combination")
+THEIRS = ("AutoETS", "AutoARIMA", "AutoTheta", "sf.SeasonalNaive")
+HORIZONS = {"day": (1, 7, 28), "hour": (24, 168)}
+
+
+# ----------------------------------------------------------------------------- series from the traces
+
+def _complete(t_start: float, t_end: float, bucket: float) -> int:
+    return int((t_end - t_start) // bucket)
+
+
+def interval_load(start: np.ndarray, end: np.ndarray, weight: np.ndarray, t_end: float, bucket: float) -> np.ndarray:
+    """Mean of Σ weight·1[start ≤ t < end] over each complete bucket [k·bucket, (k+1)·bucket), k from 0."""
+    nb = _complete(0.0, t_end, bucket)
+    out = np.zeros(nb)
+    for k in range(nb):   # few hundred buckets: a clear loop beats a clever one here
+        a, b = k * bucket, (k + 1) * bucket
+        out[k] = float(np.sum(weight * np.clip(np.minimum(end, b) - np.maximum(start, a), 0, None))) / bucket
+    return out
+
+
+def philly(freq: str) -> np.ndarray:
+    d = pl.read_csv(TRACES / "philly" / "philly_node_sequence_minutely.csv.gz")
+    d = d.with_columns(pl.col("time").str.to_datetime("%Y-%m-%d %H:%M:%S"))
+    g = (d.group_by(pl.col("time").dt.truncate("1h" if freq == "hour" else "1d"))
+          .agg(pl.col("active").mean(), pl.len().alias("n")).sort("time"))
+    full = 60 if freq == "hour" else 1440
+    return g.filter(pl.col("n") == full).get_column("active").to_numpy().astype(float)
+
+
+def openb(freq: str, spec: str | None = None) -> np.ndarray:
+    name = "openb_pod_list_gpuspec33.csv" if spec else "openb_pod_list_default.csv"
+    d = pl.read_csv(TRACES / "alibaba-gpu-v2023-openb" / name)
+    if spec:
+        d = d.filter(pl.col("gpu_spec") == spec)
+    d = d.filter(pl.col("num_gpu") > 0)
+    g = (d["num_gpu"] * d["gpu_milli"].fill_null(1000) / 1000).to_numpy()
+    t_end = float(pl.read_csv(TRACES / "alibaba-gpu-v2023-openb" / "openb_pod_list_default.csv")["deletion_time"].max())
+    return interval_load(d["creation_time"].to_numpy().astype(float), d["deletion_time"].to_numpy().astype(float),
+                         g, t_end, 3600.0 if freq == "hour" else 86400.0)
+
+
+def dlrm(freq: str) -> np.ndarray:
+    cols = {c: pl.Float64 for c in ("creation_time", "scheduled_time", "deletion_time")}
+    d = pl.read_csv(TRACES / "alibaba-gpu-v2025-dlrm" / "disaggregated_DLRM_trace.csv", schema_overrides=cols)
+    t_end = float(d.select(pl.max_horizontal(pl.col(list(cols)).max())).item())
+    d = d.filter(pl.col("gpu_request") > 0)
+    start = d["creation_time"].fill_null(0.0).to_numpy()          # NaN: existed before the trace began
+    end = d["deletion_time"].fill_null(t_end).to_numpy()           # NaN: still there when it ended
+    return interval_load(start, end, d["gpu_request"].to_numpy().astype(float), t_end,
+                         3600.0 if freq == "hour" else 86400.0)
+
+
+def demo_series(db: str) -> dict[str, tuple[str, np.ndarray]]:
+    from ingest import warehouse
+    from models import demand
+    con = warehouse.connect(db, read_only=True)
+    s = demand.series(con, "demanded", "day", ["pool"])
+    return {f"demo_{k[0]}_daily": ("day", part["value"].to_numpy()) for k, part in
+            s.partition_by(["pool"], as_dict=True, maintain_order=True).items()}
+
+
+def all_series(demo_db: str | None) -> dict[str, tuple[str, np.ndarray]]:
+    out = {"philly_daily": ("day", philly("day")), "philly_hourly": ("hour", philly("hour")),
+           "openb_daily": ("day", openb("day")), "openb_T4_daily": ("day", openb("day", "T4")),
+           "dlrm_daily": ("day", dlrm("day")), "dlrm_hourly": ("hour", dlrm("hour"))}
+    if demo_db:
+        out.update(demo_series(demo_db))
+    return out
+
+
+# ----------------------------------------------------------------------------- folds and scoring
+
+def folds(n: int, m: int, h: int) -> list[int]:
+    min_train = max(3 * m, 28)
+    step = max(1, min(h, m))
+    k = 14 if h == 1 else 8
+    return sorted(o for o in (n - h - i * step for i in range(k)) if o >= min_train)
+
+
+def score(y: np.ndarray, o: int, h: int, m: int, point, lo80, hi80, lo95, hi95) -> dict:
+    actual = y[o:o + h]
+    scale = F.mase_scale(y[:o], m)
+    return {"mase": float(np.mean(np.abs(actual - point)) / scale),
+            "smape": float(np.mean(F.smape(actual, point))),
+            "cov80": float(np.mean((actual >= lo80) & (actual <= hi80))),
+            "cov95": float(np.mean((actual >= lo95) & (actual <= hi95)))}
+
+
+def run_ours(y: np.ndarray, m: int, h: int, origins: list[int]) -> list[dict]:
+    rows = []
+    for o in origins:
+        t0 = time.perf_counter()
+        bt = F.backtest(y[:o], m, h)           # the same internal backtest serves every forced candidate
+        for name in OURS:
+            r = F.forecast_values(y[:o], m, h, force=None if name == "ours" else name, bt=bt)
+            if name != "ours" and r.model != name:
+                continue                      # that candidate cannot be fitted on this fold
+            rows.append({"method": name, "origin": o, "chosen": r.model, "secs": time.perf_counter() - t0,
+                         **score(y, o, h, m, r.point, r.lo[80], r.hi[80], r.lo[95], r.hi[95])})
+    return rows
+
+
+def run_theirs(y: np.ndarray, m: int, h: int, origins: list[int]) -> list[dict]:
+    from statsforecast import StatsForecast
+    from statsforecast.models import AutoARIMA, AutoETS, AutoTheta, SeasonalNaive
+    models = [AutoETS(season_length=m), AutoARIMA(season_length=m), AutoTheta(season_length=m),
+              SeasonalNaive(season_length=m, alias="sf.SeasonalNaive")]
+    frames = [pl.DataFrame({"unique_id": str(o), "ds": np.arange(o), "y": y[:o]}) for o in origins]
+    sf = StatsForecast(models=models, freq=1, n_jobs=1)
+    t0 = time.perf_counter()
+    fc = pl.from_pandas(sf.forecast(df=pl.concat(frames).to_pandas(), h=h, level=[80, 95]).reset_index(drop=True))
+    secs = (time.perf_counter() - t0) / max(len(origins), 1)
+    rows = []
+    for o in origins:
+        f = fc.filter(pl.col("unique_id") == str(o)).sort("ds")
+        for name in THEIRS:
+            cols = [name, f"{name}-lo-80", f"{name}-hi-80", f"{name}-lo-95", f"{name}-hi-95"]
+            point, lo80, hi80, lo95, hi95 = (f[c].to_numpy() for c in cols)
+            rows.append({"method": name, "origin": o, "chosen": name, "secs": secs / len(THEIRS),
+                         **score(y, o, h, m, point, lo80, hi80, lo95, hi95)})
+    return rows
+
+
+# ----------------------------------------------------------------------------- report
+
+def evaluate(series: dict, quick: bool) -> pl.DataFrame:
+    rows = []
+    for name, (freq, y) in series.items():
+        m = F.SEASON[freq]
+        for h in HORIZONS[freq]:
+            origins = folds(len(y), m, h)
+            if quick:
+                origins = origins[-3:]
+            if len(origins) < 2:
+                print(f"  {name} h={h}: {len(y)} periods leave fewer than 2 folds; skipped", file=sys.stderr)
+                continue
+            t0 = time.perf_counter()
+            got = run_ours(y, m, h, origins) + run_theirs(y, m, h, origins)
+            rows += [{"series": name, "freq": freq, "n": len(y), "h": h, "folds": len(origins), **r} for r in got]
+            print(f"  {name} h={h}: {len(origins)} folds in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
+    return pl.DataFrame(rows)
+
+
+def tables(res: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    cell = (res.group_by("series", "h", "method")
+               .agg(pl.col("mase", "smape", "cov80", "cov95").mean(), pl.col("folds").first()))
+    wide = (cell.pivot(on="method", index=["series", "h", "folds"], values="mase")
+                .select("series", "h", "folds", *[c for c in (*OURS, *THEIRS) if c in cell["method"].unique()])
+                .sort("series", "h"))
+    overall = (cell.group_by("method").agg(
+        pl.col("mase").mean().alias("mean_MASE"), pl.col("smape").mean().alias("mean_sMAPE"),
+        pl.col("cov80").mean().alias("coverage80"), pl.col("cov95").mean().alias("coverage95"),
+        pl.len().alias("cells")).sort("mean_MASE"))
+    chosen = res.filter(pl.col("method") == "ours").group_by("chosen").agg(pl.len().alias("folds")).sort("chosen")
+    return wide, overall, chosen
+
+
+def markdown(df: pl.DataFrame) -> str:
+    def cell(v):
+        return "" if v is None else (f"{v:.3f}" if isinstance(v, float) else str(v))
+    lines = ["| " + " | ".join(df.columns) + " |", "|" + "---|" * len(df.columns)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in df.iter_rows()]
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="3 folds per cell (a smoke run)")
+    ap.add_argument("--demo-db", help="also score the demo warehouse's per-pool daily demand")
+    ap.add_argument("--series", help="comma list: only these series")
+    ap.add_argument("--markdown", help="write the tables as Markdown to this file")
+    args = ap.parse_args(argv)
+    series = all_series(args.demo_db)
+    if args.series:
+        series = {k: v for k, v in series.items() if k in args.series.split(",")}
+    for k, (freq, y) in series.items():
+        print(f"{k}: {len(y)} {freq} periods, mean {y.mean():.1f}", file=sys.stderr)
+    t0 = time.perf_counter()
+    res = evaluate(series, args.quick)
+    wide, overall, chosen = tables(res)
+    with pl.Config(tbl_rows=200, tbl_cols=20, float_precision=3, tbl_width_chars=200):
+        print("\nMASE per series and horizon (mean over folds; lower is better)")
+        print(wide)
+        print("\nAll cells: mean MASE, sMAPE and interval coverage (nominal 0.80 / 0.95)")
+        print(overall)
+        print("\nModel our backtest chose, over all folds")
+        print(chosen)
+    print(f"\ntotal {time.perf_counter() - t0:.0f} s")
+    if args.markdown:
+        Path(args.markdown).write_text("\n\n".join([markdown(wide), markdown(overall), markdown(chosen)]) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

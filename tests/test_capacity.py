@@ -1,0 +1,151 @@
+"""models/capacity.py (exhaustion dates, GPUs needed) with hand-made forecasts, and `gpuledger forecast` end to end
+on the hand cluster of tests/timeline_fixtures.py and on CSV series."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import numpy as np
+import polars as pl
+import pytest
+
+import timeline_fixtures as tf
+from models import capacity
+
+
+def _frames(hist_vals, fc_vals, width=10.0):
+    """Daily history and forecast of one pool, in GPU-hours per day (= 24 x mean GPUs)."""
+    d0 = dt.datetime(2024, 1, 1)
+    n = len(hist_vals)
+    hist = pl.DataFrame({"pool": "a100", "ts": [d0 + dt.timedelta(days=i) for i in range(n)],
+                         "value": [24.0 * v for v in hist_vals]})
+    fc = pl.DataFrame({"pool": "a100", "ts": [d0 + dt.timedelta(days=n + i) for i in range(len(fc_vals))],
+                       "forecast": [24.0 * v for v in fc_vals], "hi80": [24.0 * (v + width) for v in fc_vals],
+                       "hi95": [24.0 * (v + 2 * width) for v in fc_vals]})
+    return hist, fc
+
+
+def test_exhaustion_dates_by_hand():
+    # capacity 100 GPUs, target 85 %: median crosses 85 on day 5 of the forecast (86), hi80 = median + 10
+    # crosses on day 2 (80 + 10 = 90 > 85; day 1 is 74 + 10 = 84). Window 1: no smoothing.
+    hist, fc = _frames([70, 72], [74, 80, 82, 84, 86, 88])
+    out = capacity.exhaustion(hist, fc, {("a100",): 100.0}, ["pool"], window=1, per_hour=24.0, horizons=(3,))
+    r = out.row(0, named=True)
+    assert r["target_gpus"] == pytest.approx(85.0)
+    assert r["exhausted_median"] == dt.datetime(2024, 1, 7)       # forecast day 5 = 2024-01-03 + 4
+    assert r["exhausted_upper80"] == dt.datetime(2024, 1, 4)
+    # GPUs needed at h=3 for the 80 % band: ⌈(82 + 10)/0.85⌉ = ⌈108.2⌉ = 109, shortfall 9; at h=6: ⌈98/.85⌉ = 116
+    assert (r["gpus_needed_h3"], r["shortfall_h3"]) == (109, 9)
+    assert (r["gpus_needed_h6"], r["shortfall_h6"]) == (116, 16)
+    assert r["recent_gpus"] == pytest.approx(72.0)
+
+
+def test_smoothing_window_starts_with_actuals():
+    # window 3: day 1 = (70 + 72 + 90)/3 = 77.33, day 2 = (72 + 90 + 90)/3 = 84 -> below 85; day 3 = 90 -> over
+    hist, fc = _frames([70, 72], [90, 90, 90], width=0.0)
+    sm = capacity.smoothed(hist, fc, ["pool"], 3, 24.0)
+    np.testing.assert_allclose(sm["forecast"].to_list(), [232 / 3, 84.0, 90.0])
+    r = capacity.exhaustion(hist, fc, {"a100": 100.0}, ["pool"], window=3, per_hour=24.0).row(0, named=True)
+    assert r["exhausted_median"] == dt.datetime(2024, 1, 5)
+
+
+def test_bands_target_and_unknown_capacity():
+    hist, fc = _frames([10], [10, 10])
+    r = capacity.exhaustion(hist, fc, {}, ["pool"], window=1, band="median").row(0, named=True)
+    assert r["capacity_gpus"] is None and "pass --capacity" in r["note"]
+    assert r["gpus_needed_h2"] == 12                                   # ⌈10/0.85⌉
+    r = capacity.exhaustion(hist, fc, {"*": 50.0}, ["pool"], window=1, band="95",
+                            target_util=0.5).row(0, named=True)
+    assert r["gpus_needed_h2"] == 60 and r["shortfall_h2"] == 10       # (10 + 20)/0.5
+    assert r["note"] == "not exhausted within the horizon"
+    with pytest.raises(ValueError, match="--band"):
+        capacity.exhaustion(hist, fc, {}, ["pool"], band="70")
+    with pytest.raises(ValueError, match="--target-util"):
+        capacity.exhaustion(hist, fc, {}, ["pool"], target_util=1.5)
+
+
+def test_parse_capacity():
+    assert capacity.parse_capacity(["a100=512", " h100 = 8"]) == {"a100": 512.0, "h100": 8.0}
+    with pytest.raises(ValueError, match="expected POOL=GPUS"):
+        capacity.parse_capacity(["a100"])
+
+
+def test_pool_capacity_comes_from_the_timeline(con):
+    tf.load_hand_cluster(con)
+    cap = capacity.pool_capacity(con)
+    assert [tuple(r) for r in cap.select("pool", "capacity_gpus").iter_rows()] == [("a100", 16.0), ("h100", 4.0)]
+
+
+def test_forecast_warehouse_gives_pool_answers_for_team_series(con):
+    tf.load_hand_cluster(con)
+    res = capacity.forecast_warehouse(con, 5, by=["team", "pool"], overrides={"h100": 8.0})
+    assert res["forecast"].columns[:2] == ["team", "pool"]
+    assert res["summary"].height == res["forecast"].select("team", "pool").unique().height
+    cap = res["capacity"]
+    assert cap["pool"].to_list() == ["a100", "h100"]
+    assert cap["capacity_gpus"].to_list() == [16.0, 8.0]                # the override replaced 4
+    notes = dict(zip(res["summary"]["team"], res["summary"]["notes"]))
+    assert notes["product"] == ("only 2 period(s) of history: last value carried forward, "
+                                "no interval can be estimated")
+    assert notes["unmapped"].startswith("history starts 2024-03-02, the first non-zero period")
+
+
+# ----------------------------------------------------------------------------- the CLI
+
+def _csv(tmp_path, values, start="2024-01-01", header="date,value"):
+    days = np.arange(np.datetime64(start), np.datetime64(start) + len(values))
+    p = tmp_path / "series.csv"
+    p.write_text(header + "\n" + "\n".join(f"{d},{v:.3f}" for d, v in zip(days, values)) + "\n")
+    return p
+
+
+def test_cli_forecasts_a_csv_with_capacity_and_writes_out_and_plot(run_cli, tmp_path):
+    t = np.arange(150)
+    p = _csv(tmp_path, 300 + 0.8 * t + 20 * np.sin(2 * np.pi * t / 7) + np.random.default_rng(1).normal(0, 5, 150))
+    out, plot = tmp_path / "fc.csv", tmp_path / "fc.html"
+    code, stdout, err = run_cli("forecast", "--series", str(p), "--horizon", "60", "--capacity", "500",
+                                "--out", str(out), "--plot", str(plot))
+    assert code == 0, err
+    assert "series.csv: day series, 60-period forecast" in stdout and "Capacity" in stdout
+    fc = pl.read_csv(out)
+    assert fc.height == 60 and {"forecast", "lo80", "hi80", "lo95", "hi95", "model", "backtest_mase",
+                                "coverage80", "coverage95"} <= set(fc.columns)
+    assert fc["ts"][0].startswith("2024-05-30")
+    html = plot.read_text()
+    assert "plotly" in html.lower() and "95 % interval" in html
+
+
+def test_cli_json_to_stdout_and_keyed_csv(run_cli, tmp_path):
+    rows = ["ts,pool,value"] + [f"2024-01-{d:02d}T{h:02d}:00:00,{p},{v}" for d in range(1, 11) for h in range(24)
+                                for p, v in (("a", 5 + h % 3), ("b", 2))]
+    path = tmp_path / "hourly.csv"
+    path.write_text("\n".join(rows) + "\n")
+    code, stdout, err = run_cli("forecast", "--series", str(path), "--by", "pool", "--horizon", "24", "--format", "json")
+    assert code == 0, err
+    data = json.loads(stdout)
+    assert len(data) == 48 and {d["pool"] for d in data} == {"a", "b"}
+    assert all(d["forecast"] == pytest.approx(2.0) for d in data if d["pool"] == "b")
+
+
+def test_cli_errors_name_the_file_line_and_field(run_cli, tmp_path):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("date,value\n2024-01-01,5\n2024-01-02,lots\n")
+    code, _, err = run_cli("forecast", "--series", str(bad))
+    assert code == 1 and f"{bad}:3: field value: 'lots' is not a number" in err
+    code, _, err = run_cli("forecast", "--series", str(bad), "--horizon", "0")
+    assert code == 2 and "--horizon" in err
+    code, _, err = run_cli("forecast", "--by", "user")
+    assert code == 2 and "unknown column 'user'" in err
+    code, _, err = run_cli("forecast", "--series", str(tmp_path / "nope.csv"))
+    assert code == 1 and "no such file" in err
+
+
+def test_cli_on_the_warehouse(run_cli, db_path):
+    from ingest import warehouse
+    con = warehouse.connect(db_path)
+    tf.load_hand_cluster(con)
+    con.close()
+    code, stdout, err = run_cli("forecast", "--by", "team", "--horizon", "3", "--capacity", "a100=32")
+    assert code == 0, err
+    assert "demanded GPU-hours per day by team: 3-day forecast" in stdout
+    assert "research" in stdout and "a100" in stdout and "32.00" in stdout
