@@ -416,11 +416,14 @@ def _derive_xid_events(con: duckdb.DuckDBPyConnection, run: warehouse.IngestRun,
 def prune_raw(con: duckdb.DuckDBPyConnection, keep_days: float) -> int:
     """Delete raw rows older than ``keep_days`` before each cluster's newest row; the 5-minute rollup stays.
 
-    Returns the number of rows deleted.
+    The cut falls on a 5-minute boundary, so every bucket is either all raw or all rollup (the efficiency
+    model reads a bucket from one or the other). Returns the number of rows deleted.
     """
     return con.execute("""
-        DELETE FROM gpu_samples g USING (SELECT cluster, max(ts) AS newest FROM gpu_samples GROUP BY cluster) c
-        WHERE g.cluster = c.cluster AND g.ts < c.newest - to_seconds(?::DOUBLE * 86400)""",
+        DELETE FROM gpu_samples g USING (SELECT cluster, time_bucket(INTERVAL 5 MINUTE, max(ts)
+                                                 - to_seconds(?::DOUBLE * 86400)) AS cut
+                                          FROM gpu_samples GROUP BY cluster) c
+        WHERE g.cluster = c.cluster AND g.ts + to_seconds(g.interval_s) <= c.cut""",
                        [keep_days]).fetchall()[0][0]
 
 

@@ -95,7 +95,8 @@ def _pieces(con: duckdb.DuckDBPyConnection) -> None:
                                     AND rb.gpu = r.gpu AND rb.bucket = r.bucket)) r)
         SELECT p.*, FALSE AS rolled FROM (
             SELECT cluster, node, gpu, m, sm, gr, gu, sm AS sm_x, gr AS gr_x, gu AS gu_x, fb, pw, hpc_jobs FROM rawm
-        ) p JOIN _tn t ON p.cluster = t.cluster AND p.node = t.node WHERE p.m >= t.lo AND p.m < t.hi
+        ) p JOIN _tn t ON p.cluster = t.cluster AND p.node = t.node
+        WHERE p.m >= date_trunc('minute', t.lo) AND p.m < t.hi
         UNION ALL
         SELECT cluster, node, gpu, m, sm, gr, gu, sm_x, gr_x, gu_x, fb, pw, NULL, TRUE FROM roll""")
 

@@ -1,0 +1,155 @@
+"""The efficiency model: metric choice, idle stretches, no-telemetry jobs, hour split, incremental refresh,
+group reports and `gpuledger report efficiency`."""
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from models import efficiency
+
+from telemetry_fixtures import add_jobs, at, busy, load_readings, readings
+
+
+def _job(con, job_id):
+    return con.sql("""SELECT e.metric, e.telemetry_gpu_s / 60, e.act_mean, e.act_p95, e.idle_alloc_gpu_s / 60,
+                             e.fb_max_mib, e.energy_j, e.method
+                      FROM gpu_efficiency_job e JOIN jobs j USING (job_uid) WHERE j.job_id = ?""",
+                   params=[str(job_id)]).fetchall()[0]
+
+
+def test_idle_stretches_of_five_minutes_count_four_do_not(con, tmp_path):
+    """Job 1: zero for minutes 3-7 (5 min) -> 5 idle GPU-min. Job 2: zero for 3-6 (4 min) and 10-13 (4 min),
+    separated by activity -> no idle-allocated time, though 8 minutes read zero."""
+    add_jobs(con, tmp_path, [dict(id=1, start=0, end=20, gpus=1, nodes="a1"),
+                             dict(id=2, start=0, end=20, gpus=1, nodes="a2")])
+    load_readings(con, readings({("a1", 0): {m: 0 if 3 <= m < 8 else 70 for m in range(20)},
+                                 ("a2", 0): {m: 0 if 3 <= m < 7 or 10 <= m < 14 else 70 for m in range(20)}}))
+    efficiency.build(con)
+    assert _job(con, 1)[4] == pytest.approx(5) and _job(con, 1)[2] == pytest.approx(70 * 15 / 20 / 100)
+    assert _job(con, 2)[4] == 0
+
+
+def test_a_stretch_counts_only_while_the_job_holds_the_gpu(con, tmp_path):
+    """The GPU is idle 10:00-10:10; job 3 starts at 10:07: its 3 idle minutes are a stretch shorter than 5."""
+    add_jobs(con, tmp_path, [dict(id=3, start=7, end=20, gpus=1, nodes="b1")])
+    load_readings(con, readings({("b1", 0): {m: 0 if m < 10 else 40 for m in range(20)}}))
+    efficiency.build(con)
+    assert _job(con, 3)[4] == 0
+
+
+@pytest.mark.parametrize("have,expect", [
+    ({"DCGM_FI_PROF_SM_ACTIVE": 0.3, "DCGM_FI_PROF_GR_ENGINE_ACTIVE": 0.6, "DCGM_FI_DEV_GPU_UTIL": 90}, "SM_ACTIVE"),
+    ({"DCGM_FI_PROF_GR_ENGINE_ACTIVE": 0.6, "DCGM_FI_DEV_GPU_UTIL": 90}, "GR_ENGINE_ACTIVE"),
+    ({"DCGM_FI_DEV_GPU_UTIL": 90}, "GPU_UTIL"),
+])
+def test_metric_preference(con, tmp_path, have, expect):
+    add_jobs(con, tmp_path, [dict(id=4, start=0, end=10, gpus=1, nodes="c1")])
+    load_readings(con, readings({("c1", 0, None, m): busy(range(10), v) for m, v in have.items()}))
+    efficiency.build(con)
+    metric, tel, mean, *_ = _job(con, 4)
+    scale = 100 if expect == "GPU_UTIL" else 1
+    key = {"SM_ACTIVE": "DCGM_FI_PROF_SM_ACTIVE", "GR_ENGINE_ACTIVE": "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+           "GPU_UTIL": "DCGM_FI_DEV_GPU_UTIL"}[expect]
+    assert (metric, tel, mean) == (expect, 10, pytest.approx(have[key] / scale))
+
+
+def test_sparse_sm_active_gives_way_to_the_better_covered_metric(con, tmp_path):
+    add_jobs(con, tmp_path, [dict(id=5, start=0, end=20, gpus=1, nodes="d1")])
+    load_readings(con, readings({("d1", 0, None, "DCGM_FI_PROF_SM_ACTIVE"): busy(range(5), 0.2),
+                                 ("d1", 0, None, "DCGM_FI_PROF_GR_ENGINE_ACTIVE"): busy(range(20), 0.5)}))
+    efficiency.build(con)
+    assert _job(con, 5)[:3] == ("GR_ENGINE_ACTIVE", 20, pytest.approx(0.5))
+
+
+def test_job_without_telemetry_is_shown_as_such(con, tmp_path, run_cli):
+    add_jobs(con, tmp_path, [dict(id=6, start=0, end=60, gpus=2, nodes="dark1", user="dora"),
+                             dict(id=7, start=0, end=60, gpus=1, nodes="lit1", user="eve")])
+    load_readings(con, readings({("lit1", 0): busy(range(60), 0)}))
+    efficiency.build(con)
+    assert _job(con, 6) == (None, 0, None, None, 0, None, None, "none")
+    df = efficiency.by_group(con, by=["user"], bucket=None)
+    dora = df.filter(df["user"] == "dora").to_dicts()[0]
+    assert (dora["jobs"], dora["jobs_without_telemetry"], dora["alloc_gpu_h"], dora["telemetry_gpu_h"]) == (1, 1, 2, 0)
+    assert dora["mean_pct"] is None and dora["idle_alloc_gpu_h"] == 0
+    jobs = efficiency.per_job(con)
+    assert jobs.filter(jobs["job_id"] == "6")["metric"].to_list() == ["no telemetry"]
+
+
+def test_hours_split_jobs_and_add_up(con, tmp_path):
+    """Job 8 runs 10:30-12:15 on 2 GPUs: hours 10 (30 min), 11 (60), 12 (15)."""
+    add_jobs(con, tmp_path, [dict(id=8, start=30, end=135, gpus=2, nodes="e1")])
+    load_readings(con, readings({("e1", g, None, m): busy(range(30, 135), v)
+                                 for g in (0, 1) for m, v in (("DCGM_FI_DEV_GPU_UTIL", 50),
+                                                              ("DCGM_FI_DEV_POWER_USAGE", 300),
+                                                              ("DCGM_FI_DEV_FB_USED", 1000 + g))}))
+    efficiency.build(con)
+    hours = con.sql("""SELECT hour, alloc_gpu_s / 60, telemetry_gpu_s / 60, active_gpu_s / 60, energy_j
+                       FROM gpu_efficiency_job_hour ORDER BY hour""").fetchall()
+    assert hours == [(at(0), 60, 60, 30, 60 * 60 * 300), (at(60), 120, 120, 60, 120 * 60 * 300),
+                     (at(120), 30, 30, 15, 30 * 60 * 300)]
+    metric, tel, mean, p95, idle, fb, energy, method = _job(con, 8)
+    assert (tel, mean, p95, fb, energy) == (210, 0.5, 0.5, 1001, 210 * 60 * 300)
+    day = efficiency.by_group(con, bucket="day")
+    assert day["energy_kwh"].to_list() == [pytest.approx(210 * 60 * 300 / 3.6e6)]
+
+
+def test_incremental_refresh_matches_a_full_rebuild(con, tmp_path):
+    add_jobs(con, tmp_path, [dict(id=10, start=0, end=40, gpus=2, nodes="f1"),
+                             dict(id=11, start=20, end=60, gpus=1, nodes="f1")])
+    load_readings(con, readings({("f1", g): {m: (g * 30 + m) % 100 for m in range(30)} for g in range(3)}), "a.om")
+    efficiency.build(con)
+    # more telemetry, then a new job on the same node: both change the earlier jobs' shares
+    load_readings(con, readings({("f1", g): {m: (g * 30 + m) % 100 for m in range(30, 60)} for g in range(3)}),
+                  "b.om")
+    efficiency.build(con)
+    add_jobs(con, tmp_path, [dict(id=12, start=10, end=50, gpus=1, nodes="f1")], name="more.psv")
+    efficiency.build(con)
+    cols = "job_uid, alloc_gpu_s, telemetry_gpu_s, active_gpu_s, idle_alloc_gpu_s, act_p95, method"
+    incremental = con.sql(f"SELECT {cols} FROM gpu_efficiency_job ORDER BY 1").fetchall()
+    hours_inc = con.sql("SELECT * EXCLUDE (hist) FROM gpu_efficiency_job_hour ORDER BY ALL").fetchall()
+    efficiency.build(con, full=True)
+    assert con.sql(f"SELECT {cols} FROM gpu_efficiency_job ORDER BY 1").fetchall() == incremental
+    assert con.sql("SELECT * EXCLUDE (hist) FROM gpu_efficiency_job_hour ORDER BY ALL").fetchall() == hours_inc
+    assert len(incremental) == 3
+
+
+def test_group_report_and_p95_bins(con, tmp_path):
+    add_jobs(con, tmp_path, [dict(id=20, start=0, end=60, gpus=1, nodes="g1", user="ann", account="a"),
+                             dict(id=21, start=0, end=60, gpus=1, nodes="g2", user="ben", account="a")])
+    # ann: 54 minutes at 10 %, 6 at 97 %: 95 % of 60 minutes = 57 falls 3/6 into the 95-100 % bin -> 97.5 %;
+    # ben: 60 minutes at 42 % -> 95 % of the way through the 40-45 % bin
+    load_readings(con, readings({("g1", 0): {m: 10 if m < 54 else 97 for m in range(60)},
+                                 ("g2", 0): busy(range(60), 42)}))
+    efficiency.build(con)
+    df = efficiency.by_group(con, dt.datetime(2026, 7, 14), dt.datetime(2026, 7, 15), by=["account", "user"],
+                             bucket="hour")
+    rows = {r["user"]: r for r in df.to_dicts()}
+    assert rows["ann"]["bucket"] == at(0) and rows["ann"]["metric"] == "GPU_UTIL"
+    assert rows["ann"]["mean_pct"] == pytest.approx((54 * 10 + 6 * 97) / 60)
+    assert rows["ann"]["p95_pct"] == pytest.approx(97.5) and rows["ben"]["p95_pct"] == pytest.approx(40 + 5 * 0.95)
+    assert _job(con, 20)[3] == pytest.approx(0.97)           # the per-job p95 is exact
+    whole = efficiency.by_group(con, by=["account"], bucket=None).to_dicts()[0]
+    assert (whole["jobs"], whole["alloc_gpu_h"], whole["exact_label_pct"], whole["node_share_pct"]) == (2, 2, 0, 100)
+    with pytest.raises(ValueError, match="cannot group efficiency by size"):
+        efficiency.by_group(con, by=["size"])
+
+
+def test_report_cli(run_cli, db_path, tmp_path):
+    from ingest import warehouse
+    con = warehouse.connect(db_path)
+    add_jobs(con, tmp_path, [dict(id=30, start=0, end=30, gpus=1, nodes="h1", user="ann"),
+                             dict(id=31, start=0, end=30, gpus=1, nodes="h2", user="bob")])
+    load_readings(con, readings({("h1", 0): busy(range(30), 0), ("h2", 0): busy(range(30), 80)}))
+    con.close()
+    assert run_cli("refresh")[0] == 0
+    code, out, err = run_cli("report", "efficiency", "--worst", "5", "--format", "csv")
+    assert code == 0 and out.splitlines()[1].split(",")[1] == "30" and len(out.splitlines()) == 2
+    assert "activity metric: GPU_UTIL 100.0% of 1.00 telemetry GPU-h" in err
+    code, out, err = run_cli("report", "efficiency", "--by", "user", "--total")
+    assert code == 0 and out.splitlines()[0].split()[:3] == ["user", "metric", "jobs"]
+    code, out, err = run_cli("report", "efficiency", "--by", "job", "--from", "2026-07-14", "--to", "2026-07-15",
+                             "--format", "json")
+    assert code == 0 and '"idle_alloc_gpu_h": 0.5' in out
+    code, out, err = run_cli("report", "efficiency", "--by", "size_class")
+    assert code == 2 and "cannot group efficiency by size_class" in err
