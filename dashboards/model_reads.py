@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib
+import importlib.util
 from types import ModuleType
 
 import polars as pl
@@ -32,6 +33,11 @@ def _model(name: str, *functions: str) -> ModuleType | None:
 def landed(name: str, *functions: str) -> bool:
     """True when ``models.<name>`` exists with every function the dashboard calls."""
     return _model(name, *functions) is not None
+
+
+def present(name: str) -> bool:
+    """True when ``models.<name>`` exists, without importing it (the simulator compiles on first import)."""
+    return importlib.util.find_spec(f"models.{name}") is not None
 
 
 def _cursor():
@@ -200,3 +206,52 @@ def statement_xlsx(version: str, period: str) -> bytes:
     stmt, views = statement(version, period)
     created = stmt.closed_at or queries.published_at(version)
     return exports.xlsx_bytes(views, title=f"GPU chargeback {stmt.period}", created=created)
+
+
+# ---------------------------------------------------------------- forecasts (models/capacity.py + forecast.py, issue 7)
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def forecast(version: str, measure: str, horizon: int, target_util: float, band: str, by: tuple[str, ...],
+             cluster: str | None) -> dict | None:
+    """capacity.forecast_warehouse's answer (history, forecast with intervals, model summary, capacity answers).
+
+    Cached as a resource per snapshot and settings: fitting and backtesting every series takes seconds."""
+    mod = _model("capacity", "forecast_warehouse")
+    if mod is None:
+        return None
+    return mod.forecast_warehouse(_cursor(), horizon, by=by, freq="day", measure=measure, cluster=cluster,
+                                  target_util=target_util, band=band)
+
+
+# ---------------------------------------------------------------- what-if (models/whatif.py, issue 8)
+
+@st.cache_resource(max_entries=8, show_spinner=False)
+def whatif_inputs(version: str, t0: dt.datetime, t1: dt.datetime, cluster: str | None):
+    """The simulator's inputs for the window (capacity at its start, its jobs and outages), or the reason
+    there are none as a string."""
+    mod = _model("whatif", "load_inputs", "run_whatif", "Scenario")
+    if mod is None:
+        return None
+    try:
+        return mod.load_inputs(_cursor(), t0.isoformat(), t1.isoformat(), cluster)
+    except ValueError as exc:
+        return str(exc)
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def whatif(version: str, t0: dt.datetime, t1: dt.datetime, cluster: str | None, add: tuple[tuple[str, int], ...],
+           demand_scale: float, policy: str, replications: int, seed: int = 0) -> pl.DataFrame | str | None:
+    """Metrics of one scenario (p50/p95 wait overall, per team, per size class, per pool; utilization;
+    fragmentation), each a mean with its 95 % interval over ``replications`` bootstrapped replications."""
+    mod = _model("whatif", "load_inputs", "run_whatif", "Scenario")
+    sim = _model("simulate", "Policy")
+    if mod is None or sim is None:
+        return None
+    inp = whatif_inputs(version, t0, t1, cluster)
+    if inp is None or isinstance(inp, str):
+        return None
+    try:
+        sc = mod.Scenario(add=dict(add), demand_scale=demand_scale, policy=sim.Policy.parse(policy, seed=seed))
+        return mod.run_whatif(inp, sc, replications, seed, ("team", "size_class"))
+    except ValueError as exc:   # e.g. a pool with no node to copy the shape of
+        return str(exc)

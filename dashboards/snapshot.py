@@ -4,7 +4,8 @@ The dashboard never opens the live warehouse (docs/ARCHITECTURE.md, "Concurrency
 ``X.serving.duckdb`` by writing a new file and renaming it over the old one, so the path always names a
 complete snapshot. We hold one read-only connection per snapshot file and reopen when the path starts naming
 a different file (inode, mtime or size changed). The old connection keeps reading the old, unlinked file
-until its last cursor is gone (POSIX semantics), so a page never sees half of two snapshots.
+until its last cursor is gone (POSIX semantics), so a page never sees half of two snapshots. Each snapshot
+is ATTACHed read-only to its own in-memory database (see ``_open_read_only`` for why).
 
 ``version`` identifies the snapshot file; caches key on it, so a new snapshot invalidates every cached view.
 """
@@ -64,7 +65,9 @@ class Snapshot:
                 # Dropping our reference is enough: cursors still reading the old file keep it alive.
                 self._con = _open_read_only(self.path)
                 self._version = v
-            return self._con.cursor()
+            cur = self._con.cursor()
+        cur.execute(f"USE {CATALOG}")   # a cursor starts in the in-memory catalog
+        return cur
 
     @property
     def version(self) -> str:
@@ -84,7 +87,7 @@ class Snapshot:
 
     def tables(self) -> set[str]:
         return set(self.frame(
-            "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' AND database_name = current_database()"
+            "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' AND database_name = ?", [CATALOG]
         )["table_name"].to_list())
 
     def close(self) -> None:
@@ -95,10 +98,26 @@ class Snapshot:
             self._version = ""
 
 
+#: The catalog name the snapshot is attached under; every cursor makes it its default.
+CATALOG = "snapshot"
+
+
 def _open_read_only(path: Path) -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect(str(path), read_only=True)
+    """A fresh in-memory database with the snapshot file ATTACHed read-only.
+
+    Not ``duckdb.connect(path)``: DuckDB caches one database instance per path in a process, so while any
+    cursor still held the previous snapshot, connecting to the path again would hand back that old instance.
+    """
+    con = duckdb.connect(":memory:")
+    con.execute(f"ATTACH '{_quoted(path)}' AS {CATALOG} (READ_ONLY)")
+    con.execute(f"USE {CATALOG}")
     con.execute("SET TimeZone = 'UTC'")
     return con
+
+
+def _quoted(path: Path) -> str:
+    # ATTACH takes no bound parameters; the path is configuration (--db), never a filter value.
+    return str(path).replace("'", "''")
 
 
 _registry: dict[Path, Snapshot] = {}

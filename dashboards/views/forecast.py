@@ -1,8 +1,184 @@
-"""Forecast & capacity: when demand outgrows capacity, and what more GPUs would buy."""
+"""Forecast & capacity: when demand outgrows each pool, and what adding GPUs (or another policy) would change."""
 from __future__ import annotations
 
-from dashboards import ui
+import datetime as dt
+
+import polars as pl
+import streamlit as st
+
+from dashboards import charts, model_reads as mr, theme, ui
 
 ctx = ui.context()
+f = ctx.filters
 ui.header("Forecast & capacity", "When do we need more GPUs, and what would adding them change?", ctx)
-ui.not_landed("Forecasting", "models.forecast", 7)
+
+MEASURES = {"Demanded GPU-hours": "demanded", "Served GPU-hours": "served", "Peak GPUs (running + pending)": "peak"}
+MEASURE_HELP = ("Demanded: GPU-hours of work submitted each day, which a full cluster does not cap (the right "
+                "series for buying). Served: allocated GPU-hours, capped by capacity, so it understates demand "
+                "when queues are long. Peak: the most GPUs running + pending at any instant of the day.")
+
+if not mr.landed("capacity", "forecast_warehouse"):
+    ui.not_landed("Forecasting", "models.forecast / models.capacity", 7)
+else:
+    c = st.columns([3, 2, 2, 2])
+    measure_label = c[0].segmented_control("Series", list(MEASURES), default="Demanded GPU-hours", key="fc_measure",
+                                           help=MEASURE_HELP) or "Demanded GPU-hours"
+    measure = MEASURES[measure_label]
+    horizon = c[1].selectbox("Horizon (days)", [30, 60, 90, 180], index=2, key="fc_horizon")
+    target = c[2].slider("Target utilization (%)", 50, 100, 85, 5, key="fc_target",
+                         help="A pool is exhausted when smoothed forecast demand exceeds capacity x this.")
+    band = c[3].selectbox("Plan for", ["median", "upper 80 %"], index=1, key="fc_band",
+                          help="Which forecast the GPUs-needed figures use.")
+    cluster = f.clusters[0] if len(f.clusters) == 1 else None
+    with st.spinner("Fitting and backtesting the forecast models..."):
+        res = mr.forecast(ctx.version, measure, horizon, target / 100, "80" if band != "median" else "median",
+                          ("pool",), cluster)
+    hist, fc, summary, cap = res["history"], res["forecast"], res["summary"], res["capacity"]
+    unit, per_hour = res["unit"], res["per_hour"]
+    pools = [p for p in (cap["pool"].to_list() if cap is not None else sorted(set(fc["pool"].to_list())))
+             if p and p != "unknown" and (not f.pools or p in f.pools)]
+    if len(f.clusters) > 1:
+        st.caption("Forecasts cover all clusters together when several are selected; pick one cluster to split.")
+    if f.teams or f.partitions:
+        st.caption("Capacity answers are per pool: the team and partition filters do not apply on this page.")
+    if not pools:
+        ui.no_data("forecastable pools")
+    else:
+        y_title = f"{'GPUs' if measure == 'peak' else 'GPU-hours per day'}"
+        k = st.columns(max(1, len(pools)))
+        for col, p in zip(k, pools):
+            row = cap.filter(pl.col("pool") == p).row(0, named=True) if cap is not None else {}
+            ex = row.get("exhausted_upper80" if band != "median" else "exhausted_median")
+            ui.kpi(col, f"{p}: capacity reached", f"{ex:%Y-%m-%d}" if ex else f"not within {horizon} days",
+                   f"{row.get('capacity_gpus', 0):,.0f} GPUs installed" if row.get("capacity_gpus") else None,
+                   delta_color="off", arrow=False,
+                   help=f"First day the {band} forecast (smoothed) exceeds {target} % of installed capacity.")
+        grid = st.columns(2)
+        for i, p in enumerate(pools):
+            h = hist.filter((pl.col("pool") == p) & (pl.col("ts") >= f.t0 - dt.timedelta(days=f.days)))
+            fp = fc.filter(pl.col("pool") == p)
+            row = cap.filter(pl.col("pool") == p).row(0, named=True) if cap is not None else {}
+            ex = row.get("exhausted_upper80" if band != "median" else "exhausted_median")
+            limit = None
+            if row.get("capacity_gpus") and measure != "served":
+                level = row["capacity_gpus"] * target / 100 * (per_hour if measure != "peak" else 1.0)
+                xs = [h["ts"].min() if h.height else fp["ts"].min(), fp["ts"].max()]
+                limit = pl.DataFrame({"ts": xs, "cap": [level, level]})
+            fig = charts.forecast_band(h, fp, x="ts", y="value", mean="forecast", lo80="lo80", hi80="hi80",
+                                       lo95="lo95", hi95="hi95", colour=ctx.pool_colours.get(p, theme.PRIMARY),
+                                       y_title=y_title, title=f"{p}: {measure_label.lower()}, history and forecast",
+                                       capacity=limit, capacity_col="cap", exhaustion=ex, height=360)
+            grid[i % 2].plotly_chart(fig, key=f"fc_{p}")
+        st.caption(f"Dotted red: {target} % of installed capacity, in the series' units. Bands: 80 % and 95 % "
+                   "prediction intervals, calibrated on the backtest's errors.")
+
+        st.subheader("Models and capacity answers")
+        table = summary.filter(pl.col("pool").is_in(pools))
+        if cap is not None:
+            table = table.join(cap.drop("note"), on="pool", how="left")
+        need = f"gpus_needed_h{horizon}"
+        cols = {"pool": "Pool (GPU type)", "model": "Model chosen", "model_detail": "Model detail",
+                "history_periods": "History (days)", "backtest_mase": "Backtest MASE",
+                "coverage80": "80 % interval coverage (%)", "coverage95": "95 % interval coverage (%)",
+                "capacity_gpus": "Installed (GPUs)", "recent_gpus": "Recent demand (GPUs)",
+                "exhausted_median": "Capacity reached, median (UTC)",
+                "exhausted_upper80": "Capacity reached, upper 80 % (UTC)",
+                need: f"GPUs needed in {horizon} days", f"shortfall_h{horizon}": f"Shortfall in {horizon} days (GPUs)",
+                "notes": "Notes"}
+        for cov in ("coverage80", "coverage95"):
+            if cov in table.columns:
+                table = table.with_columns(pl.col(cov) * 100)
+        ui.table(table, key="fc_summary", file_stem="forecast_models", ctx=ctx, columns=cols,
+                 formats={"backtest_mase": "%.2f", "coverage80": "%.0f", "coverage95": "%.0f",
+                          "capacity_gpus": "%.0f", "recent_gpus": "%.1f"},
+                 caption="MASE below 1 beats the seasonal naive forecast in the rolling-origin backtest.")
+        with st.expander("Forecast values"):
+            ui.table(fc.filter(pl.col("pool").is_in(pools)), key="fc_values", file_stem=f"forecast_{measure}", ctx=ctx,
+                     columns={"pool": "Pool (GPU type)", "ts": "Day (UTC)", "forecast": f"Forecast ({unit})",
+                              "lo80": "80 % low", "hi80": "80 % high", "lo95": "95 % low", "hi95": "95 % high",
+                              "model": "Model"},
+                     formats={c: "%.1f" for c in ("forecast", "lo80", "hi80", "lo95", "hi95")})
+
+# ---------------------------------------------------------------- what-if
+st.subheader("What if?")
+st.markdown("Replay the window's workload through the scheduler simulator with more nodes, more demand or "
+            "another policy, and compare the p95 queue wait with today's.")
+if not (mr.present("whatif") and mr.present("simulate")):
+    ui.not_landed("The what-if simulator", "models.whatif", 8)
+    st.stop()
+
+cluster = f.clusters[0] if len(f.clusters) == 1 else None
+with st.form("whatif"):
+    pools_sim = [p for p in ctx.cat.pools if not f.pools or p in f.pools]
+    cols = st.columns(len(pools_sim) + 2)
+    add = {}
+    for col, p in zip(cols, pools_sim):
+        add[p] = col.number_input(f"Add {p} nodes", 0, 256, 0, 1, key=f"wi_add_{p}",
+                                  help="Copies of the pool's most common node shape.")
+    growth = cols[-2].slider("Demand growth (%)", -50, 200, 0, 10, key="wi_growth",
+                             help="Whole days of the window's workload are resampled to this much more demand.")
+    policy = cols[-1].selectbox("Policy", ["fifo-backfill", "priority-backfill", "fifo", "priority"], key="wi_policy",
+                                help="Queue order (FIFO or Slurm-like multifactor priority), with or without EASY "
+                                     "backfill.")
+    reps = st.select_slider("Replications (more: narrower intervals, slower)", [3, 5, 10], value=5, key="wi_reps")
+    go = st.form_submit_button("Run simulation", type="primary", icon=":material/play_arrow:")
+scenario = (tuple(sorted((p, int(n)) for p, n in add.items() if n)), round(1 + growth / 100, 4), policy, int(reps))
+if go:
+    st.session_state["wi_last"] = scenario
+if st.session_state.get("wi_last") is None:
+    st.caption(f"The simulation replays the jobs submitted in the window ({f.describe()}) on the capacity at its "
+               "start, with the outages that happened.")
+    st.stop()
+add_t, scale, pol, reps = st.session_state["wi_last"]
+with st.spinner("Simulating the baseline and the scenario (the first run after an upgrade also compiles the "
+                "simulator)..."):
+    inp = mr.whatif_inputs(ctx.version, f.t0, f.t1, cluster)
+    if inp is None or isinstance(inp, str):
+        st.info(f"No simulation for this window: {inp}", icon=":material/info:")
+        st.stop()
+    base = mr.whatif(ctx.version, f.t0, f.t1, cluster, (), 1.0, "fifo-backfill", reps)
+    scen = mr.whatif(ctx.version, f.t0, f.t1, cluster, add_t, scale, pol, reps)
+for res_ in (base, scen):
+    if not isinstance(res_, pl.DataFrame):
+        st.warning(f"The simulator could not run this scenario: {res_}", icon=":material/warning:")
+        st.stop()
+
+
+def _metric(df: pl.DataFrame, metric: str, scope: str = "all") -> dict | None:
+    rows = df.filter((pl.col("metric") == metric) & (pl.col("scope") == scope))
+    return rows.row(0, named=True) if rows.height else None
+
+
+desc = ", ".join([f"+{n} {p} nodes" for p, n in add_t] + ([f"demand x{scale:g}"] if scale != 1 else [])
+                 + ([f"policy {pol}"] if pol != "fifo-backfill" else [])) or "no change"
+st.caption(f"Scenario: {desc}. Baseline: the window's workload on today's capacity with FIFO + EASY backfill. "
+           f"Means of {reps} replications with 95 % intervals.")
+k = st.columns(3)
+for col, metric, name, unit in ((k[0], "p95_wait_h", "p95 queue wait", "h"), (k[1], "p50_wait_h", "Median queue wait", "h"),
+                                (k[2], "utilization_pct", "GPU utilization (allocation)", "%")):
+    b, s = _metric(base, metric), _metric(scen, metric)
+    if s is None:
+        ui.kpi(col, name, None, missing="not produced by the simulator")
+        continue
+    delta = f"{s['mean'] - b['mean']:+.2f} {unit} vs baseline ({b['mean']:.2f} {unit})" if b else None
+    ui.kpi(col, name, f"{s['mean']:.2f} {unit}", delta, delta_color="inverse" if metric != "utilization_pct" else "normal",
+           help=f"95 % interval {s['ci_low']:.2f}-{s['ci_high']:.2f} {unit} over {s['replications']} replications.")
+
+both = (base.with_columns(pl.lit("Baseline").alias("run")).vstack(scen.with_columns(pl.lit("Scenario").alias("run")))
+        .filter(pl.col("metric") == "p95_wait_h"))
+for prefix, title, key in (("team=", "p95 wait by team", "wi_team"), ("size_class=", "p95 wait by request size", "wi_size")):
+    part = both.filter(pl.col("scope").str.starts_with(prefix)).with_columns(
+        pl.col("scope").str.replace(prefix, "", literal=True).alias("group"))
+    if part.height:
+        st.plotly_chart(charts.bars(part.sort("group"), "group", "mean", color="run", barmode="group",
+                                    colours={"Baseline": "#A5B8CF", "Scenario": theme.PRIMARY},
+                                    y_title="p95 queue wait (hours)", title=title, height=320), key=key)
+table = (base.select("metric", "scope", pl.col("mean").alias("baseline"))
+         .join(scen.select("metric", "scope", pl.col("mean").alias("scenario"), "ci_low", "ci_high"),
+               on=["metric", "scope"], how="full", coalesce=True)
+         .with_columns((pl.col("scenario") - pl.col("baseline")).alias("change")).sort("metric", "scope"))
+ui.table(table, key="wi_table", file_stem="whatif", ctx=ctx,
+         columns={"metric": "Metric (h = hours, pct = %)", "scope": "Scope", "baseline": "Baseline",
+                  "scenario": "Scenario", "change": "Change", "ci_low": "Scenario 95 % low",
+                  "ci_high": "Scenario 95 % high"},
+         formats={c: "%.2f" for c in ("baseline", "scenario", "change", "ci_low", "ci_high")})

@@ -1,0 +1,101 @@
+"""The dashboard tests' warehouse: the lab cluster of tests/fixtures/dashboard (real Slurm formats and a
+governance file), loaded through the real CLI ingestors and refreshed, so its serving snapshot is what a
+site's would be. Built once per test process and shared read-only (the dashboard never writes)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+import gpuledger
+
+FIX = Path(__file__).resolve().parent / "fixtures" / "dashboard"
+APP = Path(__file__).resolve().parent.parent / "dashboards" / "app.py"
+_built: dict[str, Path] = {}
+
+
+def cli(db: Path, *argv: str) -> None:
+    code = gpuledger.main(["-q", "--db", str(db), *argv])
+    assert code == 0, f"gpuledger {' '.join(argv)} exited {code}"
+
+
+def build_lab(directory: Path, late: bool = True) -> Path:
+    """Ingest the lab cluster into ``directory``/lab.duckdb and publish its serving snapshot."""
+    directory.mkdir(parents=True, exist_ok=True)
+    db = directory / "lab.duckdb"
+    cli(db, "ingest", "nodes", str(FIX / "nodes.txt"), "--cluster", "lab", "--as-of", "2026-09-21T00:00:00",
+        "--no-refresh")
+    cli(db, "ingest", "events", str(FIX / "events.psv"), "--no-refresh")
+    cli(db, "ingest", "sacct", str(FIX / "sacct.psv"), "--no-refresh")
+    if late:  # two more pending jobs and two unreadable lines: the Data health page has rejects to show
+        cli(db, "ingest", "sacct", str(FIX / "sacct-late.psv"), "--no-refresh")
+    cli(db, "ingest", "governance", str(FIX / "governance.toml"))   # re-maps teams, refreshes, publishes
+    return db
+
+
+@pytest.fixture(scope="session")
+def lab_db(tmp_path_factory) -> Path:
+    """The shared lab warehouse (its serving snapshot beside it). Do not write to it."""
+    if "lab" not in _built:
+        _built["lab"] = build_lab(tmp_path_factory.mktemp("lab"))
+    return _built["lab"]
+
+
+@pytest.fixture
+def lab_copy(lab_db, tmp_path) -> Path:
+    """A private copy of the lab warehouse and its snapshot, for tests that ingest or republish."""
+    for src in lab_db.parent.glob("lab*.duckdb"):
+        shutil.copy2(src, tmp_path / src.name)
+    return tmp_path / "lab.duckdb"
+
+
+def app(db: Path | None, monkeypatch, timeout: float = 120):
+    """An AppTest of the dashboard serving ``db``'s snapshot (None: a path with no warehouse)."""
+    from streamlit.testing.v1 import AppTest
+    monkeypatch.setenv("GPULEDGER_DB", str(db) if db else "/nonexistent/warehouse.duckdb")
+    return AppTest.from_file(str(APP), default_timeout=timeout)
+
+
+def open_page(at, page: str, **state):
+    """Run the entry script, then switch to ``views/<page>.py`` (with widget ``state`` set first)."""
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    for key, value in state.items():
+        at.session_state[key] = value
+    at.switch_page(f"views/{page}.py")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def figures(at) -> list[dict]:
+    """Every plotly figure on the page, as plotly JSON."""
+    return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+
+
+def metric(at, label: str):
+    hits = [m for m in at.metric if m.label == label]
+    assert hits, f"no metric {label!r}; have {[m.label for m in at.metric]}"
+    return hits[0]
+
+
+def frame_with(at, *labels: str):
+    """The first table on the page whose columns include every label (what st.dataframe received, as pandas)."""
+    for el in at.dataframe:
+        df = el.value
+        if all(lab in df.columns for lab in labels):
+            return df
+    raise AssertionError(f"no table with columns {labels}; have {[list(e.value.columns) for e in at.dataframe]}")
+
+
+def downloads(at) -> list[str]:
+    """Labels of the page's download buttons (AppTest keeps no file bytes after a run: the browser test
+    checks a downloaded file)."""
+    return [d.proto.label for d in at.get("download_button")]
+
+
+def env_without_db() -> dict:
+    return {k: v for k, v in os.environ.items() if k != "GPULEDGER_DB"}

@@ -1,0 +1,93 @@
+"""The Utilization page shows models.utilization's figures for the sidebar's filters (AppTest, lab cluster)."""
+from __future__ import annotations
+
+import datetime as dt
+
+import polars as pl
+import pytest
+
+import dashboard_fixtures as dfx
+from dashboard_fixtures import lab_db  # noqa: F401 (fixture)
+from dashboards.snapshot import Snapshot
+from models import utilization
+
+T0, T1 = dt.datetime(2026, 9, 21), dt.datetime(2026, 10, 21)   # the default window: 2026-09-21 .. 2026-10-20
+
+
+@pytest.fixture(scope="module")
+def model(lab_db):
+    cur = Snapshot(lab_db).cursor()
+    return lambda by, t0=T0, t1=T1: utilization.by_bucket(cur, t0, t1, "day", by=by)
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f} %"
+
+
+def test_kpis_table_and_stack_match_the_model(lab_db, model, monkeypatch):
+    at = dfx.open_page(dfx.app(lab_db, monkeypatch), "utilization")
+    total = model(None)
+    ratio = total["sreport_allocated"].sum() / total["available_gpu_h"].sum()
+    assert dfx.metric(at, "Allocation ratio").value == _pct(ratio)
+    assert dfx.metric(at, "Allocated GPU-hours").value == f"{total['allocated_gpu_h'].sum():,.0f}"
+    assert dfx.metric(at, "Idle GPU-hours").value == f"{total['idle_gpu_h'].sum():,.0f}"
+    assert dfx.metric(at, "Unavailable GPU-hours").value == f"{total['unavailable_gpu_h'].sum():,.0f}"
+    # the drain of a100-02 (2026-10-05 08:00 to 10-06 20:00, 4 GPUs) is the only unavailability: 36 h x 4 GPUs
+    assert total["unavailable_gpu_h"].sum() == pytest.approx(144.0)
+    # the previous 30 days hold no data: no delta is invented
+    assert not dfx.metric(at, "Allocation ratio").delta
+
+    shown = dfx.frame_with(at, "Pool (GPU type)", "Allocated (GPU-hours)", "Allocation ratio (%)")
+    pools = model(["gpu_type"]).sort("bucket", "gpu_type")
+    assert len(shown) == pools.height
+    assert shown["Allocated (GPU-hours)"].tolist() == pytest.approx(pools["allocated_gpu_h"].to_list())
+    assert shown["Capacity (GPU-hours)"].tolist() == pytest.approx(pools["capacity_gpu_h"].to_list())
+    assert shown["Allocation ratio (%)"].tolist() == pytest.approx((pools["allocation_ratio"] * 100).to_list())
+
+    stack = next(f for f in dfx.figures(at) if f["layout"]["title"]["text"] == "Where the capacity went")
+    assert [t["name"] for t in stack["data"]] == ["Allocated", "Idle", "Unavailable"]
+    assert stack["layout"]["yaxis"]["title"]["text"] == "GPU-hours per day"
+    summed = [sum(v) for v in zip(*(t["y"] for t in stack["data"]))]
+    assert summed == pytest.approx(total.sort("bucket")["capacity_gpu_h"].to_list())
+
+
+def test_team_filter_splits_allocation_into_selected_and_other(lab_db, model, monkeypatch):
+    at = dfx.open_page(dfx.app(lab_db, monkeypatch), "utilization", f_teams=["nlp"])
+    teams = model(["team"])
+    nlp = teams.filter(pl.col("team") == "nlp")["allocated_gpu_h"].sum()
+    total = teams.filter(pl.col("team") == utilization.TOTAL_LABEL)
+    assert dfx.metric(at, "Allocated GPU-hours").value == f"{nlp:,.0f}"
+    assert dfx.metric(at, "Allocation ratio").value == _pct(nlp / total["available_gpu_h"].sum())
+    stack = next(f for f in dfx.figures(at) if f["layout"]["title"]["text"] == "Where the capacity went")
+    names = [t["name"] for t in stack["data"]]
+    assert names == ["Allocated", "Allocated (other teams)", "Idle", "Unavailable"]
+    other = sum(stack["data"][1]["y"])
+    assert nlp + other == pytest.approx(total["allocated_gpu_h"].sum())
+    by_team = next(f for f in dfx.figures(at) if f["layout"]["title"]["text"] == "Allocated GPU-hours by team")
+    assert [t["name"] for t in by_team["data"]] == ["nlp"]
+
+
+def test_pool_filter_and_unmapped_team(lab_db, model, monkeypatch):
+    at = dfx.open_page(dfx.app(lab_db, monkeypatch), "utilization", f_pools=["h100"], f_teams=["(unmapped)"])
+    rows = model(["gpu_type", "team"]).filter(pl.col("gpu_type") == "h100")
+    guest = rows.filter(pl.col("team") == "(unmapped)")["allocated_gpu_h"].sum()
+    assert guest > 0
+    assert dfx.metric(at, "Allocated GPU-hours").value == f"{guest:,.0f}"
+    by_team = next(f for f in dfx.figures(at) if f["layout"]["title"]["text"] == "Allocated GPU-hours by team")
+    assert [t["name"] for t in by_team["data"]] == ["(unmapped)"]
+    # colours are the theme's: the same team has the same colour on every page
+    assert by_team["data"][0]["marker"]["color"] == "#9AA0A6"
+
+
+def test_week_bucket_and_previous_period_delta(lab_db, model, monkeypatch):
+    state = {"f_dates": (dt.date(2026, 10, 6), dt.date(2026, 10, 19)), "util_bucket": "Week"}
+    at = dfx.open_page(dfx.app(lab_db, monkeypatch), "utilization", **state)
+    now = model(None, dt.datetime(2026, 10, 6), dt.datetime(2026, 10, 20))
+    before = model(None, dt.datetime(2026, 9, 22), dt.datetime(2026, 10, 6))
+    r_now = now["sreport_allocated"].sum() / now["available_gpu_h"].sum()
+    r_before = before["sreport_allocated"].sum() / before["available_gpu_h"].sum()
+    m = dfx.metric(at, "Allocation ratio")
+    assert m.value == _pct(r_now)
+    assert m.delta == f"{100 * (r_now - r_before):+.1f} pp vs previous period"
+    shown = dfx.frame_with(at, "Pool (GPU type)", "Allocated (GPU-hours)")
+    assert shown.columns[0] == "Period (week, UTC)"
