@@ -108,8 +108,10 @@ def pending_demand(con, start: dt.datetime, end: dt.datetime) -> pl.DataFrame:
     """Per (cluster, pool, team): requested GPU-hours spent pending inside [start, end), and pending jobs."""
     return _frame(con, f"""
         WITH j AS (SELECT *, greatest(q, $s) AS a,
-                          least(coalesce(start, "end", CASE WHEN state IN ('PENDING', 'REQUEUED', 'REQUEUE_HOLD',
-                                'REQUEUE_FED', 'RESV_DEL_HOLD') THEN $e END), $e) AS z FROM ({_JOB_SQL}))
+                          -- least() skips NULLs: a job that left the queue at an unknown time stays NULL
+                          CASE WHEN start IS NOT NULL OR "end" IS NOT NULL THEN least(coalesce(start, "end"), $e)
+                               WHEN state IN ('PENDING', 'REQUEUED', 'REQUEUE_HOLD', 'REQUEUE_FED', 'RESV_DEL_HOLD')
+                               THEN $e END AS z FROM ({_JOB_SQL}))
         SELECT cluster, pool AS gpu_type, team, sum(g * epoch(z - a)) / 3600 AS pending_gpu_h,
                count(*) AS pending_jobs
         FROM j WHERE z > a AND g > 0 GROUP BY ALL ORDER BY ALL""", {"s": start, "e": end})

@@ -31,6 +31,7 @@ class Job:
     billing: int | None = None
     cluster: str = "c1"
     req_gpus: int | None = None
+    state: str | None = None      # overrides the state implied by start/end (e.g. CANCELLED while pending)
 
 
 def _ts(t: dt.datetime | None) -> str:
@@ -52,6 +53,7 @@ def sacct_line(j: Job) -> str:
         state, elapsed = "RUNNING", 0
     else:
         state, elapsed = "COMPLETED", int((j.end - j.start).total_seconds())
+    state = j.state or state
     cpus = j.cpus if j.cpus is not None else 4 * max(j.gpus, 1)
     billing = j.billing if j.billing is not None else cpus
     req = j.req_gpus if j.req_gpus is not None else j.gpus
