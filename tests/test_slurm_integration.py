@@ -1,0 +1,396 @@
+"""A real Slurm, end to end: tests/slurm/up.sh starts munged, MariaDB, slurmdbd, slurmctld and three slurmd
+with fake GPUs (gpu01, gpu02: 4 x a100; gpu03: 4 x h100); tests/slurm/jobs.sh runs a known job mix
+(completed, failed, cancelled running and pending, timeout, array with a failing task, multi-node, NODE_FAIL,
+requeue, a rejected submission, DOWN and DRAIN events). Then `gpuledger ingest sacct --live`, `ingest nodes`
+and `ingest events` run against the real commands, and the warehouse must agree with Slurm's own numbers:
+states, placements, and GPU-seconds per account from sacct's ElapsedRaw x AllocTRES and from sreport.
+
+The fixture tests at the end replay tests/fixtures/slurm_real (a capture of the same mix) without Slurm.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import io
+import os
+import pwd
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT
+
+SLURM_DIR = ROOT / "tests" / "slurm"
+REAL = ROOT / "tests" / "fixtures" / "slurm_real"
+STATE = Path(os.environ.get("GL_SLURM_DIR") or Path(os.environ.get("TMPDIR", "/tmp")) / "gpuledger-slurm")
+BINARIES = ("munged", "mungekey", "mariadbd", "mariadb-install-db", "mysql", "slurmdbd", "slurmctld", "slurmd",
+            "sacct", "sbatch", "scontrol", "sacctmgr", "sinfo", "squeue", "sreport", "runuser")
+PATH = os.pathsep.join([os.environ.get("PATH", ""), "/usr/local/sbin", "/usr/sbin", "/sbin"])
+LIVE_OVERLAP = dt.timedelta(seconds=600)
+
+#: what each job of jobs.sh must end as (in submission order of its records)
+EXPECTED_STATES = {"timeout": ["TIMEOUT"], "ddp": ["COMPLETED"], "oom-eval": ["FAILED"],
+                   "cancel-run": ["CANCELLED"], "nodefail": ["NODE_FAIL"], "prio": ["COMPLETED"],
+                   "requeue": ["REQUEUED", "COMPLETED"], "late": ["COMPLETED"], "cancel-pend": ["CANCELLED"]}
+
+
+# ---------------------------------------------------------------- helpers
+
+def _why_unavailable() -> str | None:
+    missing = [b for b in BINARIES if shutil.which(b, path=PATH) is None]
+    if missing:
+        return (f"real Slurm unavailable: {', '.join(missing)} not found; install the Debian packages slurmctld "
+                "slurmd slurmdbd slurm-client munge mariadb-server (.ci/run does)")
+    if os.geteuid() != 0:
+        return "real Slurm needs root: the test starts munged, MariaDB and the Slurm daemons as their system users"
+    return None
+
+
+def _env() -> dict:
+    return dict(os.environ, PATH=PATH, GL_SLURM_DIR=str(STATE), SLURM_CONF=str(STATE / "etc" / "slurm.conf"),
+                TZ="UTC")
+
+
+def _script(name: str, *args: str, timeout: float) -> str:
+    proc = subprocess.run([str(SLURM_DIR / name), *args], env=_env(), capture_output=True, text=True,
+                          timeout=timeout)
+    if proc.returncode != 0:
+        raise AssertionError(f"tests/slurm/{name} exited {proc.returncode} (logs in {STATE}/log):\n"
+                             f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc.stdout
+
+
+def _slurm(*cmd: str) -> str:
+    """Run a Slurm client command against the test cluster; times print in UTC."""
+    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=60)
+    if proc.returncode != 0:
+        raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def _cli(db: Path, *argv: str) -> str:
+    """The gpuledger CLI, in-process (imports once); returns its stderr (the ingest summaries)."""
+    import gpuledger
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        code = gpuledger.main(["--db", str(db), *argv])
+    assert code == 0, f"gpuledger {' '.join(argv)} exited {code}: {err.getvalue()}"
+    return err.getvalue()
+
+
+def _query(db: Path, sql: str, params=None) -> list[tuple]:
+    from ingest import warehouse
+    con = warehouse.connect(db)
+    try:
+        return con.execute(sql, params or []).fetchall()
+    finally:
+        con.close()
+
+
+def _gpus(tres: str) -> int:
+    """GPUs in an AllocTRES string, the way sacct prints them: `gres/gpu=N` (0 when absent)."""
+    m = re.search(r"(?:^|,)gres/gpu=(\d+)", tres)
+    return int(m.group(1)) if m else 0
+
+
+def _sacct_allocations() -> list[dict]:
+    """Slurm's own view, independent of our parser: one dict per allocation record."""
+    fields = ["JobIDRaw", "JobID", "Submit", "Account", "State", "ElapsedRaw", "AllocTRES", "NodeList"]
+    out = _slurm("sacct", "--allusers", "--duplicates", "--allocations", "--parsable2", "--noheader",
+                 "--starttime", "2020-01-01T00:00:00", "--endtime", "now", "--format", ",".join(fields))
+    return [dict(zip(fields, line.split("|"))) for line in out.splitlines() if line]
+
+
+def _hostnames(nodelist: str) -> set[str]:
+    if nodelist in ("", "None assigned"):
+        return set()
+    return set(_slurm("scontrol", "show", "hostnames", nodelist).split())
+
+
+def _captured_at(cmd_file: Path) -> str:
+    """The UTC time a capture.sh/jobs.sh output was taken, from its .cmd file."""
+    return re.search(r"captured (\S+)Z", cmd_file.read_text()).group(1)
+
+
+# ---------------------------------------------------------------- the cluster and the ingest (once per session)
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """Bring the cluster up fresh, run the job mix; always stop every daemon afterwards (by PID file)."""
+    why = _why_unavailable()
+    if why:
+        pytest.skip(why)
+    # one harness per host at a time: a second session (another engineer's `make test`) waits here
+    STATE.parent.mkdir(parents=True, exist_ok=True)
+    lock = open(f"{STATE}.lock", "w")
+    deadline = time.monotonic() + 600
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{STATE}.lock held by another Slurm test session for 10 minutes")
+            time.sleep(2)
+    mp = pytest.MonkeyPatch()
+    try:
+        t0 = time.monotonic()
+        _script("up.sh", "--fresh", timeout=240)
+        t_up = time.monotonic() - t0
+        mp.setenv("SLURM_CONF", str(STATE / "etc" / "slurm.conf"))
+        mp.setenv("PATH", PATH)
+        _script("jobs.sh", timeout=300)
+        t_jobs = time.monotonic() - t0 - t_up
+        ids = dict(line.split() for line in (STATE / "jobs" / "jobids").read_text().splitlines())
+        print(f"\nreal Slurm: bring-up {t_up:.1f} s, job mix {t_jobs:.1f} s")
+        yield {"ids": ids, "t_up": t_up, "t_jobs": t_jobs}
+    finally:
+        mp.undo()
+        subprocess.run([str(SLURM_DIR / "down.sh")], env=_env(), capture_output=True, timeout=120)
+        lock.close()
+
+
+@pytest.fixture(scope="session")
+def ingested(slurm_cluster, tmp_path_factory):
+    """Two `ingest sacct --live` runs around the `late` job's completion, then nodes and events."""
+    d = tmp_path_factory.mktemp("slurm-real")
+    db = d / "warehouse.duckdb"
+    ids = slurm_cluster["ids"]
+    late = ids["late"]
+    live1 = _cli(db, "ingest", "sacct", "--live", "--no-refresh")
+    after_live1 = {r[0]: r[1:] for r in _query(db, 'SELECT job_id, state, "end" FROM jobs')}
+    mark1 = _query(db, "SELECT value FROM watermarks WHERE source = 'sacct-live'")[0][0]
+
+    (STATE / "jobs" / "release").touch()
+    deadline = time.monotonic() + 60
+    while _slurm("sacct", "-n", "-X", "-P", "-j", late, "--format=State").strip() != "COMPLETED":
+        assert time.monotonic() < deadline, "the late job did not complete within 60 s of its release"
+        time.sleep(0.5)
+    live2 = _cli(db, "ingest", "sacct", "--live", "--no-refresh")
+    sacct = _sacct_allocations()
+
+    node_file = d / "scontrol-show-node.txt"
+    node_file.write_text(_slurm("scontrol", "show", "node"))
+    midrun = STATE / "out" / "midrun" / "scontrol-show-node-o-midrun.txt"
+    _cli(db, "ingest", "nodes", "--no-refresh", "--as-of", _captured_at(Path(f"{midrun}.cmd")), str(midrun))
+    _cli(db, "ingest", "nodes", "--no-refresh", str(node_file))
+    events = _slurm("sacctmgr", "-P", "show", "event", "All_Time")
+    (d / "events.psv").write_text(events)
+    _cli(db, "ingest", "events", "--no-refresh", str(d / "events.psv"))
+
+    window = _script("rollup.sh", timeout=60).split()
+    sreport = _slurm("sreport", "-n", "-P", "-T", "gres/gpu", "cluster", "AccountUtilizationByUser",
+                     f"start={window[0]}", f"end={window[1]}", "-t", "seconds")
+    return {"db": db, "ids": ids, "live1": live1, "live2": live2, "after_live1": after_live1, "mark1": mark1,
+            "sacct": sacct, "events": events, "sreport": sreport}
+
+
+# ---------------------------------------------------------------- real Slurm tests
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_states_of_the_job_mix(ingested):
+    db, ids = ingested["db"], ingested["ids"]
+    for name, want in EXPECTED_STATES.items():
+        got = [r[0] for r in _query(db, "SELECT state FROM jobs WHERE job_id = ? ORDER BY submit, state",
+                                    [ids[name]])]
+        assert sorted(got) == sorted(want), name
+    sweep = _query(db, "SELECT array_task_id, state, exit_code, gpu_type FROM jobs WHERE array_job_id = ? "
+                       "ORDER BY 1", [int(ids["sweep"])])
+    assert sweep == [(0, "COMPLETED", 0, "h100"), (1, "COMPLETED", 0, "h100"), (2, "FAILED", 1, "h100"),
+                     (3, "COMPLETED", 0, "h100")]
+    row = dict(zip(["exit_code", "gpu_type", "req_gpus", "ngpus"],
+                   _query(db, "SELECT exit_code, gpu_type, req_gpus, ngpus FROM jobs WHERE job_id = ?",
+                          [ids["oom-eval"]])[0]))
+    assert row == {"exit_code": 3, "gpu_type": "a100", "req_gpus": 1, "ngpus": 1}  # untyped request, typed alloc
+    by = _query(db, "SELECT cancelled_by_uid FROM jobs WHERE job_id = ?", [ids["cancel-run"]])[0][0]
+    assert by == pwd.getpwnam("carol").pw_uid
+    limit, elapsed = _query(db, "SELECT timelimit_s, elapsed_s FROM jobs WHERE job_id = ?", [ids["timeout"]])[0]
+    assert limit == 60 and elapsed >= 60
+    # never ran: no GPUs, no placement, but the request is kept
+    for name, req in (("cancel-pend", 4), ("impossible", 1)):          # `impossible` got no id from sbatch
+        ngpus, req_gpus, nodes = _query(db, "SELECT ngpus, req_gpus, (SELECT count(*) FROM job_nodes n "
+                                            "WHERE n.job_uid = j.job_uid) FROM jobs j "
+                                            "WHERE job_id = ? OR (? IS NULL AND job_name = 'impossible')",
+                                        [ids.get(name), ids.get(name)])[0]
+        assert (ngpus, req_gpus, nodes) == (0, req, 0), name
+    assert _query(db, "SELECT state, timelimit_s FROM jobs WHERE job_name = 'impossible'") == [("FAILED", None)]
+    assert _query(db, "SELECT qos, account, user FROM jobs WHERE job_id = ?", [ids["prio"]]) == \
+        [("high", "vision", "bob")]
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_placements_match_sacct_nodelists(ingested):
+    db, ids = ingested["db"], ingested["ids"]
+    placed = {}
+    for raw, submit, node, gpus in _query(db, "SELECT job_id_raw, strftime(submit, '%Y-%m-%dT%H:%M:%S'), "
+                                              "node, gpus_on_node FROM job_nodes"):
+        placed.setdefault((raw, submit), {})[node] = gpus
+    for rec in ingested["sacct"]:
+        key = (rec["JobIDRaw"], rec["Submit"])
+        nodes = _hostnames(rec["NodeList"])
+        assert set(placed.get(key, {})) == nodes, key
+        if nodes:
+            assert sum(placed[key].values()) == _gpus(rec["AllocTRES"]), key
+    ddp = _query(db, "SELECT node, gpus_on_node FROM job_nodes JOIN jobs USING (job_uid) WHERE job_id = ? "
+                     "ORDER BY node", [ids["ddp"]])
+    assert ddp == [("gpu01", 2), ("gpu02", 2)]
+    assert _query(db, "SELECT DISTINCT node FROM job_nodes JOIN jobs USING (job_uid) WHERE job_id = ?",
+                  [ids["nodefail"]]) == [("gpu02",)]
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_gpu_hours_per_account_equal_sacct_and_sreport(ingested):
+    db = ingested["db"]
+    expected: dict[str, int] = {}
+    for rec in ingested["sacct"]:
+        expected[rec["Account"]] = expected.get(rec["Account"], 0) + int(rec["ElapsedRaw"]) * _gpus(rec["AllocTRES"])
+    got = dict(_query(db, "SELECT account, sum(elapsed_s * ngpus)::BIGINT FROM jobs GROUP BY account"))
+    assert got == expected
+    assert expected["infra"] >= 60                       # the TIMEOUT job alone held an h100 for a minute
+    by_times = dict(_query(db, 'SELECT account, sum(coalesce(epoch("end") - epoch(start), 0) * ngpus)::BIGINT '
+                               "FROM jobs GROUP BY account"))
+    assert by_times == expected
+    assert len(ingested["sacct"]) == _query(db, "SELECT count(*) FROM jobs")[0][0]
+    # slurmdbd's own rollup, per account (rows with an empty user), GPU-seconds
+    sreport = {f[1]: int(f[5]) for f in (ln.split("|") for ln in ingested["sreport"].splitlines())
+               if f[2] == "" and f[1] != "root"}
+    assert got == {a: sreport.get(a, 0) for a in got}
+    hours = dict(_query(db, "SELECT account, round(sum(elapsed_s * ngpus) / 3600, 6) FROM jobs GROUP BY account"))
+    assert hours == {a: round(s / 3600, 6) for a, s in expected.items()}
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_live_watermark_rereads_with_overlap_and_updates_finished_job(ingested):
+    db, late = ingested["db"], ingested["ids"]["late"]
+    assert ingested["after_live1"][late][0] == "RUNNING" and ingested["after_live1"][late][1] is None
+    runs = _query(db, "SELECT input_name, lines_read, loaded, skipped, rejected, inserted, updated, unchanged, "
+                      "status FROM ingest_runs WHERE source = 'sacct-live' ORDER BY run_id")
+    assert len(runs) == 2
+    for _, read, loaded, skipped, rejected, *_rest, status in runs:
+        assert status == "ok" and rejected == 0 and read == loaded + skipped + rejected
+    n = len(ingested["sacct"])
+    assert runs[0][5:8] == (n, 0, 0)
+    assert runs[1][5:8] == (0, 1, n - 1)                 # only `late` changed: RUNNING -> COMPLETED
+    since = (ingested["mark1"] - LIVE_OVERLAP).strftime("%Y-%m-%dT%H:%M:%S")
+    assert f"--starttime {since}" in runs[1][0]
+    state, end, elapsed = _query(db, 'SELECT state, "end", elapsed_s FROM jobs WHERE job_id = ?', [late])[0]
+    rec = next(r for r in ingested["sacct"] if r["JobID"] == late)
+    assert (state, elapsed) == ("COMPLETED", int(rec["ElapsedRaw"])) and end is not None
+    mark2 = _query(db, "SELECT value FROM watermarks WHERE source = 'sacct-live'")[0][0]
+    assert mark2 > ingested["mark1"]
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_nodes_inventory_and_states_from_scontrol(ingested):
+    db = ingested["db"]
+    nodes = _query(db, "SELECT node, partitions, gpu_type, gpus, cpus, mem_bytes FROM nodes "
+                       "WHERE valid_to IS NULL ORDER BY node")
+    assert [(n, set(p.split(",")), t, g, c, m) for n, p, t, g, c, m in nodes] == [
+        ("gpu01", {"a100", "debug"}, "a100", 4, 32, 256000 * 2**20),
+        ("gpu02", {"a100", "debug"}, "a100", 4, 32, 256000 * 2**20),
+        ("gpu03", {"h100", "debug"}, "h100", 4, 32, 256000 * 2**20)]
+    snaps = _query(db, "SELECT DISTINCT observed_at FROM node_states ORDER BY 1")
+    assert len(snaps) == 2
+    mid = dict((n, (s, g)) for n, s, g in _query(db, "SELECT node, state, gpus_alloc FROM node_states "
+                                                     "WHERE observed_at = ?", [snaps[0][0]]))
+    assert mid["gpu02"] == ("DOWN", 0) and mid["gpu03"] == ("DRAIN", 1) and mid["gpu01"][0] == "MIXED"
+    final = _query(db, "SELECT DISTINCT state FROM node_states WHERE observed_at = ?", [snaps[1][0]])
+    assert final == [("IDLE",)]
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_node_events_from_sacctmgr(ingested):
+    db, ids = ingested["db"], ingested["ids"]
+    raw = {}
+    for line in ingested["events"].splitlines()[1:]:
+        cluster, node, start, end, state, reason, user = line.split("|")
+        if node:
+            raw[node] = (state, start, end, reason)
+    got = {n: (s, a.strftime("%Y-%m-%dT%H:%M:%S"), b.strftime("%Y-%m-%dT%H:%M:%S"), r)
+           for n, s, a, b, r in _query(db, 'SELECT node, state, start, "end", reason FROM node_events')}
+    assert got == raw
+    assert got["gpu02"][0] == "DOWN" and got["gpu02"][3].startswith("gl-test: XID 79")
+    assert got["gpu03"][0] == "DRAIN" and got["gpu03"][3] == "gl-test: ECC double-bit errors"
+    # the DOWN event began when the job under it failed
+    nodefail_end = _query(db, 'SELECT "end" FROM jobs WHERE job_id = ?', [ids["nodefail"]])[0][0]
+    start = _query(db, "SELECT start FROM node_events WHERE node = 'gpu02'")[0][0]
+    assert abs((start - nodefail_end).total_seconds()) <= 2
+    read, loaded, skipped, rejected = _query(db, "SELECT lines_read, loaded, skipped, rejected FROM ingest_runs "
+                                                 "WHERE source = 'events'")[0]
+    assert read == loaded + skipped + rejected and rejected == 0 and loaded == 2
+
+
+# ---------------------------------------------------------------- the captured fixtures, without Slurm
+
+def _fixture_gpu_seconds(run_cli, con, name: str) -> dict[str, int]:
+    code, _, err = run_cli("ingest", "sacct", "--no-refresh", str(REAL / name))
+    assert code == 0, err
+    return dict(con.execute("SELECT account, sum(elapsed_s * ngpus)::BIGINT FROM jobs GROUP BY account").fetchall())
+
+
+def test_captured_sacct_agrees_with_captured_sreport(run_cli, con):
+    got = _fixture_gpu_seconds(run_cli, con, "sacct-allocations.psv")
+    rows = [ln.split("|") for ln in (REAL / "sreport-gpu-account-user-seconds.psv").read_text().splitlines()
+            if ln.startswith("glcluster|")]
+    sreport = {r[1]: int(r[5]) for r in rows if r[2] == "" and r[1] not in ("root", "research")}
+    assert got == sreport
+    total = [ln.split("|") for ln in (REAL / "sreport-gpu-utilization-seconds.psv").read_text().splitlines()
+             if ln.startswith("glcluster|")][0]
+    assert sum(got.values()) == int(total[2])            # Allocated
+
+
+def test_captured_headerless_and_berlin_outputs_are_the_same_jobs(run_cli, con):
+    _fixture_gpu_seconds(run_cli, con, "sacct-allocations.psv")
+    code, _, err = run_cli("ingest", "sacct", "--no-refresh", str(REAL / "sacct-allocations-xdmod-noheader.psv"))
+    assert code == 0 and "new 0, updated 0" in err and "rejected 0" in err, err
+    code, _, err = run_cli("ingest", "sacct", "--no-refresh", "--tz", "Europe/Berlin",
+                           str(REAL / "sacct-allocations-berlin.psv"))
+    assert code == 0 and "new 0, updated 0" in err and "rejected 0" in err, err
+
+
+def test_captured_midrun_snapshot_and_events(run_cli, con):
+    snap = REAL / "scontrol-show-node-o-midrun.txt"
+    code, _, err = run_cli("ingest", "nodes", "--no-refresh", "--as-of", _captured_at(Path(f"{snap}.cmd")),
+                           str(snap))
+    assert code == 0, err
+    states = dict(con.execute("SELECT node, state FROM node_states").fetchall())
+    assert states == {"gpu01": "MIXED", "gpu02": "DOWN", "gpu03": "DRAIN"}
+    code, _, err = run_cli("ingest", "events", "--no-refresh", str(REAL / "sacctmgr-event.psv"))
+    assert code == 0, err
+    assert sorted(con.execute("SELECT node, state FROM node_events").fetchall()) == [("gpu02", "DOWN"),
+                                                                                      ("gpu03", "DRAIN")]
+
+
+def test_captured_scontrol_and_sinfo_of_one_moment_agree(tmp_path):
+    """The same mid-run moment seen by `scontrol show node -o` and by sinfo gives one inventory and one state."""
+    import gpuledger
+    from ingest import warehouse
+    seen = []
+    for name in ("scontrol-show-node-o-midrun.txt", "sinfo-gres-midrun.psv"):
+        db = tmp_path / f"{name}.duckdb"
+        at = _captured_at(REAL / f"{name}.cmd")
+        assert gpuledger.main(["--db", str(db), "-q", "ingest", "nodes", "--no-refresh", "--as-of", at,
+                               str(REAL / name)]) == 0
+        con = warehouse.connect(db)
+        seen.append((con.execute("SELECT node, string_split(partitions, ',').list_sort(), gpu_type, gpus, cpus, "
+                                 "mem_bytes FROM nodes ORDER BY node").fetchall(),
+                     con.execute("SELECT node, state, gpus_alloc, reason FROM node_states ORDER BY node").fetchall()))
+        con.close()
+    (inv_scontrol, st_scontrol), (inv_sinfo, st_sinfo) = seen
+    assert inv_scontrol == inv_sinfo
+    assert [r[:3] for r in st_scontrol] == [r[:3] for r in st_sinfo]
+    # scontrol appends " [user@time]" to Reason, sinfo does not
+    assert all((a or "").startswith(b or "") for (*_, a), (*_, b) in zip(st_scontrol, st_sinfo))
+    assert [(n, s, g) for n, s, g, _ in st_sinfo] == [("gpu01", "MIXED", 2), ("gpu02", "DOWN", 0),
+                                                        ("gpu03", "DRAIN", 1)]
