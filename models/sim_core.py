@@ -219,6 +219,7 @@ def simulate_kernel(node_gpus, node_up0, node_pool, n_pools, cls_ptr, cls_nodes,
     resv = np.empty(N, np.int64)
     # fair share
     usage = np.zeros(n_acct)
+    usage_pend = np.zeros(n_acct)  # GPU-seconds of jobs that started/ended since the last recalculation
     run_gpus = np.zeros(n_acct)
     fsf = np.ones(n_acct)
     last_recalc = -INF
@@ -285,6 +286,8 @@ def simulate_kernel(node_gpus, node_up0, node_pool, n_pools, cls_ptr, cls_nodes,
                     total_free += g
             rn = _rs_remove(rs_t, rs_j, rn, start[j] + limit[j], j)
             run_gpus[acct[j]] -= g * nnodes[j]
+            if qpol == QUEUE_PRIORITY:
+                usage_pend[acct[j]] += g * nnodes[j] * (now - last_recalc)
             state[j] = 3
             end[j] = now
             dirty = True
@@ -325,6 +328,8 @@ def simulate_kernel(node_gpus, node_up0, node_pool, n_pools, cls_ptr, cls_nodes,
                             total_free += g
                     rn = _rs_remove(rs_t, rs_j, rn, rs_t[i], j)
                     run_gpus[acct[j]] -= g * nnodes[j]
+                    if qpol == QUEUE_PRIORITY:
+                        usage_pend[acct[j]] += g * nnodes[j] * (now - last_recalc)
                     state[j] = 1
                     runno[j] += 1
                     nreq[j] += 1
@@ -383,7 +388,8 @@ def simulate_kernel(node_gpus, node_up0, node_pool, n_pools, cls_ptr, cls_nodes,
                 dt = now - last_recalc
                 decay = 0.5 ** (dt / half_life) if half_life > 0 else 1.0
                 for a in range(n_acct):
-                    usage[a] = usage[a] * decay + run_gpus[a] * dt
+                    usage[a] = usage[a] * decay + run_gpus[a] * dt + usage_pend[a]
+                    usage_pend[a] = 0.0
             tot_u = usage.sum()
             for a in range(n_acct):
                 u = usage[a] / tot_u if tot_u > 0 else 0.0
@@ -429,6 +435,8 @@ def simulate_kernel(node_gpus, node_up0, node_pool, n_pools, cls_ptr, cls_nodes,
                 break
             _start(j, now, sel, free, pf, up, gpn, nnodes, run, limit, alloc_ptr, alloc_node, start,
                    first_start, state, runno, acct, run_gpus)
+            if qpol == QUEUE_PRIORITY:
+                usage_pend[acct[j]] -= g * k * (now - last_recalc)
             total_free -= g * k
             if hn >= ht.size:
                 ht, hj, hr = _grow(ht), _grow(hj), _grow(hr)
@@ -477,6 +485,8 @@ def simulate_kernel(node_gpus, node_up0, node_pool, n_pools, cls_ptr, cls_nodes,
                 continue
             _start(j, now, sel, free, pf, up, gpn, nnodes, run, limit, alloc_ptr, alloc_node, start,
                    first_start, state, runno, acct, run_gpus)
+            if qpol == QUEUE_PRIORITY:
+                usage_pend[acct[j]] -= g * k * (now - last_recalc)
             total_free -= g * k
             if not short:
                 for s in range(k):

@@ -277,7 +277,8 @@ def simulate(cluster: Cluster, work: Workload, policy: Policy | None = None,
     acct = np.array([acct_names.index(str(a)) for a in accounts], dtype=np.int64)
     shares = np.full(len(acct_names), 1.0 / max(len(acct_names), 1))
     qosf = np.clip(c["qos_factor"].astype(np.float64), 0.0, 1.0)
-    mix_size, mix_prob = mix if mix is not None else size_mix(gpn[feasible])
+    mix_size, mix_prob = size_mix(gpn[feasible]) if mix is None else (np.asarray(mix[0], dtype=np.float64),
+                                                                        np.asarray(mix[1], dtype=np.float64))
     ev = events if events is not None else np.zeros(0, dtype=[("t", "f8"), ("node", "i8"), ("kind", "i8")])
 
     t_lo, t_hi = sample_window if sample_window else (float(submit.min()) if J else 0.0,

@@ -1,0 +1,176 @@
+"""The scheduler simulator: hand-worked schedules and invariants (hypothesis)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from models.simulate import Cluster, Policy, Workload, inject_failures, node_events, simulate
+
+
+def _starts(res):
+    return dict(zip(res.jobs["job_uid"].to_list(), res.jobs["start_s"].to_list()))
+
+
+# Two 8-GPU nodes. A fills node 0 until 100; B (4 GPUs, limit 200) runs on node 1 from 1 to 51; C is a
+# 2-node gang; D is short (limit 40); E is long (limit 300).
+TWO_NODES = {
+    "job_uid": [0, 1, 2, 3, 4], "submit_s": [0, 1, 2, 3, 4], "run_s": [100, 50, 10, 30, 150],
+    "limit_s": [100, 200, 10, 40, 300], "gpus_per_node": [8, 4, 8, 4, 4], "nnodes": [1, 1, 2, 1, 1],
+}
+
+
+def test_fifo_blocks_behind_the_gang_job():
+    res = simulate(Cluster.from_arrays([8, 8]), Workload.from_columns(TWO_NODES), Policy.parse("fifo"))
+    # C needs both nodes: it starts when A ends (100) and holds both until 110; D and E wait behind it.
+    assert _starts(res) == {0: 0, 1: 1, 2: 100, 3: 110, 4: 110}
+    assert res.jobs["wait_s"].to_list() == [0, 0, 98, 107, 106]
+
+
+def test_easy_backfill_starts_the_short_job_without_delaying_the_gang():
+    res = simulate(Cluster.from_arrays([8, 8]), Workload.from_columns(TWO_NODES), Policy.parse("fifo-backfill"))
+    # At t=3 C's shadow time is 201 (B's limit); D ends by 43 so it backfills on node 1. E (limit 300)
+    # would still hold 4 GPUs at the shadow time on a reserved node, so it waits; C still starts at 100.
+    assert _starts(res) == {0: 0, 1: 1, 2: 100, 3: 3, 4: 110}
+    shadow = dict(zip(res.jobs["job_uid"].to_list(), res.jobs["head_shadow_s"].to_list()))
+    assert shadow[2] == 100  # recomputed when B ended at 51: A's limit is then the binding release
+
+
+def test_gang_job_gets_distinct_nodes():
+    res = simulate(Cluster.from_arrays([8, 8]), Workload.from_columns(TWO_NODES), Policy.parse("fifo-backfill"))
+    a, b = res.alloc_ptr[2], res.alloc_ptr[3]
+    assert sorted(res.alloc_node[a:b].tolist()) == [0, 1]
+
+
+def test_node_failure_kills_and_requeues_and_drain_only_stops_new_jobs():
+    cl = Cluster.from_arrays([8, 8], node_names=["g1", "g2"])
+    work = Workload.from_columns({"submit_s": [0, 0, 10], "run_s": [100, 100, 20], "gpus_per_node": [8, 8, 8],
+                                  "limit_s": [200, 200, 200]})
+    ev = node_events(cl, [(50, "g1", "down"), (60, "g1", "up"), (5, "g2", "drain"), (130, "g2", "up")])
+    res = simulate(cl, work, Policy.parse("fifo-backfill", placement="first-fit"), ev)
+    j = res.jobs.sort("job_uid")
+    # job 0 on g1 is killed at 50 and restarts at 60 when g1 returns; job 1 on draining g2 keeps running.
+    assert j["requeues"].to_list() == [1, 0, 0]
+    assert j["start_s"].to_list()[:2] == [0, 0] and j["last_start_s"][0] == 60 and j["end_s"][0] == 160
+    assert j["end_s"][1] == 100
+    # job 2 (submitted during the drain) waits for g2 to return at 130; g1 is busy again from 60 to 160
+    assert j["start_s"][2] == 130
+
+
+def test_node_down_before_any_job_leaves_the_other_node():
+    cl = Cluster.from_arrays([8, 8])
+    ev = node_events(cl, [(0, 0, "down")])
+    res = simulate(cl, Workload.from_columns({"submit_s": [1, 2], "run_s": [10, 10], "gpus_per_node": [8, 8]}),
+                   Policy.parse("fifo"), ev)
+    assert res.jobs["first_node"].to_list() == [1, 1]
+    assert res.jobs["start_s"].to_list() == [1, 11]
+
+
+@pytest.mark.parametrize("placement, mix, expected", [
+    ("first-fit", None, 0),                      # lowest index that fits
+    ("best-fit", None, 2),                       # least leftover: 2 - 2 = 0
+    ("fgd", ([4.0], [1.0]), 2),                  # node 2 drops from 2 stranded GPUs to 0 (others: +2 or 0)
+    ("fgd", ([8.0], [1.0]), 1),                  # 8-GPU jobs: nodes 1-3 each lose 2 stranded; first wins
+])
+def test_placement_policies_choose_the_expected_node(placement, mix, expected):
+    cl = Cluster.from_arrays([8, 4, 2, 6])
+    work = Workload.from_columns({"submit_s": [0], "run_s": [10], "gpus_per_node": [2]})
+    res = simulate(cl, work, Policy.parse("fifo", placement=placement), mix=mix)
+    assert res.jobs["first_node"][0] == expected
+
+
+def test_random_placement_is_seeded_and_spreads():
+    cl = Cluster.from_arrays([8] * 6)
+    work = Workload.from_columns({"submit_s": np.arange(40.0), "run_s": [1000.0] * 40, "gpus_per_node": [1.0] * 40})
+    a = simulate(cl, work, Policy.parse("fifo", placement="random", seed=3)).jobs["first_node"].to_list()
+    b = simulate(cl, work, Policy.parse("fifo", placement="random", seed=3)).jobs["first_node"].to_list()
+    c = simulate(cl, work, Policy.parse("fifo", placement="random", seed=4)).jobs["first_node"].to_list()
+    assert a == b and a != c and len(set(a)) == 6
+
+
+def test_fractional_gpus_share_a_node():
+    cl = Cluster.from_arrays([1.0])
+    work = Workload.from_columns({"submit_s": [0, 0, 0], "run_s": [10, 10, 10], "gpus_per_node": [0.5, 0.46, 0.5]})
+    res = simulate(cl, work, Policy.parse("fifo"))
+    assert res.jobs["start_s"].to_list() == [0, 0, 10]
+
+
+def test_fair_share_lets_the_light_account_jump_ahead():
+    cl = Cluster.from_arrays([8])
+    work = Workload.from_columns({"submit_s": [0, 1, 2], "run_s": [1000, 10, 10], "gpus_per_node": [8, 8, 8],
+                                  "account": ["heavy", "heavy", "light"]})
+    fifo = _starts(simulate(cl, work, Policy.parse("fifo")))
+    prio = _starts(simulate(cl, work, Policy.parse("priority")))
+    assert fifo == {0: 0, 1: 1000, 2: 1010}
+    # at 1000 'heavy' has used 8000 GPU-s: fair-share 2^(-1/0.5) = 0.25 against 'light''s 1.0
+    assert prio == {0: 0, 1: 1010, 2: 1000}
+
+
+def test_infeasible_jobs_never_start_and_do_not_block():
+    cl = Cluster.from_arrays([8, 8], ["a100", "h100"])
+    work = Workload.from_columns({"submit_s": [0, 1, 2], "run_s": [10, 10, 10], "gpus_per_node": [16, 8, 8],
+                                  "pool": [None, "h100", "l40"]})
+    res = simulate(cl, work, Policy.parse("fifo"))
+    assert res.jobs["feasible"].to_list() == [False, True, False]
+    assert res.jobs["start_s"].to_list() == [None, 1, None]
+    assert res.jobs["first_node"][1] == 1  # the h100 node
+
+
+def test_samples_measure_allocation_and_stranded_gpus():
+    cl = Cluster.from_arrays([8, 8])
+    work = Workload.from_columns({"submit_s": [0.0], "run_s": [7200.0], "gpus_per_node": [6.0]})
+    res = simulate(cl, work, Policy.parse("fifo", sample_dt_s=3600), sample_window=(0, 7200), mix=([8.0], [1.0]))
+    s = res.samples.sort("t_s")
+    assert s["allocated_gpus"].to_list() == [6.0, 6.0]
+    assert s["stranded_gpus"].to_list() == [2.0, 2.0]  # the 2 GPUs left on the busy node cannot take an 8-GPU job
+
+
+def test_injected_failures_are_seeded():
+    cl = Cluster.from_arrays([8] * 4)
+    a = inject_failures(cl, 10 * 86400, 0.5, 3600, seed=1)
+    b = inject_failures(cl, 10 * 86400, 0.5, 3600, seed=1)
+    assert a.size > 0 and np.array_equal(a, b)
+
+
+# ---------------------------------------------------------------- invariants
+
+jobs_strategy = st.lists(st.tuples(st.integers(0, 500), st.integers(1, 300), st.integers(0, 200),
+                                   st.sampled_from([1.0, 2.0, 4.0, 8.0, 0.5]), st.integers(1, 2)),
+                         min_size=1, max_size=40)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(jobs=jobs_strategy, caps=st.lists(st.sampled_from([4.0, 8.0]), min_size=1, max_size=4),
+       policy=st.sampled_from(["fifo", "fifo-backfill", "priority-backfill"]),
+       placement=st.sampled_from(["first-fit", "best-fit", "random", "fgd"]))
+def test_invariants(jobs, caps, policy, placement):
+    cols = {"submit_s": [float(j[0]) for j in jobs], "run_s": [float(j[1]) for j in jobs],
+            "limit_s": [float(j[1] + j[2]) for j in jobs], "gpus_per_node": [j[3] for j in jobs],
+            "nnodes": [j[4] for j in jobs], "account": [f"a{i % 3}" for i in range(len(jobs))]}
+    cl = Cluster.from_arrays(caps)
+    res = simulate(cl, Workload.from_columns(cols), Policy.parse(policy, placement=placement))
+    j = res.jobs
+    ran = j.filter(j["start_s"].is_not_null())
+    # every feasible job runs (the trace ends, so everything queued eventually starts)
+    assert ran.height == j["feasible"].sum()
+    # every job starts at or after its submit time, and ends run time later
+    assert (ran["start_s"] >= ran["submit_s"]).all()
+    assert ((ran["end_s"] - ran["last_start_s"] - ran["run_s"]).abs() < 1e-9).all()
+    # no node ever holds more GPUs than it has: sweep the allocation intervals per node
+    events = []
+    for row in ran.iter_rows(named=True):
+        i = j["job_uid"].to_list().index(row["job_uid"])
+        nodes = res.alloc_node[res.alloc_ptr[i]:res.alloc_ptr[i + 1]]
+        assert len(set(nodes.tolist())) == len(nodes)  # a gang's nodes are distinct
+        for n in nodes:
+            events.append((row["end_s"], 0, n, -row["gpus_per_node"]))
+            events.append((row["last_start_s"], 1, n, row["gpus_per_node"]))
+    used = np.zeros(len(caps))
+    for _, _, n, g in sorted(events):
+        used[n] += g
+        assert used[n] <= caps[n] + 1e-9
+    # with FIFO + EASY backfill, nothing delays the head job past the reservation it was given
+    if policy == "fifo-backfill":
+        h = ran.filter(ran["head_shadow_s"].is_not_null())
+        assert (h["start_s"] <= h["head_shadow_s"] + 1e-9).all()
