@@ -68,7 +68,8 @@ def association_tree(nodes: pl.DataFrame) -> pl.DataFrame:
     Returns node, parent, depth, raw_shares, norm_shares (S_self/S_self+siblings, Fair Tree and sshare),
     raw_usage, norm_usage (over the root's), effectv_usage (over the parent's: Fair Tree's sshare column),
     level_fs (norm_shares/effectv_usage), classic_shares (the product down the tree), classic_effectv_usage
-    (U_E = U + (U_E,parent - U) S_child/S_siblings) and classic_fairshare (2^(-U_E/S))."""
+    (U_E = U + (U_E,parent - U) S_child/S_siblings), classic_fairshare (2^(-U_E/S)) and, for leaves,
+    fair_tree_fairshare (Fair Tree's rank / number of leaves)."""
     rows = {r["node"]: dict(r) for r in nodes.iter_rows(named=True)}
     kids: dict = {}
     for n, r in rows.items():
@@ -96,11 +97,42 @@ def association_tree(nodes: pl.DataFrame) -> pl.DataFrame:
                         "classic_effectv_usage": ue, "classic_fairshare": classic_factor(ue, cs)})
             walk(n, depth + 1, u, cs, ue)
     walk(None, 1, total, 1.0, 0.0)
+    _fair_tree_ranks(out, kids)
     return pl.DataFrame(out, schema={
         "node": pl.String, "parent": pl.String, "depth": pl.Int32, "raw_shares": pl.Float64,
         "norm_shares": pl.Float64, "raw_usage": pl.Float64, "norm_usage": pl.Float64, "effectv_usage": pl.Float64,
         "level_fs": pl.Float64, "classic_shares": pl.Float64, "classic_effectv_usage": pl.Float64,
-        "classic_fairshare": pl.Float64})
+        "classic_fairshare": pl.Float64, "fair_tree_fairshare": pl.Float64})
+
+
+def _fair_tree_ranks(rows: list[dict], kids: dict) -> None:
+    """Fair Tree's FairShare for leaves: a depth-first walk visiting siblings by level fairshare, highest first
+    (no usage = infinite); the n-th leaf visited of N gets (N - n + 1) / N; siblings tied in level fairshare tie."""
+    by = {r["node"]: r for r in rows}
+    leaves = [r for r in rows if r["node"] not in kids]
+    order: list[list[dict]] = []
+
+    def lf(n):
+        v = by[n]["level_fs"]
+        return math.inf if v is None else v
+
+    def walk(parent):
+        sibs = sorted(kids.get(parent, []), key=lambda n: (-lf(n), n))
+        for n in sibs:
+            if n in kids:
+                walk(n)
+            elif order and order[-1][0]["parent"] == parent and lf(order[-1][0]["node"]) == lf(n):
+                order[-1].append(by[n])
+            else:
+                order.append([by[n]])
+    walk(None)
+    rank = len(leaves)
+    for group in order:
+        for r in group:
+            r["fair_tree_fairshare"] = rank / len(leaves)
+        rank -= len(group)
+    for r in rows:
+        r.setdefault("fair_tree_fairshare", None)
 
 
 # ---------------------------------------------------------------- usage

@@ -29,7 +29,7 @@ _SIZE_SQL = """CASE WHEN g <= 0 THEN '0' WHEN g <= 1 THEN '1' WHEN g <= 4 THEN '
 _JOB_SQL = f"""
     SELECT j.job_uid, j.cluster, j.job_id, coalesce(j.team, '(unmapped)') AS team, j.account, j."user", j.partition,
            coalesce(j.qos, '(none)') AS qos, j.state,
-           coalesce(j.gpu_type, regexp_extract(j.req_tres, 'gres/gpu:([^=,]+)=', 1), pp.pool, '(any)') AS pool,
+           coalesce(j.gpu_type, nullif(regexp_extract(j.req_tres, 'gres/gpu:([^=,]+)=', 1), ''), pp.pool, '(any)') AS pool,
            coalesce(nullif(j.req_gpus, 0), j.ngpus, 0) AS g, coalesce(j.eligible, j.submit) AS q, j.start, j."end",
            coalesce(j.elapsed_s, epoch(j."end" - j.start)) AS run_s
     FROM jobs j LEFT JOIN (
