@@ -11,7 +11,11 @@ the M4 Theta benchmark code). Units are those of the input series (GPU-hours per
 from __future__ import annotations
 
 import math
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import numpy as np
 from scipy.optimize import minimize, minimize_scalar
@@ -79,22 +83,36 @@ def ets_filter_polys(form: EtsForm, m: int, alpha: float, beta: float, gamma: fl
 
     N = (1-z^-1)·T·S with T = 1-phi·z^-1 (trend) and S = 1-z^-m (season); A = N + alpha·z^-1·T·S
     + phi·beta·z^-1·S + gamma·z^-m·(1-z^-1)·T. Derived from the error-correction equations (docs/FORECAST.md);
-    it lets scipy's C filter replace a Python loop over time.
+    it lets scipy's C filter replace a Python loop over time. Both are linear combinations of six fixed
+    polynomials (`_poly_parts`), so building them costs one small matrix product.
     """
-    one = np.ones(1)
-    trend_poly = np.array([1.0, -_phi_of(form, phi)]) if form.trend != "N" else one
-    season_poly = np.r_[1.0, np.zeros(m - 1), -1.0] if form.seasonal else one
-    ts = np.convolve(trend_poly, season_poly)
-    num = np.convolve([1.0, -1.0], ts)
-    den = np.zeros(len(num))
-    den[:] = num
-    den[1:1 + len(ts)] += alpha * ts
-    if form.trend != "N":
-        den[1:1 + len(season_poly)] += _phi_of(form, phi) * beta * season_poly
-    if form.seasonal:
-        lt = np.convolve([1.0, -1.0], trend_poly)
-        den[m:m + len(lt)] += gamma * lt
+    ph = _phi_of(form, phi)
+    parts = _poly_parts(form.trend != "N", form.seasonal, m)
+    num = parts[0] - ph * parts[1]
+    den = np.array([1.0, -ph, alpha + ph * beta, -alpha * ph, gamma, -gamma * ph]) @ parts
     return num, den
+
+
+@lru_cache(maxsize=64)
+def _poly_parts(trend: bool, seasonal: bool, m: int) -> np.ndarray:
+    """Rows L·S, z^-1·L·S, z^-1·S, z^-2·S, z^-m·L, z^-(m+1)·L (L = 1 - z^-1), padded to the filter order."""
+    S = np.r_[1.0, np.zeros(m - 1), -1.0] if seasonal else np.ones(1)
+    L = np.array([1.0, -1.0])
+    size = len(S) + 1 + trend
+    rows = np.zeros((6, size))
+
+    def put(i, poly, shift):
+        if shift + len(poly) <= size:
+            rows[i, shift:shift + len(poly)] = poly
+    put(0, np.convolve(L, S), 0)
+    put(1, np.convolve(L, S), 1)
+    put(2, S, 1)
+    put(3, S, 2)
+    if seasonal:
+        put(4, L, m)
+        put(5, L, m + 1)
+    rows.setflags(write=False)
+    return rows
 
 
 def ets_initial_basis(form: EtsForm, m: int, n: int, phi: float) -> np.ndarray:
@@ -129,18 +147,14 @@ def _smoothing(form: EtsForm, theta: np.ndarray) -> tuple[float, float, float, f
 
 
 def ets_profile_sse(y: np.ndarray, form: EtsForm, m: int, alpha: float, beta: float, gamma: float,
-                    phi: float, stack: np.ndarray | None = None) -> tuple[float, np.ndarray]:
+                    phi: float) -> tuple[float, np.ndarray]:
     """Sum of squared one-step errors with the initial states at their least-squares (= ML) values.
 
-    The errors are linear in the initial states: e = H·y - H·Phi·x0 (H the error filter, Phi the basis),
-    so x0 is solved exactly and the likelihood is concentrated on the smoothing parameters. ``stack`` is
-    [y; Phi'] prebuilt by `_stack` (its slope row is rewritten for phi) to save work inside the optimiser."""
+    The errors are linear in the initial states: e = H·y - H·Phi·x0 (H the error filter, Phi the basis of
+    `ets_initial_basis`), so x0 is solved exactly and the likelihood is concentrated on the smoothing
+    parameters."""
     num, den = ets_filter_polys(form, m, alpha, beta, gamma, phi)
-    if stack is None:
-        stack = _stack(y, form, m)
-    if form.trend == "Ad":
-        stack[2] = np.cumsum(phi ** np.arange(1, len(y) + 1))
-    filt = lfilter(num, den, stack, axis=-1)
+    filt = _filtered(y, form, m, phi, num, den)
     gram = filt @ filt.T
     try:
         x0 = np.linalg.solve(gram[1:, 1:], gram[1:, 0])
@@ -150,8 +164,33 @@ def ets_profile_sse(y: np.ndarray, form: EtsForm, m: int, alpha: float, beta: fl
     return float(resid @ resid), x0
 
 
-def _stack(y: np.ndarray, form: EtsForm, m: int) -> np.ndarray:
-    return np.vstack([y, ets_initial_basis(form, m, len(y), 1.0).T])
+def _filtered(y: np.ndarray, form: EtsForm, m: int, phi: float, num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """[H·y; H·Phi'] filtering only y, one seasonal indicator (or ones) and, for a damped trend, phi^t.
+
+    H is linear and time-invariant from a zero state, so it commutes with shifts and running sums: the
+    indicator of position j is the position-0 indicator shifted by j, ones = Σ_j indicators, the linear trend
+    t = cumsum(ones), and the damped trend Σ_{i<=t} phi^i = phi/(1-phi)·(1 - phi^t). Three filtered rows
+    instead of m + 2."""
+    n = len(y)
+    idx = np.arange(n)
+    base = (idx % m == 0).astype(float) if form.seasonal else np.ones(n)
+    rows = [y, base] + ([phi ** (idx + 1.0)] if form.trend == "Ad" else [])
+    f = lfilter(num, den, np.vstack(rows), axis=-1)
+    if form.seasonal:
+        shifted = np.zeros((m, n))
+        for j in range(m):
+            shifted[j, j:] = f[1, :n - j]
+        h_ones = shifted.sum(axis=0)
+    else:
+        h_ones = f[1]
+    out = [f[0], h_ones]
+    if form.trend == "A":
+        out.append(np.cumsum(h_ones))
+    elif form.trend == "Ad":
+        out.append(phi / (1 - phi) * (h_ones - f[2]))
+    if form.seasonal:
+        out.extend(shifted[:m - 1] - shifted[m - 1])
+    return np.vstack(out)
 
 
 def _bounds(form: EtsForm) -> list[tuple[float, float]]:
@@ -174,21 +213,20 @@ def fit_ets(y: np.ndarray, form: EtsForm, m: int, start: np.ndarray | None = Non
         return None
     mu, sd = float(np.mean(y)), float(np.std(y)) or 1.0
     ys = (y - mu) / sd
-    stack = _stack(ys, form, m)
 
     def objective(theta):
-        sse = ets_profile_sse(ys, form, m, *_smoothing(form, theta), stack=stack)[0]
+        sse = ets_profile_sse(ys, form, m, *_smoothing(form, theta))[0]
         return math.log(sse / n) if sse > 0 and math.isfinite(sse) else 1e6
 
     bounds = _bounds(form)
     x_start = _start(form) if start is None else np.clip(start, *zip(*bounds))
     # SLSQP: bounded quasi-Newton like L-BFGS-B, but far less per-iteration overhead in SciPy 1.17 here.
-    res = minimize(objective, x_start, method="SLSQP", bounds=bounds, options={"ftol": 1e-9, "maxiter": 200})
+    res = minimize(objective, x_start, method="SLSQP", bounds=bounds, options={"ftol": 1e-7, "maxiter": 200})
     theta = np.clip(res.x, *zip(*bounds))
     if not res.success and objective(x_start) < objective(theta):
         theta = x_start
     alpha, beta, gamma, phi = _smoothing(form, theta)
-    sse, x0 = ets_profile_sse(ys, form, m, alpha, beta, gamma, phi, stack=stack)
+    sse, x0 = ets_profile_sse(ys, form, m, alpha, beta, gamma, phi)
     sse *= sd * sd
     x0 = x0 * sd
     x0[0] += mu
@@ -435,7 +473,7 @@ COMBINED = ("ETS", "Theta", "SeasonalNaive")
 @dataclass
 class Paths:
     """Forecasts of one candidate from K origins: point and model sd, each (K, h); for ETS, the start
-    vectors of every form fitted (to warm-start the final refit)."""
+    vectors of the three forms with the lowest AICc (the final refit re-selects among them, warm-started)."""
     point: np.ndarray
     sd: np.ndarray
     detail: str = ""
@@ -462,13 +500,14 @@ def candidate_paths(y: np.ndarray, m: int, origins: list[int], h: int,
         sn = [snaive(y[:o], m, h) for o in origins]
         short = "naive: history shorter than a season" if origins[0] <= m else ""
         out["SeasonalNaive"] = Paths(np.array([p for p, _ in sn]), np.array([s for _, s in sn]), short)
-    fits = fit_ets_forms(y[:origins[0]], m, warm=warm) if "ETS" in want else {}
+    forms = ETS_FORMS if not warm else tuple(warm)
+    fits = fit_ets_forms(y[:origins[0]], m, forms, warm=warm) if "ETS" in want else {}
     if fits:
         fit = min(fits.values(), key=lambda f: f.aicc)
         states = ets_states(fit, y, origins)
         out["ETS"] = Paths(np.array([ets_point(fit, s, h) for s in states]),
                            np.tile(ets_sd(fit, h), (len(origins), 1)), _ets_detail(fit),
-                           {f: ets_theta(v) for f, v in fits.items()})
+                           {f: ets_theta(v) for f, v in sorted(fits.items(), key=lambda kv: kv[1].aicc)[:3]})
     th = [theta(y[:o], m, h) for o in origins] if "Theta" in want else [None]
     if all(r is not None for r in th):
         out["Theta"] = Paths(np.array([p for p, _ in th]), np.array([s for _, s in th]))
@@ -781,6 +820,37 @@ def _summary_row(key: dict, prep: Prepared, res: Result) -> dict:
     return row
 
 
+def _forecast_job(job):
+    ts, y, freq, horizon, shifts, max_origins = job
+    return forecast_series(ts, y, freq, horizon, shifts, max_origins)
+
+
+def _workers(n_series: int) -> int:
+    """Processes for many series: $GPULEDGER_FORECAST_WORKERS, else both cores from 16 series up."""
+    env = os.environ.get("GPULEDGER_FORECAST_WORKERS")
+    if env:
+        return max(1, int(env))
+    return min(2, os.cpu_count() or 1) if n_series >= 16 else 1
+
+
+def _run_jobs(jobs: list, progress=None):
+    """forecast_series over jobs, in order; in spawned worker processes when there are many (each series is
+    independent, so two cores halve the time)."""
+    workers = _workers(len(jobs))
+    if workers == 1:
+        for i, job in enumerate(jobs):
+            yield _forecast_job(job)
+            if progress:
+                progress(i + 1, len(jobs))
+        return
+    ctx = multiprocessing.get_context("spawn")     # not fork: the parent runs Polars/DuckDB threads
+    with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        for i, out in enumerate(pool.map(_forecast_job, jobs, chunksize=max(1, len(jobs) // (8 * workers)))):
+            yield out
+            if progress:
+                progress(i + 1, len(jobs))
+
+
 def forecast_table(df, keys: list[str], freq: str, horizon: int, shifts: bool = True, max_origins: int = 28,
                    progress=None):
     """Forecast every series of a long table (keys..., ts, value; regular grid, null = missing).
@@ -791,11 +861,13 @@ def forecast_table(df, keys: list[str], freq: str, horizon: int, shifts: bool = 
     import polars as pl
     parts = df.sort([*keys, "ts"]).partition_by(keys, as_dict=True, maintain_order=True) if keys else {(): df.sort("ts")}
     frows, srows = [], []
-    for i, (kv, part) in enumerate(parts.items()):
-        key = dict(zip(keys, kv))
-        ts = part.get_column("ts").to_numpy()
+    jobs = []
+    for part in parts.values():
         y = part.get_column("value").cast(pl.Float64).to_numpy()
-        prep, res, fut = forecast_series(ts, np.where(np.isfinite(y), y, np.nan), freq, horizon, shifts, max_origins)
+        jobs.append((part.get_column("ts").to_numpy(), np.where(np.isfinite(y), y, np.nan), freq, horizon,
+                     shifts, max_origins))
+    for (kv, part), (prep, res, fut) in zip(parts.items(), _run_jobs(jobs, progress)):
+        key = dict(zip(keys, kv))
         srow = _summary_row(key, prep, res)
         srows.append(srow)
         frows.append(pl.DataFrame({
@@ -805,7 +877,5 @@ def forecast_table(df, keys: list[str], freq: str, horizon: int, shifts: bool = 
             "coverage80": [srow["coverage80"]] * horizon, "coverage95": [srow["coverage95"]] * horizon,
         }, schema_overrides={k: part.schema[k] for k in keys} | {
             "backtest_mase": pl.Float64, "coverage80": pl.Float64, "coverage95": pl.Float64}))
-        if progress:
-            progress(i + 1, len(parts))
     forecast = pl.concat(frows) if frows else pl.DataFrame()
     return forecast, pl.DataFrame(srows, infer_schema_length=None)
