@@ -53,7 +53,6 @@ def emit(df, fmt: str | None, out: str | None) -> None:
 
     The format defaults to the extension of ``out`` (.csv, .json, .parquet), else a text table.
     """
-    import polars as pl
     if fmt is None:
         ext = Path(out).suffix.lower() if out else ""
         fmt = {".csv": "csv", ".json": "json", ".parquet": "parquet"}.get(ext, "table")
@@ -76,7 +75,6 @@ def emit(df, fmt: str | None, out: str | None) -> None:
 
 def format_table(df) -> str:
     """Every row and column, aligned; numbers right-aligned and floats to 2-4 significant places."""
-    import polars as pl
     if df.height == 0:
         return "(no rows)\n"
     cols = df.columns
@@ -213,7 +211,27 @@ def cmd_ingest_nvidia_smi(args) -> int:
 
 
 def cmd_ingest_trace(args) -> int:
-    return _not_yet("ingest trace", 4)
+    """Load a public trace (file or directory) into the canonical tables; one summary line per input file."""
+    import datetime as dt
+    from ingest import traces
+    from ingest.errors import InputError
+    start = None
+    if args.start:
+        try:
+            start = dt.datetime.fromisoformat(args.start)
+        except ValueError as exc:
+            raise UsageError(f"ingest trace: --start {args.start!r} is not an ISO date or time") from exc
+        start = start.astimezone(dt.timezone.utc).replace(tzinfo=None) if start.tzinfo else start
+    con = _open(args)
+    try:
+        summaries = traces.ingest(con, args.kind, args.path, cluster=args.cluster, start=start, tz=args.tz,
+                                  nodes=args.nodes)
+    except InputError as exc:
+        raise CliError(str(exc)) from exc
+    for s in summaries:
+        _print_ingest_summary(args, s)
+    _after_ingest(args, con)
+    return EXIT_OK
 
 
 def cmd_ingest_governance(args) -> int:
@@ -951,9 +969,21 @@ def build_parser() -> argparse.ArgumentParser:
 
     _telemetry_parsers(ising)
 
-    s = ising.add_parser("trace", help="public GPU cluster traces (alibaba-openb, mit-supercloud, ...)")
-    s.add_argument("kind")
-    s.add_argument("path")
+    s = ising.add_parser("trace", help="public GPU cluster traces (alibaba-openb, mit-supercloud, ...)",
+                         description="Convert a public GPU-cluster trace into the canonical tables (mapping and "
+                                     "what each trace lacks: docs/TRACES.md). PATH is a trace file or the "
+                                     "directory holding the trace's files.")
+    s.add_argument("kind", choices=["alibaba-openb", "mit-supercloud", "alibaba-pai-2020", "alibaba-genai", "philly"],
+                   metavar="KIND", help="alibaba-openb, mit-supercloud, alibaba-pai-2020, alibaba-genai or philly")
+    s.add_argument("path", metavar="PATH", help="trace file or directory")
+    s.add_argument("--cluster", help="cluster name to load into (default: per trace, e.g. openb, supercloud)")
+    s.add_argument("--start", metavar="TIME",
+                   help="where 'seconds from trace start' land (openb; default 2023-01-02) or the week PAI's "
+                        "shifted times are moved to (default July 2020); UTC unless an offset is given")
+    s.add_argument("--tz", help="zone of local timestamps (philly; default America/Los_Angeles)")
+    s.add_argument("--nodes", metavar="FILE", help="openb: node list to load with a pod list (default: the "
+                                                   "pod list's directory's openb_node_list_all_node.csv)")
+    s.add_argument("--no-refresh", action="store_true", help="do not refresh marts after loading")
     s.set_defaults(func=cmd_ingest_trace)
 
     s = ising.add_parser("governance", help="teams, cost centres, entitlements, rates and policies (TOML)",

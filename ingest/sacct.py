@@ -1,20 +1,19 @@
 """`gpuledger ingest sacct`: Slurm accounting (``sacct --parsable2`` / ``--parsable``) into ``jobs``.
 
-The input is split and typed inside DuckDB (see ingest/slurm_sql.py), so a million lines take seconds.
+The input is split into columns by numpy without copying (ingest/textsplit.py) and typed and validated in
+DuckDB SQL (macros in ingest/slurm_sql.py), so a million lines take seconds.
 Every line ends up in exactly one place: loaded into ``jobs`` (job allocations, array tasks, het
 components), skipped with a reason (blank lines, header lines, job steps), or rejected into ``rejects``
 with its line number, the field at fault and why.
 """
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
-import json
 import os
 import re
 import subprocess
-import sys
 from dataclasses import dataclass
-from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -22,6 +21,7 @@ import pyarrow as pa
 
 from ingest import jobs_store, slurm_sql, textsplit, warehouse
 from ingest.errors import InputError
+from ingest.inputs import read_input
 
 #: Open XDMoD's field list: the default column order of headerless input and what --live asks for.
 XDMOD_FIELDS = ("jobid,jobidraw,cluster,partition,qos,account,group,gid,user,uid,submit,eligible,start,end,"
@@ -60,23 +60,6 @@ class SacctOptions:
     fields: str | None = None
     delimiter: str | None = None
     strict: bool = False
-
-
-# ---------------------------------------------------------------- reading
-
-def read_input(path: str) -> tuple[bytes, str]:
-    """(bytes, display name) of a file or of stdin for '-'."""
-    if path == "-":
-        return sys.stdin.buffer.read(), "<stdin>"
-    p = Path(path)
-    try:
-        return p.read_bytes(), str(p)
-    except FileNotFoundError as exc:
-        raise InputError(str(p), "no such file") from exc
-    except IsADirectoryError as exc:
-        raise InputError(str(p), "is a directory, expected a sacct output file") from exc
-    except PermissionError as exc:
-        raise InputError(str(p), "permission denied") from exc
 
 
 def _normalise_field(name: str) -> str:
@@ -268,15 +251,6 @@ def _header_lines(con, lines: textsplit.Lines, nonblank: np.ndarray, delim: str)
     return out
 
 
-def _from_arrow(con, name: str, table: pa.Table) -> None:
-    """Materialise an Arrow table as a temp table (explicit registration, no replacement scans)."""
-    con.register("_arrow_in", table)
-    try:
-        con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT * FROM _arrow_in")
-    finally:
-        con.unregister("_arrow_in")
-
-
 def _detect_delimiter(lines: textsplit.Lines) -> str:
     for i in range(min(len(lines), 50)):
         s = lines.data[lines.starts[i]:lines.ends[i]]
@@ -436,7 +410,7 @@ def ingest_live(con, opts: SacctOptions, since: str | None = None, sacct_cmd: st
     now = warehouse.utcnow().replace(microsecond=0)
     if since is None:
         mark = warehouse.get_watermark(con, "sacct-live", cluster)
-        since = (mark - __import__("datetime").timedelta(seconds=LIVE_OVERLAP_S)).strftime("%Y-%m-%dT%H:%M:%S") \
+        since = (mark - dt.timedelta(seconds=LIVE_OVERLAP_S)).strftime("%Y-%m-%dT%H:%M:%S") \
             if mark else "1970-01-01T00:00:00"
     cmd = [*sacct_cmd.split(), "--allusers", "--duplicates", "--allocations", "--parsable2", "--noheader",
            "--format", ",".join(XDMOD_FIELDS), "--starttime", since, "--endtime", now.strftime("%Y-%m-%dT%H:%M:%S")]

@@ -14,9 +14,8 @@ import re
 import pyarrow as pa
 
 from ingest import slurm_sql, warehouse
-from ingest.errors import InputError
 from ingest.hostlist import HostlistError, expand
-from ingest.sacct import read_input
+from ingest.inputs import read_input
 from ingest.slurm_nodes import normalise_state
 
 #: header title (spaces removed, lower case) -> our field

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from ingest import warehouse
 from ingest.errors import InputError
 from ingest.hostlist import HostlistError, expand
-from ingest.sacct import read_input
+from ingest.inputs import read_input
 
 #: Suffix characters sinfo appends to a state: * not responding, ~ powered off, # powering up, ! pending
 #: power down, % powering down, $ maintenance reservation, @ pending reboot, ^ rebooting, - planned.

@@ -48,7 +48,7 @@ def macros() -> list[str]:
     return [
         f"CREATE OR REPLACE TEMP MACRO gl_is_null_token(s) AS (s IS NULL OR trim(s) IN ({null_tokens}))",
         # Times: ISO local (interpreted in zone tz), ISO with an offset, or epoch seconds.
-        f"""CREATE OR REPLACE TEMP MACRO gl_ts(s, tz) AS (
+        """CREATE OR REPLACE TEMP MACRO gl_ts(s, tz) AS (
             CASE
               WHEN length(s) = 19 AND s[11] = 'T' THEN
                 CASE WHEN tz = 'UTC' THEN try_strptime(s, '%Y-%m-%dT%H:%M:%S')
@@ -100,7 +100,7 @@ def macros() -> list[str]:
         """CREATE OR REPLACE TEMP MACRO gl_reqmem(a, per, ncpus, nnodes) AS (
             gl_mem_bytes(a) * CASE per WHEN 'c' THEN greatest(coalesce(ncpus, 1), 1)
                                        WHEN 'n' THEN greatest(coalesce(nnodes, 1), 1) ELSE 1 END)""",
-        f"""CREATE OR REPLACE TEMP MACRO gl_state_base(s) AS (
+        """CREATE OR REPLACE TEMP MACRO gl_state_base(s) AS (
             rtrim(upper(CASE WHEN strpos(trim(s), ' ') > 0 THEN trim(s)[1:strpos(trim(s), ' ') - 1] ELSE trim(s) END), '+'))""",
         f"""CREATE OR REPLACE TEMP MACRO gl_state_of(b) AS (
             CASE WHEN b IN ({states}) THEN b ELSE CASE b {codes} ELSE 'UNKNOWN' END END)""",
