@@ -22,6 +22,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.csv as pcsv
 
 from ingest import telemetry_store as store
 from ingest import warehouse
@@ -51,32 +52,31 @@ def read_file(path: str, what: str = "metrics text") -> bytes:
         raise InputError(str(p), "permission denied") from exc
 
 
-def split_lines(data: bytes) -> tuple[pa.Array, np.ndarray, np.ndarray, bytes]:
-    """Cut ``data`` into lines without copying: (lines, start offsets, lengths without the line end, data).
+def split_lines(data: bytes) -> pa.Array:
+    """The lines of ``data`` (``\n`` or ``\r\n`` ends removed) as one Arrow string array.
 
-    The Arrow strings still end in ``\n`` (or ``\r\n``); callers trim the pieces they keep. Invalid UTF-8 is
-    replaced by U+FFFD first, so that every line can still be shown in ``rejects``.
+    Arrow's multi-threaded CSV reader cuts the lines (one column, no quoting, a delimiter that text never
+    holds); input it refuses (invalid UTF-8, a stray U+0001) is cut with numpy instead, invalid UTF-8 becoming
+    U+FFFD so that every line can still be shown in ``rejects``.
     """
-    buf = np.frombuffer(data, np.uint8)
-    if buf.size and (buf >= 0x80).any():
-        try:
-            data.decode("utf-8")
-        except UnicodeDecodeError:
-            data = data.decode("utf-8", errors="replace").encode("utf-8")
-            buf = np.frombuffer(data, np.uint8)
     if not data:
-        return pa.array([], pa.large_string()), np.zeros(0, np.int64), np.zeros(0, np.int64), data
+        return pa.array([], pa.string())
+    try:
+        table = pcsv.read_csv(pa.BufferReader(data), read_options=pcsv.ReadOptions(
+            column_names=["line"], block_size=1 << 24), parse_options=pcsv.ParseOptions(
+            delimiter="\x01", quote_char=False, escape_char=False, ignore_empty_lines=False),
+            convert_options=pcsv.ConvertOptions(column_types={"line": pa.string()}, strings_can_be_null=False))
+        return table.column(0).combine_chunks()
+    except (pa.ArrowInvalid, UnicodeDecodeError):
+        pass
+    data = data.decode("utf-8", errors="replace").encode("utf-8")
+    buf = np.frombuffer(data, np.uint8)
     ends = np.flatnonzero(buf == 10) + 1
     if ends.size == 0 or ends[-1] != len(data):
         ends = np.append(ends, len(data))
     offsets = np.concatenate([[0], ends]).astype(np.int64)
-    starts = offsets[:-1]
-    lens = ends - starts
-    lens -= buf[ends - 1] == 10
-    cr = (lens > 0) & (buf[np.maximum(starts + lens - 1, 0)] == 13)
-    lens -= cr
     lines = pa.LargeStringArray.from_buffers(len(ends), pa.py_buffer(offsets), pa.py_buffer(data))
-    return lines, starts, lens, data
+    return pc.utf8_rtrim(lines, "\r\n").cast(pa.string())
 
 
 def _patch(base: pa.Array, idx: np.ndarray, repl: pa.Array) -> pa.Array:
@@ -132,17 +132,15 @@ def _identities(texts: list[str], opts: store.TelemetryOptions, cluster: str, ca
     return rows
 
 
-def parse(lines: pa.Array, starts: np.ndarray, lens: np.ndarray, data: bytes, opts: store.TelemetryOptions,
-          cluster: str, cache: dict | None = None):
+def parse(lines: pa.Array, opts: store.TelemetryOptions, cluster: str, cache: dict | None = None):
     """Parse exposition lines into (points, series, skips, bad_lines, has_eof).
 
     ``skips`` maps reason -> (count, first line number); ``bad_lines`` is an Arrow table of rejected lines.
     """
     cache = {} if cache is None else cache
-    buf = np.frombuffer(data, np.uint8)
     line_no = np.arange(1, len(lines) + 1, dtype=np.int64)
-    blank = lens == 0
-    hashed = ~blank & (buf[np.minimum(starts, max(len(buf) - 1, 0))] == ord("#")) if len(buf) else blank
+    blank = pc.equal(pc.utf8_length(lines), 0).to_numpy(zero_copy_only=False)
+    hashed = pc.starts_with(lines, "#").to_numpy(zero_copy_only=False)
     hidx = np.flatnonzero(hashed)
     htext = pc.utf8_rtrim_whitespace(pc.take(lines, pa.array(hidx)))
     eof = np.zeros(len(lines), bool)
@@ -173,9 +171,9 @@ def parse(lines: pa.Array, starts: np.ndarray, lens: np.ndarray, data: bytes, op
 def ingest_bytes(con: duckdb.DuckDBPyConnection, data: bytes, name: str, opts: store.TelemetryOptions,
                  fmt: str = "auto", scrape_time: dt.datetime | None = None, cache: dict | None = None) -> dict:
     """Load one scrape file; returns the run summary (see ``IngestRun.summary``)."""
-    lines, starts, lens, data_ok = split_lines(data)
+    lines = split_lines(data)
     cluster = opts.cluster or store.default_cluster(con)
-    points, series, skips, bad, has_eof = parse(lines, starts, lens, data_ok, opts, cluster, cache)
+    points, series, skips, bad, has_eof = parse(lines, opts, cluster, cache)
     openmetrics = fmt == "openmetrics" or (fmt == "auto" and has_eof)
     if scrape_time is None and points.num_rows and points.column("ts").null_count:
         first = pc.filter(points.column("line_no"), pc.is_null(points.column("ts")))[0].as_py()

@@ -104,8 +104,7 @@ def _layouts(lines: list[str], fields: str | None, name: str) -> list[tuple[int,
 
 def ingest_bytes(con: duckdb.DuckDBPyConnection, data: bytes, name: str, opts: store.TelemetryOptions,
                  fields: str | None = None, tz: str | None = None) -> dict:
-    arr, _, _, data_ok = dcgm.split_lines(data)
-    text_lines = [s.rstrip("\r\n") for s in arr.to_pylist()]
+    text_lines = dcgm.split_lines(data).to_pylist()
     segs = _layouts(text_lines, fields, name)
     cluster = opts.cluster or store.default_cluster(con)
     zone = tz or next(iter(r[0] for r in con.execute("SELECT tz FROM clusters WHERE cluster = ?",

@@ -14,8 +14,10 @@ applies, and the rule is recorded:
    Slurm's device cgroup leaves unallocated GPUs idle: a busy job is never diluted by GPUs it did not have.
 
 A job's share of a device-minute is at most its overlap with the minute (seconds / 60), so covered GPU-seconds
-never exceed allocated GPU-seconds. The result is a temp table of ``(job_uid, cluster, node, gpu, m, ov_s,
-share, method, ...)``: ``share x 60`` covered GPU-seconds of device ``gpu`` in minute ``m``.
+never exceed allocated GPU-seconds.
+
+Everything runs on integer keys (device number, node number, epoch minute): the joins of a large site's day
+(millions of device-minutes, tens of thousands of jobs) stay in DuckDB's fast paths.
 """
 from __future__ import annotations
 
@@ -24,6 +26,8 @@ import duckdb
 #: activity below this (0.5 %) counts as zero: it prints as 0 %.
 IDLE_EPSILON = 0.005
 METHODS = ("exporter-label", "gpu-index", "node-share")
+#: activity readings, in the preference order of the efficiency model
+ACTIVITY = (("sm", "sm_active"), ("gr", "gr_engine_active"), ("gu", "gpu_util"))
 
 
 def horizon_sql() -> str:
@@ -44,119 +48,132 @@ def job_windows(con: duckdb.DuckDBPyConnection, targets: str) -> None:
 
 
 def _job_node_minutes(con: duckdb.DuckDBPyConnection) -> None:
-    """``_jnm``: every job on the targets' nodes and times, one row per (job, node, minute) with overlap."""
+    """``_nodes`` (nid), ``_jn`` and ``_jnm``: every job on the targets' nodes and times, one row per
+    (job, node, minute) with its GPUs there and its seconds in the minute."""
     con.execute("""
-        CREATE OR REPLACE TEMP TABLE _tn AS
-        SELECT jn.cluster, jn.node, min(w.ws) AS lo, max(w.we) AS hi
-        FROM _jw w JOIN job_nodes jn USING (job_uid) GROUP BY ALL""")
+        CREATE OR REPLACE TEMP TABLE _nodes AS
+        SELECT (row_number() OVER (ORDER BY cluster, node))::INTEGER AS nid, cluster, node, lo, hi,
+               (epoch(date_trunc('minute', lo)) // 60)::BIGINT AS lo_mi, ceil(epoch(hi) / 60)::BIGINT AS hi_mi
+        FROM (SELECT jn.cluster, jn.node, min(w.ws) AS lo, max(w.we) AS hi
+              FROM _jw w JOIN job_nodes jn USING (job_uid) GROUP BY ALL)""")
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _jn AS
-        SELECT j.job_uid, jn.cluster, jn.node, jn.gpus_on_node AS g, j.job_id, j.job_id_raw, j.start AS ws,
-               CASE WHEN j."end" IS NULL THEN h.horizon ELSE least(j."end", coalesce(h.horizon, j."end")) END AS we
-        FROM job_nodes jn JOIN jobs j USING (job_uid) JOIN _tn t ON t.cluster = jn.cluster AND t.node = jn.node
+        SELECT j.job_uid, n.nid, jn.gpus_on_node AS g, j.job_id, j.job_id_raw, epoch(j.start) AS ws_s,
+               epoch(CASE WHEN j."end" IS NULL THEN h.horizon ELSE least(j."end", coalesce(h.horizon, j."end")) END)
+                   AS we_s
+        FROM job_nodes jn JOIN jobs j USING (job_uid) JOIN _nodes n ON n.cluster = jn.cluster AND n.node = jn.node
              JOIN ({horizon_sql()}) h ON h.cluster = j.cluster
         WHERE j.start IS NOT NULL AND j.ngpus > 0 AND jn.gpus_on_node > 0
-          AND j.start < t.hi AND coalesce(j."end", h.horizon) > t.lo""")
-    con.execute("DELETE FROM _jn WHERE we IS NULL OR we <= ws")
+          AND j.start < n.hi AND coalesce(j."end", h.horizon) > n.lo""")
+    con.execute("DELETE FROM _jn WHERE we_s IS NULL OR we_s <= ws_s")
     con.execute("""
         CREATE OR REPLACE TEMP TABLE _jnm AS
-        SELECT job_uid, cluster, node, g, job_id, job_id_raw, m,
-               epoch(least(we, m + INTERVAL 1 MINUTE) - greatest(ws, m)) AS ov
-        FROM (SELECT *, unnest(generate_series(date_trunc('minute', ws), we - INTERVAL 1 MICROSECOND,
-                                               INTERVAL 1 MINUTE)) AS m FROM _jn)""")
+        SELECT job_uid, nid, g, mi, least(we_s, mi * 60 + 60) - greatest(ws_s, mi * 60) AS ov
+        FROM (SELECT *, unnest(range((ws_s // 60)::BIGINT, ceil(we_s / 60)::BIGINT)) AS mi FROM _jn)""")
 
 
 def _pieces(con: duckdb.DuckDBPyConnection) -> None:
-    """``_pc``: device-minutes of readings on the targets' nodes and times (raw rows, else the rollup)."""
-    cols = "sm_active AS sm, gr_engine_active AS gr, gpu_util AS gu"
+    """``_dev`` (device numbers) and ``_pc``: device-minutes of readings on the targets' nodes and times
+    (raw rows, else the 5-minute rollup where raw rows were pruned)."""
+    con.execute("""
+        CREATE OR REPLACE TEMP TABLE _dev AS
+        SELECT (row_number() OVER (ORDER BY n.nid, d.gpu))::INTEGER AS dev, n.nid, d.cluster, d.node, d.gpu
+        FROM (SELECT DISTINCT cluster, node, gpu FROM gpu_devices) d
+        JOIN _nodes n ON n.cluster = d.cluster AND n.node = d.node""")
+    raw_cols = "g.sm_active AS sm, g.gr_engine_active AS gr, g.gpu_util AS gu, g.fb_used_mib AS fb, g.power_w AS pw"
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _pc AS
         WITH raw AS (
-            SELECT g.cluster, g.node, g.gpu, g.ts, g.interval_s, {cols}, g.fb_used_mib AS fb, g.power_w AS pw,
-                   g.hpc_jobs
-            FROM gpu_samples g JOIN _tn t ON g.cluster = t.cluster AND g.node = t.node
-            WHERE g.ts < t.hi AND g.ts >= t.lo - INTERVAL 1 DAY),
+            SELECT d.dev, d.nid, (epoch(g.ts) // 60)::BIGINT AS mi, g.interval_s // 60 AS k, {raw_cols}, g.hpc_jobs
+            FROM gpu_samples g JOIN _dev d ON d.cluster = g.cluster AND d.node = g.node AND d.gpu = g.gpu
+            JOIN _nodes n ON n.nid = d.nid
+            WHERE g.ts < n.hi AND g.ts >= n.lo - INTERVAL 1 DAY),
         rawm AS (
-            SELECT cluster, node, gpu, ts AS m, sm, gr, gu, fb, pw, hpc_jobs FROM raw WHERE interval_s = 60
+            SELECT dev, nid, mi, sm, gr, gu, fb, pw, hpc_jobs FROM raw WHERE k = 1
             UNION ALL
-            SELECT cluster, node, gpu, m, sm, gr, gu, fb, pw, hpc_jobs FROM (
-                SELECT *, unnest(generate_series(ts, ts + to_seconds(interval_s - 60), INTERVAL 1 MINUTE)) AS m
-                FROM raw WHERE interval_s <> 60)),
-        rb AS (SELECT DISTINCT cluster, node, gpu, time_bucket(INTERVAL 5 MINUTE, m) AS bucket FROM rawm),
+            SELECT dev, nid, mi + unnest(range(k)) AS mi, sm, gr, gu, fb, pw, hpc_jobs FROM raw WHERE k > 1),
+        rb AS (SELECT DISTINCT dev, mi // 5 AS b FROM rawm),
         roll AS (
-            SELECT r.cluster, r.node, r.gpu, m, r.sm_active_mean AS sm, r.gr_engine_active_mean AS gr,
-                   r.gpu_util_mean AS gu, r.sm_active_max AS sm_x, r.gr_engine_active_max AS gr_x,
-                   r.gpu_util_max AS gu_x, r.fb_used_mib_max AS fb, r.power_w_mean AS pw
-            FROM (SELECT r.*, unnest(generate_series(r.bucket, r.bucket + to_seconds(r.covered_s - 60),
-                                                     INTERVAL 1 MINUTE)) AS m
-                  FROM gpu_samples_5m r JOIN _tn t ON r.cluster = t.cluster AND r.node = t.node
-                  WHERE r.bucket < t.hi AND r.bucket >= t.lo - INTERVAL 5 MINUTE
-                    AND NOT EXISTS (SELECT 1 FROM rb WHERE rb.cluster = r.cluster AND rb.node = r.node
-                                    AND rb.gpu = r.gpu AND rb.bucket = r.bucket)) r)
-        SELECT p.*, FALSE AS rolled FROM (
-            SELECT cluster, node, gpu, m, sm, gr, gu, sm AS sm_x, gr AS gr_x, gu AS gu_x, fb, pw, hpc_jobs FROM rawm
-        ) p JOIN _tn t ON p.cluster = t.cluster AND p.node = t.node
-        WHERE p.m >= date_trunc('minute', t.lo) AND p.m < t.hi
+            SELECT d.dev, d.nid, (epoch(r.bucket) // 60)::BIGINT AS mi0, r.covered_s // 60 AS k,
+                   r.sm_active_mean AS sm, r.gr_engine_active_mean AS gr, r.gpu_util_mean AS gu,
+                   r.sm_active_max AS sm_x, r.gr_engine_active_max AS gr_x, r.gpu_util_max AS gu_x,
+                   r.fb_used_mib_max AS fb, r.power_w_mean AS pw
+            FROM gpu_samples_5m r JOIN _dev d ON d.cluster = r.cluster AND d.node = r.node AND d.gpu = r.gpu
+            JOIN _nodes n ON n.nid = d.nid
+            WHERE r.bucket < n.hi AND r.bucket >= n.lo - INTERVAL 5 MINUTE)
+        SELECT p.dev, p.nid, p.mi, p.sm, p.gr, p.gu, p.sm AS sm_x, p.gr AS gr_x, p.gu AS gu_x, p.fb, p.pw,
+               p.hpc_jobs, FALSE AS rolled
+        FROM rawm p JOIN _nodes n USING (nid) WHERE p.mi >= n.lo_mi AND p.mi < n.hi_mi
         UNION ALL
-        SELECT cluster, node, gpu, m, sm, gr, gu, sm_x, gr_x, gu_x, fb, pw, NULL, TRUE FROM roll""")
+        SELECT dev, nid, mi0 + unnest(range(k)), sm, gr, gu, sm_x, gr_x, gu_x, fb, pw, NULL, TRUE
+        FROM roll ANTI JOIN rb ON rb.dev = roll.dev AND rb.b = roll.mi0 // 5""")
+
+
+def _zero_runs(con: duckdb.DuckDBPyConnection) -> None:
+    """``_zr(dev, metric, mi, run)`` and ``_runs(dev, metric, run, rs, re)``: per device and activity metric
+    (0, 1, 2 = :data:`ACTIVITY`), the stretches of consecutive minutes at zero activity, ``[rs, re)``."""
+    parts = [f"""SELECT dev, {code} AS metric, mi, mi - row_number() OVER (PARTITION BY dev ORDER BY mi) AS run
+                 FROM _pc WHERE {short}_x < {IDLE_EPSILON}""" for code, (short, _) in enumerate(ACTIVITY)]
+    con.execute("CREATE OR REPLACE TEMP TABLE _zr AS " + " UNION ALL ".join(parts))
+    con.execute("""CREATE OR REPLACE TEMP TABLE _runs AS
+                   SELECT dev, metric, run, min(mi) AS rs, max(mi) + 1 AS re FROM _zr GROUP BY dev, metric, run""")
 
 
 def _owned(con: duckdb.DuckDBPyConnection) -> None:
     """``_own``: device-minutes owned exactly (exporter label, GPU index), and the jobs in exact mode."""
     con.execute("""
         CREATE OR REPLACE TEMP TABLE _lab AS
-        SELECT p.cluster, p.node, p.gpu, p.m, trim(l.lbl) AS lbl, len(string_split(p.hpc_jobs, ',')) AS n_lbl
+        SELECT p.dev, p.nid, p.mi, trim(l.lbl) AS lbl, len(string_split(p.hpc_jobs, ',')) AS n_lbl
         FROM _pc p, unnest(string_split(p.hpc_jobs, ',')) AS l(lbl)
         WHERE p.hpc_jobs IS NOT NULL""")
     con.execute("""
         CREATE OR REPLACE TEMP TABLE _own AS
-        SELECT l.cluster, l.node, l.gpu, l.m, j.job_uid, j.ov, j.ov / 60.0 / l.n_lbl AS share,
-               'exporter-label' AS method
-        FROM _lab l JOIN _jnm j ON j.cluster = l.cluster AND j.node = l.node AND j.m = l.m
-                               AND (l.lbl = j.job_id OR l.lbl = j.job_id_raw)
+        SELECT l.dev, l.mi, j.job_uid, j.ov, j.ov / 60.0 / l.n_lbl AS share, 1::TINYINT AS meth
+        FROM _lab l JOIN _jnm j ON j.nid = l.nid AND j.mi = l.mi
+             JOIN _jn n ON n.job_uid = j.job_uid AND n.nid = j.nid AND (l.lbl = n.job_id OR l.lbl = n.job_id_raw)
         UNION ALL
-        SELECT x.cluster, x.node, x.gpu, j.m, j.job_uid, j.ov,
-               j.ov / 60.0 / greatest(1.0, sum(j.ov / 60.0) OVER (PARTITION BY x.cluster, x.node, x.gpu, j.m)),
-               'gpu-index'
-        FROM job_gpu_indices x JOIN _jnm j ON j.job_uid = x.job_uid AND j.cluster = x.cluster AND j.node = x.node
-        WHERE NOT EXISTS (SELECT 1 FROM _lab l WHERE l.cluster = x.cluster AND l.node = x.node AND l.gpu = x.gpu
-                          AND l.m = j.m)""")
+        SELECT d.dev, j.mi, j.job_uid, j.ov,
+               j.ov / 60.0 / greatest(1.0, sum(j.ov / 60.0) OVER (PARTITION BY d.dev, j.mi)), 2::TINYINT
+        FROM job_gpu_indices x JOIN _dev d ON d.cluster = x.cluster AND d.node = x.node AND d.gpu = x.gpu
+             JOIN _jnm j ON j.job_uid = x.job_uid AND j.nid = d.nid
+        WHERE NOT EXISTS (SELECT 1 FROM _lab l WHERE l.dev = d.dev AND l.mi = j.mi)""")
     con.execute("""
         CREATE OR REPLACE TEMP TABLE _exact_jobs AS
-        SELECT DISTINCT job_uid, cluster, node FROM _own
-        UNION SELECT DISTINCT x.job_uid, x.cluster, x.node FROM job_gpu_indices x JOIN _jn USING (job_uid)""")
+        SELECT DISTINCT o.job_uid, d.nid FROM _own o JOIN _dev d USING (dev)
+        UNION SELECT DISTINCT x.job_uid, d.nid FROM job_gpu_indices x
+              JOIN _dev d ON d.cluster = x.cluster AND d.node = x.node AND d.gpu = x.gpu""")
 
 
 def _shared(con: duckdb.DuckDBPyConnection) -> None:
     """``_shr``: the remaining device-minutes shared by the remaining jobs, busiest devices first."""
-    con.execute(f"""
+    con.execute("""
         CREATE OR REPLACE TEMP TABLE _shr AS
         WITH jobs_nm AS (
-            SELECT j.cluster, j.node, j.m, j.job_uid, j.ov, j.g * j.ov / 60.0 AS a
-            FROM _jnm j ANTI JOIN _exact_jobs e ON e.job_uid = j.job_uid AND e.node = j.node AND e.cluster = j.cluster),
-        alloc AS (SELECT cluster, node, m, sum(a) AS a_tot FROM jobs_nm GROUP BY ALL),
+            SELECT j.nid, j.mi, j.job_uid, j.ov, j.g * j.ov / 60.0 AS a
+            FROM _jnm j ANTI JOIN _exact_jobs e ON e.job_uid = j.job_uid AND e.nid = j.nid),
+        alloc AS (SELECT nid, mi, sum(a) AS a_tot FROM jobs_nm GROUP BY ALL),
         pool AS (
-            SELECT p.cluster, p.node, p.gpu, p.m, a.a_tot,
-                   row_number() OVER (PARTITION BY p.cluster, p.node, p.m
-                                      ORDER BY coalesce(p.sm, p.gr, p.gu) DESC NULLS LAST, p.gpu) AS r
-            FROM _pc p JOIN alloc a USING (cluster, node, m)
+            SELECT p.dev, p.nid, p.mi, a.a_tot,
+                   row_number() OVER (PARTITION BY p.nid, p.mi
+                                      ORDER BY coalesce(p.sm, p.gr, p.gu) DESC NULLS LAST, p.dev) AS r
+            FROM _pc p JOIN alloc a USING (nid, mi)
             WHERE p.hpc_jobs IS NULL
-              AND NOT EXISTS (SELECT 1 FROM _own o WHERE o.cluster = p.cluster AND o.node = p.node
-                              AND o.gpu = p.gpu AND o.m = p.m)),
-        weighted AS (SELECT *, least(1.0, greatest(0.0, a_tot - r + 1)) AS w FROM pool)
-        SELECT w.cluster, w.node, w.gpu, w.m, j.job_uid, j.ov, w.w * j.a / w.a_tot AS share, 'node-share' AS method
-        FROM weighted w JOIN jobs_nm j USING (cluster, node, m)
+              AND NOT EXISTS (SELECT 1 FROM _own o WHERE o.dev = p.dev AND o.mi = p.mi)),
+        weighted AS (SELECT dev, nid, mi, a_tot, least(1.0, greatest(0.0, a_tot - r + 1)) AS w FROM pool)
+        SELECT w.dev, w.mi, j.job_uid, j.ov, w.w * j.a / w.a_tot AS share, 3::TINYINT AS meth
+        FROM weighted w JOIN jobs_nm j USING (nid, mi)
         WHERE w.w > 0 AND j.a > 0""")
 
 
 def attribute(con: duckdb.DuckDBPyConnection, targets: str) -> duckdb.DuckDBPyRelation:
     """Attribute readings to the jobs listed in table ``targets`` (column ``job_uid``).
 
-    Returns the relation ``_att``: one row per (job, device, minute) with ``ov_s`` (the job's seconds in the
-    minute), ``share`` (of the device-minute; ``share x 60`` covered GPU-seconds), ``method``, ``rolled``
-    (read from the 5-minute rollup), the readings ``sm``, ``gr``, ``gu`` (fractions 0..1) and their maxima
-    ``sm_x``, ``gr_x``, ``gu_x`` within the reading, ``fb`` (MiB) and ``pw`` (W). Only target jobs appear;
-    the other jobs on their nodes take their shares all the same.
+    Returns the relation ``_att``: one row per (job, device, minute): ``dev`` (see temp table ``_dev`` for its
+    cluster, node and gpu), ``mi`` (epoch minute), ``ov_s`` (the job's seconds in the minute), ``share`` (of the
+    device-minute; ``share x 60`` covered GPU-seconds), ``meth`` (1, 2, 3 = :data:`METHODS`), ``rolled`` (read
+    from the 5-minute rollup), the readings ``sm``, ``gr``, ``gu`` (fractions 0..1) and their maxima ``sm_x``,
+    ``gr_x``, ``gu_x``, ``fb`` (MiB), ``pw`` (W). Only target jobs appear; the other jobs on their nodes take
+    their shares all the same. ``_zr``/``_runs`` hold the zero-activity stretches per device (:func:`_zero_runs`).
     """
     job_windows(con, targets)
     _job_node_minutes(con)
@@ -165,12 +182,13 @@ def attribute(con: duckdb.DuckDBPyConnection, targets: str) -> duckdb.DuckDBPyRe
     _shared(con)
     con.execute("""
         CREATE OR REPLACE TEMP TABLE _att AS
-        SELECT a.job_uid, a.cluster, a.node, a.gpu, a.m, a.ov AS ov_s, a.share, a.method, p.rolled,
+        SELECT a.job_uid, a.dev, a.mi, a.ov AS ov_s, a.share, a.meth, p.rolled,
                p.sm, p.gr, p.gu, p.sm_x, p.gr_x, p.gu_x, p.fb, p.pw
         FROM (SELECT * FROM _own UNION ALL SELECT * FROM _shr) a
-        JOIN _pc p USING (cluster, node, gpu, m)
+        JOIN _pc p USING (dev, mi)
         SEMI JOIN _jw w ON w.job_uid = a.job_uid
         WHERE a.share > 0""")
-    for t in ("_tn", "_jn", "_jnm", "_pc", "_lab", "_own", "_exact_jobs", "_shr"):
+    _zero_runs(con)
+    for t in ("_jnm", "_lab", "_own", "_exact_jobs", "_shr"):
         con.execute(f"DROP TABLE IF EXISTS {t}")
     return con.table("_att")

@@ -66,44 +66,44 @@ def _targets(con: duckdb.DuckDBPyConnection, full: bool) -> int:
 
 
 def _metric_choice(con: duckdb.DuckDBPyConnection) -> None:
-    """``_eff_metric``: per job the activity metric, by coverage in preference order."""
+    """``_eff_metric``: per job the activity metric (0 SM_ACTIVE, 1 GR_ENGINE_ACTIVE, 2 GPU_UTIL): the first in
+    that order covering at least half as many of the job's GPU-seconds as the best-covered one."""
     con.execute("""
         CREATE OR REPLACE TEMP TABLE _eff_metric AS
-        WITH c AS (SELECT job_uid, sum(share) FILTER (WHERE sm IS NOT NULL) AS c_sm,
-                          sum(share) FILTER (WHERE gr IS NOT NULL) AS c_gr,
-                          sum(share) FILTER (WHERE gu IS NOT NULL) AS c_gu FROM _att GROUP BY job_uid),
-        b AS (SELECT *, list_max([c_sm, c_gr, c_gu]) AS best FROM c)
-        SELECT job_uid, CASE WHEN c_sm >= 0.5 * best THEN 'sm' WHEN c_gr >= 0.5 * best THEN 'gr'
-                             WHEN c_gu >= 0.5 * best THEN 'gu' END AS metric FROM b WHERE best > 0""")
+        WITH c AS (SELECT job_uid, sum(share) FILTER (WHERE sm IS NOT NULL) AS c0,
+                          sum(share) FILTER (WHERE gr IS NOT NULL) AS c1,
+                          sum(share) FILTER (WHERE gu IS NOT NULL) AS c2 FROM _att GROUP BY job_uid),
+        b AS (SELECT *, list_max([c0, c1, c2]) AS best FROM c)
+        SELECT job_uid, CASE WHEN c0 >= 0.5 * best THEN 0 WHEN c1 >= 0.5 * best THEN 1
+                             WHEN c2 >= 0.5 * best THEN 2 END::TINYINT AS metric FROM b WHERE best > 0""")
 
 
 def _scored(con: duckdb.DuckDBPyConnection) -> None:
-    """``_eff_px``: attributed device-minutes with the job's activity, idle-stretch flag and histogram bin."""
+    """``_eff_px``: attributed device-minutes with the job's activity, idle flag, histogram bin and hour.
+
+    Idle: the device read zero (< 0.5 %) for a stretch that, cut to the job's window, lasts >= 5 minutes."""
+    eps = attribution.IDLE_EPSILON
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _eff_px AS
         WITH a AS (
-            SELECT t.job_uid, t.cluster, t.node, t.gpu, t.m, t.ov_s, t.share, t.method, t.rolled, t.fb, t.pw,
-                   CASE e.metric WHEN 'sm' THEN t.sm WHEN 'gr' THEN t.gr ELSE t.gu END AS act,
-                   CASE e.metric WHEN 'sm' THEN t.sm_x WHEN 'gr' THEN t.gr_x ELSE t.gu_x END AS act_x
+            SELECT t.job_uid, t.dev, t.mi, t.share * 60 AS cov, t.meth, t.rolled, t.fb, t.pw, e.metric,
+                   CASE e.metric WHEN 0 THEN t.sm WHEN 1 THEN t.gr ELSE t.gu END AS act,
+                   CASE e.metric WHEN 0 THEN t.sm_x WHEN 1 THEN t.gr_x ELSE t.gu_x END AS act_x
             FROM _att t JOIN _eff_metric e USING (job_uid)),
-        z AS (
-            SELECT *, act_x < {attribution.IDLE_EPSILON} AS zero FROM a WHERE act IS NOT NULL),
-        runs AS (
-            SELECT *, CASE WHEN zero THEN epoch(m) // 60 - row_number() OVER (
-                         PARTITION BY job_uid, cluster, node, gpu, zero ORDER BY m) END AS run_id
-            FROM z)
-        SELECT *, zero AND sum(ov_s) OVER (PARTITION BY job_uid, cluster, node, gpu, run_id) >= {IDLE_STRETCH_S}
-                  AS idle,
-               CASE WHEN act < {attribution.IDLE_EPSILON} THEN 0 ELSE least(20, floor(act * 20)::INTEGER + 1) END AS bin,
-               share * 60 AS cov
-        FROM runs""")
+        z AS (SELECT z.dev, z.metric, z.mi, r.rs, r.re FROM _zr z JOIN _runs r USING (dev, metric, run))
+        SELECT a.job_uid, a.dev, a.mi, a.cov, a.meth, a.rolled, a.fb, a.pw, a.act, a.mi // 60 AS hr,
+               CASE WHEN a.act < {eps} THEN 0 ELSE least(20, floor(a.act * 20)::INTEGER + 1) END AS bin,
+               z.rs IS NOT NULL AND least(z.re * 60, w.we_s) - greatest(z.rs * 60, w.ws_s) >= {IDLE_STRETCH_S} AS idle
+        FROM a JOIN (SELECT job_uid, epoch(ws) AS ws_s, epoch(we) AS we_s FROM _jw) w USING (job_uid)
+        LEFT JOIN z ON z.dev = a.dev AND z.mi = a.mi AND z.metric = a.metric AND a.act_x < {eps}
+        WHERE a.act IS NOT NULL""")
 
 
 def _hours(con: duckdb.DuckDBPyConnection) -> None:
     """``_eff_hour``: per job and UTC hour, allocated and telemetry figures (+ histogram)."""
-    hist = ", ".join(f"coalesce(sum(cov) FILTER (WHERE bin = {b}), 0)" for b in range(N_BINS))
-    by_method = ", ".join(f"coalesce(sum(cov) FILTER (WHERE method = '{m}'), 0) AS {col}"
-                          for m, col in zip(attribution.METHODS, ("label_gpu_s", "index_gpu_s", "share_gpu_s")))
+    hist = ", ".join(f"coalesce(sum(s) FILTER (WHERE bin = {b}), 0)" for b in range(N_BINS))
+    by_method = ", ".join(f"coalesce(sum(cov) FILTER (WHERE meth = {i + 1}), 0) AS {col}"
+                          for i, col in enumerate(("label_gpu_s", "index_gpu_s", "share_gpu_s")))
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _eff_hour AS
         WITH alloc AS (
@@ -112,21 +112,24 @@ def _hours(con: duckdb.DuckDBPyConnection) -> None:
             FROM (SELECT *, unnest(generate_series(date_trunc('hour', ws), we - INTERVAL 1 MICROSECOND,
                                                    INTERVAL 1 HOUR)) AS hour FROM _jw)),
         tel AS (
-            SELECT job_uid, date_trunc('hour', m) AS hour, sum(cov) AS telemetry_gpu_s,
-                   sum(cov * act) AS active_gpu_s, coalesce(sum(cov) FILTER (WHERE idle), 0) AS idle_alloc_gpu_s,
+            SELECT job_uid, hr, sum(cov) AS telemetry_gpu_s, sum(cov * act) AS active_gpu_s,
+                   coalesce(sum(cov) FILTER (WHERE idle), 0) AS idle_alloc_gpu_s,
                    max(fb) AS fb_max_mib, sum(cov * pw) AS energy_j, {by_method},
-                   coalesce(sum(cov) FILTER (WHERE rolled), 0) AS rollup_gpu_s, [{hist}] AS hist
-            FROM _eff_px GROUP BY ALL)
+                   coalesce(sum(cov) FILTER (WHERE rolled), 0) AS rollup_gpu_s
+            FROM _eff_px GROUP BY job_uid, hr),
+        hb AS (SELECT job_uid, hr, bin, sum(cov) AS s FROM _eff_px GROUP BY ALL),
+        h AS (SELECT job_uid, hr, [{hist}] AS hist FROM hb GROUP BY job_uid, hr)
         SELECT a.job_uid, a.cluster, a.hour, a.alloc_gpu_s, coalesce(t.telemetry_gpu_s, 0) AS telemetry_gpu_s,
                coalesce(t.active_gpu_s, 0) AS active_gpu_s, coalesce(t.idle_alloc_gpu_s, 0) AS idle_alloc_gpu_s,
                t.fb_max_mib, t.energy_j, coalesce(t.label_gpu_s, 0) AS label_gpu_s,
                coalesce(t.index_gpu_s, 0) AS index_gpu_s, coalesce(t.share_gpu_s, 0) AS share_gpu_s,
-               coalesce(t.rollup_gpu_s, 0) AS rollup_gpu_s, t.hist
-        FROM alloc a LEFT JOIN tel t USING (job_uid, hour)""")
+               coalesce(t.rollup_gpu_s, 0) AS rollup_gpu_s, h.hist
+        FROM alloc a LEFT JOIN tel t ON t.job_uid = a.job_uid AND t.hr = epoch(a.hour) // 3600
+        LEFT JOIN h ON h.job_uid = a.job_uid AND h.hr = epoch(a.hour) // 3600""")
 
 
 def _jobs(con: duckdb.DuckDBPyConnection, now: dt.datetime) -> None:
-    """``_eff_job``: the per-job row, with the exact weighted p95."""
+    """``_eff_job``: the per-job row, with the exact GPU-second-weighted p95."""
     con.execute("""
         CREATE OR REPLACE TEMP TABLE _eff_job AS
         WITH s AS (
@@ -136,25 +139,26 @@ def _jobs(con: duckdb.DuckDBPyConnection, now: dt.datetime) -> None:
                    sum(label_gpu_s) AS label_gpu_s, sum(index_gpu_s) AS index_gpu_s, sum(share_gpu_s) AS share_gpu_s,
                    sum(rollup_gpu_s) AS rollup_gpu_s
             FROM _eff_hour GROUP BY job_uid),
+        v AS (SELECT job_uid, act, sum(cov) AS w FROM _eff_px GROUP BY job_uid, act),
         q AS (
-            SELECT job_uid, min(act) FILTER (WHERE cum >= 0.95 * tot) AS act_p95,
-                   count(DISTINCT (cluster, node, gpu)) AS n_devices
-            FROM (SELECT job_uid, cluster, node, gpu, act, sum(cov) OVER (PARTITION BY job_uid) AS tot,
-                         sum(cov) OVER (PARTITION BY job_uid ORDER BY act ROWS UNBOUNDED PRECEDING) AS cum
-                  FROM _eff_px) GROUP BY job_uid)
+            SELECT job_uid, min(act) FILTER (WHERE cum >= 0.95 * tot) AS act_p95
+            FROM (SELECT job_uid, act, sum(w) OVER (PARTITION BY job_uid) AS tot,
+                         sum(w) OVER (PARTITION BY job_uid ORDER BY act ROWS UNBOUNDED PRECEDING) AS cum FROM v)
+            GROUP BY job_uid),
+        nd AS (SELECT job_uid, count(DISTINCT dev) AS n_devices FROM _eff_px GROUP BY job_uid)
         SELECT s.job_uid, s.cluster, w.ws AS window_start, w.we AS window_end, s.alloc_gpu_s,
                s.telemetry_gpu_s, s.active_gpu_s, s.idle_alloc_gpu_s,
-               CASE WHEN s.telemetry_gpu_s > 0 THEN CASE e.metric WHEN 'sm' THEN 'SM_ACTIVE'
-                    WHEN 'gr' THEN 'GR_ENGINE_ACTIVE' WHEN 'gu' THEN 'GPU_UTIL' END END AS metric,
+               CASE WHEN s.telemetry_gpu_s > 0 THEN ['SM_ACTIVE', 'GR_ENGINE_ACTIVE', 'GPU_UTIL'][e.metric + 1] END
+                   AS metric,
                CASE WHEN s.telemetry_gpu_s > 0 THEN s.active_gpu_s / s.telemetry_gpu_s END AS act_mean,
                q.act_p95, s.fb_max_mib, s.energy_j,
                CASE WHEN s.telemetry_gpu_s = 0 THEN 'none'
                     WHEN s.label_gpu_s >= s.index_gpu_s AND s.label_gpu_s >= s.share_gpu_s THEN 'exporter-label'
                     WHEN s.index_gpu_s >= s.share_gpu_s THEN 'gpu-index' ELSE 'node-share' END AS method,
                s.label_gpu_s, s.index_gpu_s, s.share_gpu_s, s.rollup_gpu_s,
-               coalesce(q.n_devices, 0)::INTEGER AS n_devices, $now AS computed_at
-        FROM s JOIN _jw w USING (job_uid) LEFT JOIN _eff_metric e USING (job_uid) LEFT JOIN q USING (job_uid)""",
-                {"now": now})
+               coalesce(nd.n_devices, 0)::INTEGER AS n_devices, $now AS computed_at
+        FROM s JOIN _jw w USING (job_uid) LEFT JOIN _eff_metric e USING (job_uid) LEFT JOIN q USING (job_uid)
+        LEFT JOIN nd USING (job_uid)""", {"now": now})
 
 
 def build(con: duckdb.DuckDBPyConnection, full: bool = False) -> None:
@@ -188,7 +192,8 @@ def build(con: duckdb.DuckDBPyConnection, full: bool = False) -> None:
     except Exception:
         con.execute("ROLLBACK")
         raise
-    for t in ("_eff_targets", "_eff_dirty", "_eff_metric", "_eff_px", "_eff_hour", "_eff_job", "_att", "_jw"):
+    for t in ("_eff_targets", "_eff_dirty", "_eff_metric", "_eff_px", "_eff_hour", "_eff_job", "_att", "_jw",
+              "_jn", "_nodes", "_dev", "_pc", "_zr", "_runs"):
         con.execute(f"DROP TABLE IF EXISTS {t}")
 
 

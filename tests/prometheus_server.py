@@ -59,14 +59,17 @@ class PromServer:
                 self.proc.wait(timeout=5)
 
 
-def start(om_text: str, workdir: Path, ready_timeout_s: float = 60.0) -> PromServer:
-    """Backfill ``om_text`` with promtool, then start prometheus on a free port; returns when /-/ready."""
+def start(om: str | Path, workdir: Path, ready_timeout_s: float = 60.0) -> PromServer:
+    """Backfill ``om`` (OpenMetrics text, or the Path of such a file) with promtool, then start prometheus on
+    a free port; returns when /-/ready."""
     prom, tool = binaries()
     workdir.mkdir(parents=True, exist_ok=True)
-    om, data = workdir / "backfill.om", workdir / "data"
-    om.write_text(om_text, encoding="utf-8")
+    data = workdir / "data"
+    if not isinstance(om, Path):
+        (workdir / "backfill.om").write_text(om, encoding="utf-8")
+        om = workdir / "backfill.om"
     done = subprocess.run([tool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)],
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=3600)
     if done.returncode != 0:
         raise RuntimeError(f"promtool failed: {done.stderr.strip() or done.stdout.strip()}")
     conf = workdir / "prometheus.yml"
