@@ -251,10 +251,8 @@ def simulate_kernel(node_gpus, node_up0, node_pool, n_pools, cls_ptr, cls_nodes,
         t_cmp = ht[0] if hn > 0 else INF
         t_ev = ev_time[je] if je < E else INF
         now = min(t_arr, t_cmp, t_ev)
-        if now == INF:
-            break  # nothing more can happen; jobs still queued stay pending (never started)
-        # fixed-interval samples of the state between events
-        while sdt > 0 and ts_next <= now and ts_next < ts_end and n_samp < max_samp:
+        # fixed-interval samples: the state during [ts, ts + dt) (events at ts already applied)
+        while sdt > 0 and ts_next < now and ts_next < ts_end and n_samp < max_samp:
             samp_t[n_samp] = ts_next
             for n in range(N):
                 if up[n]:
@@ -270,6 +268,8 @@ def simulate_kernel(node_gpus, node_up0, node_pool, n_pools, cls_ptr, cls_nodes,
             n_samp += 1
             ts_next += sdt
 
+        if now == INF:
+            break  # nothing more can happen; jobs still queued stay pending (never started)
         # completions
         while hn > 0 and ht[0] <= now:
             j = hj[0]
