@@ -1,0 +1,130 @@
+"""Chargeback and fairness speed on the synthetic year (benchmarks/_year.py: 2,000 nodes x 8 GPUs, ~5,000,000 jobs).
+
+On a private copy of the cached warehouse (with its marts), it measures (medians of --repeat runs, seconds):
+
+1. the statement of one month (the busiest full month), computed         \\
+2. + each export of it: XLSX (summary, views, job-level detail), CSV, Parquet  > target: 1 + the slowest <= 10 s
+3. closing that month, then re-reading and re-exporting the frozen statement (byte-identical check)
+4. the fairness report for one 30-day window ending at the horizon            target <= 5 s
+5. the queue report (waits by team x size class, per QOS, starvation) for the same window (reported)
+
+and the peak RSS, plus each time as a ratio to a baseline in the same process: one scan of the month's job
+allocations from the timeline (what any statement must at least read).
+
+Full scale, under the heavy lock:  flock /tmp/gpuledger-heavy.lock .venv/bin/python benchmarks/chargeback_speed.py
+Develop at small scale:             .venv/bin/python benchmarks/chargeback_speed.py --scale 2 --repeat 1
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from benchmarks import _year  # noqa: E402
+from dashboards import exports  # noqa: E402
+from ingest import warehouse  # noqa: E402
+from models import chargeback, cost, fairness, queue, timeline  # noqa: E402
+
+TARGETS = {"statement + slowest export": 10.0, "fairness report, 30 days": 5.0}
+
+
+def peak_rss_gb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2
+
+
+def timed(fn, repeat: int) -> tuple[float, object]:
+    times, out = [], None
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), out
+
+
+def busiest_month(con) -> str:
+    """The full month with the most jobs started (inside the data span)."""
+    lo, hi = con.sql("SELECT min(data_start), min(horizon) FROM tl_clusters").fetchall()[0]
+    first = (lo.replace(day=1) + dt.timedelta(days=32)).replace(day=1)
+    return con.execute("""SELECT strftime(date_trunc('month', start), '%Y-%m') AS m FROM jobs
+                          WHERE start >= ? AND start < date_trunc('month', ?::TIMESTAMP) GROUP BY m
+                          ORDER BY count(*) DESC LIMIT 1""", [first, hi]).fetchall()[0][0]
+
+
+def export_all(st, out: Path) -> dict[str, float]:
+    views = chargeback.views(st)
+    secs = {}
+    for fmt in ("xlsx", "csv", "parquet"):
+        t = time.perf_counter()
+        exports.write_tables(views, out / f"chargeback-{st.period}.{fmt}", main="by team",
+                             title=f"GPU chargeback {st.period}", created=st.closed_at or dt.datetime(2026, 1, 1))
+        secs[fmt] = time.perf_counter() - t
+    return secs
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--scale", type=float, default=_year.YEAR_SCALE, help="synthetic scale (default: the year)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--repeat", type=int, default=3, help="runs per measurement (median)")
+    ap.add_argument("--workdir", help="where the private copy goes (default: next to the cache)")
+    a = ap.parse_args(argv)
+
+    src = _year.year_warehouse(a.seed, a.scale, marts=True)
+    with tempfile.TemporaryDirectory(dir=a.workdir or _year.CACHE) as tmp:
+        tmp = Path(tmp)
+        con = warehouse.connect(_year.work_copy(src, tmp))
+        period = busiest_month(con)
+        start, end = cost.period_bounds(period, cost.current_policy(con).period_timezone)
+        jobs = con.execute("SELECT count(*) FROM jobs WHERE start < ? AND coalesce(\"end\", start) >= ?",
+                           [end, start]).fetchall()[0][0]
+        print(f"warehouse: {con.sql('SELECT count(*) FROM jobs').fetchall()[0][0]:,} jobs; month {period}: "
+              f"{jobs:,} jobs ran in it")
+        res = {}
+        res["baseline: the month's allocations"], _ = timed(lambda: timeline.job_gpu_seconds(con, start, end), a.repeat)
+        res["statement (compute)"], st = timed(lambda: chargeback.compute(con, period), a.repeat)
+        ex = [export_all(st, tmp) for _ in range(a.repeat)]
+        for fmt in ("xlsx", "csv", "parquet"):
+            res[f"export {fmt}"] = statistics.median(e[fmt] for e in ex)
+        res["statement + slowest export"] = res["statement (compute)"] + max(res[f"export {f}"] for f in ("xlsx", "csv", "parquet"))
+        print(f"statement {period}: {st.lines.height} lines, {st.jobs.height:,} job rows, reconciliation: "
+              + dict(st.header)["Reconciliation"] + f"; residue {st.total_row['rounding_residue']}")
+        t = time.perf_counter()
+        closed = chargeback.close_period(con, period)
+        res["close"] = time.perf_counter() - t
+        first = (tmp / "closed1").mkdir() or tmp / "closed1"
+        second = (tmp / "closed2").mkdir() or tmp / "closed2"
+        res["re-read closed statement (hash verified)"], frozen = timed(lambda: chargeback.statement(con, period), a.repeat)
+        export_all(closed, first)
+        export_all(frozen, second)
+        same = all((first / f"chargeback-{period}.{f}").read_bytes() == (second / f"chargeback-{period}.{f}").read_bytes()
+                   for f in ("xlsx", "csv", "parquet"))
+        print(f"closed {period}: sha256 {closed.content_hash[:16]}...; re-export byte-identical: {same}")
+        hz = timeline.horizon(con)
+        win = [("30d", hz - dt.timedelta(days=30), hz)]
+        res["fairness report, 30 days"], rep = timed(lambda: fairness.report(con, win), a.repeat)
+        res["queue report, 30 days"], _ = timed(lambda: (queue.waits(con, win[0][1], hz),
+                                                         queue.waits(con, win[0][1], hz, ("qos",)),
+                                                         queue.starvation(con, win[0][1], hz)), a.repeat)
+        print(f"fairness: {rep['teams'].height} team rows, {rep['pools'].height} pools")
+        base = res["baseline: the month's allocations"]
+        print(f"\n{'measurement':44} {'seconds':>9} {'x baseline':>11} {'target':>8}")
+        for name, secs in res.items():
+            tgt = TARGETS.get(name)
+            mark = "" if tgt is None else (f"<= {tgt:g}" + ("  ok" if secs <= tgt else "  MISSED"))
+            print(f"{name:44} {secs:9.2f} {secs / base:11.1f} {mark:>8}")
+        print(f"peak RSS: {peak_rss_gb():.2f} GB")
+        con.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
