@@ -53,7 +53,11 @@ def main() -> None:
     if flt is not None:
         ui.set_context(ui.Context(version=state.version, cat=cat, filters=flt, currency=model_reads.currency(state.version) if cat else None))
     sidebar.freshness(state.version, cat)
-    st.navigation(pages, position="sidebar").run()
+    page = st.navigation(pages, position="sidebar")
+    try:
+        page.run()
+    except Exception as exc:  # a model failed on this data: say so on the page, keep the app (and sidebar) alive
+        ui.page_failed(page.title, exc)
 
 
 main()

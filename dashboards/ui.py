@@ -68,6 +68,18 @@ def not_landed(what: str, module: str, issue: int) -> None:
             "This section shows no figures until then, rather than estimates.", icon=":material/hourglass_empty:")
 
 
+FAILED_TEXT = "could not be computed"
+
+
+def page_failed(title: str, exc: Exception) -> None:
+    """A model raised on this snapshot: one clear line for the manager, the traceback for the admin."""
+    import traceback
+    st.error(f"**{title} {FAILED_TEXT}** from this snapshot: {type(exc).__name__}: {str(exc).splitlines()[0]}",
+             icon=":material/error:")
+    with st.expander("Details for the administrator"):
+        st.code("".join(traceback.format_exception(exc)), language="text")
+
+
 def no_data(what: str, hint: str | None = None) -> None:
     st.info(f"No {what} for these filters." + (f" {hint}" if hint else ""), icon=":material/filter_alt_off:")
 

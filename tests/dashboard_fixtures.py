@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 import gpuledger
+from dashboards.ui import FAILED_TEXT
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "dashboard"
 APP = Path(__file__).resolve().parent.parent / "dashboards" / "app.py"
@@ -68,6 +69,8 @@ def open_page(at, page: str, **state):
     at.switch_page(f"views/{page}.py")
     at.run()
     assert not at.exception, [e.value for e in at.exception]
+    failed = [e.value for e in at.error if FAILED_TEXT in e.value]
+    assert not failed, failed
     return at
 
 

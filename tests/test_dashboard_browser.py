@@ -1,0 +1,148 @@
+"""The dashboards in a real browser: `gpuledger dashboard` serving a demo warehouse, driven by Playwright through
+Debian's chromium (no browser download). Every page loads with its charts and no exception; a statement CSV
+downloaded from the page is the finance export byte for byte; a screenshot of each page is kept under
+tests/artifacts/dashboard/ (git-ignored) for people to look at.
+
+The warehouse is the demo generator's (a small one: 42 days of a 13-node cluster) when it is available,
+``$GPULEDGER_BROWSER_DB`` when set, else the lab fixture.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import dashboard_fixtures as dfx
+from dashboards.ui import FAILED_TEXT
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACTS = Path(__file__).resolve().parent / "artifacts" / "dashboard"
+PAGES = [("overview", "Overview"), ("utilization", "Utilization"), ("efficiency", "Efficiency"),
+         ("fragmentation", "Fragmentation"), ("fairness", "Fairness & queues"), ("chargeback", "Chargeback"),
+         ("forecast", "Forecast & capacity"), ("data_health", "Data health")]
+
+pytestmark = [pytest.mark.browser]
+if not CHROMIUM.exists():
+    pytestmark.append(pytest.mark.skip(reason="Debian's chromium (/usr/bin/chromium) is not installed"))
+playwright_api = pytest.importorskip("playwright.sync_api", reason="playwright (dev extra) is not installed")
+
+
+@pytest.fixture(scope="module")
+def warehouse_db(tmp_path_factory) -> Path:
+    if os.environ.get("GPULEDGER_BROWSER_DB"):
+        return Path(os.environ["GPULEDGER_BROWSER_DB"])
+    try:
+        from ingest.synthetic import build, config
+    except ImportError:
+        return dfx.build_lab(tmp_path_factory.mktemp("lab"))
+    db = tmp_path_factory.mktemp("demo") / "demo.duckdb"
+    build.build(db, config.for_scale(0.2, days=42))
+    return db
+
+
+@pytest.fixture(scope="module")
+def server(warehouse_db):
+    from dashboards.server import free_port, wait_ready
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "gpuledger", "--db", str(warehouse_db), "dashboard",
+                             "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            cwd=Path(__file__).resolve().parent.parent)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(url, proc, timeout=120)
+        yield url
+    finally:
+        proc.send_signal(signal.SIGTERM)          # gpuledger stops its Streamlit child on SIGTERM
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        assert proc.returncode is not None
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with playwright_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                              args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                                    "--disable-background-networking", "--disable-component-update",
+                                    "--disable-sync"])
+        yield b
+        b.close()
+
+
+def _open(page, url: str, title: str) -> None:
+    """Load a page and wait until it has rendered: its title, then its charts or its not-landed notice."""
+    page.goto(url, wait_until="domcontentloaded")
+    page.get_by_role("heading", name=title, exact=True).first.wait_for(timeout=120_000)
+    done = (page.locator(".js-plotly-plot .main-svg").or_(page.get_by_text("is not available yet"))
+            .or_(page.get_by_text(FAILED_TEXT)).or_(page.locator("[data-testid='stException']")))
+    done.first.wait_for(timeout=180_000)
+    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=180_000)
+    failure = page.get_by_text(FAILED_TEXT).or_(page.locator("[data-testid='stException']"))
+    assert failure.count() == 0, f"{title}: {failure.first.inner_text()}"
+
+
+def _screenshot(page, name: str) -> Path:
+    """The whole page: Streamlit scrolls inside its main block, so grow the viewport to the content first."""
+    height = page.evaluate("() => Math.max(...[...document.querySelectorAll('[data-testid=\"stMain\"], "
+                           "[data-testid=\"stAppViewContainer\"], section.main')].map(e => e.scrollHeight), 900)")
+    page.set_viewport_size({"width": 1400, "height": min(int(height) + 40, 9000)})
+    page.wait_for_timeout(800)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    path = ARTIFACTS / f"{name}.png"
+    page.screenshot(path=str(path), full_page=True, timeout=120_000)
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    return path
+
+
+@pytest.mark.parametrize("slug,title", PAGES, ids=[p for p, _ in PAGES])
+def test_every_page_renders_charts_without_exception(server, browser, slug, title):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    try:
+        _open(page, f"{server}/{slug}", title)
+        n_charts = page.locator(".js-plotly-plot .main-svg").count()
+        notices = page.get_by_text("is not available yet").count()
+        assert n_charts or notices, f"{slug}: neither charts nor a not-landed notice"
+        # data freshness is visible on every page
+        assert page.get_by_text("Data freshness").count() == 1
+        shot = _screenshot(page, slug)
+        assert shot.stat().st_size > 10_000
+    finally:
+        page.close()
+
+
+def test_downloaded_statement_csv_is_the_finance_export(server, browser, warehouse_db, tmp_path):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+    try:
+        _open(page, f"{server}/chargeback", "Chargeback")
+        period = page.locator("[data-testid='stSelectbox']").first.inner_text().split("\n")[-1].strip()
+        with page.expect_download(timeout=60_000) as dl:
+            page.get_by_role("button", name="Statement CSV").click()
+        got = Path(dl.value.path()).read_bytes()
+        assert dl.value.suggested_filename == f"chargeback-{period}.csv"
+    finally:
+        page.close()
+    out = tmp_path / f"chargeback-{period}.csv"
+    code = subprocess.run([sys.executable, "-m", "gpuledger", "-q", "--db", str(warehouse_db), "chargeback",
+                           "--period", period, "--out", str(out)], capture_output=True, text=True)
+    assert code.returncode == 0, code.stderr
+    assert got == out.read_bytes()
+
+
+def test_downloaded_table_csv_has_human_labels(server, browser):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
+    try:
+        _open(page, f"{server}/utilization", "Utilization")
+        with page.expect_download(timeout=60_000) as dl:
+            page.get_by_role("button", name="Download CSV").first.click()
+        text = Path(dl.value.path()).read_text()
+    finally:
+        page.close()
+    header, *rows = text.strip().splitlines()
+    assert header.startswith("Period (") and "Allocated (GPU-hours)" in header and "_" not in header
+    assert rows and all(r.count(",") == header.count(",") for r in rows)

@@ -1,0 +1,61 @@
+"""The Chargeback page shows models.chargeback's statement, its reconciliation and its jobs (AppTest, lab)."""
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+import dashboard_fixtures as dfx
+from dashboard_fixtures import lab_db  # noqa: F401 (fixture)
+from dashboards.snapshot import Snapshot
+from models import chargeback
+
+
+@pytest.fixture(scope="module")
+def october(lab_db):
+    stmt = chargeback.statement(Snapshot(lab_db).cursor(), "2026-10")
+    return stmt, chargeback.views(stmt)
+
+
+def _eur(x) -> str:
+    return f"{float(x):,.2f} EUR"
+
+
+def test_statement_kpis_reconciliation_and_lines(lab_db, october, monkeypatch):
+    stmt, views = october
+    at = dfx.open_page(dfx.app(lab_db, monkeypatch), "chargeback")
+    assert at.selectbox(key="cb_period").value == "2026-10"          # the month of the window's last day
+    assert at.selectbox(key="cb_period").options == ["2026-10", "2026-09"]
+    t = stmt.total_row
+    assert dfx.metric(at, "Cluster cost").value == _eur(t["cluster_cost"])
+    assert dfx.metric(at, "Charged to teams").value == _eur(t["direct_cost"] + t["idle_allocated"])
+    assert dfx.metric(at, "Rounding residue").value == _eur(t["rounding_residue"])
+    # the export stops at 2026-10-20 12:00: October's statement is open and provisional, and says so
+    assert stmt.status == "provisional"
+    assert "provisional" in " ".join(c.value for c in at.caption)
+    recon = [s.value for s in at.success if s.value.startswith("Cluster cost")]
+    assert recon and recon[0].endswith("reconciles to the cent.")
+
+    lines = dfx.frame_with(at, "Team", "Pool (GPU type)", "Total (EUR)")
+    want = views["by team"].with_columns(pl.col("team").fill_null("(unmapped)"))
+    assert len(lines) == want.height == 8
+    assert [float(x) for x in lines["Total (EUR)"]] == pytest.approx([float(x) for x in want["total"]])
+    assert sum(float(x) for x in lines["Total (EUR)"]) == pytest.approx(float(t["direct_cost"] + t["idle_allocated"]))
+    assert "(unmapped)" in set(lines["Team"])                         # the guest account is charged, not dropped
+    assert dfx.downloads(at) == ["Download CSV", "Statement CSV", "Workbook XLSX", "Download CSV", "Download CSV"]
+
+
+def test_filters_and_drill_down_to_jobs(lab_db, october, monkeypatch):
+    stmt, views = october
+    at = dfx.open_page(dfx.app(lab_db, monkeypatch), "chargeback", f_teams=["vision"], f_pools=["h100"])
+    lines = dfx.frame_with(at, "Team", "Pool (GPU type)", "Total (EUR)")
+    assert list(lines["Team"]) == ["vision"] and list(lines["Pool (GPU type)"]) == ["h100"]
+    assert at.selectbox(key="cb_drill").value == "vision · h100"
+    jobs = dfx.frame_with(at, "Job", "GPU-hours in period")
+    want = views["jobs"].filter((pl.col("team") == "vision") & (pl.col("gpu_type") == "h100"))
+    line = views["by team"].filter((pl.col("team") == "vision") & (pl.col("gpu_type") == "h100")).row(0, named=True)
+    assert len(jobs) == want.height == line["jobs"]
+    assert sum(float(x) for x in jobs["GPU-hours in period"]) == pytest.approx(float(line["gpu_hours"]), abs=1e-3)
+    # a statement for a month without data still reconciles (September started on the 21st)
+    at.selectbox(key="cb_period").set_value("2026-09").run()
+    assert not at.exception
+    assert any(s.value.endswith("reconciles to the cent.") for s in at.success)

@@ -1,0 +1,36 @@
+"""The Data health page shows the ingest audit: runs, rejected lines with reasons, unmapped accounts (AppTest)."""
+from __future__ import annotations
+
+import dashboard_fixtures as dfx
+from dashboard_fixtures import lab_db  # noqa: F401 (fixture)
+from dashboards.snapshot import Snapshot
+
+
+def test_runs_rejects_and_unmapped_accounts(lab_db, monkeypatch):
+    snap = Snapshot(lab_db)
+    at = dfx.open_page(dfx.app(lab_db, monkeypatch), "data_health")
+    runs = snap.frame("SELECT run_id, source, lines_read, rejected FROM ingest_runs ORDER BY run_id DESC")
+    shown = dfx.frame_with(at, "Run", "Source", "Lines read", "Rejected")
+    assert list(shown["Run"]) == runs["run_id"].to_list()
+    assert list(shown["Source"]) == runs["source"].to_list()
+    assert dfx.metric(at, "Lines read").value == f"{runs['lines_read'].sum():,}"
+    # the late export has two unreadable lines; each is shown with its line number, field and reason
+    assert dfx.metric(at, "Rejected lines").value == "2"
+    rej = dfx.frame_with(at, "Line", "Field", "Reason", "Input line")
+    assert list(rej["Line"]) == [4, 5]
+    assert list(rej["Field"])[0] == "submit" and "cannot read time 2026-10-20T25:61:00" in list(rej["Reason"])[0]
+    assert "expected 21 fields" in list(rej["Reason"])[1]
+    # the ingest ran today, outside the data's window: the page says it shows the latest runs instead
+    assert any("latest 100" in (f["layout"]["title"]["text"] or "") for f in dfx.figures(at))
+
+    um = dfx.frame_with(at, "Slurm account", "Jobs", "GPU-hours (whole jobs)")
+    want = snap.frame("""SELECT count(*) AS n FROM jobs WHERE team IS NULL AND account = 'guest'
+                         AND submit >= '2026-09-21' AND submit < '2026-10-21'""")["n"][0]
+    assert list(um["Slurm account"]) == ["guest"] and list(um["Jobs"]) == [want]
+    assert any("map to no team" in w.value for w in at.warning)
+
+
+def test_team_filter_without_unmapped_explains_itself(lab_db, monkeypatch):
+    # a team filter without "(unmapped)" hides unmapped accounts and says how to see them
+    at = dfx.open_page(dfx.app(lab_db, monkeypatch), "data_health", f_teams=["nlp"])
+    assert any("add “(unmapped)”" in c.value for c in at.caption)

@@ -1,0 +1,55 @@
+"""The Forecast & capacity page shows models.capacity's forecasts and answers, and runs the what-if simulator."""
+from __future__ import annotations
+
+import polars as pl
+import pytest
+
+import dashboard_fixtures as dfx
+from dashboard_fixtures import lab_db  # noqa: F401 (fixture)
+from dashboards.snapshot import Snapshot
+from models import capacity
+
+
+def test_forecasts_and_exhaustion_dates_match_the_model(lab_db, monkeypatch):
+    at = dfx.open_page(dfx.app(lab_db, monkeypatch), "forecast")
+    res = capacity.forecast_warehouse(Snapshot(lab_db).cursor(), 90, by=("pool",), measure="demanded",
+                                      target_util=0.85, band="80")
+    cap = res["capacity"]
+    for pool in ("a100", "h100"):
+        row = cap.filter(pl.col("pool") == pool).row(0, named=True)
+        ex = row["exhausted_upper80"]
+        m = dfx.metric(at, f"{pool}: capacity reached")
+        assert m.value == (f"{ex:%Y-%m-%d}" if ex else "not within 90 days")
+    figs = {f["layout"]["title"]["text"]: f for f in dfx.figures(at)}
+    fig = figs["h100: demanded gpu-hours, history and forecast"]
+    names = [t["name"] for t in fig["data"]]
+    assert names[:4] == ["95 % interval", "80 % interval", "Observed", "Forecast"]
+    want = res["forecast"].filter(pl.col("pool") == "h100")
+    assert fig["data"][3]["y"] == pytest.approx(want["forecast"].to_list())
+    assert fig["layout"]["yaxis"]["title"]["text"] == "GPU-hours per day"
+    table = dfx.frame_with(at, "Pool (GPU type)", "Model chosen", "Backtest MASE")
+    summary = res["summary"].filter(pl.col("pool").is_in(["a100", "h100"]))
+    assert list(table["Model chosen"]) == summary["model"].to_list()
+    # the pseudo-pool of jobs that never ran (no GPU type) is not offered as a pool to plan for
+    assert "unknown" not in set(table["Pool (GPU type)"])
+
+
+@pytest.mark.slow
+def test_whatif_runs_the_simulator_and_compares_p95_wait(lab_db, monkeypatch):
+    from models import simulate, whatif
+    at = dfx.open_page(dfx.app(lab_db, monkeypatch, timeout=600), "forecast",
+                       **{"wi_add_h100": 2, "wi_reps": 3})
+    at.button[0].click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    snap = Snapshot(lab_db)
+    inp = whatif.load_inputs(snap.cursor(), "2026-09-21T00:00:00", "2026-10-21T00:00:00", None)
+    scen = whatif.run_whatif(inp, whatif.Scenario(add={"h100": 2}, policy=simulate.Policy.parse("fifo-backfill")),
+                             3, 0, ("team", "size_class"))
+    base = whatif.run_whatif(inp, whatif.Scenario(policy=simulate.Policy.parse("fifo-backfill")), 3, 0,
+                             ("team", "size_class"))
+    p95 = lambda df: df.filter((pl.col("metric") == "p95_wait_h") & (pl.col("scope") == "all"))["mean"][0]  # noqa
+    m = dfx.metric(at, "p95 queue wait")
+    assert m.value == f"{p95(scen):.2f} h"
+    assert m.delta.startswith(f"{p95(scen) - p95(base):+.2f} h vs baseline")
+    # two more H100 nodes cannot make the queue longer
+    assert p95(scen) <= p95(base) + 1e-9
