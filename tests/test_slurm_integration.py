@@ -17,12 +17,12 @@ import os
 import pwd
 import re
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
 
 SLURM_DIR = ROOT / "tests" / "slurm"
@@ -57,8 +57,8 @@ def _env() -> dict:
 
 
 def _script(name: str, *args: str, timeout: float) -> str:
-    proc = subprocess.run([str(SLURM_DIR / name), *args], env=_env(), capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.run([str(SLURM_DIR / name), *args], check=False, env=_env(), capture_output=True,
+                          text=True, timeout=timeout)
     if proc.returncode != 0:
         raise AssertionError(f"tests/slurm/{name} exited {proc.returncode} (logs in {STATE}/log):\n"
                              f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
@@ -67,7 +67,7 @@ def _script(name: str, *args: str, timeout: float) -> str:
 
 def _slurm(*cmd: str) -> str:
     """Run a Slurm client command against the test cluster; times print in UTC."""
-    proc = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(cmd, check=False, env=_env(), capture_output=True, text=True, timeout=60)
     if proc.returncode != 0:
         raise AssertionError(f"{' '.join(cmd)} exited {proc.returncode}: {proc.stderr.strip()}")
     return proc.stdout
@@ -112,6 +112,10 @@ def _hostnames(nodelist: str) -> set[str]:
     return set(_slurm("scontrol", "show", "hostnames", nodelist).split())
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def _captured_at(cmd_file: Path) -> str:
     """The UTC time a capture.sh/jobs.sh output was taken, from its .cmd file."""
     return re.search(r"captured (\S+)Z", cmd_file.read_text()).group(1)
@@ -119,40 +123,50 @@ def _captured_at(cmd_file: Path) -> str:
 
 # ---------------------------------------------------------------- the cluster and the ingest (once per session)
 
+def _take_turn(lock) -> None:
+    """One harness per host at a time: a second session (another engineer's `make test`) waits here."""
+    deadline = time.monotonic() + 600
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{lock.name} held by another Slurm test session for 10 minutes") from None
+            time.sleep(2)
+
+
 @pytest.fixture(scope="session")
 def slurm_cluster():
     """Bring the cluster up fresh, run the job mix; always stop every daemon afterwards (by PID file)."""
     why = _why_unavailable()
     if why:
         pytest.skip(why)
-    # one harness per host at a time: a second session (another engineer's `make test`) waits here
     STATE.parent.mkdir(parents=True, exist_ok=True)
-    lock = open(f"{STATE}.lock", "w")
-    deadline = time.monotonic() + 600
-    while True:
+    with open(f"{STATE}.lock", "w") as lock:
+        _take_turn(lock)
+        mp = pytest.MonkeyPatch()
+        # a CI timeout's SIGTERM must still stop the daemons: make it unwind like Ctrl-C, through `finally`
+        default_term = signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+        if default_term:
+            signal.signal(signal.SIGTERM, _interrupt)
         try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except BlockingIOError:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{STATE}.lock held by another Slurm test session for 10 minutes")
-            time.sleep(2)
-    mp = pytest.MonkeyPatch()
-    try:
-        t0 = time.monotonic()
-        _script("up.sh", "--fresh", timeout=240)
-        t_up = time.monotonic() - t0
-        mp.setenv("SLURM_CONF", str(STATE / "etc" / "slurm.conf"))
-        mp.setenv("PATH", PATH)
-        _script("jobs.sh", timeout=300)
-        t_jobs = time.monotonic() - t0 - t_up
-        ids = dict(line.split() for line in (STATE / "jobs" / "jobids").read_text().splitlines())
-        print(f"\nreal Slurm: bring-up {t_up:.1f} s, job mix {t_jobs:.1f} s")
-        yield {"ids": ids, "t_up": t_up, "t_jobs": t_jobs}
-    finally:
-        mp.undo()
-        subprocess.run([str(SLURM_DIR / "down.sh")], env=_env(), capture_output=True, timeout=120)
-        lock.close()
+            t0 = time.monotonic()
+            _script("up.sh", "--fresh", timeout=240)
+            t_up = time.monotonic() - t0
+            mp.setenv("SLURM_CONF", str(STATE / "etc" / "slurm.conf"))
+            mp.setenv("PATH", PATH)
+            _script("jobs.sh", timeout=300)
+            t_jobs = time.monotonic() - t0 - t_up
+            ids = dict(line.split() for line in (STATE / "jobs" / "jobids").read_text().splitlines())
+            print(f"\nreal Slurm: bring-up {t_up:.1f} s, job mix {t_jobs:.1f} s")
+            yield {"ids": ids, "t_up": t_up, "t_jobs": t_jobs}
+        finally:
+            mp.undo()
+            subprocess.run([str(SLURM_DIR / "down.sh")], check=False, env=_env(), capture_output=True,
+                           timeout=120)
+            if default_term:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 @pytest.fixture(scope="session")
@@ -301,8 +315,8 @@ def test_nodes_inventory_and_states_from_scontrol(ingested):
         ("gpu03", {"h100", "debug"}, "h100", 4, 32, 256000 * 2**20)]
     snaps = _query(db, "SELECT DISTINCT observed_at FROM node_states ORDER BY 1")
     assert len(snaps) == 2
-    mid = dict((n, (s, g)) for n, s, g in _query(db, "SELECT node, state, gpus_alloc FROM node_states "
-                                                     "WHERE observed_at = ?", [snaps[0][0]]))
+    mid = {n: (s, g) for n, s, g in _query(db, "SELECT node, state, gpus_alloc FROM node_states "
+                                               "WHERE observed_at = ?", [snaps[0][0]])}
     assert mid["gpu02"] == ("DOWN", 0) and mid["gpu03"] == ("DRAIN", 1) and mid["gpu01"][0] == "MIXED"
     final = _query(db, "SELECT DISTINCT state FROM node_states WHERE observed_at = ?", [snaps[1][0]])
     assert final == [("IDLE",)]
@@ -314,7 +328,7 @@ def test_node_events_from_sacctmgr(ingested):
     db, ids = ingested["db"], ingested["ids"]
     raw = {}
     for line in ingested["events"].splitlines()[1:]:
-        cluster, node, start, end, state, reason, user = line.split("|")
+        _cluster, node, start, end, state, reason, _user = line.split("|")
         if node:
             raw[node] = (state, start, end, reason)
     got = {n: (s, a.strftime("%Y-%m-%dT%H:%M:%S"), b.strftime("%Y-%m-%dT%H:%M:%S"), r)
@@ -345,8 +359,8 @@ def test_captured_sacct_agrees_with_captured_sreport(run_cli, con):
             if ln.startswith("glcluster|")]
     sreport = {r[1]: int(r[5]) for r in rows if r[2] == "" and r[1] not in ("root", "research")}
     assert got == sreport
-    total = [ln.split("|") for ln in (REAL / "sreport-gpu-utilization-seconds.psv").read_text().splitlines()
-             if ln.startswith("glcluster|")][0]
+    total = next(ln.split("|") for ln in (REAL / "sreport-gpu-utilization-seconds.psv").read_text().splitlines()
+                 if ln.startswith("glcluster|"))
     assert sum(got.values()) == int(total[2])            # Allocated
 
 
