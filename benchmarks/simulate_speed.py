@@ -87,7 +87,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--jobs", type=int, default=1_000_000)
     ap.add_argument("--nodes", type=int, default=2000)
-    ap.add_argument("--load", type=float, default=0.92, help="offered GPU load (fraction of capacity)")
+    ap.add_argument("--load", type=float, default=0.98, help="offered GPU load (fraction of capacity)")
     ap.add_argument("--policies", default="fifo-backfill:best-fit")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--trace", default=str(Path(__file__).resolve().parent.parent.parent / "shared" / "traces"
