@@ -405,11 +405,16 @@ LIVE_OVERLAP_S = 600
 
 def ingest_live(con, opts: SacctOptions, since: str | None = None, sacct_cmd: str = "sacct",
                 timeout_s: int = 900) -> dict:
-    """Run ``sacct`` (TZ=UTC, XDMoD's fields) from the watermark (or ``since``) to now, and load it."""
-    cluster = default_cluster(con, opts)
+    """Run ``sacct`` (TZ=UTC, XDMoD's fields) from the watermark (or ``since``) to now, and load it.
+
+    The watermark is kept per cluster: ``--cluster``, else the cluster of the only live watermark so far,
+    else the cluster sacct itself reports in its output.
+    """
+    marks = [r[0] for r in con.execute("SELECT cluster FROM watermarks WHERE source = 'sacct-live'").fetchall()]
+    cluster = opts.cluster or (marks[0] if len(marks) == 1 else None)
     now = warehouse.utcnow().replace(microsecond=0)
     if since is None:
-        mark = warehouse.get_watermark(con, "sacct-live", cluster)
+        mark = warehouse.get_watermark(con, "sacct-live", cluster) if cluster else None
         since = (mark - dt.timedelta(seconds=LIVE_OVERLAP_S)).strftime("%Y-%m-%dT%H:%M:%S") \
             if mark else "1970-01-01T00:00:00"
     cmd = [*sacct_cmd.split(), "--allusers", "--duplicates", "--allocations", "--parsable2", "--noheader",
@@ -429,6 +434,11 @@ def ingest_live(con, opts: SacctOptions, since: str | None = None, sacct_cmd: st
     live_opts = SacctOptions(cluster=opts.cluster, tz="UTC", fields=",".join(XDMOD_FIELDS), delimiter="|",
                              strict=opts.strict)
     summary = ingest_bytes(con, proc.stdout, " ".join(cmd), live_opts, source="sacct-live")
+    if cluster is None:
+        seen = [r[0] for r in con.execute("SELECT DISTINCT cluster FROM jobs WHERE ingest_run_id = ? "
+                                          "OR updated_run_id = ?", [summary["run_id"]] * 2).fetchall()]
+        cluster = seen[0] if len(seen) == 1 else default_cluster(con, opts)
     warehouse.set_watermark(con, "sacct-live", cluster, now)
+    summary["cluster"] = cluster
     summary["since"] = since
     return summary
