@@ -17,10 +17,16 @@ from __future__ import annotations
 import datetime as dt
 import io
 import re
-import zipfile
+import struct
+import zlib
 from pathlib import Path
 
 import polars as pl
+
+try:
+    from isal import isal_zlib as _isal
+except ImportError:   # plain zlib is slower but gives a valid file (re-exports stay byte-identical per install)
+    _isal = None
 
 FORMATS = ("csv", "xlsx", "parquet")
 DANGEROUS = ("=", "+", "-", "@", "\t", "\r")
@@ -250,15 +256,38 @@ def xlsx_bytes(tables: dict[str, pl.DataFrame], title: str = "gpuledger export",
              ("xl/_rels/workbook.xml.rels", _workbook_rels(len(names))), ("xl/styles.xml", _styles_xml()),
              ("xl/sharedStrings.xml", _sst_xml(strings))]
     parts += [(f"xl/worksheets/sheet{i}.xml", x) for i, x in enumerate(sheets, start=1)]
-    buf = io.BytesIO()
-    stamp = max(created, dt.datetime(1980, 1, 1)).timetuple()[:6]
-    with zipfile.ZipFile(buf, "w") as z:
-        for name, data in parts:
-            info = zipfile.ZipInfo(name, date_time=stamp)
-            info.compress_type = zipfile.ZIP_DEFLATED
-            info.external_attr = 0o600 << 16
-            z.writestr(info, data, compresslevel=1)
-    return buf.getvalue()
+    return zip_bytes(parts, max(created, dt.datetime(1980, 1, 1)))
+
+
+def _deflate(data: bytes) -> tuple[bytes, int]:
+    """Raw DEFLATE and CRC-32 of ``data``: ISA-L (several times faster than zlib on sheet XML) when installed."""
+    if _isal is not None:
+        c = _isal.compressobj(1, _isal.DEFLATED, -15)
+        return c.compress(data) + c.flush(), _isal.crc32(data)
+    c = zlib.compressobj(1, zlib.DEFLATED, -15)
+    return c.compress(data) + c.flush(), zlib.crc32(data)
+
+
+def zip_bytes(parts: list[tuple[str, bytes]], stamp: dt.datetime) -> bytes:
+    """A ZIP archive (deflated entries, every timestamp ``stamp``, fixed attributes) of ``parts`` in order.
+    Written by hand because zipfile cannot take data compressed by another deflate implementation."""
+    t = stamp.hour << 11 | stamp.minute << 5 | stamp.second // 2
+    d = (stamp.year - 1980) << 9 | stamp.month << 5 | stamp.day
+    out, central = io.BytesIO(), io.BytesIO()
+    for name, data in parts:
+        comp, crc = _deflate(data)
+        if max(len(comp), len(data), out.tell()) >= 0xFFFFFFFF:
+            raise ValueError("export too large for a ZIP without ZIP64 (over 4 GB)")
+        fname = name.encode("utf-8")
+        common = struct.pack("<HHHHHIIIH", 20, 0, 8, t, d, crc, len(comp), len(data), len(fname))
+        central.write(struct.pack("<IH", 0x02014B50, 0x0314) + common
+                      + struct.pack("<HHHHII", 0, 0, 0, 0, 0o600 << 16, out.tell()) + fname)
+        out.write(struct.pack("<I", 0x04034B50) + common + struct.pack("<H", 0) + fname)
+        out.write(comp)
+    start, size = out.tell(), central.tell()
+    out.write(central.getvalue())
+    out.write(struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, len(parts), len(parts), size, start, 0))
+    return out.getvalue()
 
 
 def _content_types(n: int) -> bytes:
