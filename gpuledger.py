@@ -198,10 +198,8 @@ def cmd_ingest_prometheus(args) -> int:
 
 def cmd_ingest_dcgm(args) -> int:
     from ingest import dcgm
-    cache: dict = {}
-    return _ingest_telemetry(args, lambda con, opts: [
-        dcgm.ingest_path(con, f, opts, fmt=args.format, scrape_time=args.scrape_time, tz=args.tz, cache=cache)
-        for f in args.files])
+    return _ingest_telemetry(args, lambda con, opts: list(
+        dcgm.ingest_paths(con, args.files, opts, fmt=args.format, scrape_time=args.scrape_time, tz=args.tz)))
 
 
 def cmd_ingest_nvidia_smi(args) -> int:

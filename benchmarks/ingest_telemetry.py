@@ -173,11 +173,10 @@ def load_files(db: Path, work: Path) -> tuple[float, float, int, object]:
         p.unlink(missing_ok=True)
     con = warehouse.connect(db)
     sacct.ingest_path(con, str(work / "jobs.psv"), sacct.SacctOptions())
-    cache: dict = {}
     w0, c0 = time.perf_counter(), time.process_time()
     loaded = 0
-    for f in sorted(work.glob("dcgm-*.om")):
-        s = dcgm.ingest_path(con, str(f), telemetry_store.TelemetryOptions(cluster="big"), cache=cache)
+    files = [str(f) for f in sorted(work.glob("dcgm-*.om"))]
+    for s in dcgm.ingest_paths(con, files, telemetry_store.TelemetryOptions(cluster="big")):
         assert s["rejected"] == 0, s["reject_examples"]
         loaded += s["loaded"]
     return time.perf_counter() - w0, time.process_time() - c0, loaded, con

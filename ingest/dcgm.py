@@ -16,6 +16,9 @@ import datetime as dt
 import hashlib
 import os
 import re
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
@@ -109,7 +112,7 @@ def _split_samples(lines: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array, np.nd
             n = n.copy()
             n[cut] = np.where(closed & (two_n == 2), 2, 1)   # still open: not `series value` at all
     ts = pc.if_else(pa.array(n == 3), ts, pa.nulls(len(n), ts.type))
-    return first, pc.utf8_rtrim_whitespace(value), pc.utf8_rtrim_whitespace(ts), n
+    return first, value, ts, n   # values keep any trailing blanks: DuckDB's casts ignore them
 
 
 def _identities(texts: list[str], opts: store.TelemetryOptions, cluster: str, cache: dict) -> list[dict]:
@@ -168,35 +171,88 @@ def parse(lines: pa.Array, opts: store.TelemetryOptions, cluster: str, cache: di
     return points, series, skips, bad_tbl, bool(eof.any())
 
 
-def ingest_bytes(con: duckdb.DuckDBPyConnection, data: bytes, name: str, opts: store.TelemetryOptions,
-                 fmt: str = "auto", scrape_time: dt.datetime | None = None, cache: dict | None = None) -> dict:
-    """Load one scrape file; returns the run summary (see ``IngestRun.summary``)."""
+@dataclass
+class Parsed:
+    """One input, parsed and checked, not yet stored (built without touching the warehouse)."""
+    name: str
+    points: pa.Table
+    series: pa.Table
+    skips: dict
+    bad: pa.Table
+    n_lines: int
+    openmetrics: bool
+    scrape_time: dt.datetime | None
+    sha256: str
+    nbytes: int
+
+
+def parse_bytes(data: bytes, name: str, opts: store.TelemetryOptions, cluster: str, fmt: str = "auto",
+                scrape_time: dt.datetime | None = None, cache: dict | None = None) -> Parsed:
+    """Parse one scrape file (no warehouse access, so it can run beside the store of the previous file)."""
     lines = split_lines(data)
-    cluster = opts.cluster or store.default_cluster(con)
     points, series, skips, bad, has_eof = parse(lines, opts, cluster, cache)
-    openmetrics = fmt == "openmetrics" or (fmt == "auto" and has_eof)
     if scrape_time is None and points.num_rows and points.column("ts").null_count:
         first = pc.filter(points.column("line_no"), pc.is_null(points.column("ts")))[0].as_py()
         raise InputError(name, "sample has no timestamp; give the scrape time as FILE@TIME or --scrape-time",
                          line_no=first)
-    run = warehouse.IngestRun(con, "dcgm", name, sha256=hashlib.sha256(data).hexdigest(), nbytes=len(data),
-                              cluster=cluster, options={"format": "openmetrics" if openmetrics else "prometheus-text",
-                                                        "scrape_time": scrape_time, "node": opts.node})
+    return Parsed(name, points, series, skips, bad, len(lines), fmt == "openmetrics" or (fmt == "auto" and has_eof),
+                  scrape_time, hashlib.sha256(data).hexdigest(), len(data))
+
+
+def store_parsed(con: duckdb.DuckDBPyConnection, p: Parsed, opts: store.TelemetryOptions, cluster: str) -> dict:
+    """Load a parsed input as one run (one transaction); returns the run summary."""
+    run = warehouse.IngestRun(con, "dcgm", p.name, sha256=p.sha256, nbytes=p.nbytes, cluster=cluster, options={
+        "format": "openmetrics" if p.openmetrics else "prometheus-text", "scrape_time": p.scrape_time,
+        "node": opts.node})
     with run:
-        run.lines_read = len(lines)
-        for reason, (n, first) in skips.items():
+        run.lines_read = p.n_lines
+        for reason, (n, first) in p.skips.items():
             run.skip(reason, n, first)
-        if bad.num_rows:
-            run.reject_rows(bad)
-        store.ingest_readings(con, run, points, series, "dcgm", opts, ts_unit="s" if openmetrics else "ms",
-                              scrape_time=scrape_time)
+        if p.bad.num_rows:
+            run.reject_rows(p.bad)
+        store.ingest_readings(con, run, p.points, p.series, "dcgm", opts, ts_unit="s" if p.openmetrics else "ms",
+                              scrape_time=p.scrape_time)
     return store.summary(con, run)
+
+
+def ingest_bytes(con: duckdb.DuckDBPyConnection, data: bytes, name: str, opts: store.TelemetryOptions,
+                 fmt: str = "auto", scrape_time: dt.datetime | None = None, cache: dict | None = None) -> dict:
+    """Load one scrape file; returns the run summary (see ``IngestRun.summary``)."""
+    cluster = opts.cluster or store.default_cluster(con)
+    return store_parsed(con, parse_bytes(data, name, opts, cluster, fmt, scrape_time, cache), opts, cluster)
+
+
+def _parse_spec(spec: str, opts: store.TelemetryOptions, cluster: str, fmt: str, scrape_time: str | None,
+                tz: str | None, cache: dict) -> Parsed:
+    path, when = split_spec(spec)
+    when = when or scrape_time
+    t = store.parse_time(when, what=f"scrape time of {path}", tz=tz) if when else None
+    return parse_bytes(read_file(path), path, opts, cluster, fmt, t, cache)
 
 
 def ingest_path(con: duckdb.DuckDBPyConnection, spec: str, opts: store.TelemetryOptions, fmt: str = "auto",
                 scrape_time: str | None = None, tz: str | None = None, cache: dict | None = None) -> dict:
     """Load ``FILE`` or ``FILE@TIME``; the per-file time wins over ``scrape_time``."""
-    path, when = split_spec(spec)
-    when = when or scrape_time
-    t = store.parse_time(when, what=f"scrape time of {path}", tz=tz) if when else None
-    return ingest_bytes(con, read_file(path), path, opts, fmt=fmt, scrape_time=t, cache=cache)
+    cluster = opts.cluster or store.default_cluster(con)
+    return store_parsed(con, _parse_spec(spec, opts, cluster, fmt, scrape_time, tz, {} if cache is None else cache),
+                        opts, cluster)
+
+
+def ingest_paths(con: duckdb.DuckDBPyConnection, specs: list[str], opts: store.TelemetryOptions, fmt: str = "auto",
+                 scrape_time: str | None = None, tz: str | None = None) -> Iterator[dict]:
+    """Load several files, one run each, parsing the next file while the current one is stored (Arrow and
+    DuckDB both release the GIL, so the two overlap on two cores). Yields each run's summary in order."""
+    cluster = opts.cluster or store.default_cluster(con)
+    cache: dict = {}
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dcgm-parse") as pool:
+        pending = pool.submit(_parse_spec, specs[0], opts, cluster, fmt, scrape_time, tz, cache) if specs else None
+        for k in range(len(specs)):
+            parsed = pending.result()
+            pending = pool.submit(_parse_spec, specs[k + 1], opts, cluster, fmt, scrape_time, tz, cache) \
+                if k + 1 < len(specs) else None
+            try:
+                yield store_parsed(con, parsed, opts, cluster)
+            except BaseException:
+                if pending is not None:
+                    pending.cancel()
+                raise

@@ -170,7 +170,7 @@ def _stage(con: duckdb.DuckDBPyConnection, cluster: str) -> None:
               WHERE verdict IS NULL)""", {"cluster": cluster})
     cases = " ".join(f"WHEN {codes[c]} THEN s.{c}" for c in metrics)
     con.execute(f"""CREATE OR REPLACE TEMP VIEW _pv AS
-        SELECT v.sid, v.dev, v.mcode, s.ts, CASE v.mcode {cases} END AS val
+        SELECT v.sid, v.dev, v.mcode, epoch_us(s.ts) AS us, CASE v.mcode {cases} END AS val
         FROM _smi s JOIN _sv v ON v.node = s.host AND v.gpu = s.idx::VARCHAR
              AND v.uuid IS NOT DISTINCT FROM s.uuid AND v.model IS NOT DISTINCT FROM s.model
         WHERE s.verdict IS NULL AND CASE v.mcode {cases} END IS NOT NULL""")

@@ -1,6 +1,8 @@
 """`gpuledger ingest prometheus`: DCGM-exporter series over the Prometheus HTTP API (``query_range``).
 
-For each of the DCGM metrics gpuledger uses, the window is cut into chunks that keep every series under
+Each step reads the last reading inside the step (``last_over_time(m[step])``), so a series that ended is
+not repeated for Prometheus' 5-minute lookback. For each of the DCGM metrics gpuledger uses, the window is cut
+into chunks that keep every series under
 Prometheus' limit of 11,000 points per query (``MAX_POINTS`` = 10,000 to leave room), and small enough in total
 points to keep memory bounded when there are thousands of GPUs (the series count is asked first, from
 ``/api/v1/series``). Transient failures (connection refused/reset, timeouts, HTTP 429/5xx) are retried with
@@ -236,7 +238,9 @@ def ingest(con: duckdb.DuckDBPyConnection, q: QueryOptions, opts: store.Telemetr
         for t0, t1 in windows:
             parts, series = [], []
             for metric, (selector, _) in counts.items():
-                data = client.get("/api/v1/query_range", [("query", selector), ("start", f"{t0:.3f}"),
+                # the last reading inside each step, never one repeated by the 5-minute lookback
+                expr = f"last_over_time({selector}[{q.step_s * 1000 - 1}ms])"
+                data = client.get("/api/v1/query_range", [("query", expr), ("start", f"{t0:.3f}"),
                                                            ("end", f"{t1:.3f}"), ("step", f"{q.step_s}s")])
                 if not data or data.get("resultType") != "matrix":
                     raise InputError(client.shown, "expected a matrix from query_range, got "

@@ -173,7 +173,7 @@ def _classify_sql(ts_unit: str) -> str:
     return f"""
     CREATE OR REPLACE TEMP TABLE _cls AS
     WITH p AS (
-        SELECT line_no, sid, value AS v, ts::VARCHAR AS t, TRY_CAST(value AS DOUBLE) AS d,
+        SELECT line_no, sid, trim(value) AS v, ts::VARCHAR AS t, TRY_CAST(value AS DOUBLE) AS d,
                CASE WHEN ts IS NULL THEN $default_us ELSE TRY_CAST(round(TRY_CAST(ts AS DOUBLE) * {to_us}) AS BIGINT) END AS us
         FROM _pts),
     q AS (
@@ -202,8 +202,7 @@ def _classify_sql(ts_unit: str) -> str:
                    THEN 'reject|timestamp|outside 2000-2100 (' || coalesce(p.t, '') || '); {hint}'
                END AS verdict
         FROM p JOIN _sv s USING (sid))
-    SELECT line_no, sid, dev, mcode, verdict,
-           make_timestamp(CASE WHEN verdict IS NULL THEN us END) AS ts,
+    SELECT line_no, sid, dev, mcode, verdict, CASE WHEN verdict IS NULL THEN us END AS us,
            CASE WHEN mcode BETWEEN 1 AND 3 THEN least(val, 1.0) ELSE val END AS val
     FROM q"""
 
@@ -242,7 +241,7 @@ def ingest_readings(con: duckdb.DuckDBPyConnection, run: warehouse.IngestRun, po
     finally:
         con.unregister("_pts")
         con.unregister("_ser")
-    con.execute("CREATE OR REPLACE TEMP VIEW _pv AS SELECT sid, dev, mcode, ts, val FROM _cls WHERE verdict IS NULL")
+    con.execute("CREATE OR REPLACE TEMP VIEW _pv AS SELECT sid, dev, mcode, us, val FROM _cls WHERE verdict IS NULL")
     write_rows(con, run, source, opts, interval_s)
     con.execute("DROP VIEW IF EXISTS _pv")
     con.execute("DROP TABLE IF EXISTS _cls")
@@ -262,33 +261,34 @@ _FOLD = ("avg", "avg", "avg", "avg", "max", "avg", "avg")   # per SAMPLE_COLS[:7
 
 def _fold_sql(interval_s: int | None, default_interval: int, with_attrs: bool) -> str:
     aggs = ",\n".join(f"{fn}(val) FILTER (WHERE mcode = {i}) AS {SAMPLE_COLS[i]}" for i, fn in enumerate(_FOLD))
-    counts = ", ".join(f"count(*) FILTER (WHERE mcode = {i})" for i in range(len(SAMPLE_COLS)))
     fixed = "NULL" if interval_s is None else str(int(interval_s))
-    # job/pod labels are rare: aggregate them only when some series carries one
-    attrs = """, a AS (
-        SELECT p.dev, date_trunc('minute', p.ts) AS ts,
-               string_agg(DISTINCT s.hpc_job, ',' ORDER BY s.hpc_job) AS hpc_jobs,
-               max(s.pod) AS pod, max(s.namespace) AS namespace, max(s.container) AS container
-        FROM _pv p JOIN _sv s USING (sid)
-        WHERE s.hpc_job IS NOT NULL OR s.pod IS NOT NULL OR s.namespace IS NOT NULL OR s.container IS NOT NULL
-        GROUP BY ALL)""" if with_attrs else ""
+    # job/pod labels are rare: aggregate them only when some series carries one, over those series only
+    attrs = """, a0 AS (
+        SELECT DISTINCT p.dev, p.us // 60000000 AS mi, s.hpc_job, s.pod, s.namespace, s.container
+        FROM _pv p JOIN (SELECT * FROM _sv WHERE hpc_job IS NOT NULL OR pod IS NOT NULL OR namespace IS NOT NULL
+                         OR container IS NOT NULL) s USING (sid)),
+    a AS (
+        SELECT dev, mi, string_agg(hpc_job, ',' ORDER BY hpc_job) AS hpc_jobs, max(pod) AS pod,
+               max(namespace) AS namespace, max(container) AS container
+        FROM a0 GROUP BY dev, mi)""" if with_attrs else ""
     attr_cols = "a.hpc_jobs, a.pod, a.namespace, a.container" if with_attrs else \
         "NULL::VARCHAR AS hpc_jobs, NULL::VARCHAR AS pod, NULL::VARCHAR AS namespace, NULL::VARCHAR AS container"
-    attr_join = "LEFT JOIN a USING (dev, ts)" if with_attrs else ""
+    attr_join = "LEFT JOIN a USING (dev, mi)" if with_attrs else ""
     return f"""
     CREATE OR REPLACE TEMP TABLE _rows AS
     WITH f AS (
-        SELECT dev, date_trunc('minute', ts) AS ts, {aggs},
-               arg_max(val, ts) FILTER (WHERE mcode = 7)::INTEGER AS xid,
-               greatest({counts})::INTEGER AS n_raw
+        SELECT dev, us // 60000000 AS mi, {aggs},
+               arg_max(val, us) FILTER (WHERE mcode = 7)::INTEGER AS xid,
+               count(DISTINCT us)::INTEGER AS n_raw
         FROM _pv GROUP BY ALL),
     gaps AS (
         SELECT dev, median(gap) AS med FROM (
-            SELECT dev, epoch(lead(ts) OVER (PARTITION BY dev ORDER BY ts) - ts) AS gap FROM f)
+            SELECT dev, lead(mi) OVER (PARTITION BY dev ORDER BY mi) - mi AS gap FROM f)
         WHERE gap > 0 GROUP BY ALL),
     d AS (SELECT DISTINCT dev, cluster, node, gpu FROM _sv WHERE dev IS NOT NULL){attrs}
-    SELECT d.cluster, d.node, d.gpu, f.* EXCLUDE (dev, n_raw), {attr_cols}, f.n_raw,
-           coalesce({fixed}, greatest(60, round(g.med / 60) * 60)::INTEGER, {int(default_interval)}) AS interval_s
+    SELECT d.cluster, d.node, d.gpu, make_timestamp(f.mi * 60000000) AS ts, f.* EXCLUDE (dev, mi, n_raw),
+           {attr_cols}, f.n_raw,
+           coalesce({fixed}, greatest(1, round(g.med)) * 60, {int(default_interval)})::INTEGER AS interval_s
     FROM f JOIN d USING (dev) LEFT JOIN gaps g USING (dev) {attr_join}"""
 
 
@@ -300,8 +300,8 @@ def write_rows(con: duckdb.DuckDBPyConnection, run: warehouse.IngestRun, source:
     con.execute(_fold_sql(interval_s, opts.interval_s, with_attrs))
     n = con.sql("SELECT count(*) FROM _rows").fetchall()[0][0]
     if n:
-        _merge_samples(con, run, source)
-        _refresh_rollup(con)
+        fresh = _merge_samples(con, run, source)
+        _refresh_rollup(con, fresh)
         _upsert_devices(con)
         _derive_xid_events(con, run, source)
         con.execute("""INSERT INTO gpu_ingest_ranges
@@ -313,14 +313,18 @@ def write_rows(con: duckdb.DuckDBPyConnection, run: warehouse.IngestRun, source:
         con.execute(f"DROP TABLE IF EXISTS {t}")
 
 
-def _merge_samples(con: duckdb.DuckDBPyConnection, run: warehouse.IngestRun, source: str) -> None:
-    """Insert new keys; fill/overwrite metrics of existing keys (new readings win, absent ones keep the old)."""
-    lo, hi = con.sql("SELECT min(ts), max(ts) FROM _rows").fetchall()[0]
-    # the ts range lets DuckDB skip row groups of older telemetry via their min/max
+def _merge_samples(con: duckdb.DuckDBPyConnection, run: warehouse.IngestRun, source: str) -> bool:
+    """Insert new keys; fill/overwrite metrics of existing keys (new readings win, absent ones keep the old).
+
+    Returns True when the batch's devices had no rows around its time range (the rollup can then be built from
+    the batch alone)."""
+    lo, hi, nlo, nhi = con.sql("SELECT min(ts), max(ts), min(node), max(node) FROM _rows").fetchall()[0]
+    # the node and time ranges let DuckDB skip row groups of other telemetry by their min/max; a day back
+    # catches coarse rows that reach into the batch's first buckets
     con.execute("""CREATE OR REPLACE TEMP TABLE _old AS
                    SELECT g.* FROM gpu_samples g SEMI JOIN (SELECT DISTINCT cluster, node, gpu FROM _rows) d
                        ON g.cluster = d.cluster AND g.node = d.node AND g.gpu = d.gpu
-                   WHERE g.ts BETWEEN ? AND ?""", [lo, hi])
+                   WHERE g.node BETWEEN ? AND ? AND g.ts BETWEEN ? - INTERVAL 1 DAY AND ?""", [nlo, nhi, lo, hi])
     cols = (*SAMPLE_COLS, "hpc_jobs", "pod", "namespace", "container")
     differs = " OR ".join(f"(r.{c} IS NOT NULL AND r.{c} IS DISTINCT FROM o.{c})" for c in cols) \
         + " OR r.interval_s <> o.interval_s"
@@ -328,6 +332,7 @@ def _merge_samples(con: duckdb.DuckDBPyConnection, run: warehouse.IngestRun, sou
                     SELECT r.*, CASE WHEN o.ts IS NULL THEN 'new' WHEN {differs} THEN 'upd' ELSE 'same' END AS fate
                     FROM _rows r LEFT JOIN _old o USING (cluster, node, gpu, ts)""")
     counts = dict(con.sql("SELECT fate, count(*) FROM _rows GROUP BY fate").fetchall())
+    counts["fresh"] = not con.sql("SELECT count(*) FROM _old").fetchall()[0][0]
     run.inserted += counts.get("new", 0)
     run.updated += counts.get("upd", 0)
     run.unchanged += counts.get("same", 0)
@@ -337,34 +342,45 @@ def _merge_samples(con: duckdb.DuckDBPyConnection, run: warehouse.IngestRun, sou
                             n_raw = greatest(g.n_raw, r.n_raw), source = ?, ingest_run_id = ?
                         FROM (SELECT * FROM _rows WHERE fate = 'upd') r
                         WHERE g.cluster = r.cluster AND g.node = r.node AND g.gpu = r.gpu AND g.ts = r.ts
-                          AND g.ts BETWEEN ? AND ?""", [source, run.run_id, lo, hi])
+                          AND g.node BETWEEN ? AND ? AND g.ts BETWEEN ? AND ?""", [source, run.run_id, nlo, nhi, lo, hi])
     con.execute(f"""INSERT INTO gpu_samples (cluster, node, gpu, ts, interval_s, {', '.join(cols)}, n_raw, source,
                                              ingest_run_id)
                     SELECT cluster, node, gpu, ts, interval_s, {', '.join(cols)}, n_raw, ?, ?
                     FROM _rows WHERE fate = 'new' ORDER BY cluster, node, gpu, ts""", [source, run.run_id])
+    return counts["fresh"]
 
 
-def _minute_rows(where: str) -> str:
-    """gpu_samples rows in ``where``, one per covered minute (rows coarser than a minute are spread out)."""
+def _minute_rows(where: str, table: str = "gpu_samples") -> str:
+    """Rows of ``table`` in ``where``, one per covered minute (rows coarser than a minute are spread out)."""
+    cols = "cluster, node, gpu, ts, interval_s, " + ", ".join(SAMPLE_COLS)
     return f"""
-        SELECT *, ts AS m FROM gpu_samples g WHERE interval_s = 60 AND {where}
+        SELECT {cols}, ts AS m FROM {table} g WHERE interval_s = 60 AND {where}
         UNION ALL
-        SELECT * EXCLUDE (mm), mm AS m FROM (
-            SELECT *, unnest(generate_series(ts, ts + to_seconds(interval_s - 60), INTERVAL 1 MINUTE)) AS mm
-            FROM gpu_samples g WHERE interval_s <> 60 AND {where})"""
+        SELECT {cols}, unnest(generate_series(ts, ts + to_seconds(interval_s - 60), INTERVAL 1 MINUTE)) AS m
+        FROM {table} g WHERE interval_s <> 60 AND {where}"""
 
 
-def _refresh_rollup(con: duckdb.DuckDBPyConnection) -> None:
-    """Recompute the 5-minute buckets the batch touched, from gpu_samples."""
+def _refresh_rollup(con: duckdb.DuckDBPyConnection, fresh: bool = False) -> None:
+    """Recompute the 5-minute buckets the batch touched: from the batch alone when its devices had no other rows
+    nearby (``fresh``), else from gpu_samples."""
     con.execute("""CREATE OR REPLACE TEMP TABLE _bk AS
                    SELECT DISTINCT cluster, node, gpu, time_bucket(INTERVAL 5 MINUTE, b) AS bucket FROM (
                        SELECT cluster, node, gpu,
                               unnest(generate_series(ts, ts + to_seconds(interval_s - 60), INTERVAL 1 MINUTE)) AS b
                        FROM _rows)""")
-    lo, hi = con.sql("SELECT min(bucket), max(bucket) + INTERVAL 5 MINUTE FROM _bk").fetchall()[0]
+    lo, hi, nlo, nhi = con.sql("""SELECT min(bucket), max(bucket) + INTERVAL 5 MINUTE, min(node), max(node)
+                                  FROM _bk""").fetchall()[0]
     con.execute("""DELETE FROM gpu_samples_5m r USING _bk k
-                   WHERE r.cluster = k.cluster AND r.node = k.node AND r.gpu = k.gpu AND r.bucket = k.bucket""")
+                   WHERE r.cluster = k.cluster AND r.node = k.node AND r.gpu = k.gpu AND r.bucket = k.bucket
+                     AND r.node BETWEEN ? AND ? AND r.bucket BETWEEN ? AND ?""", [nlo, nhi, lo, hi])
     stats = ",\n".join(f"min({c}) AS {c}_min, avg({c}) AS {c}_mean, max({c}) AS {c}_max" for c in ACTIVITY_COLUMNS)
+    if fresh:
+        source = _minute_rows("TRUE", table="_rows")
+        keep = ""
+    else:
+        source = _minute_rows("g.node BETWEEN $nlo AND $nhi AND g.ts >= $lo - INTERVAL 1 DAY AND g.ts < $hi")
+        keep = """SEMI JOIN _bk k ON g.cluster = k.cluster AND g.node = k.node AND g.gpu = k.gpu
+                      AND time_bucket(INTERVAL 5 MINUTE, g.m) = k.bucket"""
     # rows are spread to minutes first, so means are time-weighted and coarse rows land in every bucket they cover
     con.execute(f"""
         INSERT INTO gpu_samples_5m
@@ -372,10 +388,8 @@ def _refresh_rollup(con: duckdb.DuckDBPyConnection) -> None:
                (60 * count(*))::INTEGER AS covered_s, count(DISTINCT g.ts)::INTEGER AS n_rows, {stats},
                avg(fb_used_mib), max(fb_used_mib), avg(power_w), max(power_w), avg(temp_c), max(temp_c),
                sum(power_w) * 60, max(xid)
-        FROM ({_minute_rows("g.ts >= $lo - INTERVAL 1 DAY AND g.ts < $hi")}) g
-        SEMI JOIN _bk k ON g.cluster = k.cluster AND g.node = k.node AND g.gpu = k.gpu
-                      AND time_bucket(INTERVAL 5 MINUTE, g.m) = k.bucket
-        GROUP BY ALL""", {"lo": lo, "hi": hi})
+        FROM ({source}) g {keep}
+        GROUP BY ALL ORDER BY 1, 2, 3, 4""", {} if fresh else {"lo": lo, "hi": hi, "nlo": nlo, "nhi": nhi})
     con.execute("DROP TABLE IF EXISTS _bk")
 
 

@@ -210,3 +210,16 @@ def test_every_line_is_loaded_skipped_or_rejected(con, kinds):
     assert s["read"] == len(kinds) == s["loaded"] + s["skipped"] + s["rejected"]
     assert s["loaded"] == kinds.count("good")
     assert s["rejected"] == sum(kinds.count(k) for k in ("garbage", "nogpu", "badvalue"))
+
+
+def test_several_files_load_one_run_each_parsed_ahead(con, tmp_path):
+    a, b = tmp_path / "a.om", tmp_path / "b.om"
+    a.write_text(readings({("n1", 0): {m: 10 for m in range(5)}}))
+    b.write_text(readings({("n2", 0): {m: 20 for m in range(5)}}))
+    out = list(dcgm.ingest_paths(con, [str(a), str(b)], telemetry_store.TelemetryOptions()))
+    assert [(s["input"], s["loaded"]) for s in out] == [(str(a), 5), (str(b), 5)]
+    assert con.sql("SELECT count(DISTINCT run_id) FROM ingest_runs WHERE source = 'dcgm'").fetchall() == [(2,)]
+    gen = dcgm.ingest_paths(con, [str(a), str(tmp_path / "missing.om")], telemetry_store.TelemetryOptions())
+    assert next(gen)["unchanged"] == 5
+    with pytest.raises(InputError, match="missing.om: no such file"):
+        next(gen)
