@@ -14,13 +14,17 @@ import polars as pl
 from dashboards import theme
 
 
-def _series(df: pl.DataFrame, color: str | None) -> list[tuple[str | None, pl.DataFrame]]:
+def _series(df: pl.DataFrame, color: str | None, order: Sequence[str] | None = None
+            ) -> list[tuple[str | None, pl.DataFrame]]:
+    """One frame per ``color`` value, in ``order`` (e.g. the colour map's order) then sorted."""
     if color is None:
         return [(None, df)]
     keys = df.get_column(color).fill_null(theme.UNMAPPED).cast(pl.String)
     df = df.with_columns(keys.alias("__key"))
-    order = df.group_by("__key").agg(pl.len()).sort("__key")["__key"].to_list()
-    return [(k, df.filter(pl.col("__key") == k)) for k in order]
+    present = set(df["__key"].unique().to_list())
+    first = [k for k in (order or []) if k in present]
+    rest = sorted(present - set(first))
+    return [(k, df.filter(pl.col("__key") == k)) for k in first + rest]
 
 
 def _finish(fig: go.Figure, title: str | None, x_title: str | None, y_title: str,
@@ -51,10 +55,12 @@ def stacked_area(df: pl.DataFrame, x: str, y: str, color: str, colours: dict[str
 def bars(df: pl.DataFrame, x: str, y: str, *, color: str | None = None, colours: dict[str, str] | None = None,
          y_title: str, x_title: str | None = None, title: str | None = None, horizontal: bool = False,
          barmode: str = "stack", y_format: str | None = None, height: int = 380,
-         single_colour: str = theme.PRIMARY, names: dict[str, str] | None = None) -> go.Figure:
-    """Bars of ``y`` by ``x`` (stacked or grouped per ``color``); horizontal puts categories on the y axis."""
+         single_colour: str = theme.PRIMARY, names: dict[str, str] | None = None,
+         reference: float | None = None, reference_text: str | None = None) -> go.Figure:
+    """Bars of ``y`` by ``x`` (stacked or grouped per ``color``); horizontal puts categories on the y axis.
+    ``reference`` draws a labelled line at that value (e.g. a share ratio of 1)."""
     fig = go.Figure()
-    for k, g in _series(df, color):
+    for k, g in _series(df, color, list(colours or {})):
         cats, vals = g[x].to_list(), g[y].to_list()
         c = (colours or {}).get(k, single_colour) if k is not None else single_colour
         fig.add_trace(go.Bar(
@@ -62,6 +68,10 @@ def bars(df: pl.DataFrame, x: str, y: str, *, color: str | None = None, colours:
             orientation="h" if horizontal else "v", marker_color=c, showlegend=k is not None,
             hovertemplate="%{x:,.4~g}<extra></extra>" if horizontal else "%{y:,.4~g}"))
     fig.update_layout(barmode=barmode)
+    if reference is not None:
+        line = dict(line_dash="dot", line_color="#6B7785", annotation_text=reference_text,
+                    annotation_position="top right")
+        fig.add_vline(x=reference, **line) if horizontal else fig.add_hline(y=reference, **line)
     if horizontal:
         fig = _finish(fig, title, y_title, x_title or "", height=height)
         fig.update_xaxes(title_text=y_title, tickformat=y_format, showgrid=True, gridcolor="#EEF1F4")
@@ -77,7 +87,7 @@ def lines(df: pl.DataFrame, x: str, y: str, *, color: str | None = None, colours
           hline: float | None = None, hline_text: str | None = None) -> go.Figure:
     """One line per ``color`` value; ``hline`` draws a labelled reference (e.g. a target or capacity)."""
     fig = go.Figure()
-    for k, g in _series(df.sort(x), color):
+    for k, g in _series(df.sort(x), color, list(colours or {})):
         c = (colours or {}).get(k, theme.PRIMARY) if k is not None else theme.PRIMARY
         fig.add_trace(go.Scatter(x=g[x].to_list(), y=g[y].to_list(), name=(names or {}).get(k, k) if k else y_title,
                                  mode="lines+markers" if markers else "lines", line=dict(color=c, width=2),
@@ -139,7 +149,7 @@ def scatter(df: pl.DataFrame, x: str, y: str, *, color: str | None = None, colou
             x_format: str | None = None, y_format: str | None = None) -> go.Figure:
     """Points per row (e.g. usage share vs entitlement share per team); ``diagonal`` draws y = x."""
     fig = go.Figure()
-    for k, g in _series(df, color):
+    for k, g in _series(df, color, list(colours or {})):
         c = (colours or {}).get(k, theme.PRIMARY) if k is not None else theme.PRIMARY
         sz = None
         if size:

@@ -255,3 +255,179 @@ def whatif(version: str, t0: dt.datetime, t1: dt.datetime, cluster: str | None, 
         return mod.run_whatif(inp, sc, replications, seed, ("team", "size_class"))
     except ValueError as exc:   # e.g. a pool with no node to copy the shape of
         return str(exc)
+
+
+# ---------------------------------------------------------------- efficiency (models/efficiency.py, issue 3)
+
+_EFF_SUMS = ["jobs", "jobs_without_telemetry", "alloc_gpu_h", "telemetry_gpu_h", "active_gpu_h", "idle_alloc_gpu_h",
+             "energy_kwh"]
+_EFF_FILTERS = {"clusters": "cluster", "pools": "gpu_type", "partitions": "partition", "teams": "team"}
+
+
+def _eff_recompute(df: pl.DataFrame) -> pl.DataFrame:
+    tel, alloc = pl.col("telemetry_gpu_h"), pl.col("alloc_gpu_h")
+    return df.with_columns(
+        pl.when(tel > 0).then(100 * pl.col("active_gpu_h") / tel).alias("mean_pct"),
+        pl.when(alloc > 0).then(100 * tel / alloc).alias("coverage_pct"),
+        pl.when(tel > 0).then(100 * pl.col("idle_alloc_gpu_h") / tel).alias("idle_alloc_pct"))
+
+
+@st.cache_data(**CACHE)
+def efficiency(version: str, f: Filters, group: str | None = None, bucket: str | None = None) -> pl.DataFrame | None:
+    """Efficiency per ``group`` (team, user, gpu_type, partition...) and bucket, for the filters (GPU-hours, %).
+
+    Groups the model splits further only to apply a filter are summed back (GPU-hours) and the percentages
+    recomputed from the sums; the p95 cannot be summed and is kept only when no such split happened."""
+    mod = _model("efficiency", "by_group")
+    if mod is None:
+        return None
+    extra = [col for name, col in _EFF_FILTERS.items() if f.dimensions()[name] and col != group]
+    by = ([group] if group else []) + extra
+    df = mod.by_group(_cursor(), f.t0, f.t1, by=by, bucket=bucket)
+    if df.height == 0:
+        return df
+    df = f.apply(df.with_columns(pl.col("team").fill_null(UNMAPPED)) if "team" in df.columns else df)
+    if not extra:
+        return df
+    keys = (["bucket"] if bucket else []) + ([group] if group else [])
+    aggs = [pl.col(c).sum() for c in _EFF_SUMS] + [pl.col("metric").drop_nulls().unique().sort().str.join(", ")]
+    out = df.group_by(keys).agg(aggs) if keys else df.select(aggs)
+    return _eff_recompute(out).sort(keys) if keys else _eff_recompute(out)
+
+
+@st.cache_data(**CACHE)
+def efficiency_jobs(version: str, f: Filters, n: int = 25) -> pl.DataFrame | None:
+    """The worst offenders: jobs with the most idle-allocated GPU-hours in the window, for the filters."""
+    mod = _model("efficiency", "per_job")
+    if mod is None:
+        return None
+    filtered = any(f.dimensions().values())
+    df = mod.per_job(_cursor(), f.t0, f.t1, order="idle", limit=None if filtered else n)
+    df = f.apply(df.with_columns(pl.col("team").fill_null(UNMAPPED)))
+    return df.filter(pl.col("idle_alloc_gpu_h") > 0).head(n)
+
+
+@st.cache_data(**CACHE)
+def efficiency_methods(version: str, f: Filters) -> pl.DataFrame | None:
+    """Share of telemetry GPU-hours attributed exactly (exporter label, GPU index) or by node share (window)."""
+    mod = _model("efficiency", "method_shares")
+    return None if mod is None else mod.method_shares(_cursor(), f.t0, f.t1)
+
+
+# ---------------------------------------------------------------- fragmentation (models/fragmentation*.py, issue 5)
+
+@st.cache_data(**CACHE)
+def fragmentation(version: str, f: Filters, bucket: str) -> pl.DataFrame | None:
+    """Fragmentation per bucket and pool for the filters: node-state means summed over the cells kept
+    (nodes, free and stranded GPUs add up over cells sampled at the same times), FGD rate recomputed.
+
+    Partitions are split only when filtered on (a node in several partitions would count in each)."""
+    mod = _model("fragmentation", "report")
+    if mod is None:
+        return None
+    by = ("gpu_type", "partition") if f.partitions else ("gpu_type",)
+    df = mod.report(_cursor(), f.t0, f.t1, bucket, by=by)
+    if df.height == 0:
+        return df
+    df = f.apply(df, skip=("teams",))
+    add = [c for c in df.columns if c.startswith(("nodes_free_", "stranded_"))] + [
+        "nodes_up", "free_gpus", "whole_free_nodes", "fgd_frag_gpus", "largest_gang_gpus"]
+    return (df.with_columns(pl.col(c) * pl.col("samples") for c in add if c in df.columns)
+            .group_by("bucket", "gpu_type")
+            .agg(pl.col("samples").max(), *[pl.col(c).sum() for c in add if c in df.columns],
+                 pl.col("largest_single_node").max(), pl.col("workload_jobs").sum())
+            .with_columns(pl.col(c) / pl.col("samples") for c in add if c in df.columns)
+            .with_columns(pl.when(pl.col("free_gpus") > 0).then(pl.col("fgd_frag_gpus") / pl.col("free_gpus"))
+                          .alias("fgd_rate"))
+            .sort("bucket", "gpu_type"))
+
+
+def fgd_rate(df: pl.DataFrame | None) -> float | None:
+    """FGD rate over a :func:`fragmentation` frame: fragmented over free GPUs, both summed over every sample."""
+    if df is None or df.height == 0:
+        return None
+    w = df["samples"]
+    free = (df["free_gpus"] * w).sum()
+    return (df["fgd_frag_gpus"].fill_null(0) * w).sum() / free if free else None
+
+
+BLOCKED_SUMS = ["jobs", "wait_h", "wait_gpu_h", "placeable_gpu_h", "fragmentation_gpu_h", "capacity_gpu_h",
+                "unknown_gpu_h", "fragmentation_h"]
+
+
+@st.cache_data(**CACHE)
+def blocked(version: str, f: Filters) -> pl.DataFrame | None:
+    """Queue wait GPU-hours of the jobs the filters keep, per team and size class, split into placeable /
+    fragmentation / capacity / unknown (one model run per filter set; pages sum the groups they show)."""
+    mod = _model("fragmentation_blocked", "blocked")
+    if mod is None:
+        return None
+    by = ["team", "size_class"]
+    extra = [col for name, col in _EFF_FILTERS.items() if f.dimensions()[name] and col not in by]
+    df = mod.blocked(_cursor(), f.t0, f.t1, by=by + extra)
+    if df.height == 0:
+        return pl.DataFrame(schema={"team": pl.String, "size_class": pl.String,
+                                    **{c: pl.Float64 for c in BLOCKED_SUMS}})
+    df = f.apply(df.filter(pl.all_horizontal(pl.col(c) != "(all)" for c in by + extra)))
+    return df.group_by(by).agg([pl.col(c).sum() for c in BLOCKED_SUMS])
+
+
+def blocked_by(df: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
+    """Sum :func:`blocked` rows over ``keys`` (none: one total row) and add the share fragmentation explains."""
+    out = df.group_by(keys).agg([pl.col(c).sum() for c in BLOCKED_SUMS]) if keys else df.select(
+        [pl.col(c).sum() for c in BLOCKED_SUMS])
+    return out.with_columns(pl.when(pl.col("wait_gpu_h") > 0)
+                            .then(pl.col("fragmentation_gpu_h") / pl.col("wait_gpu_h")).alias("fragmentation_share"))
+
+
+# ---------------------------------------------------------------- fairness and queues (models/fairness.py, queue.py, issue 6)
+
+@st.cache_data(**CACHE)
+def fairness(version: str, f: Filters) -> dict[str, pl.DataFrame] | str | None:
+    """fairness.report over the window (clipped to the data horizon): per team and pool, and per pool."""
+    mod = _model("fairness", "report")
+    tl = _model("timeline", "horizon")
+    if mod is None or tl is None:
+        return None
+    cur = _cursor()
+    end = min(f.t1, tl.horizon(cur) or f.t1)
+    if end <= f.t0:
+        return {"teams": pl.DataFrame(), "pools": pl.DataFrame()}
+    try:
+        rep = mod.report(cur, [("window", f.t0, end)])
+    except Exception as exc:   # cost.CostError: no governance loaded (entitlements are what fairness is about)
+        if type(exc).__name__ == "CostError":
+            return str(exc)
+        raise
+    teams = f.apply(rep["teams"], skip=("pools", "partitions"))
+    pools = f.apply(rep["pools"], skip=("pools", "partitions", "teams"))
+    return {"teams": teams, "pools": pools}
+
+
+@st.cache_data(**CACHE)
+def waits(version: str, f: Filters, by: tuple[str, ...] = ("team", "size_class")) -> pl.DataFrame | None:
+    """Queue wait percentiles (hours) of jobs that started in the window, per ``by`` plus the filtered dims
+    (percentiles cannot be merged: a filter with several values keeps its column)."""
+    mod = _model("queue", "waits")
+    if mod is None:
+        return None
+    dims = {"clusters": "cluster", "pools": "pool", "partitions": "partition", "teams": "team"}
+    extra = tuple(col for name, col in dims.items() if f.dimensions()[name] and col not in by)
+    df = mod.waits(_cursor(), f.t0, f.t1, by=by + extra)
+    return f.apply(df) if df.height else df
+
+
+@st.cache_data(**CACHE)
+def starvation(version: str, f: Filters, threshold_hours: float) -> tuple[pl.DataFrame, pl.DataFrame] | None:
+    """(per team: starved and pending-too-long counts, oldest pending age; the jobs pending longer than the
+    threshold at the end of the window), for the team, pool and cluster filters."""
+    mod = _model("queue", "starvation", "pending_at")
+    tl = _model("timeline", "horizon")
+    if mod is None or tl is None:
+        return None
+    cur = _cursor()
+    end = min(f.t1, tl.horizon(cur) or f.t1)
+    per_team = f.apply(mod.starvation(cur, f.t0, end, threshold_hours), skip=("pools", "partitions"))
+    pending = mod.pending_at(cur, end)
+    pending = f.apply(pending, skip=("partitions",)).filter(pl.col("pending_h") > threshold_hours)
+    return per_team, pending

@@ -1,8 +1,120 @@
-"""Efficiency: how busy allocated GPUs really were."""
+"""Efficiency: how busy allocated GPUs really were (telemetry), by team and user, and the worst offenders."""
 from __future__ import annotations
 
-from dashboards import ui
+import polars as pl
+import streamlit as st
+
+from dashboards import charts, model_reads as mr, theme, ui
 
 ctx = ui.context()
+f = ctx.filters
 ui.header("Efficiency", "Were allocated GPUs actually busy, and who leaves them idle?", ctx)
-ui.not_landed("GPU efficiency", "models.efficiency", 3)
+
+if not mr.landed("efficiency", "by_group", "per_job", "method_shares"):
+    ui.not_landed("GPU efficiency", "models.efficiency", 3)
+    st.stop()
+
+total = mr.efficiency(ctx.version, f)
+if total is None or total.height == 0 or not total["alloc_gpu_h"].sum():
+    ui.no_data("GPU jobs", "Widen the dates or clear a filter.")
+    st.stop()
+t = total.row(0, named=True)
+before = mr.efficiency(ctx.version, f.previous())
+b = before.row(0, named=True) if before is not None and before.height else {}
+metric_used = t.get("metric") or "no telemetry"
+
+if not t["telemetry_gpu_h"]:
+    st.warning("No GPU telemetry covers these jobs, so how busy their GPUs were is unknown (not 0 %). Ingest DCGM "
+               "or nvidia-smi telemetry (`gpuledger ingest prometheus|dcgm|nvidia-smi`).", icon=":material/sensors_off:")
+k = st.columns(5)
+ui.kpi(k[0], "GPU efficiency", f"{t['mean_pct']:.1f} %" if t["mean_pct"] is not None else None,
+       None if b.get("mean_pct") is None or t["mean_pct"] is None
+       else f"{t['mean_pct'] - b['mean_pct']:+.1f} pp vs previous period",
+       help=f"Mean activity over the GPU-hours telemetry covers, weighted by GPU-hours. Metric: {metric_used}.",
+       missing="no telemetry for these jobs")
+ui.kpi(k[1], "Active GPU-hours", f"{t['active_gpu_h']:,.0f}" if t["telemetry_gpu_h"] else None,
+       help="Sum over telemetry-covered GPU-hours of the activity fraction.", missing="no telemetry")
+ui.kpi(k[2], "Idle-allocated GPU-hours", f"{t['idle_alloc_gpu_h']:,.0f}" if t["telemetry_gpu_h"] else None,
+       ui.rel_delta(t["idle_alloc_gpu_h"], b.get("idle_alloc_gpu_h")), delta_color="inverse",
+       help="Allocated GPU-hours in stretches of 5 minutes or more at zero activity.", missing="no telemetry")
+ui.kpi(k[3], "Telemetry coverage", f"{t['coverage_pct']:.1f} %" if t["coverage_pct"] is not None else None,
+       help="Share of allocated GPU-hours with telemetry readings attributed to the job.")
+ui.kpi(k[4], "Jobs without telemetry", f"{int(t['jobs_without_telemetry']):,} of {int(t['jobs']):,}",
+       help="Counted and shown as 'no telemetry', never as 0 % busy.")
+st.caption(f"Activity metric: **{metric_used}** — DCGM SM_ACTIVE (share of time a streaming multiprocessor had "
+           "a warp resident) where the exporter has it, else GR_ENGINE_ACTIVE, else GPU_UTIL (time any kernel "
+           "ran, which reads 100 % for one tiny kernel). The metric chosen per job is named in every table.")
+
+SPLIT = {"active_gpu_h": "Active", "busy_gpu_h": "Allocated, partly busy", "idle_alloc_gpu_h": "Idle-allocated (≥ 5 min at 0 %)",
+         "untracked_gpu_h": "No telemetry"}
+SPLIT_COLOURS = {"Active": theme.STATE_COLOURS["active"], "Allocated, partly busy": "#A8D5A2",
+                 "Idle-allocated (≥ 5 min at 0 %)": theme.STATE_COLOURS["allocated_idle"],
+                 "No telemetry": theme.STATE_COLOURS["no_telemetry"]}
+
+
+def _split(df: pl.DataFrame, key: str) -> pl.DataFrame:
+    """Allocated GPU-hours of each group split so the bar's length is its allocation."""
+    d = df.with_columns(
+        (pl.col("telemetry_gpu_h") - pl.col("active_gpu_h") - pl.col("idle_alloc_gpu_h")).clip(0).alias("busy_gpu_h"),
+        (pl.col("alloc_gpu_h") - pl.col("telemetry_gpu_h")).clip(0).alias("untracked_gpu_h"))
+    return (d.select(key, *SPLIT).unpivot(index=key, variable_name="part", value_name="gpu_h")
+            .with_columns(pl.col("part").replace_strict(SPLIT)))
+
+
+left, right = st.columns(2)
+teams = mr.efficiency(ctx.version, f, "team")
+with left:
+    order = teams.sort("alloc_gpu_h", descending=True)["team"].to_list()
+    st.plotly_chart(charts.bars(_split(teams, "team").sort(pl.col("team").replace_strict(
+        {n: i for i, n in enumerate(order)}, return_dtype=pl.Int64)), "team", "gpu_h", color="part",
+        colours=SPLIT_COLOURS, horizontal=True, y_title="Allocated GPU-hours", x_title="Team",
+        title="Allocated vs active GPU-hours by team", height=max(300, 110 + 34 * len(order))), key="eff_teams")
+users = mr.efficiency(ctx.version, f, "user")
+with right:
+    top = users.sort("alloc_gpu_h", descending=True).head(15)
+    order_u = top["user"].to_list()
+    st.plotly_chart(charts.bars(_split(top, "user").sort(pl.col("user").replace_strict(
+        {n: i for i, n in enumerate(order_u)}, return_dtype=pl.Int64)), "user", "gpu_h", color="part",
+        colours=SPLIT_COLOURS, horizontal=True, y_title="Allocated GPU-hours", x_title="User",
+        title="The 15 users with the most allocated GPU-hours", height=max(300, 110 + 34 * len(order_u))),
+        key="eff_users")
+
+over_time = mr.efficiency(ctx.version, f, "gpu_type", mr.auto_bucket(f))
+if over_time is not None and over_time.height:
+    st.plotly_chart(charts.lines(over_time.filter(pl.col("mean_pct").is_not_null()), "bucket", "mean_pct",
+                                 color="gpu_type", colours=ctx.pool_colours, y_title="GPU efficiency (%)",
+                                 title=f"GPU efficiency by pool per {mr.auto_bucket(f)}", markers=True, height=320),
+                    key="eff_time")
+
+st.subheader("Worst offenders")
+worst = mr.efficiency_jobs(ctx.version, f, 25)
+if worst is None or worst.height == 0:
+    st.success("No job left its GPUs idle for 5 minutes or more in the window.", icon=":material/check_circle:")
+else:
+    ui.table(worst, key="eff_worst", file_stem="efficiency_worst_offenders", ctx=ctx,
+             columns={"job_id": "Job", "user": "User", "team": "Team", "partition": "Partition",
+                      "gpu_type": "Pool (GPU type)", "ngpus": "GPUs", "start": "Started (UTC)",
+                      "idle_alloc_gpu_h": "Idle-allocated (GPU-hours)", "alloc_gpu_h": "Allocated (GPU-hours)",
+                      "mean_pct": "Mean activity (%)", "p95_pct": "p95 activity (%)", "metric": "Metric",
+                      "method": "Attribution"},
+             formats={"idle_alloc_gpu_h": "%.2f", "alloc_gpu_h": "%.2f", "mean_pct": "%.1f", "p95_pct": "%.1f",
+                      "ngpus": "%g"},
+             caption="Jobs with the most GPU-hours in stretches of 5 minutes or more at zero activity.")
+
+st.subheader("By team")
+ui.table(teams.sort("alloc_gpu_h", descending=True), key="eff_team_table", file_stem="efficiency_by_team", ctx=ctx,
+         columns={"team": "Team", "metric": "Metric", "jobs": "Jobs", "jobs_without_telemetry": "Jobs without telemetry",
+                  "alloc_gpu_h": "Allocated (GPU-hours)", "telemetry_gpu_h": "With telemetry (GPU-hours)",
+                  "active_gpu_h": "Active (GPU-hours)", "idle_alloc_gpu_h": "Idle-allocated (GPU-hours)",
+                  "mean_pct": "GPU efficiency (%)", "p95_pct": "p95 activity (%)", "coverage_pct": "Coverage (%)",
+                  "energy_kwh": "Energy (kWh)"},
+         formats={c: "%.1f" for c in ("alloc_gpu_h", "telemetry_gpu_h", "active_gpu_h", "idle_alloc_gpu_h", "mean_pct",
+                                      "p95_pct", "coverage_pct", "energy_kwh")})
+methods = mr.efficiency_methods(ctx.version, f)
+if methods is not None and methods.height:
+    with st.expander("How telemetry was attributed to jobs"):
+        ui.table(methods, key="eff_methods", file_stem="efficiency_attribution", ctx=ctx,
+                 columns={"method": "Method", "gpu_h": "Telemetry GPU-hours", "pct": "Share (%)"},
+                 formats={"gpu_h": "%.1f", "pct": "%.1f"},
+                 caption="Exact: the exporter named the job, or the job's GPU indices are known. Node share: "
+                         "readings of a node shared among its jobs in proportion to their GPUs.")
