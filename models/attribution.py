@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import duckdb
 
+from models.timeline_mart import RUNNING_STATES
+
 #: activity below this (0.5 %) counts as zero: it prints as 0 %.
 IDLE_EPSILON = 0.005
 METHODS = ("exporter-label", "gpu-index", "node-share")
@@ -31,17 +33,26 @@ ACTIVITY = (("sm", "sm_active"), ("gr", "gr_engine_active"), ("gu", "gpu_util"))
 
 
 def horizon_sql() -> str:
-    """Per cluster, the latest time accounting knows about (running jobs are counted up to it)."""
-    return """SELECT cluster, max(list_max([submit, start, "end"])) AS horizon FROM jobs GROUP BY cluster"""
+    """Per cluster, the data horizon: the latest submit/start/end seen, or the end of the last live sacct window
+    if later (the same rule as the occupancy timeline, models/timeline_mart.py)."""
+    return """SELECT j.cluster, greatest(j.hz, w.wm) AS horizon
+              FROM (SELECT cluster, greatest(max(submit), max(start), max("end")) AS hz FROM jobs GROUP BY cluster) j
+              LEFT JOIN (SELECT cluster, max(value) AS wm FROM watermarks WHERE source LIKE 'sacct%'
+                         GROUP BY cluster) w USING (cluster)"""
+
+
+def end_sql(j: str = "j", h: str = "h") -> str:
+    """A job's end as the timeline counts it: its end; else, if it is not running and its elapsed time is known,
+    start + elapsed; else (running) the horizon; never past the horizon."""
+    return f"""least(coalesce({j}."end", CASE WHEN {j}.state NOT IN {tuple(RUNNING_STATES)} AND {j}.elapsed_s IS NOT NULL
+                                  THEN {j}.start + to_seconds({j}.elapsed_s) END, {h}.horizon), {h}.horizon)"""
 
 
 def job_windows(con: duckdb.DuckDBPyConnection, targets: str) -> None:
     """``_jw``: the target jobs' accounted windows ``[ws, we)`` (running jobs end at the horizon)."""
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _jw AS
-        SELECT j.job_uid, j.cluster, j.start AS ws,
-               CASE WHEN j."end" IS NULL THEN h.horizon ELSE least(j."end", coalesce(h.horizon, j."end")) END AS we,
-               j.ngpus
+        SELECT j.job_uid, j.cluster, j.start AS ws, {end_sql()} AS we, j.ngpus
         FROM jobs j JOIN {targets} t USING (job_uid) JOIN ({horizon_sql()}) h USING (cluster)
         WHERE j.start IS NOT NULL AND j.ngpus > 0""")
     con.execute("DELETE FROM _jw WHERE we IS NULL OR we <= ws")
@@ -59,12 +70,11 @@ def _job_node_minutes(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _jn AS
         SELECT j.job_uid, n.nid, jn.gpus_on_node AS g, j.job_id, j.job_id_raw, epoch(j.start) AS ws_s,
-               epoch(CASE WHEN j."end" IS NULL THEN h.horizon ELSE least(j."end", coalesce(h.horizon, j."end")) END)
-                   AS we_s
+               epoch({end_sql()}) AS we_s
         FROM job_nodes jn JOIN jobs j USING (job_uid) JOIN _nodes n ON n.cluster = jn.cluster AND n.node = jn.node
              JOIN ({horizon_sql()}) h ON h.cluster = j.cluster
         WHERE j.start IS NOT NULL AND j.ngpus > 0 AND jn.gpus_on_node > 0
-          AND j.start < n.hi AND coalesce(j."end", h.horizon) > n.lo""")
+          AND j.start < n.hi AND {end_sql()} > n.lo""")
     con.execute("DELETE FROM _jn WHERE we_s IS NULL OR we_s <= ws_s")
     con.execute("""
         CREATE OR REPLACE TEMP TABLE _jnm AS

@@ -52,7 +52,7 @@ def _targets(con: duckdb.DuckDBPyConnection, full: bool) -> int:
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _eff_targets AS
         WITH h AS ({attribution.horizon_sql()}),
-        win AS (SELECT jn.cluster, jn.node, j.start AS lo, coalesce(j."end", h.horizon) AS hi
+        win AS (SELECT jn.cluster, jn.node, j.start AS lo, {attribution.end_sql()} AS hi
                 FROM _eff_dirty d JOIN jobs j USING (job_uid) JOIN job_nodes jn USING (job_uid) JOIN h ON h.cluster = j.cluster
                 UNION ALL
                 SELECT cluster, node, min_ts, max_ts FROM gpu_ingest_ranges WHERE run_id > $last)
@@ -60,7 +60,7 @@ def _targets(con: duckdb.DuckDBPyConnection, full: bool) -> int:
         UNION
         SELECT DISTINCT j.job_uid FROM win JOIN job_nodes jn ON jn.cluster = win.cluster AND jn.node = win.node
             JOIN jobs j ON j.job_uid = jn.job_uid JOIN h ON h.cluster = j.cluster
-        WHERE j.ngpus > 0 AND j.start IS NOT NULL AND j.start < win.hi AND coalesce(j."end", h.horizon) > win.lo""",
+        WHERE j.ngpus > 0 AND j.start IS NOT NULL AND j.start < win.hi AND {attribution.end_sql()} > win.lo""",
                 {"last": last})
     return newest
 

@@ -153,3 +153,17 @@ def test_report_cli(run_cli, db_path, tmp_path):
     assert code == 0 and '"idle_alloc_gpu_h": 0.5' in out
     code, out, err = run_cli("report", "efficiency", "--by", "size_class")
     assert code == 2 and "cannot group efficiency by size_class" in err
+
+
+def test_allocated_gpu_hours_agree_with_the_timeline(con, db_path, tmp_path):
+    """Efficiency's allocated GPU-seconds per job are the occupancy timeline's (so utilization and efficiency
+    reports add up), including a running job counted to the horizon and a two-node job."""
+    from models import refresh, timeline
+    add_jobs(con, tmp_path, [dict(id=40, start=0, end=95, gpus=2, nodes="t1"),
+                             dict(id=41, start=30, end=None, gpus=1, nodes="t2"),
+                             dict(id=42, start=10, end=70, gpus=4, nodes="t[3-4]", nnodes=2)])
+    load_readings(con, readings({("t1", 0): busy(range(95), 30)}))
+    refresh.run(con, db_path, publish=False)
+    ours = dict(con.sql("SELECT job_uid, alloc_gpu_s FROM gpu_efficiency_job").fetchall())
+    theirs = {r["job_uid"]: r["gpu_seconds"] for r in timeline.job_gpu_seconds(con).to_dicts()}
+    assert ours.keys() == theirs.keys() and all(ours[k] == pytest.approx(theirs[k]) for k in ours)
