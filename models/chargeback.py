@@ -610,8 +610,9 @@ def views(st: Statement) -> dict[str, pl.DataFrame]:
     Money columns carry the currency's minor units."""
     m = pl.Decimal(18, st.policy.minor_units)
     money_cols = ["direct_cost", "idle_share", "total", "waste_cost"]
+    label = [pl.when(pl.col("team").is_null()).then(pl.lit("(unmapped)")).otherwise(pl.col("team")).alias("team")]
     charges = st.lines.filter(pl.col("kind") == "charge").drop("period", "kind", "adjusts_period", "job_refs")
-    charges = charges.with_columns([pl.col(c).cast(m) for c in money_cols])
+    charges = charges.with_columns([pl.col(c).cast(m) for c in money_cols] + label)
     agg = [pl.col("jobs").sum(), pl.col("gpu_hours").sum(), pl.col("direct_cost").sum(), pl.col("idle_share").sum(),
            pl.col("total").sum(), pl.col("waste_gpu_hours").sum(), pl.col("waste_cost").sum(),
            pl.col("telemetry_gpu_hours").sum()]
@@ -630,7 +631,7 @@ def views(st: Statement) -> dict[str, pl.DataFrame]:
         "by gpu type": by(["cluster", "gpu_type"]),
         "reconciliation": st.recon.drop("period").with_columns([pl.col(c).cast(m) for c in recon_money]),
         "adjustments": st.lines.filter(pl.col("kind") == "adjustment").drop("period", "kind")
-                         .with_columns([pl.col(c).cast(m) for c in money_cols]),
+                         .with_columns([pl.col(c).cast(m) for c in money_cols] + label),
         "by rate": st.rates.drop("period"),
         "rate card": rate_card_frame(st.policy),
         "jobs": st.jobs.drop("period"),

@@ -223,7 +223,8 @@ def _window_teams(con, policy, label, start, end, hl) -> pl.DataFrame:
     whole = _outer([f.group_by("cluster", "team").agg(pl.exclude("pool").sum()).with_columns(pool=pl.lit(ALL_POOLS))
                     for f in (use, ent, pend, dec)], keys)
     whole = _fairshare_shares(whole, policy)
-    out = pl.concat([per_pool.with_columns(shares_from=pl.lit("entitlements")), whole], how="diagonal_relaxed")
+    out = pl.concat([per_pool.with_columns(shares_from=pl.lit("entitlements"), raw_share=pl.col("entitled_gpu_h")),
+                     whole], how="diagonal_relaxed")
     out = _derive(out).with_columns(window=pl.lit(label), window_start=pl.lit(start, pl.Datetime("us")),
                                     window_end=pl.lit(end, pl.Datetime("us")))
     return out.select(list(_TEAM_SCHEMA)).cast(_TEAM_SCHEMA).sort("window", "cluster", "pool", "team")
@@ -251,21 +252,24 @@ def _fairshare_shares(whole: pl.DataFrame, policy: cost.Policy) -> pl.DataFrame:
                                  "raw_usage": pl.Float64})
     shares = association_tree(nodes).select(pl.col("node").alias("team"), pl.col("classic_shares").alias("fs_share"))
     return (whole.join(shares, on="team", how="left")
-            .with_columns(entitled_gpu_h=pl.col("fs_share").fill_null(0.0), shares_from=pl.lit("fairshare"))
+            .with_columns(raw_share=pl.col("fs_share").fill_null(0.0), shares_from=pl.lit("fairshare"))
             .drop("fs_share"))
 
 
 def _derive(df: pl.DataFrame) -> pl.DataFrame:
     g = ["cluster", "pool"]
     tot = lambda c: pl.col(c).sum().over(g)
-    equal = tot("entitled_gpu_h") == 0
-    share = (pl.when(equal).then(1.0 / pl.len().over(g)).otherwise(pl.col("entitled_gpu_h") / tot("entitled_gpu_h")))
+    if "raw_share" not in df.columns:
+        df = df.with_columns(raw_share=pl.lit(None, pl.Float64))
+    df = df.with_columns(raw_share=pl.coalesce("raw_share", "entitled_gpu_h"))
+    equal = tot("raw_share") == 0
+    share = pl.when(equal).then(1.0 / pl.len().over(g)).otherwise(pl.col("raw_share") / tot("raw_share"))
     df = df.with_columns(
         shares_from=pl.when(equal).then(pl.lit("equal (no entitlements)")).otherwise(pl.col("shares_from")),
         usage_share=pl.col("usage_gpu_h") / tot("usage_gpu_h"), entitlement_share=share,
         norm_decayed_usage=pl.col("decayed_gpu_h") / tot("decayed_gpu_h"),
         demand_gpu_h=pl.col("usage_gpu_h") + pl.col("pending_gpu_h"))
-    ent_h = pl.when(pl.col("shares_from") == "entitlements").then(pl.col("entitled_gpu_h"))
+    ent_h = pl.col("entitled_gpu_h")
     gap_h = pl.max_horizontal(pl.min_horizontal("demand_gpu_h", ent_h) - pl.col("usage_gpu_h"), pl.lit(0.0))
     return df.with_columns(
         share_ratio=pl.when(pl.col("entitlement_share") > 0).then(pl.col("usage_share") / pl.col("entitlement_share")),
