@@ -164,20 +164,23 @@ def run_theirs(y: np.ndarray, m: int, h: int, origins: list[int]) -> list[dict]:
 
 # ----------------------------------------------------------------------------- report
 
-def evaluate(series: dict, quick: bool) -> pl.DataFrame:
+def evaluate(series: dict, folds_max: int | None, raw: str | None = None) -> pl.DataFrame:
+    """Every method on every fold; with ``raw`` the rows so far are rewritten to that CSV after each cell."""
     rows = []
     for name, (freq, y) in series.items():
         m = F.SEASON[freq]
         for h in HORIZONS[freq]:
             origins = folds(len(y), m, h)
-            if quick:
-                origins = origins[-3:]
+            if folds_max:
+                origins = origins[-folds_max:]
             if len(origins) < 2:
                 print(f"  {name} h={h}: {len(y)} periods leave fewer than 2 folds; skipped", file=sys.stderr)
                 continue
             t0 = time.perf_counter()
             got = run_ours(y, m, h, origins) + run_theirs(y, m, h, origins)
             rows += [{"series": name, "freq": freq, "n": len(y), "h": h, "folds": len(origins), **r} for r in got]
+            if raw:
+                pl.DataFrame(rows).write_csv(raw)
             print(f"  {name} h={h}: {len(origins)} folds in {time.perf_counter() - t0:.1f} s", file=sys.stderr)
     return pl.DataFrame(rows)
 
@@ -207,17 +210,26 @@ def markdown(df: pl.DataFrame) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="3 folds per cell (a smoke run)")
+    ap.add_argument("--folds", type=int, help="at most this many (the most recent) folds per cell")
     ap.add_argument("--demo-db", help="also score the demo warehouse's per-pool daily demand")
     ap.add_argument("--series", help="comma list: only these series")
     ap.add_argument("--markdown", help="write the tables as Markdown to this file")
+    ap.add_argument("--raw", help="write every fold's scores to this CSV as the run goes")
+    ap.add_argument("--from-raw", help="only print the tables of a --raw CSV written before")
     args = ap.parse_args(argv)
+    if args.from_raw:
+        return report(pl.concat([pl.read_csv(f) for f in args.from_raw.split(",")], how="diagonal_relaxed"),
+                      args.markdown, 0.0)
     series = all_series(args.demo_db)
     if args.series:
         series = {k: v for k, v in series.items() if k in args.series.split(",")}
     for k, (freq, y) in series.items():
         print(f"{k}: {len(y)} {freq} periods, mean {y.mean():.1f}", file=sys.stderr)
     t0 = time.perf_counter()
-    res = evaluate(series, args.quick)
+    return report(evaluate(series, 3 if args.quick else args.folds, args.raw), args.markdown, t0)
+
+
+def report(res: pl.DataFrame, md: str | None, t0: float) -> int:
     wide, overall, chosen = tables(res)
     with pl.Config(tbl_rows=200, tbl_cols=20, float_precision=3, tbl_width_chars=200):
         print("\nMASE per series and horizon (mean over folds; lower is better)")
@@ -226,9 +238,10 @@ def main(argv=None) -> int:
         print(overall)
         print("\nModel our backtest chose, over all folds")
         print(chosen)
-    print(f"\ntotal {time.perf_counter() - t0:.0f} s")
-    if args.markdown:
-        Path(args.markdown).write_text("\n\n".join([markdown(wide), markdown(overall), markdown(chosen)]) + "\n")
+    if t0:
+        print(f"\ntotal {time.perf_counter() - t0:.0f} s")
+    if md:
+        Path(md).write_text("\n\n".join([markdown(wide), markdown(overall), markdown(chosen)]) + "\n")
     return 0
 
 

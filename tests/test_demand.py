@@ -18,10 +18,14 @@ import timeline_fixtures as tf
 from models import demand
 
 
-@pytest.fixture
-def hand(con):
-    tf.load_hand_cluster(con)
-    return con
+@pytest.fixture(scope="module")
+def hand(tmp_path_factory):
+    """One hand cluster for the module (the tests only read it)."""
+    from ingest import warehouse
+    c = warehouse.connect(tmp_path_factory.mktemp("demand") / "warehouse.duckdb")
+    tf.load_hand_cluster(c)
+    yield c
+    c.close()
 
 
 def _rows(df: pl.DataFrame, *cols) -> list[tuple]:

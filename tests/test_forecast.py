@@ -240,11 +240,11 @@ def test_selection_picks_the_lowest_backtest_mase():
 
 
 def test_intervals_cover_close_to_nominal_on_simulated_demand():
-    """Out-of-sample coverage of the calibrated intervals on series from the model class, 20 series x 7 days."""
+    """Out-of-sample coverage of the calibrated intervals on series from the model class, 12 series x 7 days."""
     rng = np.random.default_rng(21)
     hits80, hits95 = [], []
-    for _ in range(20):
-        n = 220
+    for _ in range(12):
+        n = 150
         level, season = 100.0, 10 * np.sin(2 * np.pi * np.arange(7) / 7)
         y = []
         for t in range(n):
