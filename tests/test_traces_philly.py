@@ -1,0 +1,50 @@
+"""philly: node occupancy series, VC sizes, machine list, and the full job log (attempts as instances)."""
+import datetime as dt
+
+import pytest
+
+from conftest import FIXTURES, shared_path
+from ingest import traces
+from ingest.errors import InputError
+
+T = FIXTURES / "traces" / "philly"
+
+
+def test_job_log_attempts_become_requeued_instances(con):
+    out = traces.ingest(con, "philly", T)
+    log = next(s for s in out if s["input"].endswith("cluster_job_log.json"))
+    assert (log["read"], log["loaded"], log["rejected"]) == (5, 4, 1)
+    assert con.sql("SELECT field, reason FROM rejects").fetchall() == [("status", "job 5: unknown status 'Sideways'")]
+    rows = con.sql("""SELECT state, submit, start, "end", ngpus, nodelist, account FROM jobs
+                      WHERE job_id = 'application_1506638472019_14199' ORDER BY submit""").fetchall()
+    pdt = lambda s: dt.datetime.fromisoformat(s) + dt.timedelta(hours=7)  # noqa: E731  (October: PDT = UTC-7)
+    assert rows == [("REQUEUED", pdt("2017-10-07 01:11:39"), pdt("2017-10-07 01:12:09"), pdt("2017-10-07 01:13:23"),
+                     8.0, "m47", "ee9e8c"),
+                    ("COMPLETED", pdt("2017-10-07 01:13:23"), pdt("2017-10-07 01:13:30"), pdt("2017-10-09 06:53:12"),
+                     8.0, "m412", "ee9e8c")]
+    never = con.sql("SELECT state, start, ngpus FROM jobs WHERE job_id LIKE '%_20000'").fetchall()
+    assert never == [("CANCELLED", None, 0.0)]
+    two = con.sql("SELECT state, nnodes, ngpus, nodelist FROM jobs WHERE job_id LIKE '%_20001'").fetchall()
+    assert two == [("FAILED", 2, 4.0, "m[10-11]")]
+    assert con.sql("SELECT state, \"end\" FROM jobs WHERE job_id LIKE '%_20002'").fetchall() == [("RUNNING", None)]
+    nodes = con.sql("SELECT node, gpus, gpu_type FROM nodes ORDER BY node").fetchall()
+    assert nodes[0] == ("m10", 2, "gpu-12gb") and len(nodes) == 4
+
+
+def test_runtime_only_file_is_refused(con, tmp_path):
+    f = tmp_path / "philly_runtime_from_alibaba.csv"
+    f.write_text("runtime\n1.0\n")
+    with pytest.raises(InputError, match="runtimes only"):
+        traces.ingest(con, "philly", f)
+
+
+def test_real_series_and_vcs(con):
+    d = shared_path("traces", "philly")
+    out = traces.ingest(con, "philly", d)
+    assert all(s["rejected"] == 0 for s in out)
+    n, lo, hi, top = con.sql("SELECT count(*), min(ts), max(ts), max(total_nodes) FROM trace_node_occupancy").fetchall()[0]
+    assert n == 105644 and top == 552
+    # README: "Jobs submitted between 2017-08-07 - 2017-12-22": the series lies inside that period
+    assert dt.datetime(2017, 8, 7) <= lo and hi <= dt.datetime(2017, 12, 23)
+    vcs = con.sql("SELECT count(*), sum(nodes) FROM trace_virtual_clusters").fetchall()[0]
+    assert vcs == (11, 352)
