@@ -275,16 +275,21 @@ def load_allocations(con, start: dt.datetime, end: dt.datetime, policy: Policy) 
     alloc = job_allocations(con, start, end, cuts)
     cap = capacity(con, windows(start, end, cuts))
     con.register("_al_in", alloc.to_arrow())
-    con.execute("""
-        CREATE OR REPLACE TEMP TABLE _alloc_raw AS
-        SELECT a.w0, a.w1, a.job_uid, a.cluster, coalesce(a.gpu_type, j.gpu_type, $u) AS gpu_type, a.gpu_s
-        FROM _al_in a JOIN jobs j USING (job_uid)""", {"u": UNTYPED})
-    con.unregister("_al_in")
+    con.register("_bw", billing_weights_frame(policy).to_arrow())
+    try:
+        # one pass over jobs: everything later steps need about each job
+        con.execute(f"""
+            CREATE OR REPLACE TEMP TABLE _alloc_raw AS
+            SELECT a.w0, a.w1, a.job_uid, a.cluster, coalesce(a.gpu_type, jb.gpu_type, $u) AS gpu_type, a.gpu_s,
+                   jb.team, jb.account, jb."user", jb.partition, jb.job_id, jb.ngpus AS job_gpus, jb.start,
+                   jb."end", ({billing_sql(policy)}) AS billing
+            FROM _al_in a JOIN jobs jb USING (job_uid)""", {"u": UNTYPED})
+    finally:
+        con.unregister("_al_in")
     pools = {tuple(r) for r in con.sql("SELECT DISTINCT cluster, gpu_type FROM _alloc_raw").fetchall()}
     pools |= {(c, g) for c, g in cap.select("cluster", "gpu_type").unique().iter_rows()}
     rates = rate_intervals(policy, sorted(pools, key=str), start, end)
     con.register("_rates", rates.to_arrow())
-    con.register("_bw", billing_weights_frame(policy).to_arrow())
     con.register("_cap_in", cap.to_arrow())
     try:
         con.execute("CREATE OR REPLACE TEMP TABLE _rate_iv AS SELECT * FROM _rates")
@@ -293,14 +298,12 @@ def load_allocations(con, start: dt.datetime, end: dt.datetime, policy: Policy) 
             SELECT c.cluster, c.gpu_type, c.w0 AS t0, c.w1 AS t1, r.base_rate, c.gpu_s::DECIMAL(38, 6) AS gpu_s
             FROM _cap_in c LEFT JOIN _rate_iv r ON r.cluster = c.cluster AND r.gpu_type = c.gpu_type
              AND r.pkey IS NULL AND r.t0 <= c.w0 AND r.t1 >= c.w1""")
-        con.execute(f"""
+        con.execute("""
             CREATE OR REPLACE TEMP TABLE _alloc AS
             WITH j AS (
-              SELECT a.*, jb.team, jb.account, jb."user", jb.partition, jb.job_id, jb.ngpus AS job_gpus,
-                     jb.start, jb."end", ({billing_sql(policy)}) AS billing, p.pkey
-              FROM _alloc_raw a JOIN jobs jb USING (job_uid)
+              SELECT a.*, p.pkey FROM _alloc_raw a
               LEFT JOIN (SELECT DISTINCT cluster, gpu_type, pkey FROM _rate_iv WHERE pkey IS NOT NULL) p
-                ON p.cluster = a.cluster AND p.gpu_type = a.gpu_type AND p.pkey = jb.partition)
+                ON p.cluster = a.cluster AND p.gpu_type = a.gpu_type AND p.pkey = a.partition)
             SELECT j.* EXCLUDE (gpu_s), j.gpu_s::DECIMAL(38, 6) AS gpu_s,
                    (j.billing / nullif(j.job_gpus, 0) * j.gpu_s)::DECIMAL(38, 6) AS billing_s,
                    r.rate, r.base_rate, r.rate_from, r.t0 AS rate_t0, r.t1 AS rate_t1
