@@ -146,13 +146,14 @@ def decayed_usage(con, at: dt.datetime, half_life_days: float, basis: str = "gpu
     integral = "({w} * $h / ln(2) * (pow(2, -(epoch($at) - epoch(z)) / $h) - pow(2, -(epoch($at) - epoch(a)) / $h)))"
     if basis == "gpu":
         pieces = timeline.job_alloc_in_buckets_sql("month")
+        # decay per job first, so the join with jobs sees one row per job and pool
         sql = f"""
             WITH p AS (SELECT job_uid, cluster, gpu_type, gpus, greatest(t0, $s, bucket) AS a,
-                              least(t1, $e, bucket + INTERVAL 1 MONTH) AS z FROM ({pieces}) WHERE gpu_s > 0)
-            SELECT p.cluster, coalesce(p.gpu_type, j.gpu_type, '{cost.UNTYPED}') AS gpu_type,
-                   coalesce(j.team, '(unmapped)') AS team, j.account,
-                   sum({integral.format(w='p.gpus')}) AS decayed
-            FROM p JOIN jobs j USING (job_uid) GROUP BY ALL"""
+                              least(t1, $e, bucket + INTERVAL 1 MONTH) AS z FROM ({pieces}) WHERE gpu_s > 0),
+            d AS (SELECT job_uid, cluster, gpu_type, sum({integral.format(w='gpus')}) AS decayed FROM p GROUP BY ALL)
+            SELECT d.cluster, coalesce(d.gpu_type, j.gpu_type, '{cost.UNTYPED}') AS gpu_type,
+                   coalesce(j.team, '(unmapped)') AS team, j.account, sum(d.decayed) AS decayed
+            FROM d JOIN jobs j USING (job_uid) GROUP BY ALL"""
         return timeline.frame(con, sql, {"s": since, "e": at, "at": at, "h": h})
     hz = timeline.horizon(con) or at
     sql = f"""
@@ -208,11 +209,14 @@ def report(con, windows: list[tuple[str, dt.datetime, dt.datetime]], policy: cos
 
 def _window_teams(con, policy, label, start, end, hl) -> pl.DataFrame:
     keys = ["cluster", "pool", "team"]
-    alloc = cost.job_allocations(con, start, end)
-    jobs_team = con.sql("SELECT job_uid, coalesce(team, '(unmapped)') AS team, gpu_type AS job_gpu_type FROM jobs").pl()
-    use = (alloc.join(jobs_team, on="job_uid", how="left")
-           .with_columns(pool=pl.coalesce("gpu_type", "job_gpu_type", pl.lit(cost.UNTYPED)))
-           .group_by(keys).agg((pl.col("gpu_s").sum() / 3600).alias("usage_gpu_h")))
+    con.register("_fair_alloc", cost.job_allocations(con, start, end).to_arrow())
+    try:
+        use = con.sql(f"""
+            SELECT a.cluster, coalesce(a.gpu_type, j.gpu_type, '{cost.UNTYPED}') AS pool,
+                   coalesce(j.team, '(unmapped)') AS team, sum(a.gpu_s) / 3600 AS usage_gpu_h
+            FROM _fair_alloc a JOIN jobs j USING (job_uid) GROUP BY ALL""").pl()
+    finally:
+        con.unregister("_fair_alloc")
     ent = (cost.entitled_gpu_seconds(con, policy, start, end).rename({"gpu_type": "pool"})
            .with_columns((pl.col("entitled_s") / 3600).alias("entitled_gpu_h")).drop("entitled_s"))
     pend = queue.pending_demand(con, start, end).rename({"gpu_type": "pool"}).drop("pending_jobs")
