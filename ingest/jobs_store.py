@@ -83,34 +83,40 @@ def merge_jobs(con, run, table: str) -> None:
                     FROM _k k JOIN jobs j ON j.cluster = k.cluster AND j.job_id_raw = k.job_id_raw
                                          AND j.submit IS NOT DISTINCT FROM k.submit""")
     n_match = con.sql("SELECT count(*) FROM _match").fetchall()[0][0]
-    new_sql = f"""SELECT nextval('seq_job_uid') AS job_uid, NULL::VARCHAR AS team, $run AS ingest_run_id,
-                         NULL::BIGINT AS updated_run_id, {cols}
-                  FROM {table} s WHERE NOT EXISTS (SELECT 1 FROM _match m WHERE m.line_no = s.line_no)"""
-    con.execute("CREATE OR REPLACE TEMP TABLE _w AS " + new_sql, {"run": run.run_id})
     run.inserted = n_keys - n_match
     run.updated, run.unchanged = 0, n_match
     run.options["transitions"] = {}
+    # 3. new jobs: uids assigned on a narrow table, the wide rows written once, straight from the input
+    con.execute("""CREATE OR REPLACE TEMP TABLE _new AS
+                   SELECT line_no, nextval('seq_job_uid') AS job_uid FROM _k ANTI JOIN _match USING (line_no)""")
+    con.execute(f"""INSERT INTO jobs (job_uid, team, ingest_run_id, updated_run_id, {cols})
+                    SELECT n.job_uid, NULL, $run, NULL, {", ".join("s." + c for c in JOB_COLUMNS)}
+                    FROM {table} s JOIN _new n USING (line_no)""", {"run": run.run_id})
+    _place(con, f"(SELECT n.job_uid, s.cluster, s.job_id_raw, s.submit, s.ngpus, s.nodelist "
+                f"FROM {table} s JOIN _new n USING (line_no))")
+    # 4. jobs already stored: replace or fill in, where something changed
     if n_match:
         _merge_existing(con, run, table)
-    con.execute("DELETE FROM jobs WHERE job_uid IN (SELECT job_uid FROM _w)")
-    con.execute("DELETE FROM job_nodes WHERE job_uid IN (SELECT job_uid FROM _w)")
-    con.execute(f"INSERT INTO jobs (job_uid, team, ingest_run_id, updated_run_id, {cols}) "
-                f"SELECT job_uid, team, ingest_run_id, updated_run_id, {cols} FROM _w")
-    # GPUs are spread evenly over the job's nodes; a remainder goes to the first nodes of the list.
-    con.execute("""
+    for t in ("_k", "_match", "_new", "_in", "_upd"):
+        con.execute(f"DROP TABLE IF EXISTS {t}")
+
+
+def _place(con, rows: str) -> None:
+    """job_nodes for ``rows`` (job_uid, cluster, job_id_raw, submit, ngpus, nodelist).
+
+    GPUs are spread evenly over the job's nodes; a remainder goes to the first nodes of the list."""
+    con.execute(f"""
         INSERT INTO job_nodes
         SELECT w.job_uid, w.cluster, w.job_id_raw, w.submit, m.node,
                CASE WHEN w.ngpus = floor(w.ngpus)
                     THEN floor(w.ngpus / m.n) + CASE WHEN m.idx < w.ngpus - floor(w.ngpus / m.n) * m.n THEN 1 ELSE 0 END
                     ELSE w.ngpus / m.n END
-        FROM _w w JOIN _nodelist_map m ON m.nodelist = w.nodelist""")
-    for t in ("_k", "_match", "_w", "_in", "_upd"):
-        con.execute(f"DROP TABLE IF EXISTS {t}")
+        FROM {rows} w JOIN _nodelist_map m ON m.nodelist = w.nodelist""")
 
 
 def _merge_existing(con, run, table: str) -> None:
     """Versions of jobs already stored: a more progressed version replaces the stored one (keeping what it
-    lacks); an equal or older one only fills the stored row's gaps. Changed rows are appended to ``_w``."""
+    lacks); an equal or older one only fills the stored row's gaps. Only rows that changed are rewritten."""
     cols = ", ".join(JOB_COLUMNS)
     take_new = ", ".join(f"coalesce(s.{c}, j.{c}) AS {c}" for c in JOB_COLUMNS)
     keep_old = ", ".join(f"coalesce(j.{c}, s.{c}) AS {c}" for c in JOB_COLUMNS)
@@ -128,7 +134,11 @@ def _merge_existing(con, run, table: str) -> None:
     run.options["transitions"] = {
         f"{a}->{b}": n for a, b, n in con.sql(
             "SELECT old_state, state, count(*) FROM _upd WHERE old_state <> state GROUP BY ALL ORDER BY 3 DESC").fetchall()}
-    con.execute(f"INSERT INTO _w SELECT job_uid, team, ingest_run_id, $run, {cols} FROM _upd", {"run": run.run_id})
+    con.execute("DELETE FROM jobs WHERE job_uid IN (SELECT job_uid FROM _upd)")
+    con.execute("DELETE FROM job_nodes WHERE job_uid IN (SELECT job_uid FROM _upd)")
+    con.execute(f"INSERT INTO jobs (job_uid, team, ingest_run_id, updated_run_id, {cols}) "
+                f"SELECT job_uid, team, ingest_run_id, $run, {cols} FROM _upd", {"run": run.run_id})
+    _place(con, "_upd")
 
 
 def assign_teams(con, run_id: int | None = None) -> int:

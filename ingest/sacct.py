@@ -127,7 +127,7 @@ STAGED_INPUTS = ("jobid", "jobidraw", "cluster", "partition", "qos", "account", 
                  "nodelist", "jobname")
 
 
-def _stage_sql(cols: list[str], hint: str) -> str:
+def _stage_sql(cols: list[str], hint: str, step: str = "false") -> str:
     """SQL from the split columns of one segment (table ``_seg``) to typed, staged job rows with a verdict.
 
     Layered so that each macro is applied to a plain column (cheap to plan). ``verdict`` is NULL for a good
@@ -149,7 +149,7 @@ def _stage_sql(cols: list[str], hint: str) -> str:
     field_checks = " ".join(f"WHEN {cond} THEN 'reject{SEP}{name}{SEP}' || {msg}" for name, cond, msg in _checks(cols))
     return f"""
     WITH r AS (
-      SELECT line_no, nf, {present}, {extra_json} AS c_extra FROM _seg WHERE NOT is_step
+      SELECT line_no, nf, {present}, {extra_json} AS c_extra FROM _seg WHERE NOT {step}
     ), t AS (
       SELECT *,
         coalesce(nullif(trim(c_jobid), ''), nullif(trim(c_jobidraw), '')) AS anyid,
@@ -244,7 +244,7 @@ def _header_lines(con, lines: textsplit.Lines, nonblank: np.ndarray, delim: str)
         con.unregister("_first")
     out = {}
     for i in cand:
-        text = lines.data[lines.starts[i]:lines.ends[i]].decode("utf-8", errors="replace")
+        text = lines.line(i).decode("utf-8", errors="replace")
         names = _header_fields(text, delim)
         if names:
             out[int(i)] = names
@@ -253,7 +253,7 @@ def _header_lines(con, lines: textsplit.Lines, nonblank: np.ndarray, delim: str)
 
 def _detect_delimiter(lines: textsplit.Lines) -> str:
     for i in range(min(len(lines), 50)):
-        s = lines.data[lines.starts[i]:lines.ends[i]]
+        s = lines.line(i)
         if s.strip():
             return "^|^" if b"^|^" in s else "|"
     return "|"
@@ -272,7 +272,7 @@ def _cluster_tz(con, cluster: str) -> str | None:
 
 
 def _line_text(lines: textsplit.Lines, line_nos) -> pa.Array:
-    return pa.array([lines.data[lines.starts[i - 1]:lines.ends[i - 1]].decode("utf-8", "replace") for i in line_nos],
+    return pa.array([lines.line(i - 1).decode("utf-8", "replace") for i in line_nos],
                     pa.string())
 
 
@@ -282,29 +282,27 @@ def _stage_segment(con, run, lines, rows: np.ndarray, cols: list[str], opts: Sac
     d = opts.delimiter.encode()
     free = next((f for f in FREE_TEXT if f in cols), None)
     ends_with = lines.ends[rows] - lines.starts[rows] >= len(d)
-    tail = np.array([lines.data[e - len(d):e] == d for e in lines.ends[rows[:200]]]) if len(rows) else np.array([])
+    tail = np.array([bytes(lines.data[e - len(d):e]) == d for e in lines.ends[rows[:200]]]) if len(rows) else np.array([])
     trailing = bool(len(tail) and tail.mean() > 0.5 and ends_with.any())
     fields = textsplit.split_fields(lines, rows, d, len(cols), cols.index(free) if free else None, trailing)
     key = "jobid" if "jobid" in cols else "jobidraw" if "jobidraw" in cols else None
     arrays = {"line_no": pa.array(rows + 1), "nf": pa.array(fields.nfields)}
     for name, col in zip(cols, fields.columns):
         arrays.setdefault(f"c_{name}", col)     # a repeated column name keeps its first occurrence
-    step = (f"regexp_matches(c_{key}, '{STEP_RE}') AND nf >= {len(cols)}" if key else "false")
-    con.register("_seg_in", pa.table(arrays))
+    step = (f"(regexp_matches(c_{key}, '{STEP_RE}') AND nf >= {len(cols)})" if key else "false")
+    # the split columns are scanned in place (Arrow views over the input), never copied into a table
+    con.register("_seg", pa.table(arrays))
     try:
-        con.execute(f"CREATE OR REPLACE TEMP TABLE _seg AS SELECT *, {step} AS is_step FROM _seg_in")
+        if key:
+            for reason, n, first in con.execute(f"""
+                    SELECT 'job step (.' || CASE WHEN k SIMILAR TO '[0-9]+' THEN 'N' ELSE k END || ')', count(*), min(line_no)
+                    FROM (SELECT line_no, regexp_extract(c_{key}, '{STEP_RE}', 2) AS k FROM _seg WHERE {step})
+                    GROUP BY 1""").fetchall():
+                run.skip(reason, n, first)
+        sql = _stage_sql(cols, hint, step)
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS {sql}", {"tz": opts.tz, "cluster": cluster, "source": source})
     finally:
-        con.unregister("_seg_in")
-    if key:
-        for reason, n, first in con.execute(f"""
-                SELECT 'job step (.' || CASE WHEN k SIMILAR TO '[0-9]+' THEN 'N' ELSE k END || ')', count(*), min(line_no)
-                FROM (SELECT line_no, regexp_extract(c_{key}, '{STEP_RE}', 2) AS k FROM _seg WHERE is_step)
-                GROUP BY 1""").fetchall():
-            run.skip(reason, n, first)
-    sql = _stage_sql(cols, hint)
-    params = {"tz": opts.tz, "cluster": cluster, "source": source}
-    con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS {sql}", params)
-    con.execute("DROP TABLE _seg")
+        con.unregister("_seg")
     bad = con.execute(f"""SELECT line_no, nullif(split_part(verdict, $sep, 2), ''), split_part(verdict, $sep, 3)
                           FROM {table} WHERE verdict IS NOT NULL ORDER BY line_no""", {"sep": SEP}).fetchall()
     if bad:
@@ -318,11 +316,17 @@ def _reject(con, run, lines, line_nos, fields, reasons) -> None:
 
 
 def ingest_bytes(con: duckdb.DuckDBPyConnection, data: bytes, input_name: str, opts: SacctOptions,
-                 source: str = "sacct") -> dict:
-    """Load one sacct output (as bytes) in one transaction; returns the run summary."""
+                 source: str = "sacct", buf: np.ndarray | None = None) -> dict:
+    """Load one sacct output in one transaction; returns the run summary.
+
+    ``data`` is the input; ``buf``, when given, is the same bytes followed by 16 zero bytes (and ``data`` a
+    view of it), which saves a copy of a large input.
+    """
     opts = SacctOptions(**vars(opts))
     data, bad_utf8 = textsplit.to_utf8(data)
-    lines = textsplit.split_lines(data)
+    if bad_utf8:
+        buf = None
+    lines = textsplit.split_lines(data, buf)
     opts.delimiter = opts.delimiter or _detect_delimiter(lines)
     cluster = default_cluster(con, opts)
     opts.tz = opts.tz or _cluster_tz(con, cluster) or "UTC"
@@ -359,7 +363,8 @@ def ingest_bytes(con: duckdb.DuckDBPyConnection, data: bytes, input_name: str, o
                     for ln, fld, reason in con.execute(
                         "SELECT line_no, field, reason FROM rejects WHERE run_id = ? ORDER BY line_no LIMIT 10",
                         [run.run_id]).fetchall()]
-        for t in staged + ["stg_jobs"]:
+        con.execute(f"DROP {'VIEW' if len(staged) == 1 else 'TABLE'} IF EXISTS stg_jobs")
+        for t in staged:
             con.execute(f"DROP TABLE IF EXISTS {t}")
     summary = run.summary()
     summary["reject_examples"] = examples
@@ -371,7 +376,9 @@ def _load_staged(con, run, lines, staged: list[str]) -> None:
     """Reject bad nodelists, then merge the good staged rows into jobs/job_nodes and resolve teams."""
     if not staged:
         return
-    con.execute("CREATE OR REPLACE TEMP TABLE stg_jobs AS " + " UNION ALL BY NAME ".join(
+    # one layout (the usual case): a view, not a copy
+    kind = "VIEW" if len(staged) == 1 else "TABLE"
+    con.execute(f"CREATE OR REPLACE TEMP {kind} stg_jobs AS " + " UNION ALL BY NAME ".join(
         f"SELECT * EXCLUDE (verdict) FROM {t} WHERE verdict IS NULL" for t in staged))
     bad = jobs_store.stage_nodelists(con, "stg_jobs")
     if bad:
@@ -379,7 +386,9 @@ def _load_staged(con, run, lines, staged: list[str]) -> None:
                            {"bad": list(bad)}).fetchall()
         _reject(con, run, lines, [r[0] for r in rows], ["nodelist"] * len(rows),
                 [f"bad nodelist: {bad[r[1]]}" for r in rows])
-        con.execute("DELETE FROM stg_jobs WHERE list_contains($bad, nodelist)", {"bad": list(bad)})
+        for t in staged:   # the view over the staged tables then leaves them out
+            con.execute(f"UPDATE {t} SET verdict = 'reject' WHERE verdict IS NULL AND list_contains($bad, nodelist)",
+                        {"bad": list(bad)})
     run.loaded = con.sql("SELECT count(*) FROM stg_jobs").fetchall()[0][0]
     jobs_store.merge_jobs(con, run, "stg_jobs")
     jobs_store.assign_teams(con, run.run_id)
@@ -393,6 +402,13 @@ def _check_tz(con, tz: str) -> None:
 
 
 def ingest_path(con, path: str, opts: SacctOptions) -> dict:
+    if path != "-":
+        try:
+            buf = textsplit.read_padded(path)
+        except OSError:
+            buf = None   # read_input names the problem
+        if buf is not None:
+            return ingest_bytes(con, memoryview(buf)[: len(buf) - 16], path, opts, buf=buf)
     data, name = read_input(path)
     return ingest_bytes(con, data, name, opts)
 

@@ -11,6 +11,7 @@ a job name stays in the job name).
 """
 from __future__ import annotations
 
+import codecs
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -37,23 +38,48 @@ class Lines:
     def text(self) -> pa.Array:
         return string_views(self.data, self.buf, self.starts, self.ends - self.starts)
 
+    def line(self, i: int) -> bytes:
+        """The bytes of line ``i`` (0-based)."""
+        return bytes(self.data[int(self.starts[i]):int(self.ends[i])])
 
-def to_utf8(data: bytes) -> tuple[bytes, int]:
-    """``data`` unchanged when it is UTF-8, else re-encoded with U+FFFD for bad bytes; (bytes, n replaced)."""
+
+def to_utf8(data) -> tuple[bytes, int]:
+    """``data`` (bytes-like) unchanged when it is UTF-8, else re-encoded with U+FFFD for bad bytes;
+    returns (data, number of replacement characters)."""
+    if not (np.frombuffer(data, dtype=np.uint8) & 0x80).any():   # pure ASCII: valid, and no copy needed
+        return data, 0
     try:
-        data.decode("utf-8")
+        codecs.utf_8_decode(data, "strict", True)
         return data, 0
     except UnicodeDecodeError:
-        text = data.decode("utf-8", errors="replace")
+        text = codecs.utf_8_decode(data, "replace", True)[0]
         return text.encode("utf-8"), text.count("\ufffd")
 
 
-def split_lines(data: bytes) -> Lines:
+def padded(data: bytes) -> np.ndarray:
+    """``data`` as uint8 followed by 16 zero bytes (one copy; :func:`read_padded` avoids even that)."""
     buf = np.zeros(len(data) + 16, dtype=np.uint8)
     buf[: len(data)] = np.frombuffer(data, dtype=np.uint8)
-    nl = np.flatnonzero(buf[: len(data)] == 10)
+    return buf
+
+
+def read_padded(path: str) -> np.ndarray:
+    """A file's bytes read straight into a buffer with the 16 zero bytes string views need after it."""
+    with open(path, "rb") as f:
+        size = os.fstat(f.fileno()).st_size
+        buf = np.zeros(size + 16, dtype=np.uint8)
+        n = f.readinto(memoryview(buf)[:size])
+    return buf[: n + 16] if n < size else buf
+
+
+def split_lines(data, buf: np.ndarray | None = None) -> Lines:
+    """The lines of ``data`` (bytes, or a view of ``buf`` without its padding)."""
+    if buf is None:
+        buf = padded(data)
+    n_bytes = len(buf) - 16
+    nl = np.flatnonzero(buf[:n_bytes] == 10)
     starts = np.concatenate([[0], nl + 1]).astype(np.int64)
-    ends = np.concatenate([nl, [len(data)]]).astype(np.int64)
+    ends = np.concatenate([nl, [n_bytes]]).astype(np.int64)
     if len(starts) and ends[-1] == starts[-1]:  # a final newline ends the last line; it does not start one
         starts, ends = starts[:-1], ends[:-1]
     if len(starts):
