@@ -267,3 +267,23 @@ def test_cli_fairness_report_and_sshare_view(fcon, capsys):
     assert gpuledger.main(["--db", db, "report", "fairness", "--view", "sshare", "--basis", "gpu", "--format", "csv"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("node,parent,depth,raw_shares,norm_shares,raw_usage") and len(lines) == 4
+
+
+def test_whole_cluster_uses_slurm_style_fairshare_down_the_tree(tmp_path):
+    """With `fairshare` set, the (all) pool's shares are the tree's normalised shares (classic S), like sshare."""
+    from ingest import warehouse
+    gov = GOV.replace('accounts = ["vision"]', 'accounts = ["vision"]\nfairshare = 60\nparent = "research"')
+    gov = gov.replace('accounts = ["nlp"]', 'accounts = ["nlp"]\nfairshare = 40\nparent = "research"')
+    gov = gov.replace('accounts = ["idle"]', 'accounts = ["idle"]\nfairshare = 1')
+    con = warehouse.connect(tmp_path / "w.duckdb")
+    try:
+        build(con, tmp_path, JOBS, NODES, gov)
+        t = fairness.report(con, [("10d", T(1), T(11))])["teams"].filter(pl.col("pool") == fairness.ALL_POOLS)
+        got = {r["team"]: r for r in t.iter_rows(named=True)}
+        # root: research (default 1 share) and idle (1) -> 0.5 each; research: vision 60, nlp 40
+        assert got["vision"]["entitlement_share"] == pytest.approx(0.3)
+        assert got["nlp"]["entitlement_share"] == pytest.approx(0.2) and got["idle"]["entitlement_share"] == pytest.approx(0.5)
+        assert {r["shares_from"] for r in got.values()} == {"fairshare"}
+        assert got["nlp"]["entitled_gpu_h"] == pytest.approx(480) and got["nlp"]["gap"] == pytest.approx(0.5)
+    finally:
+        con.close()
