@@ -171,15 +171,16 @@ def _ingest_telemetry(args, load) -> int:
     """Run ``load(con, opts)`` (a list of summaries), print them, refresh; input errors exit 1 in one line."""
     from ingest.errors import InputError
     con = _open(args)
+    summaries = []
     try:
-        summaries = load(con, _telemetry_options(args))
+        for s in load(con, _telemetry_options(args)):     # summaries print as each input is loaded
+            summaries.append(s)
+            _print_ingest_summary(args, s)
+            if s.get("pruned_raw_rows"):
+                _say(args, f"  pruned {s['pruned_raw_rows']} raw telemetry rows older than {args.keep_raw_days} "
+                           "days (the 5-minute rollup keeps them)")
     except InputError as exc:
         raise CliError(str(exc)) from exc
-    for s in summaries:
-        _print_ingest_summary(args, s)
-        if s.get("pruned_raw_rows"):
-            _say(args, f"  pruned {s['pruned_raw_rows']} raw telemetry rows older than {args.keep_raw_days} days "
-                       "(the 5-minute rollup keeps them)")
     _after_ingest(args, con)
     return EXIT_ERROR if getattr(args, "strict", False) and any(s["rejected"] for s in summaries) else EXIT_OK
 
@@ -191,21 +192,22 @@ def cmd_ingest_prometheus(args) -> int:
         q = prometheus.QueryOptions(
             url=args.url, start=telemetry_store.parse_time(args.start, "--start", args.tz),
             end=telemetry_store.parse_time(args.end, "--end", args.tz), step_s=prometheus.parse_step(args.step),
-            match=args.match, timeout_s=args.timeout, retries=args.retries)
+            match=args.match, timeout_s=args.timeout, retries=args.retries,
+            progress=_progress(args, "prometheus: query windows"))
         return [prometheus.ingest(con, q, opts)]
     return _ingest_telemetry(args, load)
 
 
 def cmd_ingest_dcgm(args) -> int:
     from ingest import dcgm
-    return _ingest_telemetry(args, lambda con, opts: list(
-        dcgm.ingest_paths(con, args.files, opts, fmt=args.format, scrape_time=args.scrape_time, tz=args.tz)))
+    return _ingest_telemetry(args, lambda con, opts: dcgm.ingest_paths(
+        con, args.files, opts, fmt=args.format, scrape_time=args.scrape_time, tz=args.tz))
 
 
 def cmd_ingest_nvidia_smi(args) -> int:
     from ingest import nvidia_smi
-    return _ingest_telemetry(args, lambda con, opts: [
-        nvidia_smi.ingest_path(con, f, opts, fields=args.fields, tz=args.tz) for f in args.files])
+    return _ingest_telemetry(args, lambda con, opts: (
+        nvidia_smi.ingest_path(con, f, opts, fields=args.fields, tz=args.tz) for f in args.files))
 
 
 def cmd_ingest_trace(args) -> int:

@@ -26,6 +26,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import duckdb
@@ -57,6 +58,7 @@ class QueryOptions:
     max_points: int = MAX_POINTS
     max_query_points: int = MAX_QUERY_POINTS
     stats: dict = field(default_factory=dict)
+    progress: Callable[[int, int], None] | None = None   # (windows done, windows) for a terminal counter
 
 
 def redact(url: str) -> str:
@@ -235,7 +237,9 @@ def ingest(con: duckdb.DuckDBPyConnection, q: QueryOptions, opts: store.Telemetr
         "auth": client.auth, "queries": q.stats["queries"]})
     with run:
         cache, line = {}, 1
-        for t0, t1 in windows:
+        for done, (t0, t1) in enumerate(windows):
+            if q.progress:
+                q.progress(done, len(windows))
             parts, series = [], []
             for metric, (selector, _) in counts.items():
                 # the last reading inside each step, never one repeated by the 5-minute lookback
@@ -256,6 +260,8 @@ def ingest(con: duckdb.DuckDBPyConnection, q: QueryOptions, opts: store.Telemetr
             run.lines_read += points.num_rows
             store.ingest_readings(con, run, points, store.series_table(series), "prometheus", opts, ts_unit="s",
                                   interval_s=max(60, q.step_s))
+        if q.progress and windows:
+            q.progress(len(windows), len(windows))
         q.stats["points"] = run.lines_read
         if q.stats.get("warnings"):
             run.options["warnings"] = q.stats["warnings"][:20]

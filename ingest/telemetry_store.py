@@ -455,12 +455,13 @@ def parse_time(text: str, what: str = "time", tz: str | None = None) -> dt.datet
     try:
         t = dt.datetime.fromisoformat(s)
     except ValueError:
-        raise InputError(what, f"not a time: {text!r} (use ISO 8601 like 2026-07-14T08:00:00Z, or epoch seconds)")
+        raise InputError(what, f"not a time: {text!r} (use ISO 8601 like 2026-07-14T08:00:00Z, or epoch seconds)"
+                         ) from None
     if t.tzinfo is None:
         try:
             t = t.replace(tzinfo=ZoneInfo(tz or "UTC"))
         except (ZoneInfoNotFoundError, ValueError):
-            raise InputError("--tz", f"unknown time zone {tz!r}")
+            raise InputError("--tz", f"unknown time zone {tz!r}") from None
     return t.astimezone(dt.timezone.utc).replace(tzinfo=None)
 
 

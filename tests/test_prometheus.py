@@ -14,7 +14,6 @@ import pytest
 
 from ingest import prometheus, telemetry_store
 from ingest.errors import InputError
-from models import efficiency
 
 import prometheus_server
 from conftest import FIXTURES
