@@ -89,18 +89,87 @@ def export_all(st, out: Path) -> dict[str, float]:
     return secs
 
 
+STANDIN_GOV = """currency = "EUR"
+{teams}
+[[rates]]
+gpu_type = "h100"
+price_per_gpu_hour = "2.85"
+from = 2026-01-01
+[[rates]]
+gpu_type = "h100"
+price_per_gpu_hour = "2.40"
+from = 2026-03-16
+[[rates]]
+gpu_type = "a100"
+price_per_gpu_hour = "1.10"
+from = 2026-01-01
+[idle]
+policy = "proportional_usage"
+"""
+
+
+def standin(path: Path, nodes: int, jobs_per_month: int) -> str:
+    """A stand-in warehouse written directly (not through the ingestors): ``nodes`` 8-GPU nodes (3/4 h100),
+    March 2026 plus the week before with ``jobs_per_month`` jobs a month from 12 teams, runtimes log-normal
+    (median 1.5 h, capped at 3 days), 1-8 GPUs, queue waits exponential (mean 1 h). Returns the period."""
+    from ingest import governance
+    con = warehouse.connect(path)
+    days = 38
+    n = int(jobs_per_month * days / 31)
+    con.execute("SELECT setseed(0.42)")
+    con.execute("""INSERT INTO nodes (cluster, node, partitions, gpu_type, gpus, cpus, mem_bytes, ingest_run_id)
+                   SELECT 'big', printf('n%05d', i), 'gpu', CASE WHEN i % 4 = 0 THEN 'a100' ELSE 'h100' END, 8, 64,
+                          512 * 1024 ^ 3, 0 FROM range($n) t(i)""", {"n": nodes})
+    con.execute("""
+        CREATE TEMP TABLE _sj AS
+        SELECT i, printf('n%05d', (random() * $nodes)::INT % $nodes) AS node,
+               (ARRAY[1, 1, 1, 2, 4, 8])[1 + (random() * 6)::INT % 6] AS g,
+               TIMESTAMP '2026-02-22' + to_microseconds((random() * $span)::BIGINT) AS start,
+               least(exp(ln(5400) + 1.2 * sqrt(-2 * ln(random() + 1e-12)) * cos(2 * pi() * random())), 259200) AS dur,
+               -3600 * ln(random() + 1e-12) AS wait, (random() * 12)::INT % 12 AS team
+        FROM range($n) t(i)""", {"n": n, "nodes": nodes, "span": days * 86400 * 10 ** 6})
+    con.execute("""
+        INSERT INTO jobs (job_uid, cluster, job_id, job_id_raw, "user", account, partition, qos, state, submit,
+                          eligible, start, "end", elapsed_s, nnodes, ncpus, ngpus, req_gpus, gpu_type, billing,
+                          nodelist, source, ingest_run_id)
+        SELECT i + 1, 'big', (i + 1)::VARCHAR, (i + 1)::VARCHAR, printf('u%03d', i % 300), printf('team%02d', team),
+               'gpu', 'normal', 'COMPLETED', start - to_microseconds((wait * 1e6)::BIGINT),
+               start - to_microseconds((wait * 1e6)::BIGINT), start, start + to_microseconds((dur * 1e6)::BIGINT),
+               dur::BIGINT, 1, 4 * g, g, g, CASE WHEN node[-1:]::INT % 4 = 0 THEN 'a100' ELSE 'h100' END, 4 * g,
+               node, 'standin', 0
+        FROM _sj""")
+    con.execute("""INSERT INTO job_nodes SELECT job_uid, cluster, job_id_raw, submit, nodelist, ngpus FROM jobs""")
+    teams = "\n".join(f'[[teams]]\nname = "team{t:02d}"\naccounts = ["team{t:02d}"]\n[[entitlements]]\n'
+                       f'team = "team{t:02d}"\ngpu_type = "h100"\nshare = "0.08"\nfrom = 2026-01-01' for t in range(12))
+    gov = path.with_suffix(".toml")
+    gov.write_text(STANDIN_GOV.format(teams=teams))
+    governance.ingest_path(con, gov)
+    con.execute("CHECKPOINT")
+    con.close()
+    return "2026-03"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scale", type=float, default=_year.YEAR_SCALE, help="synthetic scale (default: the year)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--repeat", type=int, default=3, help="runs per measurement (median)")
     ap.add_argument("--workdir", help="where the private copy goes (default: next to the cache)")
+    ap.add_argument("--standin", type=int, metavar="NODES",
+                    help="instead of the synthetic year, a stand-in written directly with NODES 8-GPU nodes")
+    ap.add_argument("--jobs", type=int, default=420_000, help="with --standin: jobs a month (default 420,000)")
     a = ap.parse_args(argv)
 
-    src = _year.year_warehouse(a.seed, a.scale)
     with tempfile.TemporaryDirectory(dir=a.workdir or _year.CACHE) as tmp:
         tmp = Path(tmp)
-        con = warehouse.connect(_year.work_copy(src, tmp))
+        if a.standin:
+            db = tmp / "standin.duckdb"
+            t = time.perf_counter()
+            standin(db, a.standin, a.jobs)
+            print(f"setup: stand-in written in {time.perf_counter() - t:.1f} s")
+        else:
+            db = _year.work_copy(_year.year_warehouse(a.seed, a.scale), tmp)
+        con = warehouse.connect(db)
         # Only the timeline mart is needed (no telemetry in the year: waste shows as unavailable).
         t = time.perf_counter()
         timeline.build(con, full=True)
