@@ -27,10 +27,17 @@ def _series(df: pl.DataFrame, color: str | None, order: Sequence[str] | None = N
     return [(k, df.filter(pl.col("__key") == k)) for k in first + rest]
 
 
+#: More legend entries than this go in a column on the right instead of a row above the plot.
+LEGEND_ROW_MAX = 6
+
+
 def _finish(fig: go.Figure, title: str | None, x_title: str | None, y_title: str,
             height: int = 380, y_format: str | None = None) -> go.Figure:
     fig.update_layout(**theme.plotly_layout(height))
     fig.update_layout(title_text=title or None)
+    if sum(1 for t in fig.data if t.showlegend is not False and t.name) > LEGEND_ROW_MAX:
+        fig.update_layout(legend=dict(orientation="v", yanchor="top", y=1, xanchor="left", x=1.02),
+                          margin=dict(t=56, r=10))
     fig.update_xaxes(title_text=x_title)
     fig.update_yaxes(title_text=y_title, tickformat=y_format)
     return fig

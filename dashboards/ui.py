@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import importlib
+from contextlib import contextmanager
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -47,10 +48,15 @@ def context() -> Context:
     return ctx
 
 
-def header(title: str, question: str, ctx: Context) -> None:
+def header(title: str, question: str, ctx: Context, deltas: bool = True) -> None:
+    """Title, the question the page answers, and the filters in force (and what KPI changes compare with)."""
     st.title(title)
     st.markdown(f"**{question}**")
-    st.caption(ctx.filters.describe())
+    f = ctx.filters
+    prev = f.previous()
+    against = (f" · changes against the previous {f.days} days ({prev.start:%Y-%m-%d} to "
+               f"{prev.end - dt.timedelta(days=1):%Y-%m-%d})") if deltas else ""
+    st.caption(f.describe() + against)
 
 
 def model(module: str, *names: str) -> ModuleType | None:
@@ -78,6 +84,17 @@ def page_failed(title: str, exc: Exception) -> None:
              icon=":material/error:")
     with st.expander("Details for the administrator"):
         st.code("".join(traceback.format_exception(exc)), language="text")
+
+
+@contextmanager
+def guarded(col, label: str):
+    """Run one tile's computation; if its model raises on this snapshot, that tile says so and the rest of
+    the page still renders."""
+    try:
+        yield
+    except Exception as exc:
+        col.metric(label, "—")
+        col.caption(f":red[{FAILED_TEXT}]: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
 
 
 def no_data(what: str, hint: str | None = None) -> None:
@@ -120,6 +137,13 @@ def kpi(col, label: str, value: str | None, delta: str | None = None, *, help: s
                    delta_arrow="auto" if arrow else "off")
 
 
+def period_column(df: pl.DataFrame, bucket: str, col: str = "bucket") -> pl.DataFrame:
+    """Show a bucket start as a date unless buckets are hours (tables read better without 00:00:00)."""
+    if bucket == "hour" or col not in df.columns:
+        return df
+    return df.with_columns(pl.col(col).dt.date())
+
+
 def pct(x: float | None, digits: int = 1) -> str | None:
     return None if x is None else f"{100 * x:.{digits}f} %"
 
@@ -128,14 +152,14 @@ def pp_delta(now: float | None, before: float | None) -> str | None:
     """Change in percentage points between two ratios, for KPI deltas."""
     if now is None or before is None:
         return None
-    return f"{100 * (now - before):+.1f} pp vs previous period"
+    return f"{100 * (now - before):+.1f} pp"
 
 
 def rel_delta(now: float | None, before: float | None) -> str | None:
     """Relative change against the previous period, for KPI deltas."""
     if now is None or not before:
         return None
-    return f"{100 * (now / before - 1):+.1f} % vs previous period"
+    return f"{100 * (now / before - 1):+.1f} %"
 
 
 def ago(t: dt.datetime | None, now: dt.datetime | None = None) -> str:

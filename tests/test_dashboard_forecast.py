@@ -50,6 +50,6 @@ def test_whatif_runs_the_simulator_and_compares_p95_wait(lab_db, monkeypatch):
     p95 = lambda df: df.filter((pl.col("metric") == "p95_wait_h") & (pl.col("scope") == "all"))["mean"][0]  # noqa
     m = dfx.metric(at, "p95 queue wait")
     assert m.value == f"{p95(scen):.2f} h"
-    assert m.delta.startswith(f"{p95(scen) - p95(base):+.2f} h vs baseline")
+    assert m.delta.startswith(f"{p95(scen) - p95(base):+.2f} h (baseline")
     # two more H100 nodes cannot make the queue longer
     assert p95(scen) <= p95(base) + 1e-9

@@ -88,6 +88,6 @@ def test_week_bucket_and_previous_period_delta(lab_db, model, monkeypatch):
     r_before = before["sreport_allocated"].sum() / before["available_gpu_h"].sum()
     m = dfx.metric(at, "Allocation ratio")
     assert m.value == _pct(r_now)
-    assert m.delta == f"{100 * (r_now - r_before):+.1f} pp vs previous period"
+    assert m.delta == f"{100 * (r_now - r_before):+.1f} pp"
     shown = dfx.frame_with(at, "Pool (GPU type)", "Allocated (GPU-hours)")
     assert shown.columns[0] == "Period (week, UTC)"

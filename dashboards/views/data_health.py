@@ -9,7 +9,7 @@ from dashboards import charts, model_reads, queries, theme, ui
 
 ctx = ui.context()
 f = ctx.filters
-ui.header("Data health", "Did every input line arrive, and is every job attributed to a team?", ctx)
+ui.header("Data health", "Did every input line arrive, and is every job attributed to a team?", ctx, deltas=False)
 
 OUTCOME_COLOURS = {"Loaded": theme.GOOD, "Skipped": "#A0AEC0", "Rejected": theme.BAD}
 

@@ -29,7 +29,7 @@ if not t["telemetry_gpu_h"]:
 k = st.columns(5)
 ui.kpi(k[0], "GPU efficiency", f"{t['mean_pct']:.1f} %" if t["mean_pct"] is not None else None,
        None if b.get("mean_pct") is None or t["mean_pct"] is None
-       else f"{t['mean_pct'] - b['mean_pct']:+.1f} pp vs previous period",
+       else f"{t['mean_pct'] - b['mean_pct']:+.1f} pp",
        help=f"Mean activity over the GPU-hours telemetry covers, weighted by GPU-hours. Metric: {metric_used}.",
        missing="no telemetry for these jobs")
 ui.kpi(k[1], "Active GPU-hours", f"{t['active_gpu_h']:,.0f}" if t["telemetry_gpu_h"] else None,

@@ -43,13 +43,13 @@ k = st.columns(5)
 jain = p.get("jain_pending_teams")
 ui.kpi(k[0], "Fairness (Jain index)", f"{jain:.2f}" if jain is not None else None,
        None if jain is None or pb.get("jain_pending_teams") is None
-       else f"{jain - pb['jain_pending_teams']:+.2f} vs previous period",
+       else f"{jain - pb['jain_pending_teams']:+.2f}",
        help="Jain's index over usage/entitlement ratios of the teams that had jobs waiting: 1 = every team with "
             "demand got the same multiple of its share; 1/n = one team got it all.",
        missing="no team had pending demand")
 gini = p.get("gini")
 ui.kpi(k[1], "Gini of share ratios", f"{gini:.2f}" if gini is not None else None,
-       None if gini is None or pb.get("gini") is None else f"{gini - pb['gini']:+.2f} vs previous period",
+       None if gini is None or pb.get("gini") is None else f"{gini - pb['gini']:+.2f}",
        delta_color="inverse", help="0 = usage proportional to entitlement for every active team.",
        missing="no active entitled team")
 gap = p.get("max_gap")

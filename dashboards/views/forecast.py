@@ -10,7 +10,7 @@ from dashboards import charts, model_reads as mr, theme, ui
 
 ctx = ui.context()
 f = ctx.filters
-ui.header("Forecast & capacity", "When do we need more GPUs, and what would adding them change?", ctx)
+ui.header("Forecast & capacity", "When do we need more GPUs, and what would adding them change?", ctx, deltas=False)
 
 MEASURES = {"Demanded GPU-hours": "demanded", "Served GPU-hours": "served", "Peak GPUs (running + pending)": "peak"}
 MEASURE_HELP = ("Demanded: GPU-hours of work submitted each day, which a full cluster does not cap (the right "
@@ -160,7 +160,7 @@ for col, metric, name, unit in ((k[0], "p95_wait_h", "p95 queue wait", "h"), (k[
     if s is None:
         ui.kpi(col, name, None, missing="not produced by the simulator")
         continue
-    delta = f"{s['mean'] - b['mean']:+.2f} {unit} vs baseline ({b['mean']:.2f} {unit})" if b else None
+    delta = f"{s['mean'] - b['mean']:+.2f} {unit} (baseline {b['mean']:.2f})" if b else None
     ui.kpi(col, name, f"{s['mean']:.2f} {unit}", delta, delta_color="inverse" if metric != "utilization_pct" else "normal",
            help=f"95 % interval {s['ci_low']:.2f}-{s['ci_high']:.2f} {unit} over {s['replications']} replications.")
 

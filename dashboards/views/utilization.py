@@ -87,8 +87,8 @@ if parts is not None and parts.height:
 
 # ---------------------------------------------------------------- the table beneath
 st.subheader("By period and pool")
-table = (pools if pools is not None and pools.height else util).with_columns(
-    (pl.col("allocation_ratio") * 100).alias("allocation_ratio_pct"))
+table = ui.period_column((pools if pools is not None and pools.height else util).with_columns(
+    (pl.col("allocation_ratio") * 100).alias("allocation_ratio_pct")), bucket)
 cols = {"bucket": f"Period ({bucket}, UTC)", "gpu_type": "Pool (GPU type)",
         "capacity_gpu_h": "Capacity (GPU-hours)", "unavailable_gpu_h": "Unavailable (GPU-hours)",
         "available_gpu_h": "Available (GPU-hours)", "allocated_gpu_h": "Allocated (GPU-hours)",
@@ -104,6 +104,6 @@ with st.expander("Slurm sreport categories (to reconcile with `sreport cluster u
           "sreport_down": "Down (GPU-hours)", "sreport_planned_down": "PlannedDown (GPU-hours)",
           "sreport_idle": "Idle (GPU-hours)", "sreport_planned": "Planned (GPU-hours)",
           "sreport_reported": "Reported (GPU-hours)"}
-    ui.table(util, key="sreport", file_stem="sreport_categories", ctx=ctx, columns=sr,
+    ui.table(ui.period_column(util, bucket), key="sreport", file_stem="sreport_categories", ctx=ctx, columns=sr,
              formats={c: "%.1f" for c in sr if c != "bucket"},
              caption="Planned = idle GPU-hours while eligible jobs that could run there were waiting.")
