@@ -24,6 +24,7 @@ import math
 from typing import Iterable
 
 import duckdb
+import numpy as np
 import polars as pl
 
 from models import timeline
@@ -70,12 +71,12 @@ FREE_SQL = """
 
 
 def _cells_sql(dims: list[str]) -> str:
-    """Distinct cells (cluster + dims) that have inventory nodes, labelled as in FREE_SQL."""
-    src = ("SELECT DISTINCT cluster, coalesce(gpu_type, '(untyped)') AS gpu_type, partitions FROM tl_node_state "
+    """Cells (cluster + dims) that have inventory nodes, labelled as in FREE_SQL, with their largest node."""
+    src = ("SELECT DISTINCT cluster, coalesce(gpu_type, '(untyped)') AS gpu_type, partitions, gpus FROM tl_node_state "
            "WHERE avail <> 'absent' AND gpus > 0")
     if "partition" in dims:
         src = timeline.explode_partitions(src)
-    return f"SELECT DISTINCT cluster{''.join(', ' + d for d in dims)} FROM ({src})"
+    return f"SELECT cluster{''.join(', ' + d for d in dims)}, max(gpus) AS max_gpus FROM ({src}) GROUP BY ALL"
 
 
 def _sample_index(col: str) -> str:
@@ -83,37 +84,90 @@ def _sample_index(col: str) -> str:
     return f"((epoch_us({col}) + $iv_us - 1) // $iv_us)"
 
 
-def state_sql(dims: list[str], k_max: int) -> str:
-    """Per-sample state of each cell over sample indices [$i0, $i1) (inside each cluster's data span):
-    nodes_up, free_gpus (whole), partial_milli, whole_free_nodes, whole_free_gpus, ge (list: ge[k] = nodes with
-    >= k free whole GPUs, k = 1..k_max), largest_single_node."""
-    cell = ["cluster", *dims]
-    keys = ", ".join(cell)
+def _deltas_sql(dims: list[str], k_max: int) -> str:
+    """Per cell (``cid`` of temp table _cells) and sample index: how the cell's counters change there. A segment
+    adds its node's state at its first sample (a) and removes it after its last (b)."""
+    keys = ", ".join(["cluster", *dims])
     src = FREE_SQL if "partition" not in dims else timeline.explode_partitions(FREE_SQL)
-    ge_d = ", ".join(f"sum(d * (f >= {k})::INTEGER) AS g{k}" for k in range(1, k_max + 1))
-    ge_cum = ", ".join(f"(sum(coalesce(g{k}, 0)) OVER w)::BIGINT" for k in range(1, k_max + 1))
-    largest = " ".join(f"WHEN ge[{k}] > 0 THEN {k}" for k in range(k_max, 0, -1))
+    ge = ", ".join(f"sum(d * (f >= {k})::INTEGER)::BIGINT AS ge{k}" for k in range(1, k_max + 1))
     return f"""
     WITH seg AS (
       SELECT {keys}, gpus, f, r, greatest({_sample_index('t0')}, $i0) AS a, least({_sample_index('t1')}, $i1) AS b
       FROM ({src})),
     ev AS (SELECT {keys}, a AS i, 1 AS d, gpus, f, r FROM seg WHERE a < b
-           UNION ALL SELECT {keys}, b AS i, -1 AS d, gpus, f, r FROM seg WHERE a < b),
-    agg AS (SELECT {keys}, i, sum(d) AS n, sum(d * f) AS fr, sum(d * r) AS rm, sum(d * (f = gpus)::INTEGER) AS wn,
-                   sum(d * gpus * (f = gpus)::INTEGER) AS wg, {ge_d}
-            FROM ev GROUP BY ALL),
-    grid AS (
-      SELECT c.*, unnest(range(greatest($i0, {_sample_index('sp.data_start')}),
-                               least($i1, {_sample_index('sp.horizon')}))) AS i
-      FROM ({_cells_sql(dims)}) c JOIN tl_clusters sp ON sp.cluster = c.cluster),
-    st AS (
-      SELECT grid.*, (sum(coalesce(n, 0)) OVER w)::BIGINT AS nodes_up,
-             (sum(coalesce(fr, 0)) OVER w)::BIGINT AS free_gpus, (sum(coalesce(rm, 0)) OVER w)::BIGINT AS partial_milli,
-             (sum(coalesce(wn, 0)) OVER w)::BIGINT AS whole_free_nodes,
-             (sum(coalesce(wg, 0)) OVER w)::BIGINT AS whole_free_gpus, [{ge_cum}] AS ge
-      FROM grid LEFT JOIN agg USING ({keys}, i)
-      WINDOW w AS (PARTITION BY {', '.join('grid.' + c for c in cell)} ORDER BY grid.i ROWS UNBOUNDED PRECEDING))
-    SELECT *, make_timestamp(i * $iv_us) AS ts, CASE {largest} ELSE 0 END AS largest_single_node FROM st"""
+           UNION ALL SELECT {keys}, b AS i, -1 AS d, gpus, f, r FROM seg WHERE a < b)
+    SELECT c.cid, ev.i, sum(d)::BIGINT AS nodes_up, sum(d * f)::BIGINT AS free_gpus,
+           sum(d * r)::BIGINT AS partial_milli, sum(d * (f = gpus)::INTEGER)::BIGINT AS whole_free_nodes,
+           sum(d * gpus * (f = gpus)::INTEGER)::BIGINT AS whole_free_gpus, {ge}
+    FROM ev JOIN _cells c USING ({keys}) WHERE ev.i >= c.lo AND ev.i < c.hi
+    GROUP BY ALL ORDER BY c.cid, ev.i"""
+
+
+STATE_COUNTERS = ("nodes_up", "free_gpus", "partial_milli", "whole_free_nodes", "whole_free_gpus")
+
+
+def sample_grid(con, dims: list[str], k_max: int, p: dict) -> tuple[pl.DataFrame, dict[str, np.ndarray]]:
+    """The per-sample state of every cell for sample indices [$i0, $i1), inside each cluster's data span.
+
+    Returns ``cells`` (cid, cluster, dims, lo, hi, offset: cell c covers samples lo..hi-1, stored at
+    offset..offset+hi-lo-1) and the counters concatenated over cells: nodes_up, free_gpus (whole),
+    partial_milli, whole_free_nodes, whole_free_gpus, ge1..geK (available nodes with >= k free whole GPUs).
+    The deltas come from SQL; the running sums are numpy cumsums over the dense grid (a window-function
+    cumulative sum costs microseconds a row in DuckDB)."""
+    keys = ["cluster", *dims]
+    timeline.execute(con, f"""
+        CREATE OR REPLACE TEMP TABLE _cells AS
+        SELECT (row_number() OVER (ORDER BY {', '.join('c.' + k for k in keys)}) - 1)::INTEGER AS cid, c.*,
+               greatest($i0, {_sample_index('sp.data_start')}) AS lo, least($i1, {_sample_index('sp.horizon')}) AS hi
+        FROM ({_cells_sql(dims)}) c JOIN tl_clusters sp ON sp.cluster = c.cluster""", p)
+    try:
+        cells = con.sql("SELECT * FROM _cells WHERE hi > lo ORDER BY cid").pl()
+        names = [*STATE_COUNTERS, *(f"ge{k}" for k in range(1, k_max + 1))]
+        if cells.is_empty():
+            return cells.with_columns(pl.lit(0).alias("offset")), {n: np.zeros(0, np.int64) for n in names}
+        d = con.execute(_deltas_sql(dims, k_max), {k: p[k] for k in ("i0", "i1", "iv_us", "ws", "we")}).fetchnumpy()
+    finally:
+        con.execute("DROP TABLE IF EXISTS _cells")
+    lo, hi = cells["lo"].to_numpy(), cells["hi"].to_numpy()
+    length = hi - lo
+    offset = np.r_[0, np.cumsum(length)[:-1]]
+    total = int(length.sum())
+    cids = cells["cid"].to_numpy()
+    row = np.searchsorted(cids, d["cid"])
+    pos = offset[row] + (d["i"] - lo[row])          # position of each delta on the concatenated grids
+    starts = np.zeros(total, dtype=bool)
+    starts[offset] = True
+    cols = {}
+    for n in names:
+        dense = np.bincount(pos, weights=d[n], minlength=total) if len(pos) else np.zeros(total)
+        cols[n] = np.rint(group_cumsum(dense, starts)).astype(np.int64)
+    return cells.with_columns(pl.Series("offset", offset)), cols
+
+
+def sample_state(con, dims: list[str], k_max: int, p: dict) -> pl.DataFrame:
+    """:func:`sample_grid` as a table: cluster, dims, i (sample index), ts, the counters, largest_single_node."""
+    keys = ["cluster", *dims]
+    cells, cols = sample_grid(con, dims, k_max, p)
+    names = list(cols)
+    if cells.is_empty():
+        return pl.DataFrame(schema={**{k: pl.String for k in keys}, "i": pl.Int64, "ts": pl.Datetime("us"),
+                                    **{n: pl.Int64 for n in names}, "largest_single_node": pl.Int64})
+    ge = np.stack([cols[f"ge{k}"] for k in range(1, k_max + 1)], axis=1)
+    has = ge > 0
+    largest = np.where(has.any(axis=1), k_max - np.argmax(has[:, ::-1], axis=1), 0)
+    lo, hi = cells["lo"].to_numpy(), cells["hi"].to_numpy()
+    out = pl.DataFrame({"cid": np.repeat(cells["cid"].to_numpy(), hi - lo),
+                        "i": np.concatenate([np.arange(a, b) for a, b in zip(lo, hi)]), **cols,
+                        "largest_single_node": largest})
+    out = out.with_columns((pl.col("i") * p["iv_us"]).cast(pl.Datetime("us")).alias("ts"))
+    return cells.select("cid", *keys).join(out, on="cid").select(*keys, "i", "ts", *names, "largest_single_node")
+
+
+def group_cumsum(x: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Cumulative sum of ``x`` restarting wherever ``starts`` is True."""
+    c = np.cumsum(x)
+    before = c - x
+    return c - before[np.maximum.accumulate(np.where(starts, np.arange(len(x)), 0))]
 
 
 def _chunks(start: dt.datetime, end: dt.datetime) -> list[tuple[dt.datetime, dt.datetime]]:
@@ -145,21 +199,25 @@ def samples(con: duckdb.DuckDBPyConnection, start=None, end=None, interval: str 
     if win is None:
         return pl.DataFrame()
     iv = parse_interval(interval)
-    sql = state_sql(dims, max_gpus_per_node(con))
-    parts = [timeline.frame(con, sql + " ORDER BY ALL", chunk_params(a, b, iv)) for a, b in _chunks(*win)]
-    return pl.concat(parts).drop("i") if parts else pl.DataFrame()
+    k_max = max_gpus_per_node(con)
+    parts = [sample_state(con, dims, k_max, chunk_params(a, b, iv)) for a, b in _chunks(*win)]
+    out = pl.concat(parts) if parts else pl.DataFrame()
+    if out.is_empty():
+        return out
+    return out.with_columns(pl.concat_list([f"ge{k}" for k in range(1, k_max + 1)]).alias("ge")).drop(
+        [f"ge{k}" for k in range(1, k_max + 1)] + ["i"]).sort(["cluster", *dims, "ts"])
 
 
 # ---------------------------------------------------------------- per-bucket aggregates
 
-def _state_buckets_sql(dims: list[str], k_max: int, bucket: str) -> str:
-    keys = ", ".join(["cluster", *dims])
-    return f"""
-    SELECT {timeline.bucket_sql(bucket, 'ts')} AS bucket, {keys}, count(*) AS samples,
-           sum(largest_single_node)::BIGINT AS lsn_sum, min(largest_single_node) AS lsn_min,
-           sum(whole_free_nodes)::BIGINT AS wfn_sum, min(whole_free_nodes) AS wfn_min,
-           sum(whole_free_gpus)::BIGINT AS wfg_sum, min(whole_free_gpus) AS wfg_min
-    FROM ({state_sql(dims, k_max)}) GROUP BY ALL"""
+def _state_buckets(st: pl.DataFrame, keys: list[str], bucket: str) -> pl.DataFrame:
+    """Per bucket and cell: sample count, sums and minima of the per-sample extremes."""
+    every = {"hour": "1h", "day": "1d", "week": "1w", "month": "1mo"}[bucket]
+    return st.group_by(pl.col("ts").dt.truncate(every).alias("bucket"), *keys).agg(
+        pl.len().alias("samples"), pl.col("largest_single_node").sum().alias("lsn_sum"),
+        pl.col("largest_single_node").min().alias("lsn_min"), pl.col("whole_free_nodes").sum().alias("wfn_sum"),
+        pl.col("whole_free_nodes").min().alias("wfn_min"), pl.col("whole_free_gpus").sum().alias("wfg_sum"),
+        pl.col("whole_free_gpus").min().alias("wfg_min"))
 
 
 def histogram_sql(dims: list[str], bucket: str) -> str:
@@ -178,25 +236,29 @@ def histogram_sql(dims: list[str], bucket: str) -> str:
 
 def workload_sql(dims: list[str], bucket: str) -> str:
     """The request-size distribution per bucket and cell: jobs submitted in the bucket asking for GPUs, by spec
-    (k = GPUs per node, q = milli-GPU per GPU; 1000 = whole GPUs). A job's pool is the pool it ran on, else its
-    typed request, else the only pool of its partition; its partition the first one it named."""
+    (k = GPUs per node, q = milli-GPU per GPU; 1000 = whole GPUs). A job's pool is its typed GPU type
+    (AllocTRES names the type of the GPUs a job got), else the pool it ran on, else the only pool of its
+    partition; its partition the first one it named."""
     keys = ", ".join(["cluster", *dims])
     return f"""
-    WITH ran AS (SELECT job_uid, arg_min(coalesce(gpu_type, '(untyped)'), t0) AS pool FROM tl_job_alloc
-                 WHERE job_uid IN (SELECT job_uid FROM jobs WHERE submit >= $ws AND submit < $we) GROUP BY job_uid),
+    WITH j0 AS (
+      SELECT job_uid, cluster, submit, gpu_type, gpu_milli,
+             CASE WHEN contains(partition, ',') THEN trim(split_part(partition, ',', 1)) ELSE partition END AS partition,
+             coalesce(nullif(ngpus, 0), req_gpus) AS g, greatest(coalesce(nnodes, 1), 1) AS nn
+      FROM jobs WHERE submit >= $ws AND submit < $we),
+    j1 AS (SELECT * FROM j0 WHERE g > 0),
+    ran AS (SELECT job_uid, arg_min(coalesce(gpu_type, '(untyped)'), t0) AS pool FROM tl_job_alloc
+            WHERE job_uid IN (SELECT job_uid FROM j1 WHERE gpu_type IS NULL) GROUP BY job_uid),
     ppool AS (SELECT cluster, partition, any_value(gpu_type) AS pool FROM ({_cells_sql(['gpu_type', 'partition'])})
               GROUP BY ALL HAVING count(*) = 1),
     j AS (
-      SELECT j.job_uid, j.cluster, {timeline.bucket_sql(bucket, 'j.submit')} AS bucket,
-             trim(split_part(j.partition, ',', 1)) AS partition,
-             coalesce(ran.pool, j.gpu_type, pp.pool) AS gpu_type,
-             coalesce(nullif(j.ngpus, 0), j.req_gpus) AS g, greatest(coalesce(j.nnodes, 1), 1) AS nn, j.gpu_milli
-      FROM jobs j LEFT JOIN ran ON ran.job_uid = j.job_uid
-      LEFT JOIN ppool pp ON pp.cluster = j.cluster AND pp.partition = trim(split_part(j.partition, ',', 1))
-      WHERE j.submit >= $ws AND j.submit < $we)
+      SELECT j1.cluster, {timeline.bucket_sql(bucket, 'j1.submit')} AS bucket, j1.partition,
+             coalesce(j1.gpu_type, ran.pool, pp.pool) AS gpu_type, j1.g, j1.nn, j1.gpu_milli
+      FROM j1 LEFT JOIN ran ON ran.job_uid = j1.job_uid
+      LEFT JOIN ppool pp ON pp.cluster = j1.cluster AND pp.partition = j1.partition)
     SELECT bucket, {keys}, CASE WHEN gpu_milli < 1000 THEN 1 ELSE CAST(ceil(g / nn) AS INTEGER) END AS k,
            CASE WHEN gpu_milli < 1000 THEN gpu_milli ELSE 1000 END AS q, count(*)::BIGINT AS jobs
-    FROM j WHERE g > 0 {''.join(f' AND {d} IS NOT NULL' for d in dims)}
+    FROM j WHERE true {''.join(f' AND {d} IS NOT NULL' for d in dims)}
     GROUP BY ALL"""
 
 
@@ -235,7 +297,7 @@ def report(con: duckdb.DuckDBPyConnection, start=None, end=None, bucket: str = "
     st_parts, h_parts = [], []
     for a, b in _chunks(*win):
         p = chunk_params(a, b, iv)
-        st_parts.append(timeline.frame(con, _state_buckets_sql(dims, k_max, bucket), p))
+        st_parts.append(_state_buckets(sample_state(con, dims, k_max, p), ["cluster", *dims], bucket))
         h_parts.append(timeline.frame(con, histogram_sql(dims, bucket), p))
     st = _combine_states(pl.concat(st_parts), keys)
     if st.is_empty():

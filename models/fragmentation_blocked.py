@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import Iterable
 
 import duckdb
+import numpy as np
 import polars as pl
 
 from models import fragmentation, timeline
@@ -30,7 +31,7 @@ CLASSES = ("placeable", "fragmentation", "capacity", "unknown")
 
 PENDING_SQL = """
     SELECT j.job_uid, j.cluster, j.job_id, coalesce(j.team, '(unmapped)') AS team, j.account, j."user",
-           j.partition, j.gpu_type AS pool, g, nn, CAST(ceil(g / nn) AS INTEGER) AS k, j.gpu_milli < 1000 AS frac,
+           j.partition, j.gpu_type AS pool, g, nn, CAST(ceil(g / nn) AS INTEGER) AS k, coalesce(j.gpu_milli < 1000, false) AS frac,
            CASE WHEN j.gpu_milli < 1000 THEN 'fractional' WHEN nn > 1 THEN 'multi-node'
                 ELSE CAST(CAST(pow(2, ceil(log2(greatest(g, 1)))) AS INTEGER) AS VARCHAR) END AS size_class,
            greatest(coalesce(j.eligible, j.submit), c.data_start, $ws) AS p0,
@@ -40,41 +41,82 @@ PENDING_SQL = """
     WHERE j.g > 0 AND coalesce(j.eligible, j.submit) < $we AND coalesce(j.start, c.horizon) > $ws"""
 
 
-def _chunk_sql(k_max: int) -> str:
-    """Per job: pending samples in the chunk by class. Needs temp table _fb_state (per-sample cell state)."""
-    return f"""
-    WITH pj AS (
-      SELECT *, greatest({fragmentation._sample_index('p0')}, $i0) AS a,
-             least({fragmentation._sample_index('p1')}, $i1) AS b
-      FROM ({PENDING_SQL}) WHERE p1 > p0),
-    pj2 AS (SELECT * FROM pj WHERE a < b),
-    parts AS (SELECT job_uid, cluster, pool, g, nn, k, frac,
-                     trim(unnest(string_split(coalesce(partition, ''), ','))) AS partition FROM pj2),
-    pairs AS (SELECT job_uid, unnest(range(a, b)) AS i FROM pj2),
-    per_part AS (
-      SELECT pr.job_uid, pr.i, pa.partition, pa.g, pa.nn, pa.k, pa.frac,
-             sum(s.free_gpus + s.partial_milli / 1000.0) AS tot, sum(list_extract(s.ge, pa.k)) AS nodes_k,
-             sum(s.ge[1]) AS nodes_1
-      FROM pairs pr JOIN parts pa ON pa.job_uid = pr.job_uid
-      JOIN _fb_state s ON s.cluster = pa.cluster AND s.partition = pa.partition AND s.i = pr.i
-                      AND (pa.pool IS NULL OR s.gpu_type = pa.pool)
-      GROUP BY ALL),
-    per_sample AS (
-      SELECT job_uid, i,
-             CASE WHEN bool_or(CASE WHEN k > {k_max} THEN false WHEN frac THEN nodes_1 >= 1
-                                    ELSE coalesce(nodes_k, 0) >= nn END) THEN 'placeable'
-                  WHEN bool_or(tot >= g AND k <= {k_max}) THEN 'fragmentation'
-                  ELSE 'capacity' END AS cls
-      FROM per_part GROUP BY job_uid, i),
-    counts AS (SELECT job_uid, count(*) FILTER (WHERE cls = 'placeable') AS placeable,
-                      count(*) FILTER (WHERE cls = 'fragmentation') AS fragmentation,
-                      count(*) FILTER (WHERE cls = 'capacity') AS capacity
-               FROM per_sample GROUP BY job_uid)
-    SELECT pj2.job_uid, pj2.cluster, pj2.job_id, pj2.team, pj2.account, pj2."user", pj2.partition,
-           coalesce(pj2.pool, '(any)') AS gpu_type, pj2.g AS gpus, pj2.nn AS nnodes, pj2.size_class,
-           (pj2.b - pj2.a)::BIGINT AS samples, coalesce(c.placeable, 0)::BIGINT AS placeable,
-           coalesce(c.fragmentation, 0)::BIGINT AS fragmentation, coalesce(c.capacity, 0)::BIGINT AS capacity
-    FROM pj2 LEFT JOIN counts c ON c.job_uid = pj2.job_uid"""
+SHAPE = ["cluster", "partition", "pool", "g", "nn", "k", "frac"]
+
+
+class _Cells:
+    """Per-sample counters of the (cluster, gpu_type, partition) cells of one chunk, padded to the chunk."""
+
+    def __init__(self, cells: pl.DataFrame, cols: dict, i0: int, n: int):
+        self.rows = cells.to_dicts()
+        self.cols, self.i0, self.n = cols, i0, n
+        self._cache: dict = {}
+
+    def matching(self, cluster: str, partition: str, pool: str | None) -> list[dict]:
+        return [c for c in self.rows if c["cluster"] == cluster and c["partition"] == partition
+                and (pool is None or c["gpu_type"] == pool)]
+
+    def series(self, cell: dict, name: str) -> np.ndarray:
+        key = (cell["cid"], name)
+        if key not in self._cache:
+            out = np.zeros(self.n, dtype=np.float64 if name == "valid" else np.int64)
+            a, b, off = cell["lo"] - self.i0, cell["hi"] - self.i0, cell["offset"]
+            out[a:b] = 1 if name == "valid" else self.cols[name][off:off + b - a]
+            self._cache[key] = out
+        return self._cache[key]
+
+
+def _classify(cells: _Cells, shape: dict, k_max: int) -> dict[str, np.ndarray]:
+    """Per sample of the chunk, for one request shape: placeable / fragmentation / capacity masks."""
+    n = cells.n
+    placeable, fits, known = np.zeros(n, bool), np.zeros(n, bool), np.zeros(n, bool)
+    for part in {p.strip() for p in (shape["partition"] or "").split(",")}:
+        cand = cells.matching(shape["cluster"], part, shape["pool"])
+        if not cand:
+            continue
+        valid = sum(cells.series(c, "valid") for c in cand) > 0
+        big_enough = shape["k"] <= max(c["max_gpus"] for c in cand)
+        tot = sum(cells.series(c, "free_gpus") + cells.series(c, "partial_milli") / 1000 for c in cand)
+        ge = f"ge{1 if shape['frac'] else min(shape['k'], k_max)}"
+        nodes = sum(cells.series(c, ge) for c in cand)
+        known |= valid
+        if big_enough:
+            placeable |= valid & (nodes >= (1 if shape["frac"] else shape["nn"]))
+            fits |= valid & (tot >= shape["g"] - 1e-9)
+    frag = fits & ~placeable
+    return {"placeable": placeable, "fragmentation": frag, "capacity": known & ~placeable & ~frag}
+
+
+def _chunk_counts(con, k_max: int, p: dict) -> pl.DataFrame:
+    """Per job pending in the chunk: its samples there and how many were placeable / fragmentation / capacity.
+
+    Jobs with the same request shape (cluster, partitions, pool, GPUs, nodes) see the same cells, so each shape
+    is classified once per sample and each job reads its interval off prefix sums: the cost is shapes x samples
+    plus jobs, not pending job-samples (a busy year has billions of those)."""
+    jobs = timeline.frame(con, f"""
+        SELECT * FROM (
+          SELECT *, greatest({fragmentation._sample_index('p0')}, $i0) AS a,
+                 least({fragmentation._sample_index('p1')}, $i1) AS b
+          FROM ({PENDING_SQL}) WHERE p1 > p0)
+        WHERE a < b""", p)
+    if jobs.is_empty():
+        return jobs
+    cells_df, cols = fragmentation.sample_grid(con, ["gpu_type", "partition"], k_max, p)
+    cells = _Cells(cells_df, cols, p["i0"], p["i1"] - p["i0"])
+    shapes = jobs.select(SHAPE).unique().with_row_index("_shape")
+    jobs = jobs.join(shapes, on=SHAPE, how="left", nulls_equal=True)
+    counts = {c: np.zeros(jobs.height, np.int64) for c in CLASSES[:3]}
+    a = jobs["a"].to_numpy() - p["i0"]
+    b = jobs["b"].to_numpy() - p["i0"]
+    order = jobs["_shape"].to_numpy()
+    for shape in shapes.iter_rows(named=True):
+        masks = _classify(cells, shape, k_max)
+        idx = np.flatnonzero(order == shape["_shape"])
+        for cls, m in masks.items():
+            pref = np.r_[0, np.cumsum(m)]
+            counts[cls][idx] = pref[b[idx]] - pref[a[idx]]
+    return jobs.with_columns(pl.col("b").sub(pl.col("a")).alias("samples"),
+                             *[pl.Series(c, v) for c, v in counts.items()])
 
 
 def per_job(con: duckdb.DuckDBPyConnection, start=None, end=None,
@@ -87,23 +129,18 @@ def per_job(con: duckdb.DuckDBPyConnection, start=None, end=None,
         return pl.DataFrame()
     iv = fragmentation.parse_interval(interval)
     k_max = fragmentation.max_gpus_per_node(con)
-    state_sql = fragmentation.state_sql(["gpu_type", "partition"], k_max)
-    parts = []
-    try:
-        for a, b in fragmentation._chunks(*win):
-            p = fragmentation.chunk_params(a, b, iv)
-            timeline.execute(con, "CREATE OR REPLACE TEMP TABLE _fb_state AS " + state_sql, p)
-            parts.append(timeline.frame(con, _chunk_sql(k_max), p))
-    finally:
-        con.execute("DROP TABLE IF EXISTS _fb_state")
+    parts = [_chunk_counts(con, k_max, fragmentation.chunk_params(a, b, iv)) for a, b in fragmentation._chunks(*win)]
+    parts = [x for x in parts if x.height]
+    if not parts:
+        return pl.DataFrame()
     df = pl.concat(parts)
-    if df.is_empty():
-        return df
     sums = ["samples", *CLASSES[:3]]
-    df = df.group_by([c for c in df.columns if c not in sums]).agg(pl.col(s).sum() for s in sums)
+    first = ["cluster", "job_id", "team", "account", "user", "partition", "pool", "g", "nn", "size_class"]
+    df = df.group_by("job_uid").agg(*[pl.col(c).first() for c in first], *[pl.col(s).sum() for s in sums])
     h = iv / 3600
     df = df.with_columns((pl.col("samples") - pl.col("placeable") - pl.col("fragmentation") - pl.col("capacity"))
-                         .alias("unknown"))
+                         .alias("unknown"), pl.col("pool").fill_null("(any)").alias("gpu_type"),
+                         pl.col("g").alias("gpus"), pl.col("nn").alias("nnodes"))
     return df.select(
         "job_uid", "cluster", "job_id", "team", "account", "user", "partition", "gpu_type", "gpus", "nnodes",
         "size_class", (pl.col("samples") * h).alias("wait_h"),
