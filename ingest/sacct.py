@@ -158,15 +158,19 @@ def _stage_sql(cols: list[str], hint: str, step: str = "false") -> str:
         gl_ts(c_start, $tz) AS t_start, gl_ts(c_end, $tz) AS t_end,
         {elapsed} AS t_elapsed, {timelimit} AS t_timelimit,
         gl_state_base(c_state) AS state_base,
-        gl_tres_get(c_alloctres, 'gres/gpu') AS a_gpu, gl_tres_ntyped(c_alloctres) AS a_n,
-        gl_tres_ntyped(c_reqtres) AS q_n, gl_tres_get(c_reqtres, 'gres/gpu') AS q_gpu,
-        gl_tres_get(c_alloctres, 'mem') AS a_mem, gl_tres_get(c_reqtres, 'mem') AS q_mem,
-        gl_tres_get(c_alloctres, 'billing') AS a_bill, gl_tres_get(c_reqtres, 'billing') AS q_bill,
+        ',' || c_alloctres || ',' AS ua, ',' || c_reqtres || ',' AS uq,
+        gl_tres_ntyped(c_alloctres) AS a_n, gl_tres_ntyped(c_reqtres) AS q_n,
         CASE WHEN right(c_reqmem, 1) IN ('c', 'n') THEN c_reqmem[1:-2] ELSE c_reqmem END AS rm_amount,
         CASE WHEN right(c_reqmem, 1) IN ('c', 'n') THEN right(c_reqmem, 1) ELSE '' END AS rm_per,
         try_cast(c_nnodes AS INTEGER) AS t_nnodes, try_cast(coalesce(c_ncpus, c_alloccpus) AS INTEGER) AS t_ncpus,
         try_cast(c_reqcpus AS INTEGER) AS t_reqcpus
       FROM r
+    ), t2 AS (
+      SELECT *,
+        gl_tres_val(ua, 'gres/gpu') AS a_gpu, gl_tres_val(uq, 'gres/gpu') AS q_gpu,
+        gl_tres_val(ua, 'mem') AS a_mem, gl_tres_val(uq, 'mem') AS q_mem,
+        gl_tres_val(ua, 'billing') AS a_bill, gl_tres_val(uq, 'billing') AS q_bill
+      FROM t
     ), u AS (
       SELECT *,
         gl_state_of(state_base) AS t_state,
@@ -176,7 +180,7 @@ def _stage_sql(cols: list[str], hint: str, step: str = "false") -> str:
         gl_mem_bytes(a_mem) AS mem_bytes,
         coalesce(gl_reqmem(rm_amount, rm_per, coalesce(t_reqcpus, t_ncpus), t_nnodes), gl_mem_bytes(q_mem)) AS req_mem_bytes,
         coalesce(try_cast(a_bill AS DOUBLE), try_cast(q_bill AS DOUBLE)) AS billing
-      FROM t
+      FROM t2
     ), v AS (
       SELECT *,
         CASE
@@ -196,19 +200,19 @@ def _stage_sql(cols: list[str], hint: str, step: str = "false") -> str:
       coalesce(nullif(trim(c_cluster), ''), $cluster) AS cluster,
       anyid AS job_id,
       coalesce(jidraw, anyid) AS job_id_raw,
-      CASE WHEN strpos(anyid, '_') > 0 THEN try_cast(split_part(anyid, '_', 1) AS BIGINT) END AS array_job_id,
-      CASE WHEN strpos(anyid, '_') > 0 THEN try_cast(split_part(anyid, '_', 2) AS BIGINT) END AS array_task_id,
-      CASE WHEN strpos(anyid, '_[') > 0 THEN rtrim(split_part(anyid, '_[', 2), ']') END AS array_task_spec,
-      CASE WHEN strpos(anyid, '+') > 0 THEN try_cast(split_part(anyid, '+', 1) AS BIGINT) END AS het_job_id,
-      CASE WHEN strpos(anyid, '+') > 0 THEN try_cast(split_part(anyid, '+', 2) AS INTEGER) END AS het_offset,
+      CASE WHEN strpos(anyid, '_') > 0 THEN try_cast(gl_before(anyid, '_') AS BIGINT) END AS array_job_id,
+      try_cast(gl_after(anyid, '_') AS BIGINT) AS array_task_id,
+      rtrim(gl_after(anyid, '_['), ']') AS array_task_spec,
+      CASE WHEN strpos(anyid, '+') > 0 THEN try_cast(gl_before(anyid, '+') AS BIGINT) END AS het_job_id,
+      try_cast(gl_after(anyid, '+') AS INTEGER) AS het_offset,
       nullif(trim(c_user), '') AS "user", try_cast(c_uid AS BIGINT) AS uid,
       nullif(trim(c_group), '') AS "group", try_cast(c_gid AS BIGINT) AS gid,
       nullif(trim(c_account), '') AS account, nullif(trim(c_partition), '') AS partition,
       nullif(trim(c_qos), '') AS qos,
       t_state AS state, c_state AS state_raw,
-      CASE WHEN strpos(c_state, ' by ') > 0 THEN try_cast(split_part(c_state, ' by ', 2) AS BIGINT) END AS cancelled_by_uid,
-      try_cast(nullif(split_part(c_exitcode, ':', 1), '') AS INTEGER) AS exit_code,
-      try_cast(nullif(split_part(c_exitcode, ':', 2), '') AS INTEGER) AS signal,
+      try_cast(gl_after(c_state, ' by ') AS BIGINT) AS cancelled_by_uid,
+      try_cast(gl_before(c_exitcode, ':') AS INTEGER) AS exit_code,
+      try_cast(gl_after(c_exitcode, ':') AS INTEGER) AS signal,
       t_submit AS submit, t_eligible AS eligible, t_start AS start,
       CASE WHEN rank = 0 OR t_start IS NULL THEN NULL ELSE t_end END AS "end",
       CASE WHEN t_elapsed IS NOT NULL THEN t_elapsed

@@ -75,19 +75,25 @@ def macros() -> list[str]:
         # "no number" forms of a duration: a NULL from gl_dur on anything else is unreadable text
         f"""CREATE OR REPLACE TEMP MACRO gl_dur_is_none(s) AS (
             s IS NULL OR trim(s) IN ({null_tokens}, 'UNLIMITED', 'Partition_Limit', 'NONE'))""",
-        # TRES strings: billing=8,cpu=8,gres/gpu:a100=2,gres/gpu=2,mem=16000M,node=1
-        """CREATE OR REPLACE TEMP MACRO gl_tres_get(t, key) AS (
-            nullif(split_part(split_part(',' || t || ',', ',' || key || '=', 2), ',', 1), ''))""",
+        # split_part() builds a list per row; these slice by position instead (hot path)
+        """CREATE OR REPLACE TEMP MACRO gl_before(s, sep) AS (
+            CASE WHEN strpos(s, sep) > 0 THEN substr(s, 1, strpos(s, sep) - 1) ELSE s END)""",
+        """CREATE OR REPLACE TEMP MACRO gl_after(s, sep) AS (
+            CASE WHEN strpos(s, sep) > 0 THEN substr(s, strpos(s, sep) + length(sep)) END)""",
+        # TRES strings: billing=8,cpu=8,gres/gpu:a100=2,gres/gpu=2,mem=16000M,node=1. u is ',' || tres || ','
+        """CREATE OR REPLACE TEMP MACRO gl_tres_val(u, key) AS (
+            nullif(gl_before(gl_after(u, ',' || key || '='), ','), ''))""",
+        """CREATE OR REPLACE TEMP MACRO gl_tres_get(t, key) AS (gl_tres_val(',' || t || ',', key))""",
         # Typed entries (gres/gpu:a100=2): one is the common case and needs no regular expression.
         """CREATE OR REPLACE TEMP MACRO gl_tres_ntyped(t) AS ((length(t) - length(replace(t, 'gres/gpu:', ''))) // 9)""",
         """CREATE OR REPLACE TEMP MACRO gl_tres_typed_sum(t, n) AS (
             CASE n WHEN 0 THEN NULL
-                   WHEN 1 THEN try_cast(split_part(split_part(split_part(t, 'gres/gpu:', 2), ',', 1), '=', 2) AS DOUBLE)
+                   WHEN 1 THEN try_cast(gl_before(gl_after(gl_after(t, 'gres/gpu:'), '='), ',') AS DOUBLE)
                    ELSE list_sum(list_transform(regexp_extract_all(t, '(?:^|,)gres/gpu:[^=,]+=([0-9.]+)', 1),
                                                 lambda x: x::DOUBLE)) END)""",
         """CREATE OR REPLACE TEMP MACRO gl_tres_type(t, n) AS (
             CASE n WHEN 0 THEN NULL
-                   WHEN 1 THEN nullif(split_part(split_part(t, 'gres/gpu:', 2), '=', 1), '')
+                   WHEN 1 THEN nullif(gl_before(gl_after(t, 'gres/gpu:'), '='), '')
                    ELSE nullif(array_to_string(list_sort(list_distinct(
                           regexp_extract_all(t, '(?:^|,)gres/gpu:([^=,]+)=[0-9.]+', 1))), '+'), '') END)""",
         # 3000M, 320.5G, 512K; a bare number is MB (Slurm's TRES unit for memory)
