@@ -18,6 +18,7 @@ exactly as scraped files are.
 from __future__ import annotations
 
 import base64
+from itertools import chain
 import datetime as dt
 import json
 import os
@@ -200,10 +201,10 @@ def _to_tables(result: list, first_line: int, metric: str, opts: store.Telemetry
         if ident is None:
             ident = cache[text] = store.series_identity(metric, labels, opts, cluster)
         series.append({**ident, "sid": sid_base + i, "series_text": text})
-        values = item.get("values") or []
-        ts.extend([p[0] for p in values])
-        vals.extend([p[1] for p in values])
-        sids.extend([sid_base + i] * len(values))
+        flat = list(chain.from_iterable(item.get("values") or []))   # [t0, v0, t1, v1, ...]
+        ts.extend(flat[0::2])
+        vals.extend(flat[1::2])
+        sids.extend([sid_base + i] * (len(flat) // 2))
     n = len(ts)
     points = pa.table({"line_no": pa.array(range(first_line, first_line + n), pa.int64()),
                        "sid": pa.array(sids, pa.int32()),
