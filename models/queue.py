@@ -26,7 +26,7 @@ _SIZE_SQL = """CASE WHEN g <= 0 THEN '0' WHEN g <= 1 THEN '1' WHEN g <= 4 THEN '
                     WHEN g <= 15 THEN '9-15' ELSE '16+' END"""
 #: A job's requested GPUs, its queue-entry time, its team label and its pool: the allocated GPU type, else the
 #: type it requested (ReqTRES gres/gpu:TYPE), else the one GPU type of its partition's nodes, else '(any)'.
-_JOB_SQL = f"""
+_JOB_SQL = """
     SELECT j.job_uid, j.cluster, j.job_id, coalesce(j.team, '(unmapped)') AS team, j.account, j."user", j.partition,
            coalesce(j.qos, '(none)') AS qos, j.state,
            coalesce(j.gpu_type, nullif(regexp_extract(j.req_tres, 'gres/gpu:([^=,]+)=', 1), ''), pp.pool, '(any)') AS pool,

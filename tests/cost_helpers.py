@@ -75,7 +75,7 @@ def build(con, tmp: Path, jobs: list[Job], nodes: list[tuple], governance: str |
           cluster: str = "c1") -> None:
     """Ingest ``nodes`` ((name, gpus, gpu_type[, partitions])) and ``jobs`` into ``con``, load ``governance``
     (TOML text) if given, and build the timeline marts."""
-    from ingest import sacct, slurm_nodes
+    from ingest import slurm_nodes
     from models import refresh
     tmp.mkdir(parents=True, exist_ok=True)
     nf = tmp / "nodes.txt"

@@ -3,7 +3,6 @@ that statements reconcile to the cent for random workloads, rates, entitlements 
 from __future__ import annotations
 
 import datetime as dt
-import json
 from decimal import Decimal as D
 from fractions import Fraction as F
 
