@@ -1,6 +1,6 @@
 """GPU utilization (allocation) per time bucket: capacity, unavailable, allocated and idle GPU-hours, the
-allocation ratio, and Slurm's sreport categories beside them so an admin can reconcile with
-``sreport -t hours -T gres/gpu cluster utilization``.
+allocation ratio, GPU time idle while eligible jobs waited, and Slurm's sreport categories beside them as
+``sreport -t hours -T gres/gpu cluster utilization`` computes them, so an admin can reconcile the two.
 
 Reads only the occupancy timeline (:mod:`models.timeline`). Definitions and sources: docs/METRICS.md
 ("Utilization"). Rows:
@@ -29,7 +29,8 @@ _DEMAND_SQL = {"team": "coalesce(j.team, '(unmapped)')", "account": "j.account",
                "job_partition": "j.partition", "qos": "j.qos"}
 
 TOTAL_COLUMNS = ["hours", "capacity_gpu_h", "unavailable_gpu_h", "available_gpu_h", "allocated_gpu_h", "idle_gpu_h",
-                 "allocation_ratio", "beyond_capacity_gpu_h", "pending_gpu_h", "sreport_allocated", "sreport_down",
+                 "allocation_ratio", "beyond_capacity_gpu_h", "pending_gpu_h", "planned_gpu_h", "sreport_allocated",
+                 "sreport_down",
                  "sreport_planned_down", "sreport_idle", "sreport_planned", "sreport_reported"]
 
 
@@ -38,8 +39,8 @@ def _cap_key(dims: list[str]) -> list[str]:
 
 
 def _hour_groups_sql(cap: list[str], hourly_src: str) -> str:
-    """Per hour, cluster and capacity group: the hourly rollup, with sreport's Planned = min(idle, eligible
-    pending GPU-seconds of the jobs that could run in the group) computed per hour as slurmdbd does."""
+    """Per hour, cluster and capacity group: the hourly rollup, with planned = min(idle, eligible pending
+    GPU-seconds of the jobs that could run in the group), capped per hour as slurmdbd caps its Planned."""
     inner = ["cluster", *[d for d in cap if d != "cluster"]]
     src = timeline.explode_partitions(hourly_src) if "partition" in cap else hourly_src
     dims_sel = ", ".join(timeline.capacity_dim_sql([d for d in inner if d != "cluster"]))
@@ -107,9 +108,9 @@ def _totals_sql(cap: list[str], bucket: str, hourly_src: str) -> str:
            cap / 3600 AS capacity_gpu_h, unav / 3600 AS unavailable_gpu_h, (cap - unav) / 3600 AS available_gpu_h,
            alloc / 3600 AS allocated_gpu_h, idle / 3600 AS idle_gpu_h,
            CASE WHEN cap - unav > 0 THEN ain / (cap - unav) END AS allocation_ratio,
-           (alloc - ain) / 3600 AS beyond_capacity_gpu_h, pend / 3600 AS pending_gpu_h,
+           (alloc - ain) / 3600 AS beyond_capacity_gpu_h, pend / 3600 AS pending_gpu_h, planned / 3600 AS planned_gpu_h,
            ain / 3600 AS sreport_allocated, down / 3600 AS sreport_down, pdown / 3600 AS sreport_planned_down,
-           (idle - planned) / 3600 AS sreport_idle, planned / 3600 AS sreport_planned, cap / 3600 AS sreport_reported
+           idle / 3600 AS sreport_idle, 0.0 AS sreport_planned, cap / 3600 AS sreport_reported
     FROM tot JOIN hrs USING ({keys})
     ORDER BY {keys}"""
 

@@ -10,9 +10,11 @@ partitions all,h100); 20 GPUs = 480 GPU-h a day. 2024-03-01 .. 03-03 (the horizo
   job 6 frank/ops  1 GPU  gpu01          03-02 23:00-03-03 00:00            1 day 2
   gpu02 DRAIN 03-01 12:00-18:00 (8 free GPUs x 6 h = 48 Down); gpu03 MAINT 03-02 12:00-14:00 while job 3 holds
   2 of its 4 GPUs (2 free x 2 h = 4 PlannedDown; job 3's GPUs stay allocated).
-Planned (sreport): per hour, min(idle, eligible pending GPUs). Day 1: job 4 waits 10:00-24:00 with 16 GPUs;
+planned_gpu_h: per hour, min(idle, eligible pending GPUs). Day 1: job 4 waits 10:00-24:00 with 16 GPUs;
 idle was 10 (10-12), 10 (12-18, gpu02 drained), 18 (18-20), 14 (20-24) -> 20 + 60 + 32 + 56 = 168.
 Day 2: job 4 waits 00:00-08:00 (idle 14 then 18 -> 56 + 64) and job 5 22:00-24:00 (4 + 4) -> 128.
+sreport's own Planned counts requested CPUs only (slurmdbd's _add_planned_time), so for -T gres/gpu it is 0
+and the waiting jobs' idle GPU time is in its Idle.
 """
 from __future__ import annotations
 
@@ -48,23 +50,24 @@ def test_daily_cluster_every_column(hand):
     df = utilization.by_bucket(hand, bucket="day", by="cluster")
     assert df.columns == ["bucket", "cluster", *utilization.TOTAL_COLUMNS]
     assert rows(df, *df.columns) == [
-        # bucket cluster hours cap unav avail alloc idle ratio beyond pending | sreport: alloc down pdown idle plan rep
-        (D1, "tc", 24.0, 480.0, 48.0, 432.0, 148.0, 284.0, round(148 / 432, 6), 0.0, 224.0,
-         148.0, 48.0, 0.0, 116.0, 168.0, 480.0),
-        (D2, "tc", 24.0, 480.0, 4.0, 476.0, 97.0, 379.0, round(97 / 476, 6), 0.0, 136.0,
-         97.0, 0.0, 4.0, 251.0, 128.0, 480.0),
+        # bucket cluster hours cap unav avail alloc idle ratio beyond pending planned
+        #   | sreport (-T gres/gpu): alloc down pdown idle planned reported
+        (D1, "tc", 24.0, 480.0, 48.0, 432.0, 148.0, 284.0, round(148 / 432, 6), 0.0, 224.0, 168.0,
+         148.0, 48.0, 0.0, 284.0, 0.0, 480.0),
+        (D2, "tc", 24.0, 480.0, 4.0, 476.0, 97.0, 379.0, round(97 / 476, 6), 0.0, 136.0, 128.0,
+         97.0, 0.0, 4.0, 379.0, 0.0, 480.0),
     ]
 
 
 def test_daily_by_pool(hand):
     df = utilization.by_bucket(hand, bucket="day", by="pool")
     assert rows(df, "bucket", "gpu_type", "capacity_gpu_h", "unavailable_gpu_h", "allocated_gpu_h", "idle_gpu_h",
-                "pending_gpu_h", "sreport_planned", "sreport_idle") == [
+                "pending_gpu_h", "planned_gpu_h") == [
         # a100 day 1: idle 8 (10-12), 8 (12-18, gpu02 drained), 16 (18-20), 12 (20-24) against job 4's 16
-        (D1, "a100", 384.0, 48.0, 112.0, 224.0, 224.0, 144.0, 80.0),
-        (D1, "h100", 96.0, 0.0, 36.0, 60.0, 0.0, 0.0, 60.0),
-        (D2, "a100", 384.0, 0.0, 49.0, 335.0, 128.0, 112.0, 223.0),   # job 4: idle 12 (00-04), 16 (04-08)
-        (D2, "h100", 96.0, 4.0, 48.0, 44.0, 8.0, 4.0, 40.0),         # job 5 (typed h100): min(2, 4) + min(1, 4)
+        (D1, "a100", 384.0, 48.0, 112.0, 224.0, 224.0, 144.0),
+        (D1, "h100", 96.0, 0.0, 36.0, 60.0, 0.0, 0.0),
+        (D2, "a100", 384.0, 0.0, 49.0, 335.0, 128.0, 112.0),   # job 4: idle 12 (00-04), 16 (04-08)
+        (D2, "h100", 96.0, 4.0, 48.0, 44.0, 8.0, 4.0),         # job 5 (typed h100): min(2, 4) + min(1, 4)
     ]
 
 
@@ -97,7 +100,7 @@ def test_hour_buckets_and_a_window_inside_hours(hand):
     df = utilization.by_bucket(hand, "2024-03-01T10:30", "2024-03-01T12:30", bucket="hour")
     # 10:30-11: 20 GPUs x .5 h; job 1 (8) + job 3 (2) hold 10; job 4 waits with 16 -> Planned min(5, 8)
     assert rows(df, "bucket", "hours", "capacity_gpu_h", "unavailable_gpu_h", "allocated_gpu_h", "idle_gpu_h",
-                "pending_gpu_h", "sreport_planned") == [
+                "pending_gpu_h", "planned_gpu_h") == [
         (dt.datetime(2024, 3, 1, 10), 0.5, 10.0, 0.0, 5.0, 5.0, 8.0, 5.0),
         (dt.datetime(2024, 3, 1, 11), 1.0, 20.0, 0.0, 10.0, 10.0, 16.0, 10.0),
         (dt.datetime(2024, 3, 1, 12), 0.5, 10.0, 4.0, 1.0, 5.0, 8.0, 5.0),   # gpu02 drained from 12:00
@@ -107,7 +110,7 @@ def test_hour_buckets_and_a_window_inside_hours(hand):
 @pytest.mark.parametrize("bucket,label", [("week", dt.datetime(2024, 2, 26)), ("month", dt.datetime(2024, 3, 1))])
 def test_week_and_month_buckets_sum_the_days(hand, bucket, label):
     df = utilization.by_bucket(hand, bucket=bucket)
-    assert rows(df, "bucket", "hours", "capacity_gpu_h", "allocated_gpu_h", "idle_gpu_h", "sreport_planned") == [
+    assert rows(df, "bucket", "hours", "capacity_gpu_h", "allocated_gpu_h", "idle_gpu_h", "planned_gpu_h") == [
         (label, 48.0, 960.0, 245.0, 663.0, 296.0)]
 
 
@@ -127,6 +130,32 @@ def test_bad_grouping_and_bucket_are_errors(hand):
 
 def test_empty_warehouse_gives_empty_table(con):
     assert utilization.by_bucket(con, by="pool,team").is_empty()
+
+
+def test_real_slurm_capture_reconciles_with_sreport(run_cli, db_path):
+    """tests/fixtures/slurm_real: a real Slurm 22.05 run and its own `sreport -T gres/gpu cluster utilization
+    -t seconds` for 12:00-13:00: Allocated 236, Down 20, PLND Down 0, Idle 10136, Planned 0, Reported 10392."""
+    real = tf.FIXTURES / "slurm_real"
+    assert run_cli("ingest", "sacct", str(real / "sacct-allocations.psv"))[0] == 0
+    assert run_cli("ingest", "nodes", "--as-of", "2026-12-02T12:47:12", str(real / "scontrol-show-node-o.txt"))[0] == 0
+    assert run_cli("ingest", "events", str(real / "sacctmgr-event.psv"))[0] == 0
+    con = warehouse.connect(db_path)
+    try:
+        df = utilization.by_bucket(con, "2026-12-02T12:00", "2026-12-02T13:00", bucket="hour")
+        span = timeline.data_span(con).row(0, named=True)
+    finally:
+        con.close()
+    r = {k: (round(v * 3600, 6) if isinstance(v, float) and k.endswith(("_h", "_gpu_h")) or k.startswith("sreport")
+             else v) for k, v in df.row(0, named=True).items()}
+    assert (r["sreport_allocated"], r["sreport_down"], r["sreport_planned_down"], r["sreport_planned"]) == (
+        236.0, 20.0, 0.0, 0.0)
+    # sreport counts all 12 GPUs from the cluster's registration (12:45:34, a cluster-level event) to the end of
+    # the rolled-up hour; our data span is the accounting's own [first start, last timestamp]. The rest is idle.
+    outside = 12 * ((span["data_start"] - dt.datetime(2026, 12, 2, 12, 45, 34))
+                    + (dt.datetime(2026, 12, 2, 13) - span["horizon"])).total_seconds()
+    assert r["sreport_reported"] + outside == 10392
+    assert r["sreport_idle"] + outside == 10136
+    assert r["allocated_gpu_h"] == 236.0 and r["beyond_capacity_gpu_h"] == 0.0
 
 
 # ---------------------------------------------------------------- invariants
@@ -160,6 +189,8 @@ def test_invariants(cluster, bucket, by):
         rep = (df["sreport_allocated"] + df["sreport_down"] + df["sreport_planned_down"] + df["sreport_idle"]
                + df["sreport_planned"] - df["sreport_reported"])
         assert rep.abs().max() < 1e-6 and df["sreport_idle"].min() >= -1e-9
+        assert (df["planned_gpu_h"] <= df["idle_gpu_h"] + 1e-9).all()
+        assert (df["planned_gpu_h"] <= df["pending_gpu_h"] + 1e-9).all()
         # allocated summed over buckets = sum over jobs of GPUs x run time inside the window
         span = timeline.data_span(con).row(0, named=True)
         if by in ("cluster", "pool"):
@@ -187,7 +218,7 @@ def hand_db(db_path):
 
 def test_cli_table_csv_json(hand_db, run_cli, tmp_path):
     code, out, err = run_cli("report", "utilization", "--bucket", "day")
-    assert code == 0 and "sreport_planned" in out and "480.00" in out
+    assert code == 0 and "sreport_reported" in out and "480.00" in out
     code, out, err = run_cli("report", "utilization", "--by", "pool,team", "--format", "csv", "--from", "2024-03-02")
     assert code == 0
     csv = pl.read_csv(out.encode())

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from hypothesis import strategies as st
 
 from ingest import jobs_store, sacct, slurm_events, slurm_nodes
 
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SACCT_HEADER = ("JobID|JobIDRaw|Cluster|Partition|Account|User|State|Submit|Eligible|Start|End|Elapsed|NNodes|NCPUS|"
                 "ReqTRES|AllocTRES|NodeList")
 
