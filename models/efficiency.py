@@ -206,13 +206,20 @@ _BIN_HI = "CASE WHEN i = 1 THEN 0 ELSE 0.05 * (i - 1) END"
 
 def _hours_in(by: list[str]) -> str:
     """Mart hours in the window, with the job's grouping columns (gpu_type falls back to the node pool)."""
-    cols = ", ".join(f'j."{c}"' if c != "gpu_type" else "coalesce(j.gpu_type, gt.gpu_type, 'unknown') AS gpu_type"
+    cols = ", ".join(f'j."{c}"' if c != "gpu_type" else
+                     "coalesce(j.gpu_type, gt.gpu_type, gm.model, 'unknown') AS gpu_type"
                      for c in by if c != "cluster")
+    # GPU type: Slurm's typed GRES, else the node's pool in the inventory, else the model the exporter reports
+    types = """
+        LEFT JOIN (SELECT jn.job_uid, min(n.gpu_type) AS gpu_type FROM job_nodes jn
+                   JOIN nodes n ON n.cluster = jn.cluster AND n.node = jn.node GROUP BY 1) gt USING (job_uid)
+        LEFT JOIN (SELECT jn.job_uid, min(d.model) AS model FROM job_nodes jn
+                   JOIN gpu_devices d ON d.cluster = jn.cluster AND d.node = jn.node GROUP BY 1) gm USING (job_uid)
+    """ if "gpu_type" in by else ""
     return f"""
         SELECT h.*, e.metric{', ' + cols if cols else ''}
         FROM gpu_efficiency_job_hour h JOIN gpu_efficiency_job e USING (job_uid) JOIN jobs j USING (job_uid)
-        LEFT JOIN (SELECT jn.job_uid, min(n.gpu_type) AS gpu_type FROM job_nodes jn
-                   JOIN nodes n ON n.cluster = jn.cluster AND n.node = jn.node GROUP BY 1) gt USING (job_uid)
+        {types}
         WHERE h.hour >= $lo AND h.hour < $hi"""
 
 

@@ -131,6 +131,8 @@ def test_group_report_and_p95_bins(con, tmp_path):
     assert _job(con, 20)[3] == pytest.approx(0.97)           # the per-job p95 is exact
     whole = efficiency.by_group(con, by=["account"], bucket=None).to_dicts()[0]
     assert (whole["jobs"], whole["alloc_gpu_h"], whole["exact_label_pct"], whole["node_share_pct"]) == (2, 2, 0, 100)
+    # untyped GRES and no inventory: the GPU type is the model the exporter reports
+    assert efficiency.by_group(con, by=["gpu_type"], bucket=None)["gpu_type"].to_list() == ["NVIDIA A100-SXM4-80GB"]
     with pytest.raises(ValueError, match="cannot group efficiency by size"):
         efficiency.by_group(con, by=["size"])
 
