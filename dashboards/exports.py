@@ -165,7 +165,7 @@ def _prepare(df: pl.DataFrame) -> pl.DataFrame:
     return neutralise(df.with_columns([pl.col(c).cast(pl.String) for c in other]))
 
 
-def _sheet_xml(df: pl.DataFrame, strings: _Strings, selected: bool) -> bytes:
+def _sheet_xml(df: pl.DataFrame, strings: _Strings, selected: bool) -> list[bytes]:
     ncol, nrow = max(df.width, 1), df.height + 1
     ref = f"A1:{_col_letter(ncol - 1)}{nrow}"
     off = strings.add(pl.Series(df.columns, dtype=pl.String))
@@ -187,9 +187,9 @@ def _sheet_xml(df: pl.DataFrame, strings: _Strings, selected: bool) -> bytes:
         buf = io.BytesIO()
         df.select([pl.lit("<row>").alias("_open"), *frags, pl.lit("/row>").alias("_close")]).write_csv(
             buf, separator="<", quote_style="never", include_header=False)
-        body = buf.getvalue()
+        body = buf.getbuffer()
     tail = f'</sheetData><autoFilter ref="{ref}"/></worksheet>'
-    return head.encode("utf-8") + body + tail.encode("utf-8")
+    return [head.encode("utf-8"), body, tail.encode("utf-8")]   # chunks: the body is never copied
 
 
 def _widths(df: pl.DataFrame) -> list[float]:
@@ -259,27 +259,31 @@ def xlsx_bytes(tables: dict[str, pl.DataFrame], title: str = "gpuledger export",
     return zip_bytes(parts, max(created, dt.datetime(1980, 1, 1)))
 
 
-def _deflate(data: bytes) -> tuple[bytes, int]:
-    """Raw DEFLATE and CRC-32 of ``data``: ISA-L (several times faster than zlib on sheet XML) when installed."""
-    if _isal is not None:
-        c = _isal.compressobj(1, _isal.DEFLATED, -15)
-        return c.compress(data) + c.flush(), _isal.crc32(data)
-    c = zlib.compressobj(1, zlib.DEFLATED, -15)
-    return c.compress(data) + c.flush(), zlib.crc32(data)
+def _deflate(chunks: list) -> tuple[bytes, int, int]:
+    """Raw DEFLATE, CRC-32 and length of the concatenated ``chunks``: ISA-L (several times faster than zlib on
+    sheet XML) when installed."""
+    lib = _isal if _isal is not None else zlib
+    c, crc, n, out = lib.compressobj(1, lib.DEFLATED, -15), 0, 0, []
+    for chunk in chunks:
+        out.append(c.compress(chunk))
+        crc, n = lib.crc32(chunk, crc), n + len(chunk)
+    out.append(c.flush())
+    return b"".join(out), crc, n
 
 
-def zip_bytes(parts: list[tuple[str, bytes]], stamp: dt.datetime) -> bytes:
-    """A ZIP archive (deflated entries, every timestamp ``stamp``, fixed attributes) of ``parts`` in order.
-    Written by hand because zipfile cannot take data compressed by another deflate implementation."""
+def zip_bytes(parts: list[tuple[str, bytes | list]], stamp: dt.datetime) -> bytes:
+    """A ZIP archive (deflated entries, every timestamp ``stamp``, fixed attributes) of ``parts`` (name, bytes
+    or a list of byte chunks) in order. Written by hand because zipfile cannot take data compressed by another
+    deflate implementation."""
     t = stamp.hour << 11 | stamp.minute << 5 | stamp.second // 2
     d = (stamp.year - 1980) << 9 | stamp.month << 5 | stamp.day
     out, central = io.BytesIO(), io.BytesIO()
     for name, data in parts:
-        comp, crc = _deflate(data)
-        if max(len(comp), len(data), out.tell()) >= 0xFFFFFFFF:
+        comp, crc, size = _deflate(data if isinstance(data, list) else [data])
+        if max(len(comp), size, out.tell()) >= 0xFFFFFFFF:
             raise ValueError("export too large for a ZIP without ZIP64 (over 4 GB)")
         fname = name.encode("utf-8")
-        common = struct.pack("<HHHHHIIIH", 20, 0, 8, t, d, crc, len(comp), len(data), len(fname))
+        common = struct.pack("<HHHHHIIIH", 20, 0, 8, t, d, crc, len(comp), size, len(fname))
         central.write(struct.pack("<IH", 0x02014B50, 0x0314) + common
                       + struct.pack("<HHHHII", 0, 0, 0, 0, 0o600 << 16, out.tell()) + fname)
         out.write(struct.pack("<I", 0x04034B50) + common + struct.pack("<H", 0) + fname)
