@@ -487,7 +487,8 @@ def _clip(paths: Paths, nonneg: bool) -> Paths:
 
 
 def candidate_paths(y: np.ndarray, m: int, origins: list[int], h: int,
-                    only: tuple[str, ...] = CANDIDATES, warm: dict | None = None) -> dict[str, Paths]:
+                    only: tuple[str, ...] = CANDIDATES, warm: dict | None = None,
+                    weights: dict | None = None) -> dict[str, Paths]:
     """Every candidate's forecasts from each origin (forecast of y[o:o+h] from y[:o]); ``only`` limits the set.
 
     Seasonal naive and Theta are refitted at every origin (they are cheap). ETS is chosen by AICc and fitted at
@@ -513,11 +514,28 @@ def candidate_paths(y: np.ndarray, m: int, origins: list[int], h: int,
         out["Theta"] = Paths(np.array([p for p, _ in th]), np.array([s for _, s in th]))
     members = [c for c in COMBINED if c in out]
     if "Combination" in only and len(members) >= 2:
-        out["Combination"] = Paths(np.mean([out[c].point for c in members], axis=0),
-                                   np.mean([out[c].sd for c in members], axis=0),
-                                   "mean of " + ", ".join(members))
+        out["Combination"] = combine({c: out[c] for c in members}, weights)
     nonneg = bool(len(y) and y.min() >= 0)
     return {k: _clip(v, nonneg) for k, v in out.items() if k in only}
+
+
+def combine(members: dict[str, Paths], weights: dict | None = None) -> Paths:
+    """Weighted mean of the members' forecasts and sds (equal weights when none are given)."""
+    w = np.array([(weights or {}).get(c, 1.0) for c in members])
+    w = w / w.sum()
+    point = np.tensordot(w, np.array([p.point for p in members.values()]), axes=1)
+    sd = np.tensordot(w, np.array([p.sd for p in members.values()]), axes=1)
+    label = ", ".join(f"{c} {wi:.2f}" for c, wi in zip(members, w))
+    return Paths(point, sd, f"weighted mean of {label}")
+
+
+def _inverse_mase_weights(mase_o: dict[str, np.ndarray], skip: int | None = None) -> dict[str, float]:
+    """Combination weights ∝ 1 / backtest MASE of each member (over all origins but ``skip``)."""
+    out = {}
+    for c, v in mase_o.items():
+        v = np.delete(v, skip) if skip is not None else v
+        out[c] = 1.0 / max(float(np.mean(v)), 1e-9)
+    return out
 
 
 def _ets_detail(fit: EtsFit) -> str:
@@ -548,6 +566,7 @@ class Backtest:
     coverage_raw: dict[str, dict[int, float]]
     scale: dict[str, dict[int, float]]
     warm: dict = field(default_factory=dict)
+    weights: dict = field(default_factory=dict)     # the combination's member weights for the final forecast
 
 
 def backtest_origins(n: int, m: int, h: int, max_origins: int = 28) -> tuple[list[int], int]:
@@ -589,6 +608,15 @@ def backtest(y: np.ndarray, m: int, h: int, max_origins: int = 28) -> Backtest |
     actual = np.array([y[o:o + hb] for o in origins])
     scales = np.array([mase_scale(y[:o], m) for o in origins])[:, None]
     bt = Backtest(hb, origins, {}, {}, {}, {}, {}, {}, paths["ETS"].warm if "ETS" in paths else {})
+    members = {c: paths[c] for c in COMBINED if c in paths}
+    if len(members) >= 2:
+        # weights ∝ 1/MASE of each member; for the backtest's own score each origin's weights come from the
+        # other origins only, so the combination's MASE stays out-of-sample like the others'
+        mase_o = {c: (np.abs(actual - p.point) / scales).mean(axis=1) for c, p in members.items()}
+        rows = [combine({c: Paths(p.point[i:i + 1], p.sd[i:i + 1]) for c, p in members.items()},
+                        _inverse_mase_weights(mase_o, i)) for i in range(len(origins))]
+        paths["Combination"] = Paths(np.vstack([r.point for r in rows]), np.vstack([r.sd for r in rows]))
+        bt.weights = _inverse_mase_weights(mase_o)
     for name, p in paths.items():
         err = actual - p.point
         mase_oh = np.abs(err) / scales
@@ -654,7 +682,8 @@ def forecast_values(y: np.ndarray, m: int, h: int, max_origins: int = 28, force:
         if bt.horizon < h:
             notes.append(f"backtest covers horizons 1..{bt.horizon} of {h}; beyond it the model's own "
                          "variance growth is used, scaled by the backtest calibration")
-    final = candidate_paths(y, m, [n], h, only=(chosen,), warm=bt.warm if bt else None).get(chosen)
+    final = candidate_paths(y, m, [n], h, only=(chosen,), warm=bt.warm if bt else None,
+                            weights=bt.weights if bt else None).get(chosen)
     if final is None:                        # the chosen model cannot be fitted on this history
         chosen, final = "SeasonalNaive", candidate_paths(y, m, [n], h, only=("SeasonalNaive",))["SeasonalNaive"]
     point, sd = final.point[0], final.sd[0]
