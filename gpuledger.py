@@ -113,6 +113,8 @@ def _after_ingest(args, con) -> None:
     if getattr(args, "no_refresh", False):
         return
     from models import refresh
+    if sys.stderr.isatty() and not getattr(args, "quiet", False):
+        print("refreshing marts and the dashboard snapshot ...", file=sys.stderr, flush=True)
     refresh.run(con, _db_path(args))
 
 
@@ -130,9 +132,15 @@ def cmd_ingest_sacct(args) -> int:
     else:
         if not args.files:
             raise UsageError("ingest sacct: give one or more FILEs, '-' for stdin, or --live")
-        summaries = [sacct.ingest_path(con, f, opts) for f in args.files]
-    for s in summaries:
-        _print_ingest_summary(args, s)
+        summaries = []
+        for f in args.files:   # each file's summary as soon as it is loaded: a long list shows progress
+            summaries.append(sacct.ingest_path(con, f, opts))
+            _print_ingest_summary(args, summaries[-1])
+    if args.live:
+        _print_ingest_summary(args, summaries[0])
+        if summaries[0].get("transitions"):
+            _say(args, "  state changes since the last run: " + ", ".join(
+                f"{k} {v}" for k, v in summaries[0]["transitions"].items()))
     _after_ingest(args, con)
     bad = args.strict and any(s["rejected"] for s in summaries)
     return EXIT_ERROR if bad else EXIT_OK
