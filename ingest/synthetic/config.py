@@ -10,7 +10,7 @@ import datetime as dt
 from dataclasses import dataclass, field, replace
 
 #: Bump when the generator's output changes for the same seed and scale (benchmark caches key on it).
-GENERATOR_VERSION = 1
+GENERATOR_VERSION = 2
 
 GPUS_PER_NODE = 8
 
@@ -18,7 +18,7 @@ GPUS_PER_NODE = 8
 #: quick = smoke tests and crashing scripts, dev = debugging and notebooks, train = training runs,
 #: long = multi-day training. Calibrated against the medians and means in docs/DEMO.md.
 KINDS = ("quick", "dev", "train", "long")
-KIND_RUNTIME = {"quick": (60.0, 1.2), "dev": (1200.0, 1.1), "train": (5.0 * 3600, 1.25), "long": (40.0 * 3600, 0.7)}
+KIND_RUNTIME = {"quick": (45.0, 1.2), "dev": (900.0, 1.1), "train": (5.0 * 3600, 1.3), "long": (40.0 * 3600, 0.7)}
 
 #: Job sizes in GPUs; sizes above 8 are gangs of whole 8-GPU nodes.
 SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
@@ -141,14 +141,14 @@ class Config:
     pools: tuple[Pool, ...] = field(default_factory=lambda: default_pools(1.0))
     partitions: tuple[Partition, ...] = field(default_factory=default_partitions)
     teams: tuple[Team, ...] = field(default_factory=default_teams)
-    jobs_per_gpu_day: float = 0.9            # job allocations (array tasks count) per GPU per day
+    jobs_per_gpu_day: float = 1.0            # job allocations (array tasks count) per GPU per day
     add_day: int | None = None               # day of the capacity addition (default: mid-period)
     node_mtbf_days: float = 60.0             # mean time between hard failures of a node
     lemon_nodes: float = 0.05                # share of nodes that fail 5x as often
     drain_per_node_year: float = 4.0         # admin drains per node per year
     holidays: tuple[dt.date, ...] = ()       # default: US holidays inside the period
-    telemetry_days: int = 28                 # DCGM history written for the last N days (0 = none)
-    telemetry_step_s: int = 300
+    telemetry_days: int = 7                  # DCGM history written for the last N days (0 = none)
+    telemetry_step_s: int = 600              # one reading per GPU and metric every 10 minutes (keeps the demo fast)
     job_steps: bool = True                   # write .batch/.extern/.0 step lines in sacct output
 
     @property

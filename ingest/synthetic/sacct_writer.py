@@ -182,8 +182,9 @@ def export(frame: pl.DataFrame, cluster: str, a: int, b: int, steps: bool = True
     exit_txt = (pl.when(pl.col("state") == "FAILED").then(pl.concat_str([pl.col("exit_code").cast(pl.String), pl.lit(":0")]))
                 .when(pl.col("state") == "OUT_OF_MEMORY").then(pl.lit("0:125"))
                 .otherwise(pl.lit("0:0")))
+    # Slurm 22.05 prints a job cancelled while pending with Start = End = the cancel time (tests/fixtures/slurm_real)
     start_txt = pl.when(pl.col("ran")).then(_ts("start")).when(pl.col("state") == "CANCELLED") \
-        .then(pl.lit("None")).otherwise(pl.lit("Unknown"))
+        .then(_ts("end")).otherwise(pl.lit("Unknown"))
     f = f.with_columns(jobid=jobid, state_txt=state_txt, exit_txt=exit_txt, start_txt=start_txt,
                        end_txt=_ts("end"), submit_txt=_ts("submit"), elig_txt=_ts("eligible"),
                        elapsed_txt=_dur(pl.col("elapsed")), limit_txt=_dur(pl.col("limit_s")),
@@ -212,8 +213,10 @@ def _steps(f: pl.DataFrame, cluster: str) -> list[pl.DataFrame]:
     c = lambda v: pl.lit(v)  # noqa: E731
     batch_state = pl.col("state").replace_strict(BATCH_STATE, default=pl.col("state"))
     running = pl.col("state") == "RUNNING"
-    killed = pl.col("state").is_in(["CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "REQUEUED"])
-    step_exit = (pl.when(killed).then(c("0:15")).otherwise(pl.col("exit_txt")))
+    killed = pl.col("state").is_in(["CANCELLED", "TIMEOUT", "PREEMPTED", "REQUEUED"])
+    node_fail = pl.col("state") == "NODE_FAIL"
+    # steps of a job whose node died are CANCELLED with no exit code (tests/fixtures/slurm_real/sacct-steps.psv)
+    step_exit = pl.when(node_fail).then(c("")).when(killed).then(c("0:15")).otherwise(pl.col("exit_txt"))
     per_node = f.with_columns(cpus=pl.col("cpus") // pl.col("nnodes"), gpus=pl.col("gpus") // pl.col("nnodes"),
                               mem_mib=pl.col("mem_mib") // pl.col("nnodes"), nnodes=pl.lit(1))
 
@@ -227,7 +230,8 @@ def _steps(f: pl.DataFrame, cluster: str) -> list[pl.DataFrame]:
     out = [
         line(per_node, "batch", c("batch"), batch_state, step_exit, pl.col("first_node"),
              _tres(pl.col("gpu_type"), billing=False)),
-        line(f, "extern", c("extern"), pl.when(running).then(c("RUNNING")).otherwise(c("COMPLETED")), c("0:0"),
+        line(f, "extern", c("extern"), pl.when(running).then(c("RUNNING")).when(node_fail).then(c("CANCELLED"))
+             .otherwise(c("COMPLETED")), pl.when(node_fail).then(c("")).otherwise(c("0:0")),
              pl.col("nodelist"), _tres(pl.col("gpu_type"))),
     ]
     srun = f.filter(pl.col("srun"))

@@ -109,6 +109,8 @@ class Scheduler:
         self.pre_queues = [_Queue() for _ in range(4)]
         self.npend = [0] * (self.npools + 1)   # pending instances per pool; last: the preemptible partition
         self.changed = [False] * self.npools   # something freed or arrived since the last backfill pass
+        self.freed = [0] * self.npools          # counts releases and nodes coming back, per pool
+        self.no_preempt = [None] * self.npools  # (head, freed, preemptible GPUs) of the last failed preemption
         self.bf_pending = [False] * self.npools
         self.events: list = []
         self.seq = 0
@@ -169,6 +171,7 @@ class Scheduler:
         if flag:
             self.buckets[p][self.free[n]].add(n)
             self.changed[p] = True
+            self.freed[p] += 1
         else:
             self.buckets[p][self.free[n]].discard(n)
         self.usable[n] = flag
@@ -255,6 +258,7 @@ class Scheduler:
                 self.pre_np[n] -= g
                 self.pre_tot[p] -= g
             self.changed[p] = True
+            self.freed[p] += 1
 
     def _kill(self, i: int, now: int, state: int) -> None:
         """End a running instance early (node failure, preemption, requeue) and requeue it when allowed."""
@@ -303,8 +307,12 @@ class Scheduler:
                 return
             if self._try_start(h, p, now):
                 continue
-            if self.pre_tot[p] and self._preempt_for(h, p, now) and self._try_start(h, p, now):
-                continue
+            if self.pre_tot[p]:
+                key = (h, self.freed[p], self.pre_tot[p])
+                if self.no_preempt[p] != key:   # nothing changed since preemption last failed for this head
+                    if self._preempt_for(h, p, now) and self._try_start(h, p, now):
+                        continue
+                    self.no_preempt[p] = (h, self.freed[p], self.pre_tot[p])
             self._want_bf(p, now)
             return
 

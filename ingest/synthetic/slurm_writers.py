@@ -2,9 +2,9 @@
 
 Node snapshots report each node's state at the snapshot time as slurmctld would (IDLE / MIXED / ALLOCATED,
 ``+DRAIN`` while drained, DOWN with its reason), with Gres, CfgTRES and AllocTRES as Slurm 22.05 prints them.
-The event listing is ``TZ=UTC sacctmgr -P show event All_Time`` with the default columns: cluster-level rows
-(TRES registrations: at the start and at the capacity addition) and one row per node DOWN or DRAIN period,
-End ``Unknown`` while still open at the export time.
+The event listing is ``TZ=UTC sacctmgr -P show event All_Time`` with its default columns, as the real Slurm in
+tests/fixtures/slurm_real/sacctmgr-event.psv prints them: cluster-level rows ("Cluster Registered TRES": at the
+start and at the capacity addition) and one row per node DOWN or DRAIN period, End ``Unknown`` while open.
 """
 from __future__ import annotations
 
@@ -12,14 +12,13 @@ import datetime as dt
 
 import numpy as np
 
-from ingest import hostlist
 from ingest.synthetic import faults
 from ingest.synthetic.config import GPUS_PER_NODE, Config
 from ingest.synthetic.faults import Outages
 from ingest.synthetic.layout import Layout
 from ingest.synthetic.scheduler import Instances
 
-EVENT_HEADER = "Cluster|Cluster Nodes|Node Name|Time Start|Time End|State|Reason|User"
+EVENT_HEADER = "Cluster|NodeName|TimeStart|TimeEnd|State|Reason|User"   # as Slurm 22.05 prints it
 ADMIN_UIDS = {"root": 0, "slurm": 64030, "opsadmin": 1050}
 
 
@@ -92,11 +91,10 @@ def scontrol_nodes(cfg: Config, layout: Layout, inst: Instances, outages: Outage
 def sacctmgr_events(cfg: Config, layout: Layout, outages: Outages, t0: int, t_add: int, t_export: int) -> bytes:
     """``sacctmgr -P show event All_Time`` as printed at ``t_export``."""
     lines = [EVENT_HEADER]
-    before = [n for n, s in zip(layout.names, layout.since) if s <= t0]
-    lines.append(f"{cfg.cluster}|{hostlist.compress(before)}||{iso(t0)}|"
-                 f"{iso(t_add) if t_add < t_export else 'Unknown'}|||")
-    if t_add < t_export and len(before) < len(layout.names):
-        lines.append(f"{cfg.cluster}|{hostlist.compress(layout.names)}||{iso(t_add)}|Unknown|||")
+    before = sum(1 for s in layout.since if s <= t0)
+    lines.append(f"{cfg.cluster}||{iso(t0)}|{iso(t_add) if t_add < t_export else 'Unknown'}||Cluster Registered TRES|")
+    if t_add < t_export and before < len(layout.names):
+        lines.append(f"{cfg.cluster}||{iso(t_add)}|Unknown||Cluster Registered TRES|")
     for n, k, s, e, r, u in zip(outages.node.tolist(), outages.kind.tolist(), outages.start.tolist(),
                                 outages.end.tolist(), outages.reason.tolist(), outages.user.tolist()):
         if s >= t_export:
@@ -106,5 +104,5 @@ def sacctmgr_events(cfg: Config, layout: Layout, outages: Outages, t0: int, t_ad
             state, reason, user = "DOWN", faults.DOWN_REASONS[r], "root"
         else:
             state, reason, user = "DRAIN", faults.DRAIN_REASONS[r], faults.ADMINS[u]
-        lines.append(f"{cfg.cluster}||{layout.names[n]}|{iso(s)}|{end}|{state}|{reason}|{user}({ADMIN_UIDS[user]})")
+        lines.append(f"{cfg.cluster}|{layout.names[n]}|{iso(s)}|{end}|{state}|{reason}|{user}({ADMIN_UIDS[user]})")
     return ("\n".join(lines) + "\n").encode()

@@ -2,7 +2,7 @@
 
 Every GPU reports every ``telemetry_step_s`` over the last ``telemetry_days`` days, except while its node is
 down (the exporter is down with it). A GPU running a job reads its job's activity: the team's typical SM
-activity for that job, a slow start while data loads, noise, 15-minute stretches near zero for jobs that stall
+activity for that job, a slow start while data loads, noise, half-hour stretches near zero for jobs that stall
 on data, and near zero throughout for jobs that merely hold GPUs (notebooks, simulators that run on CPUs).
 Series carry the labels dcgm-exporter sets (gpu, UUID, device, modelName, Hostname) and, on a GPU in use,
 ``hpc_job`` as dcgm-exporter's HPC job mapping writes it. One file per day keeps memory bounded; values are
@@ -78,7 +78,7 @@ def day_samples(syn: "Synthetic", d0: int, step: int, per_day: int) -> pl.DataFr
     since_start = t - np.where(busy, inst.start[np.maximum(i, 0)], t)
     noise = _mix(gg, t) - 0.5
     sm = jobs.util[j] * np.where(since_start < 600, 0.25, 1.0) + 0.12 * noise
-    stall = jobs.stall[j] & (_mix(jid, t // 900) < 0.45)
+    stall = jobs.stall[j] & (_mix(jid, t // 1800) < 0.45)   # half-hour stretches waiting on data
     sm = np.where(stall, 0.02 + 0.02 * (noise + 0.5), sm)
     burst = jobs.idle[j] & (_mix(jid, t // 600) < 0.04)
     sm = np.where(burst, 0.45, sm)

@@ -29,8 +29,8 @@ HOLIDAY = 0.35
 COMPLETED, FAILED, OUT_OF_MEMORY, CANCELLED, TIMEOUT = range(5)
 PLAN_STATES = ("COMPLETED", "FAILED", "OUT_OF_MEMORY", "CANCELLED", "TIMEOUT")
 #: (fail, out of memory, user cancel while running) probabilities by runtime kind.
-OUTCOME = {"quick": (0.36, 0.02, 0.06), "dev": (0.18, 0.02, 0.14), "train": (0.12, 0.01, 0.30),
-           "long": (0.14, 0.01, 0.45)}
+OUTCOME = {"quick": (0.36, 0.02, 0.06), "dev": (0.18, 0.02, 0.14), "train": (0.12, 0.01, 0.38),
+           "long": (0.14, 0.01, 0.55)}
 #: Time limits users pick (seconds).
 LIMIT_MENU = np.array([600, 900, 1800, 3600, 2 * 3600, 4 * 3600, 8 * 3600, 12 * 3600, 86400, 2 * 86400,
                        3 * 86400, 5 * 86400, 7 * 86400])
@@ -189,7 +189,8 @@ def sample_jobs(cfg: Config, rng: np.random.Generator) -> tuple[Jobs, Users]:
         n = int(counts.sum())
         t = t0 + np.repeat(np.arange(nb, dtype=np.int64) * BIN_S, counts) + rng.integers(0, BIN_S, n)
         is_arr = rng.random(n) < team.array_prob
-        k = np.where(is_arr, np.minimum(2 + rng.geometric(1 / max(team.array_mean - 1, 1.01), n), 1000), 1)
+        # 1 + geometric(1 / (mean - 1)) has mean `array_mean` and at least 2 tasks
+        k = np.where(is_arr, np.minimum(1 + rng.geometric(1 / max(team.array_mean - 1, 1.01), n), 1000), 1)
         sub_t.append(t)
         sub_team.append(np.full(n, ti, np.int16))
         sub_k.append(k)
