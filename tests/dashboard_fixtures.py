@@ -33,6 +33,8 @@ def build_lab(directory: Path, late: bool = True) -> Path:
     cli(db, "ingest", "sacct", str(FIX / "sacct.psv"), "--no-refresh")
     if late:  # two more pending jobs and two unreadable lines: the Data health page has rejects to show
         cli(db, "ingest", "sacct", str(FIX / "sacct-late.psv"), "--no-refresh")
+    # a day of DCGM telemetry on the H100 nodes: the efficiency figures have something to show
+    cli(db, "ingest", "dcgm", str(FIX / "dcgm-h100-2026-10-12.prom"), "--cluster", "lab", "--no-refresh")
     cli(db, "ingest", "governance", str(FIX / "governance.toml"))   # re-maps teams, refreshes, publishes
     return db
 
