@@ -56,6 +56,83 @@ def timed(fn, repeat: int, setup=None) -> tuple[float, object]:
     return statistics.median(times), out
 
 
+# ---------------------------------------------------------------- stand-in year (when _year's cache is cold)
+
+PATTERNS = [[8], [4, 4], [4, 2, 2], [2, 2, 2, 2], [4, 2, 1, 1], [1] * 8, [2, 1, 1, 4], [8], [4, 4], [2, 2, 4]]
+
+
+def standin_warehouse(path: Path, nodes: int = 2000, days: int = 365, seed: int = 1) -> Path:
+    """A year of 8-GPU nodes kept busy by jobs packed per node (no overlaps), inserted directly with SQL:
+    the shape of the synthetic year (2,000 x 8 GPUs, ~5M jobs, drains) without its scheduler, in a minute.
+    Jobs stay on one node each; waits are exponential (mean 45 min)."""
+    import numpy as np
+    import polars as pl
+    rng = np.random.default_rng(seed)
+    t0 = int(dt.datetime(2026, 1, 5).timestamp())
+    t_end = t0 + days * 86400
+    per_node = int(days * 24 / 9.5) + 8
+    node = np.repeat(np.arange(nodes), per_node)
+    length = rng.uniform(2, 16, node.size) * 3600
+    gap = rng.exponential(1800, node.size)
+    start = t0 + (np.cumsum((length + gap).reshape(nodes, per_node), axis=1) - (length + gap).reshape(nodes, per_node)
+                  ).ravel() + rng.uniform(0, 3600, nodes).repeat(per_node)
+    keep = start < t_end
+    node, length, start = node[keep], length[keep], start[keep]
+    pat = rng.integers(0, len(PATTERNS), node.size)
+    sizes = [np.array(PATTERNS[i]) for i in range(len(PATTERNS))]
+    counts = np.array([len(x) for x in sizes])[pat]
+    j_node = np.repeat(node, counts)
+    j_gpus = np.concatenate([sizes[i] for i in pat])
+    j_start = np.repeat(start, counts) + rng.uniform(0, 300, j_node.size)
+    j_end = j_start + np.repeat(length, counts) * rng.uniform(0.3, 1.0, j_node.size)
+    n = j_node.size
+    running = j_end > t_end
+    wait = rng.exponential(2700, n)
+    pools = np.where(j_node < nodes * 3 // 5, "a100", "h100")
+    ts = lambda a: pl.from_epoch(pl.Series(np.round(a).astype(np.int64)), time_unit="s")   # noqa: E731
+    user = rng.integers(0, 200, n)
+    jobs = pl.DataFrame({
+        "job_uid": np.arange(1, n + 1), "cluster": "orion", "job_id": np.arange(1, n + 1).astype(str),
+        "user": pl.Series(user).cast(pl.String).str.replace(r"^", "u"),
+        "account": pl.Series(user // 10).cast(pl.String).str.replace(r"^", "acct"),
+        "team": pl.Series(user // 20).cast(pl.String).str.replace(r"^", "team"),
+        "partition": pools, "state": np.where(running, "RUNNING", "COMPLETED"),
+        "submit": ts(j_start - wait), "start": ts(j_start), "end": ts(np.where(running, 0, j_end)),
+        "ngpus": j_gpus.astype(float), "gpu_type": pools, "nnodes": 1, "node": pl.Series(j_node).cast(pl.String)
+            .str.zfill(4).str.replace(r"^", "gpu")})
+    jobs = jobs.with_columns(pl.when(pl.col("state") == "RUNNING").then(None).otherwise(pl.col("end")).alias("end"),
+                             pl.col("submit").alias("eligible"))
+    con = warehouse.connect(path)
+    con.register("_j", jobs)
+    con.execute("""INSERT INTO jobs (job_uid, cluster, job_id, job_id_raw, "user", account, team, partition, state,
+                                     submit, eligible, start, "end", elapsed_s, ngpus, req_gpus, gpu_type, nnodes,
+                                     nodelist, source, ingest_run_id)
+                   SELECT job_uid, cluster, job_id, job_id, "user", account, team, partition, state, submit, eligible,
+                          start, "end", epoch("end") - epoch(start), ngpus, ngpus, gpu_type, nnodes, node,
+                          'standin', 1 FROM _j""")
+    con.execute("""INSERT INTO job_nodes SELECT job_uid, cluster, job_id, submit, node, ngpus FROM _j""")
+    con.unregister("_j")
+    con.execute("""INSERT INTO nodes (cluster, node, partitions, gpu_type, gpus, cpus, valid_from, valid_to,
+                                      ingest_run_id)
+                   SELECT 'orion', 'gpu' || lpad(i::VARCHAR, 4, '0'), CASE WHEN i < $a THEN 'a100,all' ELSE 'h100,all' END,
+                          CASE WHEN i < $a THEN 'a100' ELSE 'h100' END, 8, 64, NULL, NULL, 1 FROM range($n) r(i)""",
+                {"a": nodes * 3 // 5, "n": nodes})
+    ev_node = rng.integers(0, nodes, nodes * 4)
+    ev_start = rng.uniform(t0, t_end, ev_node.size)
+    ev = pl.DataFrame({"node": pl.Series(ev_node).cast(pl.String).str.zfill(4).str.replace(r"^", "gpu"),
+                       "start": ts(ev_start), "end": ts(ev_start + rng.exponential(4 * 3600, ev_node.size)),
+                       "state": np.where(rng.random(ev_node.size) < 0.8, "DRAIN", "DOWN")})
+    con.register("_e", ev)
+    con.execute("""INSERT INTO node_events (cluster, node, state, state_raw, start, "end", reason, source, ingest_run_id)
+                   SELECT 'orion', node, state, state, start, "end", 'stand-in', 'standin', 1 FROM _e""")
+    con.unregister("_e")
+    con.execute("""INSERT INTO ingest_runs (run_id, source, input_name, started_at, status)
+                   VALUES (nextval('seq_ingest_run'), 'standin', 'models_scale stand-in', now()::TIMESTAMP, 'ok')""")
+    con.execute("CHECKPOINT")
+    con.close()
+    return path
+
+
 def _new_run(con, name: str) -> int:
     rid = con.sql("SELECT nextval('seq_ingest_run')").fetchall()[0][0]
     con.execute("""INSERT INTO ingest_runs (run_id, source, input_name, started_at, finished_at, status)
@@ -104,11 +181,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3, help="runs per measurement (median)")
     ap.add_argument("--heavy-repeat", type=int, default=1, help="runs of the full refresh and fragmentation year")
     ap.add_argument("--workdir", help="where the private copy goes (default: next to the cache)")
+    ap.add_argument("--standin", action="store_true",
+                    help="generate a stand-in year with SQL instead of benchmarks/_year.py's synthetic one")
     a = ap.parse_args(argv)
 
-    src = _year.year_warehouse(a.seed, a.scale)
+    _year.CACHE.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=a.workdir or _year.CACHE) as tmp:
-        db = _year.work_copy(src, Path(tmp))
+        if a.standin:
+            t = time.perf_counter()
+            db = standin_warehouse(Path(tmp) / "standin.duckdb", nodes=round(60 * a.scale), seed=a.seed)
+            print(f"stand-in year generated in {time.perf_counter() - t:.0f} s")
+        else:
+            db = _year.work_copy(_year.year_warehouse(a.seed, a.scale), Path(tmp))
         con = warehouse.connect(db)
         jobs, nodes, gpus = con.sql("""SELECT (SELECT count(*) FROM jobs), (SELECT count(DISTINCT node) FROM nodes),
                                               (SELECT sum(gpus) FROM nodes WHERE valid_to IS NULL)""").fetchall()[0]

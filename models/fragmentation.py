@@ -84,23 +84,18 @@ def _sample_index(col: str) -> str:
     return f"((epoch_us({col}) + $iv_us - 1) // $iv_us)"
 
 
-def _deltas_sql(dims: list[str], k_max: int) -> str:
-    """Per cell (``cid`` of temp table _cells) and sample index: how the cell's counters change there. A segment
-    adds its node's state at its first sample (a) and removes it after its last (b)."""
+def _segments_sql(dims: list[str]) -> str:
+    """The available segments of the chunk per cell (``cid`` of temp table _cells) as sample-index ranges [a, b)
+    clipped to the cell's grid, with the node's free state: a segment holds its node's state from its first
+    sample (a) to its last (b - 1)."""
     keys = ", ".join(["cluster", *dims])
     src = FREE_SQL if "partition" not in dims else timeline.explode_partitions(FREE_SQL)
-    ge = ", ".join(f"sum(d * (f >= {k})::INTEGER)::BIGINT AS ge{k}" for k in range(1, k_max + 1))
     return f"""
-    WITH seg AS (
-      SELECT {keys}, gpus, f, r, greatest({_sample_index('t0')}, $i0) AS a, least({_sample_index('t1')}, $i1) AS b
-      FROM ({src})),
-    ev AS (SELECT {keys}, a AS i, 1 AS d, gpus, f, r FROM seg WHERE a < b
-           UNION ALL SELECT {keys}, b AS i, -1 AS d, gpus, f, r FROM seg WHERE a < b)
-    SELECT c.cid, ev.i, sum(d)::BIGINT AS nodes_up, sum(d * f)::BIGINT AS free_gpus,
-           sum(d * r)::BIGINT AS partial_milli, sum(d * (f = gpus)::INTEGER)::BIGINT AS whole_free_nodes,
-           sum(d * gpus * (f = gpus)::INTEGER)::BIGINT AS whole_free_gpus, {ge}
-    FROM ev JOIN _cells c USING ({keys}) WHERE ev.i >= c.lo AND ev.i < c.hi
-    GROUP BY ALL ORDER BY c.cid, ev.i"""
+    SELECT c.cid, greatest({_sample_index('s.t0')}, c.lo) AS a, least({_sample_index('s.t1')}, c.hi) AS b,
+           s.gpus, s.f, s.r
+    FROM ({src}) s JOIN _cells c USING ({keys})
+    WHERE c.hi > c.lo AND {_sample_index('s.t0')} < least({_sample_index('s.t1')}, c.hi)
+      AND {_sample_index('s.t1')} > c.lo"""
 
 
 STATE_COUNTERS = ("nodes_up", "free_gpus", "partial_milli", "whole_free_nodes", "whole_free_gpus")
@@ -112,20 +107,21 @@ def sample_grid(con, dims: list[str], k_max: int, p: dict) -> tuple[pl.DataFrame
     Returns ``cells`` (cid, cluster, dims, lo, hi, offset: cell c covers samples lo..hi-1, stored at
     offset..offset+hi-lo-1) and the counters concatenated over cells: nodes_up, free_gpus (whole),
     partial_milli, whole_free_nodes, whole_free_gpus, ge1..geK (available nodes with >= k free whole GPUs).
-    The deltas come from SQL; the running sums are numpy cumsums over the dense grid (a window-function
-    cumulative sum costs microseconds a row in DuckDB)."""
+    SQL finds the segments; numpy turns them into +state at their first sample and -state after their last
+    (bincount) and running sums over the dense grid (cumsum): a GROUP BY with a dozen sums, or a window-function
+    cumulative sum, costs microseconds a row in DuckDB, these nanoseconds."""
     keys = ["cluster", *dims]
     timeline.execute(con, f"""
         CREATE OR REPLACE TEMP TABLE _cells AS
         SELECT (row_number() OVER (ORDER BY {', '.join('c.' + k for k in keys)}) - 1)::INTEGER AS cid, c.*,
                greatest($i0, {_sample_index('sp.data_start')}) AS lo, least($i1, {_sample_index('sp.horizon')}) AS hi
         FROM ({_cells_sql(dims)}) c JOIN tl_clusters sp ON sp.cluster = c.cluster""", p)
+    names = [*STATE_COUNTERS, *(f"ge{k}" for k in range(1, k_max + 1))]
     try:
         cells = con.sql("SELECT * FROM _cells WHERE hi > lo ORDER BY cid").pl()
-        names = [*STATE_COUNTERS, *(f"ge{k}" for k in range(1, k_max + 1))]
         if cells.is_empty():
             return cells.with_columns(pl.lit(0).alias("offset")), {n: np.zeros(0, np.int64) for n in names}
-        d = con.execute(_deltas_sql(dims, k_max), {k: p[k] for k in ("i0", "i1", "iv_us", "ws", "we")}).fetchnumpy()
+        sg = con.execute(_segments_sql(dims), {k: p[k] for k in ("iv_us", "ws", "we")}).fetchnumpy()
     finally:
         con.execute("DROP TABLE IF EXISTS _cells")
     lo, hi = cells["lo"].to_numpy(), cells["hi"].to_numpy()
@@ -133,13 +129,21 @@ def sample_grid(con, dims: list[str], k_max: int, p: dict) -> tuple[pl.DataFrame
     offset = np.r_[0, np.cumsum(length)[:-1]]
     total = int(length.sum())
     cids = cells["cid"].to_numpy()
-    row = np.searchsorted(cids, d["cid"])
-    pos = offset[row] + (d["i"] - lo[row])          # position of each delta on the concatenated grids
+    row = np.searchsorted(cids, sg["cid"])
+    start_pos = offset[row] + (sg["a"] - lo[row])
+    # a segment reaching the end of its cell's grid has no "remove" event: send it to a spare slot
+    end_pos = np.where(sg["b"] < hi[row], offset[row] + (sg["b"] - lo[row]), total)
     starts = np.zeros(total, dtype=bool)
     starts[offset] = True
+    f, r, g = sg["f"].astype(np.int64), sg["r"].astype(np.int64), sg["gpus"].astype(np.int64)
+    whole = (f == g).astype(np.int64)
+    weights = {"nodes_up": np.ones_like(f), "free_gpus": f, "partial_milli": r, "whole_free_nodes": whole,
+               "whole_free_gpus": whole * g, **{f"ge{k}": (f >= k).astype(np.int64) for k in range(1, k_max + 1)}}
     cols = {}
     for n in names:
-        dense = np.bincount(pos, weights=d[n], minlength=total) if len(pos) else np.zeros(total)
+        w = weights[n]
+        dense = (np.bincount(start_pos, weights=w, minlength=total + 1)
+                 - np.bincount(end_pos, weights=w, minlength=total + 1))[:total]
         cols[n] = np.rint(group_cumsum(dense, starts)).astype(np.int64)
     return cells.with_columns(pl.Series("offset", offset)), cols
 
@@ -210,27 +214,33 @@ def samples(con: duckdb.DuckDBPyConnection, start=None, end=None, interval: str 
 
 # ---------------------------------------------------------------- per-bucket aggregates
 
-def _state_buckets(st: pl.DataFrame, keys: list[str], bucket: str) -> pl.DataFrame:
-    """Per bucket and cell: sample count, sums and minima of the per-sample extremes."""
+def _state_buckets(st: pl.DataFrame, keys: list[str], bucket: str, k_max: int) -> pl.DataFrame:
+    """Per bucket and cell, sums (and minima) over the samples: the histogram h_k = ge_k - ge_(k+1) (h_0 =
+    nodes_up - ge_1), free and partial GPUs, whole free nodes and GPUs, the largest single-node request."""
     every = {"hour": "1h", "day": "1d", "week": "1w", "month": "1mo"}[bucket]
+    ge = lambda k: pl.col(f"ge{k}") if k <= k_max else pl.lit(0)   # noqa: E731
+    hist = [((pl.col("nodes_up") if k == 0 else ge(k)) - ge(k + 1)).sum().alias(f"h{k}") for k in range(k_max + 1)]
     return st.group_by(pl.col("ts").dt.truncate(every).alias("bucket"), *keys).agg(
-        pl.len().alias("samples"), pl.col("largest_single_node").sum().alias("lsn_sum"),
-        pl.col("largest_single_node").min().alias("lsn_min"), pl.col("whole_free_nodes").sum().alias("wfn_sum"),
-        pl.col("whole_free_nodes").min().alias("wfn_min"), pl.col("whole_free_gpus").sum().alias("wfg_sum"),
-        pl.col("whole_free_gpus").min().alias("wfg_min"))
+        pl.len().alias("samples"), pl.col("nodes_up").sum(), pl.col("free_gpus").sum(),
+        pl.col("partial_milli").sum(), *hist,
+        pl.col("largest_single_node").sum().alias("lsn_sum"), pl.col("largest_single_node").min().alias("lsn_min"),
+        pl.col("whole_free_nodes").sum().alias("wfn_sum"), pl.col("whole_free_nodes").min().alias("wfn_min"),
+        pl.col("whole_free_gpus").sum().alias("wfg_sum"), pl.col("whole_free_gpus").min().alias("wfg_min"))
 
 
-def histogram_sql(dims: list[str], bucket: str) -> str:
-    """Node-samples per bucket, cell and node free state (gpus, f, r): each segment weighted by the sample
-    times it covers inside the bucket."""
+def partial_histogram_sql(dims: list[str], bucket: str) -> str:
+    """Node-samples per bucket, cell and free milli-GPU ``r`` on shared GPUs (only nodes where GPU-sharing jobs
+    leave a partial GPU): each segment weighted by the sample times it covers inside the bucket. FGD needs the
+    distribution of r for sharing tasks (a fragment when r < their milli-GPU)."""
     keys = ", ".join(["cluster", *dims])
     src = FREE_SQL if "partition" not in dims else timeline.explode_partitions(FREE_SQL)
     iv = timeline.bucket_interval(bucket)
     a, b = "greatest(t0, bk, $ws)", f"least(t1, bk + {iv}, $we)"
     return f"""
-    SELECT bk AS bucket, {keys}, gpus, f, r, sum({_sample_index(b)} - {_sample_index(a)})::BIGINT AS n
+    SELECT bk AS bucket, {keys}, r, sum({_sample_index(b)} - {_sample_index(a)})::BIGINT AS n
     FROM (SELECT *, unnest(generate_series({timeline.bucket_sql(bucket, 'greatest(t0, $ws)')},
-                                           least(t1, $we) - INTERVAL 1 MICROSECOND, {iv})) AS bk FROM ({src}))
+                                           least(t1, $we) - INTERVAL 1 MICROSECOND, {iv})) AS bk
+          FROM ({src}) WHERE r > 0)
     GROUP BY ALL HAVING sum({_sample_index(b)} - {_sample_index(a)}) > 0"""
 
 
@@ -278,6 +288,13 @@ def fgd_fragment(f: pl.Expr, r: pl.Expr, k: pl.Expr, q: pl.Expr) -> pl.Expr:
     return pl.when(q >= 1000).then(r + 1000 * f * (f < k).cast(pl.Int64)).otherwise(r * (r < q).cast(pl.Int64))
 
 
+def fgd_fragment(f: pl.Expr, r: pl.Expr, k: pl.Expr, q: pl.Expr) -> pl.Expr:
+    """FGD's F_n(m) in milli-GPU for one node with f whole free GPUs and r free milli on a shared GPU, and a task
+    of k GPUs of q milli each (GetNodePodFrag): whole-GPU task: r + 1000 f [f < k]; sharing task: r [r < q].
+    :func:`report` sums exactly this over nodes and samples, from histogram sums (see :func:`_fgd`)."""
+    return pl.when(q >= 1000).then(r + 1000 * f * (f < k).cast(pl.Int64)).otherwise(r * (r < q).cast(pl.Int64))
+
+
 def report(con: duckdb.DuckDBPyConnection, start=None, end=None, bucket: str = "day",
            by: str | Iterable[str] = CELL_DIMS, interval: str | int = DEFAULT_INTERVAL_S,
            popularity: float = 1.0) -> pl.DataFrame:
@@ -294,59 +311,71 @@ def report(con: duckdb.DuckDBPyConnection, start=None, end=None, bucket: str = "
         raise ValueError("popularity must be in (0, 1]")
     k_max = max_gpus_per_node(con)
     keys = ["bucket", "cluster", *dims]
-    st_parts, h_parts = [], []
+    sharing = con.execute("SELECT count(*) > 0 FROM tl_node_segments WHERE frac_milli > 0 AND t1 > ? AND t0 < ?",
+                          list(win)).fetchall()[0][0]
+    st_parts, r_parts = [], []
     for a, b in _chunks(*win):
         p = chunk_params(a, b, iv)
-        st_parts.append(_state_buckets(sample_state(con, dims, k_max, p), ["cluster", *dims], bucket))
-        h_parts.append(timeline.frame(con, histogram_sql(dims, bucket), p))
-    st = _combine_states(pl.concat(st_parts), keys)
+        st_parts.append(_state_buckets(sample_state(con, dims, k_max, p), ["cluster", *dims], bucket, k_max))
+        if sharing:
+            r_parts.append(timeline.frame(con, partial_histogram_sql(dims, bucket), p))
+    st = pl.concat(st_parts)
     if st.is_empty():
         return st
-    hist = pl.concat(h_parts).group_by([*keys, "gpus", "f", "r"]).agg(pl.col("n").sum())
+    st = _combine_states(st, keys)
+    rhist = (pl.concat(r_parts).group_by([*keys, "r"]).agg(pl.col("n").sum()) if r_parts else
+             pl.DataFrame(schema={**dict(st.select(keys).schema), "r": pl.Int32, "n": pl.Int64}))
     wl = timeline.frame(con, workload_sql(dims, bucket), {"ws": win[0], "we": win[1]})
-    return _assemble(st, hist, wl, keys, k_max, popularity)
+    return _assemble(st, rhist, wl, keys, k_max, popularity)
 
 
 def _combine_states(st: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
-    """Sums and minima of per-chunk state aggregates (a week can straddle two months)."""
-    if st.is_empty():
-        return st
-    return st.group_by(keys).agg(
-        pl.col("samples").sum(), pl.col("lsn_sum").sum(), pl.col("lsn_min").min(), pl.col("wfn_sum").sum(),
-        pl.col("wfn_min").min(), pl.col("wfg_sum").sum(), pl.col("wfg_min").min())
+    """Sums and minima of per-chunk aggregates (a week can straddle two months)."""
+    mins = [c for c in st.columns if c.endswith("_min")]
+    sums = [c for c in st.columns if c not in keys and c not in mins]
+    return st.group_by(keys).agg(*[pl.col(c).sum() for c in sums], *[pl.col(c).min() for c in mins])
 
 
-def _assemble(st, hist, wl, keys, k_max, popularity) -> pl.DataFrame:
-    n, f, r, g = pl.col("n"), pl.col("f"), pl.col("r"), pl.col("gpus")
-    free = f + r / 1000
+def _fgd(st: pl.DataFrame, rhist: pl.DataFrame, m: pl.DataFrame, keys: list[str], k_max: int) -> pl.DataFrame:
+    """Σ over samples of F(M) in milli-GPU per bucket and cell, from the histogram sums h_j and the partial-GPU
+    distribution: a whole-GPU task of k per node: Σ r + 1000 Σ_(j<k) j h_j; a sharing task of q milli:
+    Σ r [r < q]."""
+    below = {k: sum(j * pl.col(f"h{j}") for j in range(1, min(k, k_max + 1))) if k > 1 else pl.lit(0)
+             for k in sorted(set(m["k"].to_list()) | {1})}
+    whole = m.filter(pl.col("q") >= 1000).join(st.select(*keys, "partial_milli", *[f"h{j}" for j in range(k_max + 1)]),
+                                               on=keys, how="inner", nulls_equal=True)
+    whole = whole.with_columns(pl.coalesce([pl.when(pl.col("k") == k).then(e) for k, e in below.items()])
+                               .alias("_below"))
+    whole = whole.select(*keys, (pl.col("p") * (pl.col("partial_milli") + 1000 * pl.col("_below"))).alias("_F"))
+    share = (m.filter(pl.col("q") < 1000).join(rhist, on=keys, how="inner", nulls_equal=True)
+             .select(*keys, (pl.col("p") * pl.col("n") * pl.col("r") * (pl.col("r") < pl.col("q")).cast(pl.Int64))
+                     .alias("_F")))
+    return pl.concat([whole, share], how="vertical_relaxed").group_by(keys).agg(pl.col("_F").sum())
+
+
+def _assemble(st, rhist, wl, keys, k_max, popularity) -> pl.DataFrame:
     sizes = [s for s in SIZE_CLASSES if s <= k_max]
-    hagg = hist.group_by(keys).agg(
-        n.sum().alias("_node_samples"), (n * free).sum().alias("_free"),
-        *[(n * (f == k).cast(pl.Int64)).sum().alias(f"nodes_free_{k}") for k in range(0, k_max + 1)],
-        *[(n * (f * (f < s).cast(pl.Int64) + r / 1000)).sum().alias(f"stranded_{s}") for s in sizes],
-        (n * free * (f < g).cast(pl.Int64)).sum().alias("stranded_multinode"),
-        (n * (1000 * f + r)).sum().alias("_free_milli"))
     m = _popular(wl, keys, popularity) if wl.height else wl.with_columns(pl.lit(0.0).alias("p"))
-    fgd = (hist.join(m.select([*keys, "k", "q", "p"]), on=keys, how="inner", nulls_equal=True)
-           .with_columns((pl.col("n") * pl.col("p") * fgd_fragment(f, r, pl.col("k"), pl.col("q"))).alias("_F"))
-           .group_by(keys).agg(pl.col("_F").sum()))
+    fgd = _fgd(st, rhist, m, keys, k_max)
     jobs = wl.group_by(keys).agg(pl.col("jobs").sum().alias("workload_jobs"), pl.len().alias("workload_specs"))
-    out = (st.join(hagg, on=keys, how="left", nulls_equal=True).join(fgd, on=keys, how="left", nulls_equal=True)
-           .join(jobs, on=keys, how="left", nulls_equal=True))
-    per = lambda c: (pl.col(c) / pl.col("samples"))   # noqa: E731  a sum over node-samples -> mean per sample
-    hist_cols = [f"nodes_free_{k}" for k in range(0, k_max + 1)] + [f"stranded_{s}" for s in sizes] + ["stranded_multinode"]
+    out = st.join(fgd, on=keys, how="left", nulls_equal=True).join(jobs, on=keys, how="left", nulls_equal=True)
+    per = lambda e: e / pl.col("samples")   # noqa: E731  a sum over samples -> mean per sample
+    partial = pl.col("partial_milli") / 1000
     out = out.with_columns(
-        per("_node_samples").alias("nodes_up"), per("_free").alias("free_gpus"),
-        *[per(c).fill_null(0.0).alias(c) for c in hist_cols],
-        per("wfn_sum").alias("whole_free_nodes"), pl.col("wfn_min").alias("whole_free_nodes_min"),
-        per("lsn_sum").alias("largest_single_node"), pl.col("lsn_min").alias("largest_single_node_min"),
-        per("wfg_sum").alias("largest_gang_gpus"), pl.col("wfg_min").alias("largest_gang_gpus_min"),
-        (pl.col("_F") / 1000 / pl.col("samples")).alias("fgd_frag_gpus"),
-        pl.when(pl.col("_free_milli") > 0).then(pl.col("_F") / pl.col("_free_milli")).alias("fgd_rate"),
+        per(pl.col("nodes_up")).alias("nodes_up"), per(pl.col("free_gpus") + partial).alias("free_gpus_mean"),
+        *[per(pl.col(f"h{k}")).alias(f"nodes_free_{k}") for k in range(k_max + 1)],
+        *[per(sum((j * pl.col(f"h{j}") for j in range(1, s)), pl.lit(0)) + partial).alias(f"stranded_{s}")
+          for s in sizes],
+        per(pl.col("free_gpus") + partial - pl.col("wfg_sum")).alias("stranded_multinode"),
+        per(pl.col("wfn_sum")).alias("whole_free_nodes"), pl.col("wfn_min").alias("whole_free_nodes_min"),
+        per(pl.col("lsn_sum")).alias("largest_single_node"), pl.col("lsn_min").alias("largest_single_node_min"),
+        per(pl.col("wfg_sum")).alias("largest_gang_gpus"), pl.col("wfg_min").alias("largest_gang_gpus_min"),
+        per(pl.col("_F") / 1000).alias("fgd_frag_gpus"),
+        pl.when(1000 * pl.col("free_gpus") + pl.col("partial_milli") > 0)
+        .then(pl.col("_F") / (1000 * pl.col("free_gpus") + pl.col("partial_milli"))).alias("fgd_rate"),
         pl.col("workload_jobs").fill_null(0), pl.col("workload_specs").fill_null(0))
-    out = out.with_columns(pl.col("nodes_up").fill_null(0.0), pl.col("free_gpus").fill_null(0.0))
     cols = [*keys, "samples", "nodes_up", "free_gpus", *[f"nodes_free_{k}" for k in range(0, k_max + 1)],
             "whole_free_nodes", "whole_free_nodes_min", "largest_single_node", "largest_single_node_min",
             "largest_gang_gpus", "largest_gang_gpus_min", *[f"stranded_{s}" for s in sizes], "stranded_multinode",
             "fgd_frag_gpus", "fgd_rate", "workload_jobs", "workload_specs"]
-    return out.select(cols).sort(keys)
+    return out.drop("free_gpus").rename({"free_gpus_mean": "free_gpus"}).select(cols).sort(keys)

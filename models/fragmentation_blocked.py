@@ -87,36 +87,27 @@ def _classify(cells: _Cells, shape: dict, k_max: int) -> dict[str, np.ndarray]:
     return {"placeable": placeable, "fragmentation": frag, "capacity": known & ~placeable & ~frag}
 
 
-def _chunk_counts(con, k_max: int, p: dict) -> pl.DataFrame:
-    """Per job pending in the chunk: its samples there and how many were placeable / fragmentation / capacity.
+def _count_chunk(con, k_max: int, p: dict, A: np.ndarray, B: np.ndarray, shape_of: np.ndarray,
+                 shapes: list[dict], counts: dict[str, np.ndarray]) -> None:
+    """Add to ``counts`` each job's placeable / fragmentation / capacity samples inside the chunk [$i0, $i1).
 
     Jobs with the same request shape (cluster, partitions, pool, GPUs, nodes) see the same cells, so each shape
     is classified once per sample and each job reads its interval off prefix sums: the cost is shapes x samples
     plus jobs, not pending job-samples (a busy year has billions of those)."""
-    jobs = timeline.frame(con, f"""
-        SELECT * FROM (
-          SELECT *, greatest({fragmentation._sample_index('p0')}, $i0) AS a,
-                 least({fragmentation._sample_index('p1')}, $i1) AS b
-          FROM ({PENDING_SQL}) WHERE p1 > p0)
-        WHERE a < b""", p)
-    if jobs.is_empty():
-        return jobs
+    i0, i1 = p["i0"], p["i1"]
+    sel = np.flatnonzero((A < i1) & (B > i0))
+    if not len(sel):
+        return
     cells_df, cols = fragmentation.sample_grid(con, ["gpu_type", "partition"], k_max, p)
-    cells = _Cells(cells_df, cols, p["i0"], p["i1"] - p["i0"])
-    shapes = jobs.select(SHAPE).unique().with_row_index("_shape")
-    jobs = jobs.join(shapes, on=SHAPE, how="left", nulls_equal=True)
-    counts = {c: np.zeros(jobs.height, np.int64) for c in CLASSES[:3]}
-    a = jobs["a"].to_numpy() - p["i0"]
-    b = jobs["b"].to_numpy() - p["i0"]
-    order = jobs["_shape"].to_numpy()
-    for shape in shapes.iter_rows(named=True):
-        masks = _classify(cells, shape, k_max)
-        idx = np.flatnonzero(order == shape["_shape"])
+    cells = _Cells(cells_df, cols, i0, i1 - i0)
+    a, b = np.maximum(A[sel], i0) - i0, np.minimum(B[sel], i1) - i0
+    sh = shape_of[sel]
+    for s_id in np.unique(sh):
+        masks = _classify(cells, shapes[s_id], k_max)
+        idx = np.flatnonzero(sh == s_id)
         for cls, m in masks.items():
             pref = np.r_[0, np.cumsum(m)]
-            counts[cls][idx] = pref[b[idx]] - pref[a[idx]]
-    return jobs.with_columns(pl.col("b").sub(pl.col("a")).alias("samples"),
-                             *[pl.Series(c, v) for c, v in counts.items()])
+            counts[cls][sel[idx]] += pref[b[idx]] - pref[a[idx]]
 
 
 def per_job(con: duckdb.DuckDBPyConnection, start=None, end=None,
@@ -129,15 +120,24 @@ def per_job(con: duckdb.DuckDBPyConnection, start=None, end=None,
         return pl.DataFrame()
     iv = fragmentation.parse_interval(interval)
     k_max = fragmentation.max_gpus_per_node(con)
-    parts = [_chunk_counts(con, k_max, fragmentation.chunk_params(a, b, iv)) for a, b in fragmentation._chunks(*win)]
-    parts = [x for x in parts if x.height]
-    if not parts:
+    p = fragmentation.chunk_params(*win, iv)
+    jobs = timeline.frame(con, f"""
+        SELECT * FROM (
+          SELECT *, greatest({fragmentation._sample_index('p0')}, $i0) AS a,
+                 least({fragmentation._sample_index('p1')}, $i1) AS b
+          FROM ({PENDING_SQL}) WHERE p1 > p0)
+        WHERE a < b ORDER BY cluster, job_uid""", p)
+    if jobs.is_empty():
         return pl.DataFrame()
-    df = pl.concat(parts)
-    sums = ["samples", *CLASSES[:3]]
-    first = ["cluster", "job_id", "team", "account", "user", "partition", "pool", "g", "nn", "size_class"]
-    df = df.group_by("job_uid").agg(*[pl.col(c).first() for c in first], *[pl.col(s).sum() for s in sums])
+    shapes = jobs.select(SHAPE).unique().with_row_index("_shape")
+    jobs = jobs.join(shapes, on=SHAPE, how="left", nulls_equal=True, maintain_order="left")
+    A, B, shape_of = jobs["a"].to_numpy(), jobs["b"].to_numpy(), jobs["_shape"].to_numpy()
+    counts = {c: np.zeros(jobs.height, np.int64) for c in CLASSES[:3]}
+    shape_rows = shapes.sort("_shape").to_dicts()
+    for ca, cb in fragmentation._chunks(*win):
+        _count_chunk(con, k_max, fragmentation.chunk_params(ca, cb, iv), A, B, shape_of, shape_rows, counts)
     h = iv / 3600
+    df = jobs.with_columns(pl.Series("samples", B - A), *[pl.Series(c, v) for c, v in counts.items()])
     df = df.with_columns((pl.col("samples") - pl.col("placeable") - pl.col("fragmentation") - pl.col("capacity"))
                          .alias("unknown"), pl.col("pool").fill_null("(any)").alias("gpu_type"),
                          pl.col("g").alias("gpus"), pl.col("nn").alias("nnodes"))
@@ -147,7 +147,7 @@ def per_job(con: duckdb.DuckDBPyConnection, start=None, end=None,
         *[(pl.col(c) * h).alias(f"{c}_h") for c in CLASSES],
         (pl.col("samples") * h * pl.col("gpus")).alias("wait_gpu_h"),
         *[(pl.col(c) * h * pl.col("gpus")).alias(f"{c}_gpu_h") for c in CLASSES],
-    ).sort("cluster", "job_uid")
+    )
 
 
 def _size_order(c: pl.Expr) -> pl.Expr:

@@ -206,7 +206,7 @@ def test_bad_arguments(hand):
 
 # ---------------------------------------------------------------- invariants
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tf.clusters(), st.sampled_from(["pool", "partition", "pool,partition"]))
 def test_invariants(cluster, by):
     nodes, jobs, events = cluster

@@ -158,7 +158,7 @@ def histories(draw):
     return first, second, ev
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(histories())
 def test_incremental_refresh_equals_full_rebuild(hist):
     first, second, ev = hist

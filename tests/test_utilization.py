@@ -170,7 +170,7 @@ def _expected_job_gpu_h(jobs, start, end, horizon):
     return tot
 
 
-@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tf.clusters(), st.sampled_from(["hour", "day"]), st.sampled_from(["cluster", "pool", "partition", "pool,partition"]))
 def test_invariants(cluster, bucket, by):
     nodes, jobs, events = cluster
