@@ -160,9 +160,9 @@ def _waste(con, start: dt.datetime, end: dt.datetime) -> dict | None:
     rows = con.execute("""
         WITH w AS (SELECT job_uid, sum(idle_alloc_gpu_s) AS idle_s, sum(telemetry_gpu_s) AS tel_s
                    FROM gpu_efficiency_job_hour WHERE hour >= ? AND hour < ? GROUP BY job_uid),
-        a AS (SELECT job_uid, cluster, gpu_type, team, account, sum(gpu_s)::DOUBLE AS gpu_s,
-                     sum(sum(gpu_s)::DOUBLE) OVER (PARTITION BY job_uid) AS job_s
-              FROM _alloc GROUP BY ALL)
+        g AS (SELECT job_uid, cluster, gpu_type, team, account, sum(gpu_s)::DOUBLE AS gpu_s
+              FROM _alloc GROUP BY job_uid, cluster, gpu_type, team, account),
+        a AS (SELECT *, sum(gpu_s) OVER (PARTITION BY job_uid) AS job_s FROM g)
         SELECT a.cluster, a.team, CASE WHEN a.team IS NULL THEN coalesce(a.account, '(none)') END, a.gpu_type,
                sum(w.idle_s * a.gpu_s / a.job_s), sum(w.tel_s * a.gpu_s / a.job_s)
         FROM a JOIN w USING (job_uid) WHERE a.job_s > 0 GROUP BY ALL""", [start, end]).fetchall()

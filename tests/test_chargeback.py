@@ -353,3 +353,23 @@ def test_cli_prints_the_statement_and_explains_errors(cluster, run_cli):
     assert code == 1 and "expected YYYY-MM" in err
     code, out, err = run_cli("chargeback", "--period", "2026-03", "--view", "by cost centre", "--format", "csv")
     assert code == 0 and out.splitlines()[0].startswith("cost_center,")
+
+
+def test_waste_from_telemetry_is_priced_beside_and_not_added(make):
+    """Idle-allocated GPU-hours come from the efficiency mart (as models/efficiency.py writes it); lines
+    without telemetry show waste as unavailable, not 0."""
+    con = make()
+    uid = con.sql("SELECT job_uid FROM jobs WHERE job_id = '1'").fetchall()[0][0]
+    # 100 telemetry-covered hours of job 1 (4 GPUs), 10 of them at zero activity
+    con.execute("""INSERT INTO gpu_efficiency_job_hour
+                   SELECT $u, 'c1', TIMESTAMP '2026-03-01' + to_hours(h), 14400, 14400, 14400 * (h >= 10)::INT,
+                          14400 * (h < 10)::INT, NULL, NULL, 14400, 0, 0, NULL FROM range(100) t(h)""", {"u": uid})
+    st = chargeback.compute(con, "2026-03")
+    L = lines(st)
+    v = L["vision", "h100"]
+    assert v["waste_gpu_hours"] == D("40") and v["telemetry_gpu_hours"] == D("400")
+    assert v["waste_cost"] == money(F(40) * 2028 / 1008)            # at the line's (blended) rate
+    assert v["total"] == v["direct_cost"] + v["idle_share"]          # beside, not added
+    assert L["nlp", "h100"]["waste_gpu_hours"] is None and L["nlp", "h100"]["telemetry_gpu_hours"] == 0
+    assert "idle-allocated GPU-hours from telemetry" in dict(st.header)["Waste"]
+    check_identity(st)
