@@ -29,7 +29,7 @@ HOLIDAY = 0.35
 COMPLETED, FAILED, OUT_OF_MEMORY, CANCELLED, TIMEOUT = range(5)
 PLAN_STATES = ("COMPLETED", "FAILED", "OUT_OF_MEMORY", "CANCELLED", "TIMEOUT")
 #: (fail, out of memory, user cancel while running) probabilities by runtime kind.
-OUTCOME = {"quick": (0.36, 0.02, 0.06), "dev": (0.18, 0.02, 0.14), "train": (0.12, 0.01, 0.38),
+OUTCOME = {"quick": (0.32, 0.02, 0.06), "dev": (0.16, 0.02, 0.14), "train": (0.12, 0.01, 0.38),
            "long": (0.14, 0.01, 0.55)}
 #: Time limits users pick (seconds).
 LIMIT_MENU = np.array([600, 900, 1800, 3600, 2 * 3600, 4 * 3600, 8 * 3600, 12 * 3600, 86400, 2 * 86400,
