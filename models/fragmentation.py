@@ -61,12 +61,12 @@ def max_gpus_per_node(con) -> int:
 # ---------------------------------------------------------------- node free state
 
 #: Free state of each available node in a segment: f whole free GPUs, r free milli-GPUs on shared GPUs.
-FREE_SQL = """
-    SELECT cluster, node, t0, t1, gpus, coalesce(gpu_type, '(untyped)') AS gpu_type, partitions,
+FREE_SQL = f"""
+    SELECT cluster, nid, t0, t1, gpus, coalesce(gpu_type, '(untyped)') AS gpu_type, partitions,
            CAST(greatest(gpus - whole_gpus - ceil(frac_milli / 1000.0), 0) AS INTEGER) AS f,
            CAST(CASE WHEN whole_gpus + ceil(frac_milli / 1000.0) <= gpus
                      THEN ceil(frac_milli / 1000.0) * 1000 - frac_milli ELSE 0 END AS INTEGER) AS r
-    FROM tl_node_segments
+    FROM ({timeline.SEGMENTS_SQL})
     WHERE avail = 'up' AND gpus > 0 AND t1 > $ws AND t0 < $we"""
 
 

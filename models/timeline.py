@@ -140,6 +140,13 @@ def check_bucket(bucket: str) -> str:
 
 # ---------------------------------------------------------------- capacity side
 
+#: tl_node_segments with their class columns: cluster, nid, t0, t1, gpus, gpu_type, partitions, avail, alloc,
+#: whole_gpus, frac_milli, jobs. Filters on t0/t1 given by callers are pushed below the join.
+SEGMENTS_SQL = """
+    SELECT s.cluster, s.nid, s.t0, s.t1, k.gpus, k.gpu_type, k.partitions, k.avail,
+           s.whole_gpus + s.frac_milli / 1000.0 AS alloc, s.whole_gpus, s.frac_milli, s.jobs
+    FROM tl_node_segments s JOIN tl_classes k ON k.class_id = s.class_id"""
+
 def _edge_sql(n: int) -> str:
     return f"""
     SELECT cluster, gpu_type, partitions, date_trunc('hour', a) AS hour,
@@ -149,7 +156,7 @@ def _edge_sql(n: int) -> str:
            coalesce(sum(ov * (gpus - ain)) FILTER (WHERE avail = 'planned_down'), 0) AS planned_down_s
     FROM (SELECT *, least(alloc, gpus) AS ain, greatest(t0, $ea{n}) AS a,
                  (epoch_us(least(t1, $eb{n})) - epoch_us(greatest(t0, $ea{n}))) / 1e6 AS ov
-          FROM tl_node_segments WHERE t1 > $ea{n} AND t0 < $eb{n} AND $ea{n} < $eb{n})
+          FROM ({SEGMENTS_SQL}) WHERE t1 > $ea{n} AND t0 < $eb{n} AND $ea{n} < $eb{n})
     GROUP BY ALL"""
 
 
@@ -262,5 +269,7 @@ def node_segments(con: duckdb.DuckDBPyConnection, start=None, end=None) -> duckd
     ensure_current(con)
     win = resolve_window(con, start, end)
     s, e = win if win else (dt.datetime(1970, 1, 1), dt.datetime(1970, 1, 1))
-    return con.sql("""SELECT * REPLACE (greatest(t0, $s) AS t0, least(t1, $e) AS t1) FROM tl_node_segments
-                      WHERE t1 > $s AND t0 < $e""", params={"s": s, "e": e})
+    return con.sql(f"""SELECT g.cluster, n.node, greatest(g.t0, $s) AS t0, least(g.t1, $e) AS t1, g.gpus, g.gpu_type,
+                              g.partitions, g.avail, g.alloc, g.whole_gpus, g.frac_milli, g.jobs
+                       FROM ({SEGMENTS_SQL}) g JOIN tl_nodes n ON n.nid = g.nid
+                       WHERE g.t1 > $s AND g.t0 < $e""", params={"s": s, "e": e})

@@ -5,7 +5,8 @@ inside the cluster's data span ``[data_start, horizon)`` (see :mod:`models.timel
 
 - ``tl_node_state``: per node, inventory class (GPUs, pool, partitions) and availability, piecewise constant;
 - ``tl_job_alloc``: per job and node, the GPUs held and when (running jobs up to the horizon);
-- ``tl_node_segments``: per node, allocation and availability together, piecewise constant;
+- ``tl_node_segments``: per node (``tl_nodes``), allocation and class/availability (``tl_classes``) together,
+  piecewise constant;
 - ``tl_hourly``: the segments rolled up per hour and node class (capacity, allocated, idle, down).
 
 Incremental: a refresh finds, per cluster, the earliest time ``T`` from which anything could differ (the old
@@ -181,16 +182,46 @@ def _earliest_change(con, old: str, new: str, keys: list[str], params: dict) -> 
 
 # ---------------------------------------------------------------- segments and hourly rollup
 
+def register_ids(con, c: str) -> None:
+    """Give new nodes of ``_ns`` an id in tl_nodes and new (class, availability) combinations one in tl_classes;
+    ids are global and never change, so stored segments stay valid."""
+    _ex(con, """INSERT INTO tl_nodes
+                SELECT $c, node, (SELECT coalesce(max(nid), 0) FROM tl_nodes) + row_number() OVER (ORDER BY node)
+                FROM (SELECT DISTINCT node FROM _ns) n
+                WHERE NOT EXISTS (SELECT 1 FROM tl_nodes t WHERE t.cluster = $c AND t.node = n.node)""", {"c": c})
+    _ex(con, """INSERT INTO tl_classes
+                SELECT (SELECT coalesce(max(class_id), 0) FROM tl_classes)
+                         + row_number() OVER (ORDER BY gpus, gpu_type, partitions, avail), $c, gpus, gpu_type,
+                       partitions, avail
+                FROM (SELECT DISTINCT gpus, gpu_type, partitions, avail FROM _ns) n
+                WHERE NOT EXISTS (SELECT 1 FROM tl_classes k WHERE k.cluster = $c AND k.gpus = n.gpus
+                                  AND k.gpu_type IS NOT DISTINCT FROM n.gpu_type
+                                  AND k.partitions IS NOT DISTINCT FROM n.partitions AND k.avail = n.avail)""",
+        {"c": c})
+
+
+#: The node states in force from $T on, with their ids (temp table _st).
+STATES_FROM_SQL = """
+    CREATE OR REPLACE TEMP TABLE _st AS
+    SELECT (row_number() OVER () - 1)::BIGINT AS sid, n.nid, k.class_id, k.gpus, k.avail, s.t0, s.t1
+    FROM tl_node_state s JOIN tl_nodes n ON n.cluster = s.cluster AND n.node = s.node
+    JOIN tl_classes k ON k.cluster = s.cluster AND k.gpus = s.gpus AND k.gpu_type IS NOT DISTINCT FROM s.gpu_type
+                     AND k.partitions IS NOT DISTINCT FROM s.partitions AND k.avail = s.avail
+    WHERE s.cluster = $c AND s.t1 > $T"""
+
+#: Every change point of every node from $T on: job starts and ends (GPU deltas) and node-state edges (sid of
+#: the state starting there). Several rows may share (nid, t): the sweep keeps the last one.
 EVENTS_FROM_SQL = """
-    WITH ev AS (
-      SELECT node, greatest(t0, $T) AS t, whole_gpus AS dw, frac_milli AS df, 1 AS dj, -1 AS sid
-        FROM tl_job_alloc WHERE cluster = $c AND t1 > $T
-      UNION ALL SELECT node, t1, -whole_gpus, -frac_milli, -1, -1 FROM tl_job_alloc WHERE cluster = $c AND t1 > $T
-      UNION ALL SELECT node, greatest(t0, $T), 0, 0, 0, sid FROM _st
-      UNION ALL SELECT node, t1, 0, 0, 0, -1 FROM _st)
-    SELECT n.nid, epoch_us(ev.t) AS t, sum(dw)::DOUBLE AS dw, sum(df)::BIGINT AS df, sum(dj)::BIGINT AS dj,
-           max(sid)::BIGINT AS sid
-    FROM ev JOIN _nid n ON n.node = ev.node GROUP BY n.nid, ev.t ORDER BY n.nid, ev.t"""
+    WITH ja AS (SELECT n.nid, a.t0, a.t1, a.whole_gpus, a.frac_milli
+                FROM tl_job_alloc a JOIN tl_nodes n ON n.cluster = a.cluster AND n.node = a.node
+                WHERE a.cluster = $c AND a.t1 > $T),
+    ev AS (
+      SELECT nid, greatest(t0, $T) AS t, whole_gpus AS dw, frac_milli AS df, 1 AS dj, -1 AS sid FROM ja
+      UNION ALL SELECT nid, t1, -whole_gpus, -frac_milli, -1, -1 FROM ja
+      UNION ALL SELECT nid, greatest(t0, $T), 0, 0, 0, sid FROM _st
+      UNION ALL SELECT nid, t1, 0, 0, 0, -1 FROM _st)
+    SELECT nid, epoch_us(t) AS t, dw::DOUBLE AS dw, df::BIGINT AS df, dj::BIGINT AS dj, sid::BIGINT AS sid
+    FROM ev ORDER BY nid, t"""
 
 
 def group_cumsum(x: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -200,61 +231,102 @@ def group_cumsum(x: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return c - before[np.maximum.accumulate(np.where(starts, np.arange(len(x)), 0))]
 
 
-def sweep_segments(ev: dict[str, np.ndarray]) -> pl.DataFrame:
+def sweep_segments(ev: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Per-node events (nid, t, deltas dw/df/dj, sid = the state row starting there or -1), sorted by (nid, t),
     into piecewise-constant segments [t0, t1) with the running allocation and the node state in force.
 
     A window-function cumulative sum does this too, but it costs microseconds a row in DuckDB; numpy's cumsum
-    over the sorted events is linear and a hundred times faster."""
+    over the sorted events is linear and a hundred times faster. Of several events at one time only the last
+    row (which has seen them all) starts a segment; the others would be empty."""
     nid, t = ev["nid"], ev["t"]
     n = len(nid)
     if n == 0:
-        return pl.DataFrame(schema={"nid": pl.Int32, "t0": pl.Int64, "t1": pl.Int64, "dw": pl.Float64,
-                                    "df": pl.Int64, "dj": pl.Int64, "sid": pl.Int64})
+        return {k: np.zeros(0, np.int64) for k in ("nid", "t0", "t1", "dw", "df", "dj", "sid")}
     starts = np.r_[True, nid[1:] != nid[:-1]]
     sid = ev["sid"]
     last = np.maximum.accumulate(np.where(sid >= 0, np.arange(n), 0))
-    nxt_same = np.r_[nid[1:] == nid[:-1], False]
     t1 = np.r_[t[1:], 0]
-    keep = nxt_same & (t1 > t)
-    # Polars, not pyarrow, carries the arrays back: pyarrow's numpy conversion imports pandas (seconds).
-    return pl.DataFrame({"nid": nid[keep], "t0": t[keep], "t1": t1[keep],
-                     "dw": group_cumsum(ev["dw"], starts)[keep], "df": group_cumsum(ev["df"], starts)[keep],
-                     "dj": group_cumsum(ev["dj"], starts)[keep],
-                     "sid": sid[last][keep]})
+    keep = np.r_[nid[1:] == nid[:-1], False] & (t1 > t)
+    return {"nid": nid[keep], "t0": t[keep], "t1": t1[keep], "dw": group_cumsum(ev["dw"], starts)[keep],
+            "df": group_cumsum(ev["df"], starts)[keep], "dj": group_cumsum(ev["dj"], starts)[keep],
+            "sid": sid[last][keep]}
 
 
-def build_segments(con, c: str, T: dt.datetime) -> None:
+def build_segments(con, c: str, T: dt.datetime) -> dict[str, np.ndarray]:
     """Append the segments of cluster ``c`` from ``T`` on to tl_node_segments (tl_job_alloc and tl_node_state
-    must be current from T)."""
-    _ex(con, "CREATE OR REPLACE TEMP TABLE _nid AS SELECT node, row_number() OVER (ORDER BY node)::INTEGER AS nid "
-             "FROM (SELECT DISTINCT node FROM tl_node_state WHERE cluster = $c)", {"c": c})
-    _ex(con, "CREATE OR REPLACE TEMP TABLE _st AS SELECT row_number() OVER ()::BIGINT AS sid, * FROM tl_node_state "
-             "WHERE cluster = $c AND t1 > $T", {"c": c, "T": T})
+    must be current from T); returns them as arrays (t in epoch microseconds) for the hourly rollup."""
+    _ex(con, STATES_FROM_SQL, {"c": c, "T": T})
+    st = _ex(con, "SELECT sid, class_id, gpus FROM _st ORDER BY sid").fetchnumpy()
     seg = sweep_segments(_ex(con, EVENTS_FROM_SQL, {"c": c, "T": T}).fetchnumpy())
-    con.register("_seg_in", seg)
+    seg["class_id"] = st["class_id"][seg["sid"]]
+    keep = (st["gpus"][seg["sid"]] > 0) | (seg["dj"] > 0)      # nodes outside the inventory, idle: nothing there
+    seg = {k: v[keep] for k, v in seg.items()}
+    # Polars, not pyarrow, carries the arrays back: pyarrow's numpy conversion imports pandas (seconds).
+    frame = pl.DataFrame({"cluster": pl.repeat(c, len(seg["nid"]), eager=True), "nid": seg["nid"].astype(np.int32),
+                          "class_id": seg["class_id"].astype(np.int32),
+                          "t0": pl.Series(seg["t0"]).cast(pl.Datetime("us")),
+                          "t1": pl.Series(seg["t1"]).cast(pl.Datetime("us")), "whole_gpus": seg["dw"],
+                          "frac_milli": seg["df"], "jobs": seg["dj"].astype(np.int32)})
+    con.register("_seg_in", frame)
     try:
-        _ex(con, """INSERT INTO tl_node_segments
-                    SELECT $c, n.node, make_timestamp(g.t0), make_timestamp(g.t1), s.gpus, s.gpu_type, s.partitions,
-                           s.avail, g.dw + g.df / 1000.0, g.dw, g.df, g.dj::INTEGER
-                    FROM _seg_in g JOIN _nid n ON n.nid = g.nid JOIN _st s ON s.sid = g.sid
-                    WHERE s.gpus > 0 OR g.dj > 0""", {"c": c})
+        con.execute("INSERT INTO tl_node_segments SELECT * FROM _seg_in")
     finally:
         con.unregister("_seg_in")
+    return seg
 
 
-HOURLY_FROM_SQL = """
-    WITH s AS (
-      SELECT gpu_type, partitions, avail, gpus, alloc, least(alloc, gpus) AS ain, t0, t1,
-             unnest(generate_series(date_trunc('hour', greatest(t0, $H)), t1 - INTERVAL 1 MICROSECOND,
-                                    INTERVAL 1 HOUR)) AS hour
-      FROM tl_node_segments WHERE cluster = $c AND t1 > $H),
-    o AS (SELECT *, (epoch_us(least(t1, hour + INTERVAL 1 HOUR)) - epoch_us(greatest(t0, hour))) / 1e6 AS ov FROM s)
-    SELECT $c, gpu_type, partitions, hour, sum(ov * gpus), sum(ov * alloc), sum(ov * ain),
-           coalesce(sum(ov * (gpus - ain)) FILTER (WHERE avail = 'up'), 0),
-           coalesce(sum(ov * (gpus - ain)) FILTER (WHERE avail = 'down'), 0),
-           coalesce(sum(ov * (gpus - ain)) FILTER (WHERE avail = 'planned_down'), 0)
-    FROM o GROUP BY ALL"""
+HOUR_US = 3_600_000_000
+HOURLY_RATES = ("capacity_s", "alloc_s", "alloc_in_s", "idle_s", "down_s", "planned_down_s")
+
+
+def hourly_rollup(con, c: str, H: dt.datetime, T: dt.datetime, new: dict[str, np.ndarray]) -> None:
+    """Insert tl_hourly rows of cluster ``c`` for the hours from ``H`` (an hour start <= T): the stored segments
+    of [H, T) plus the ``new`` ones from T, integrated hour by hour in numpy (each segment adds its rates to its
+    first and last hour in part and, through a difference array, to every hour between in full)."""
+    old = _ex(con, """SELECT class_id, epoch_us(greatest(t0, $H)) AS t0, epoch_us(t1) AS t1, whole_gpus AS dw,
+                             frac_milli AS df FROM tl_node_segments WHERE cluster = $c AND t1 > $H AND t0 < $T""",
+              {"c": c, "H": H, "T": T}).fetchnumpy()
+    cls = np.concatenate([old["class_id"], new["class_id"]]).astype(np.int64)
+    t0 = np.concatenate([old["t0"], new["t0"]]).astype(np.int64)
+    t1 = np.concatenate([old["t1"], new["t1"]]).astype(np.int64)
+    if not len(cls):
+        return
+    alloc = np.concatenate([old["dw"], new["dw"]]) + np.concatenate([old["df"], new["df"]]) / 1000
+    classes = _ex(con, "SELECT class_id, gpus, avail FROM tl_classes WHERE cluster = $c ORDER BY class_id",
+                  {"c": c}).fetchnumpy()
+    row = np.searchsorted(classes["class_id"], cls)
+    gpus = classes["gpus"][row].astype(np.float64)
+    avail = classes["avail"][row]
+    ain = np.minimum(alloc, gpus)
+    free = gpus - ain
+    rates = {"capacity_s": gpus, "alloc_s": alloc, "alloc_in_s": ain, "idle_s": free * (avail == "up"),
+             "down_s": free * (avail == "down"), "planned_down_s": free * (avail == "planned_down")}
+    base = int(np.datetime64(H, "us").astype(np.int64)) // HOUR_US
+    h0, h1 = t0 // HOUR_US - base, (t1 - 1) // HOUR_US - base
+    nh = int(h1.max()) + 2
+    ucls, crow = np.unique(cls, return_inverse=True)
+    key0, key1 = crow * nh + h0, crow * nh + h1
+    same = h0 == h1
+    first = np.where(same, t1, (h0 + base + 1) * HOUR_US) - t0           # microseconds in the first hour
+    last = np.where(same, 0, t1 - (h1 + base) * HOUR_US)                 # ... in the last hour (if another)
+    size = len(ucls) * nh
+    out = {}
+    for name, v in rates.items():
+        part = np.bincount(key0, v * first, size) + np.bincount(key1, v * last, size)
+        full = np.bincount(key0 + 1, v * HOUR_US * ~same, size + 1)[:size] - np.bincount(key1, v * HOUR_US * ~same, size)
+        out[name] = (part + np.cumsum(full.reshape(len(ucls), nh), axis=1).ravel()) / 1e6
+    idx = np.flatnonzero((out["capacity_s"] != 0) | (out["alloc_s"] != 0))
+    frame = pl.DataFrame({"class_id": ucls[idx // nh].astype(np.int32),
+                          "hour": pl.Series((base + idx % nh) * HOUR_US).cast(pl.Datetime("us")),
+                          **{k: v[idx] for k, v in out.items()}})
+    con.register("_hourly_in", frame)
+    try:
+        _ex(con, f"""INSERT INTO tl_hourly
+                     SELECT $c, k.gpu_type, k.partitions, h.hour, {', '.join(f'sum(h.{r})' for r in HOURLY_RATES)}
+                     FROM _hourly_in h JOIN tl_classes k ON k.class_id = h.class_id
+                     GROUP BY k.gpu_type, k.partitions, h.hour""", {"c": c})
+    finally:
+        con.unregister("_hourly_in")
 
 
 # ---------------------------------------------------------------- the builder
@@ -281,7 +353,7 @@ def build(con: duckdb.DuckDBPyConnection, full: bool = False) -> dict[str, dict]
         con.execute("ROLLBACK")
         raise
     finally:
-        for t in ("_ns_raw", "_ns", "_classes", "_changed", "_rb", "_ja_new", "_nid", "_st"):
+        for t in ("_ns_raw", "_ns", "_classes", "_changed", "_rb", "_ja_new", "_st"):
             con.execute(f"DROP TABLE IF EXISTS {t}")
     return report
 
@@ -311,6 +383,7 @@ def _build_cluster(con, c: str, ds, hz, old, last_run: int) -> dict:
         for t in ("tl_node_state", "tl_job_alloc", "tl_node_segments", "tl_hourly"):
             _ex(con, f"DELETE FROM {t} WHERE cluster = ?", [c])
     p["T"] = T
+    register_ids(con, c)
     _ex(con, "DELETE FROM tl_node_state WHERE cluster = ?", [c])
     _ex(con, "INSERT INTO tl_node_state SELECT cluster, node, t0, t1, gpus, gpu_type, partitions, avail, reason FROM _ns")
     # Re-place every job that changed or holds GPUs after T (running jobs grow with the horizon).
@@ -324,10 +397,10 @@ def _build_cluster(con, c: str, ds, hz, old, last_run: int) -> dict:
                 {k: p[k] for k in ("c", "ds", "hz")})
     _ex(con, "DELETE FROM tl_node_segments WHERE cluster = $c AND t0 >= $T", {"c": c, "T": T})
     _ex(con, "UPDATE tl_node_segments SET t1 = $T WHERE cluster = $c AND t1 > $T", {"c": c, "T": T})
-    build_segments(con, c, T)
-    H = _ex(con, "SELECT date_trunc('hour', ?::TIMESTAMP)", [T]).fetchall()[0][0]
+    new = build_segments(con, c, T)
+    H = T.replace(minute=0, second=0, microsecond=0)
     _ex(con, "DELETE FROM tl_hourly WHERE cluster = $c AND hour >= $H", {"c": c, "H": H})
-    _ex(con, "INSERT INTO tl_hourly " + HOURLY_FROM_SQL, {"c": c, "H": H})
+    hourly_rollup(con, c, H, T, new)
     _ex(con, """INSERT INTO tl_clusters VALUES ($c, $ds, $hz, $r, $now)
                    ON CONFLICT (cluster) DO UPDATE SET data_start = excluded.data_start, horizon = excluded.horizon,
                      last_run_id = excluded.last_run_id, refreshed_at = excluded.refreshed_at""",

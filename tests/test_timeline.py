@@ -116,7 +116,8 @@ def _marts(con) -> dict:
     merged = con.sql("""
         WITH m AS (SELECT *, CASE WHEN lag(t1) OVER w = t0 AND lag(alloc) OVER w = alloc AND lag(avail) OVER w = avail
                                    AND lag(jobs) OVER w = jobs AND lag(gpus) OVER w = gpus THEN 0 ELSE 1 END AS brk
-                   FROM tl_node_segments WINDOW w AS (PARTITION BY cluster, node ORDER BY t0)),
+                   FROM (SELECT s.*, n.node FROM (""" + timeline.SEGMENTS_SQL + """) s JOIN tl_nodes n USING (nid))
+                   WINDOW w AS (PARTITION BY cluster, node ORDER BY t0)),
              g AS (SELECT *, sum(brk) OVER (PARTITION BY cluster, node ORDER BY t0) AS grp FROM m)
         SELECT cluster, node, min(t0), max(t1), any_value(alloc), any_value(avail), any_value(jobs)
         FROM g GROUP BY cluster, node, grp ORDER BY ALL""").fetchall()
