@@ -11,16 +11,17 @@ Its free GPUs are ``f`` whole GPUs plus ``r`` milli-GPUs left on GPUs that GPU-s
 accounting does not say which GPU a sharing job sat on, so they are assumed packed onto as few GPUs as possible
 (the least fragmented placement: a lower bound).
 
-Two exact and consistent computations, both from the per-node segments, never a per-node-per-sample table:
-- per-sample *cell state* (counts of nodes with >= k free GPUs, whole free nodes...) by a sweep over sample
-  indices: each segment adds its node's state at its first sample and removes it after its last;
-- per-bucket *node-sample histogram* over (GPUs, free f, partial r), each segment weighted by the number of
-  sample times it covers: the means and the FGD rate come from it.
+How: never a per-node-per-sample table. The per-sample state of each cell (available nodes, free GPUs, nodes
+with >= k free GPUs for every k, whole free nodes...) is swept month by month from the occupancy segments: each
+segment adds its node's state at its first sample and removes it after its last (numpy bincount + cumsum over
+the dense sample grid). Means, the free-GPU histogram, stranded GPUs and FGD all follow from sums of that state
+over a bucket's samples; only FGD for GPU-sharing tasks also needs the distribution of partial GPUs, taken from
+the segments that have one. With sample times on every segment edge, mean free GPUs x hours equals
+utilization's idle GPU-hours (a property test checks it).
 """
 from __future__ import annotations
 
 import datetime as dt
-import math
 from typing import Iterable
 
 import duckdb
