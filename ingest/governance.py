@@ -187,8 +187,10 @@ def _array(chk: _Checker, doc: dict, name: str) -> list[dict]:
 
 
 def _glob_to_like(pattern: str) -> str:
-    """Shell-style glob -> SQL LIKE (the form ``team_map`` stores): ``*`` -> ``%``, ``?`` -> ``_``."""
-    return pattern.replace("*", "%").replace("?", "_")
+    """Shell-style glob -> SQL LIKE with ``\\`` as escape (the form ``team_map`` stores): ``*`` -> ``%``,
+    ``?`` -> ``_``; a literal ``%``, ``_`` or ``\\`` in a name (``ml_team``) matches only itself."""
+    escaped = pattern.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return escaped.replace("*", "%").replace("?", "_")
 
 
 # ---------------------------------------------------------------- sections
@@ -481,7 +483,7 @@ def load(con, gov: Governance, source: str, sha256: str, nbytes: int) -> dict:
                      s["billing_basis"], json.dumps(s["tres_weights"], sort_keys=True) if s["tres_weights"] else None,
                      s["max_tres"], s["idle_policy"], s["half_life_days"], s["windows_days"], s["starvation_hours"],
                      s["bsld_tau_minutes"], s["document"]])
-        run.updated = _clear_stale_teams(con) + assign_teams(con)
+        run.updated = assign_teams(con)
         run.inserted = gov.records
         run.options.update({"teams": len(gov.teams), "rates": len(gov.rates),
                             "entitlements": len(gov.entitlements), "idle_policy": s["idle_policy"],
@@ -493,22 +495,6 @@ def _insert(con, table: str, rows: list[tuple]) -> None:
     if rows:
         marks = ", ".join("?" * len(rows[0]))
         con.executemany(f"INSERT INTO {table} VALUES ({marks})", [list(r) for r in rows])
-
-
-def _clear_stale_teams(con) -> int:
-    """Jobs whose (cluster, account, user) no pattern matches any more lose their team (assign_teams only sets)."""
-    return con.execute("""
-        WITH combos AS (SELECT DISTINCT cluster, account, "user" FROM jobs WHERE team IS NOT NULL),
-        matched AS (
-          SELECT DISTINCT c.cluster, c.account, c."user" FROM combos c JOIN team_map t
-            ON (t.cluster IS NULL OR t.cluster = c.cluster)
-           AND (t.account_pattern IS NULL OR c.account LIKE t.account_pattern)
-           AND (t.user_pattern IS NULL OR c."user" LIKE t.user_pattern)),
-        stale AS (SELECT * FROM combos EXCEPT SELECT * FROM matched)
-        UPDATE jobs SET team = NULL FROM stale s
-        WHERE jobs.team IS NOT NULL AND jobs.cluster = s.cluster
-          AND jobs.account IS NOT DISTINCT FROM s.account AND jobs."user" IS NOT DISTINCT FROM s."user"
-    """).fetchall()[0][0]
 
 
 def ingest_path(con, path: str | Path) -> dict:

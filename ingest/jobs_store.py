@@ -142,23 +142,24 @@ def _merge_existing(con, run, table: str) -> None:
 
 
 def assign_teams(con, run_id: int | None = None) -> int:
-    """Resolve ``jobs.team`` from ``team_map`` (lowest priority number wins; patterns are SQL LIKE).
+    """Resolve ``jobs.team`` from ``team_map`` (lowest priority number wins; patterns are SQL LIKE with
+    ``\\`` as escape character).
 
-    Limited to jobs written by ``run_id`` when given, else every job. Returns rows updated.
-    Jobs no pattern matches keep team NULL and are reported as unmapped, never dropped.
+    Limited to jobs written by ``run_id`` when given, else every job. A job that no pattern matches (any
+    more) has team NULL: reported as unmapped, never dropped. Returns the number of jobs whose team changed.
     """
-    if not con.sql("SELECT count(*) FROM team_map").fetchall()[0][0]:
-        return 0
     scope = "WHERE ingest_run_id = $run OR updated_run_id = $run" if run_id is not None else ""
     params = {"run": run_id} if run_id is not None else {}
+    if run_id is not None and not con.sql("SELECT count(*) FROM team_map").fetchall()[0][0]:
+        return 0
     return con.execute(f"""
         WITH combos AS (SELECT DISTINCT cluster, account, "user" FROM jobs {scope}),
         resolved AS (
           SELECT c.cluster, c.account, c."user", arg_min(t.team, t.priority) AS team
-          FROM combos c JOIN team_map t
+          FROM combos c LEFT JOIN team_map t
             ON (t.cluster IS NULL OR t.cluster = c.cluster)
-           AND (t.account_pattern IS NULL OR c.account LIKE t.account_pattern)
-           AND (t.user_pattern IS NULL OR c."user" LIKE t.user_pattern)
+           AND (t.account_pattern IS NULL OR c.account LIKE t.account_pattern ESCAPE '\\')
+           AND (t.user_pattern IS NULL OR c."user" LIKE t.user_pattern ESCAPE '\\')
           GROUP BY ALL)
         UPDATE jobs SET team = r.team FROM resolved r
         WHERE jobs.cluster = r.cluster AND jobs.account IS NOT DISTINCT FROM r.account

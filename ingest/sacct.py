@@ -214,7 +214,7 @@ def _stage_sql(cols: list[str], hint: str, step: str = "false") -> str:
       try_cast(gl_before(c_exitcode, ':') AS INTEGER) AS exit_code,
       try_cast(gl_after(c_exitcode, ':') AS INTEGER) AS signal,
       t_submit AS submit, t_eligible AS eligible, t_start AS start,
-      CASE WHEN rank = 0 OR t_start IS NULL THEN NULL ELSE t_end END AS "end",
+      CASE WHEN rank = 0 THEN NULL ELSE t_end END AS "end",
       CASE WHEN t_elapsed IS NOT NULL THEN t_elapsed
            WHEN t_start IS NOT NULL AND t_end IS NOT NULL AND rank > 0
              THEN greatest(0, epoch(t_end) - epoch(t_start))::BIGINT END AS elapsed_s,
