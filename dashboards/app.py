@@ -9,7 +9,7 @@ from pathlib import Path
 
 import streamlit as st
 
-from dashboards import model_reads, queries, sidebar, ui
+from dashboards import model_reads, prewarm, queries, sidebar, ui
 
 HERE = Path(__file__).resolve().parent
 PAGES = HERE / "views"   # not "pages/": Streamlit 1.67 would run that directory in legacy mode on a cold deep link
@@ -30,7 +30,6 @@ def main() -> None:
         pages = [_page("welcome", "Getting started", "rocket_launch", default=True)]
         if cat is not None:
             pages.append(_page("data_health", "Data health", "health_and_safety"))
-        st.session_state["_gpuledger_first_run"] = state
         flt = None
         if cat is not None:
             flt = sidebar.filters(cat)
@@ -50,8 +49,10 @@ def main() -> None:
             "Operations": [_page("data_health", "Data health", "health_and_safety")],
         }
         flt = sidebar.filters(cat)
+        prewarm.ensure(state.version, sidebar.default_filters(cat))
     if flt is not None:
-        ui.set_context(ui.Context(version=state.version, cat=cat, filters=flt, currency=model_reads.currency(state.version) if cat else None))
+        ui.set_context(ui.Context(version=state.version, cat=cat, filters=flt,
+                                  currency=model_reads.currency(state.version)))
     sidebar.freshness(state.version, cat)
     page = st.navigation(pages, position="sidebar")
     try:

@@ -6,6 +6,7 @@ has one colour across pages.
 """
 from __future__ import annotations
 
+import math
 from typing import Sequence
 
 import plotly.graph_objects as go
@@ -35,9 +36,14 @@ def _finish(fig: go.Figure, title: str | None, x_title: str | None, y_title: str
             height: int = 380, y_format: str | None = None) -> go.Figure:
     fig.update_layout(**theme.plotly_layout(height))
     fig.update_layout(title_text=title or None)
-    if sum(1 for t in fig.data if t.showlegend is not False and t.name) > LEGEND_ROW_MAX:
+    names = [t.name for t in fig.data if t.showlegend is not False and t.name]
+    if len(names) > LEGEND_ROW_MAX:
         fig.update_layout(legend=dict(orientation="v", yanchor="top", y=1, xanchor="left", x=1.02),
                           margin=dict(t=56, r=10))
+    else:
+        # A legend row wraps in a half-width chart (~60 characters at 1400 px): make room for every row.
+        rows = max(1, math.ceil(sum(len(n) + 6 for n in names) / 60))
+        fig.update_layout(margin=dict(t=62 + 22 * rows))
     fig.update_xaxes(title_text=x_title)
     fig.update_yaxes(title_text=y_title, tickformat=y_format)
     return fig
@@ -63,9 +69,11 @@ def bars(df: pl.DataFrame, x: str, y: str, *, color: str | None = None, colours:
          y_title: str, x_title: str | None = None, title: str | None = None, horizontal: bool = False,
          barmode: str = "stack", y_format: str | None = None, height: int = 380,
          single_colour: str = theme.PRIMARY, names: dict[str, str] | None = None,
-         reference: float | None = None, reference_text: str | None = None) -> go.Figure:
-    """Bars of ``y`` by ``x`` (stacked or grouped per ``color``); horizontal puts categories on the y axis.
-    ``reference`` draws a labelled line at that value (e.g. a share ratio of 1)."""
+         reference: float | None = None, reference_text: str | None = None,
+         category_order: Sequence | None = None) -> go.Figure:
+    """Bars of ``y`` by ``x`` (stacked or grouped per ``color``); horizontal puts categories on the y axis
+    (first category on top). Text categories stay categories ("2", "4", "8" GPUs are not a number line);
+    ``category_order`` fixes their order. ``reference`` draws a labelled line (e.g. a share ratio of 1)."""
     fig = go.Figure()
     for k, g in _series(df, color, list(colours or {})):
         cats, vals = g[x].to_list(), g[y].to_list()
@@ -79,6 +87,9 @@ def bars(df: pl.DataFrame, x: str, y: str, *, color: str | None = None, colours:
         line = dict(line_dash="dot", line_color="#6B7785", annotation_text=reference_text,
                     annotation_position="top right")
         fig.add_vline(x=reference, **line) if horizontal else fig.add_hline(y=reference, **line)
+    cats = dict(type="category", categoryorder="array", categoryarray=list(category_order)) \
+        if category_order is not None else (dict(type="category") if df[x].dtype == pl.String else {})
+    (fig.update_yaxes if horizontal else fig.update_xaxes)(**cats)
     if horizontal:
         fig = _finish(fig, title, y_title, x_title or "", height=height)
         fig.update_xaxes(title_text=y_title, tickformat=y_format, showgrid=True, gridcolor="#EEF1F4")

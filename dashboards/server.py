@@ -53,7 +53,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 def start(db_path: str | os.PathLike, port: int, host: str = "127.0.0.1", quiet: bool = False) -> subprocess.Popen:
     """Start the server in a child process serving ``db_path``'s snapshot; returns at once."""
     check_port(port, host)
-    env = dict(os.environ, GPULEDGER_DB=str(Path(db_path).resolve()))
+    env = dict(os.environ, GPULEDGER_DB=str(Path(db_path).resolve()), GPULEDGER_DASHBOARD_PREWARM="1")
     out = subprocess.DEVNULL if quiet else None
     return subprocess.Popen(command(port, host), env=env, stdout=out, stderr=out)
 

@@ -51,6 +51,12 @@ def filters(cat: queries.Catalogue) -> Filters:
                    partitions=tuple(partitions), teams=tuple(teams))
 
 
+def default_filters(cat: queries.Catalogue) -> Filters:
+    """The filters a first visit gets: the last 30 days of data, nothing else selected."""
+    start, last = default_window(cat.first_day, cat.last_day)
+    return Filters(start=start, end=last + dt.timedelta(days=1))
+
+
 def freshness(version: str, cat: queries.Catalogue | None) -> None:
     """Always-visible data freshness: the accounting horizon, the snapshot's age, the last ingest per source."""
     box = st.sidebar.container(border=True)

@@ -80,8 +80,12 @@ FAILED_TEXT = "could not be computed"
 def page_failed(title: str, exc: Exception) -> None:
     """A model raised on this snapshot: one clear line for the manager, the traceback for the admin."""
     import traceback
-    st.error(f"**{title} {FAILED_TEXT}** from this snapshot: {type(exc).__name__}: {str(exc).splitlines()[0]}",
-             icon=":material/error:")
+    hint = ""
+    if type(exc).__name__ == "CatalogException":   # a mart this version reads is missing from the snapshot
+        hint = (" If gpuledger was upgraded since the last ingest, `gpuledger refresh` rebuilds the marts and "
+                "republishes the snapshot.")
+    st.error(f"**{title} {FAILED_TEXT}** from this snapshot: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+             + hint, icon=":material/error:")
     with st.expander("Details for the administrator"):
         st.code("".join(traceback.format_exception(exc)), language="text")
 
@@ -121,7 +125,9 @@ def table(df: pl.DataFrame, *, key: str, file_stem: str, ctx: Context, columns: 
     left, right = st.columns([4, 1])
     if caption:
         left.caption(caption)
-    right.download_button("Download CSV", data=shown.write_csv(), file_name=f"{file_stem}_{ctx.filters.slug()}.csv",
+    # A callable: the file is written when someone clicks, not on every page view.
+    right.download_button("Download CSV", data=lambda: shown.write_csv(),
+                          file_name=f"{file_stem}_{ctx.filters.slug()}.csv",
                           mime="text/csv", key=f"dl_{key}", icon=":material/download:", on_click="ignore",
                           width="stretch")
 
@@ -138,10 +144,11 @@ def kpi(col, label: str, value: str | None, delta: str | None = None, *, help: s
 
 
 def period_column(df: pl.DataFrame, bucket: str, col: str = "bucket") -> pl.DataFrame:
-    """Show a bucket start as a date unless buckets are hours (tables read better without 00:00:00)."""
-    if bucket == "hour" or col not in df.columns:
+    """Show a bucket start as ISO text: a date unless buckets are hours (tables read better without 00:00:00;
+    Streamlit would show a date column as a datetime again)."""
+    if col not in df.columns:
         return df
-    return df.with_columns(pl.col(col).dt.date())
+    return df.with_columns(pl.col(col).dt.strftime("%Y-%m-%d %H:%M" if bucket == "hour" else "%Y-%m-%d"))
 
 
 def pct(x: float | None, digits: int = 1) -> str | None:

@@ -74,9 +74,8 @@ by_team = (shown.group_by("team", "gpu_type").agg(pl.col("total").cast(pl.Float6
            .with_columns(pl.col("team").replace_strict(display, default=pl.col("team")).alias("team_label")))
 order = (by_team.group_by("team_label").agg(pl.col("total").sum()).sort("total", descending=True)["team_label"].to_list())
 with left:
-    st.plotly_chart(charts.bars(by_team.sort(pl.col("team_label").replace_strict({n: i for i, n in enumerate(order)},
-                                                                                   default=len(order))),
-                                "team_label", "total", color="gpu_type", colours=ctx.pool_colours, horizontal=True,
+    st.plotly_chart(charts.bars(by_team, "team_label", "total", color="gpu_type", colours=ctx.pool_colours,
+                                horizontal=True, category_order=order,
                                 y_title=f"Total ({cur})", x_title="Team", title=f"Cost per team and pool, {period}",
                                 height=max(260, 90 + 40 * len(order))), key="cb_teams")
 by_cc = (shown.with_columns(pl.col("cost_center").fill_null("(no cost centre)"))
@@ -100,10 +99,10 @@ ui.table(shown, key="cb_lines", file_stem=f"chargeback_{period}_lines", ctx=ctx,
                   "total": money_fmt, "waste_gpu_hours": "%.2f", "waste_cost": money_fmt})
 
 d1, d2, _ = st.columns([1, 1, 3])
-d1.download_button("Statement CSV", data=exports.csv_bytes(views["by team"]), file_name=f"chargeback-{period}.csv",
+d1.download_button("Statement CSV", data=lambda: exports.csv_bytes(views["by team"]), file_name=f"chargeback-{period}.csv",
                    mime="text/csv", key="cb_csv", icon=":material/download:", on_click="ignore", width="stretch",
                    help="The finance export, as `gpuledger chargeback --period P --out chargeback-P.csv` writes it.")
-d2.download_button("Workbook XLSX", data=mr.statement_xlsx(ctx.version, period),
+d2.download_button("Workbook XLSX", data=lambda: mr.statement_xlsx(ctx.version, period),
                    file_name=f"chargeback-{period}.xlsx", key="cb_xlsx", icon=":material/table_view:",
                    mime="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet", on_click="ignore",
                    width="stretch", help="Summary, one sheet per view, the reconciliation and the job-level detail.")

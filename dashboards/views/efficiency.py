@@ -39,17 +39,17 @@ ui.kpi(k[2], "Idle-allocated GPU-hours", f"{t['idle_alloc_gpu_h']:,.0f}" if t["t
        help="Allocated GPU-hours in stretches of 5 minutes or more at zero activity.", missing="no telemetry")
 ui.kpi(k[3], "Telemetry coverage", f"{t['coverage_pct']:.1f} %" if t["coverage_pct"] is not None else None,
        help="Share of allocated GPU-hours with telemetry readings attributed to the job.")
-ui.kpi(k[4], "Jobs without telemetry", f"{int(t['jobs_without_telemetry']):,} of {int(t['jobs']):,}",
-       help="Counted and shown as 'no telemetry', never as 0 % busy.")
+ui.kpi(k[4], "Jobs without telemetry", f"{int(t['jobs_without_telemetry']):,}", f"of {int(t['jobs']):,} GPU jobs",
+       delta_color="off", arrow=False, help="Counted and shown as 'no telemetry', never as 0 % busy.")
 st.caption(f"Activity metric: **{metric_used}** — DCGM SM_ACTIVE (share of time a streaming multiprocessor had "
            "a warp resident) where the exporter has it, else GR_ENGINE_ACTIVE, else GPU_UTIL (time any kernel "
            "ran, which reads 100 % for one tiny kernel). The metric chosen per job is named in every table.")
 
-SPLIT = {"active_gpu_h": "Active", "busy_gpu_h": "Allocated, partly busy", "idle_alloc_gpu_h": "Idle-allocated (≥ 5 min at 0 %)",
+# Short legend names (they share a row above half-width charts); the caption below the charts defines them.
+SPLIT = {"active_gpu_h": "Active", "busy_gpu_h": "Partly busy", "idle_alloc_gpu_h": "Idle ≥ 5 min",
          "untracked_gpu_h": "No telemetry"}
-SPLIT_COLOURS = {"Active": theme.STATE_COLOURS["active"], "Allocated, partly busy": "#A8D5A2",
-                 "Idle-allocated (≥ 5 min at 0 %)": theme.STATE_COLOURS["allocated_idle"],
-                 "No telemetry": theme.STATE_COLOURS["no_telemetry"]}
+SPLIT_COLOURS = {"Active": theme.STATE_COLOURS["active"], "Partly busy": "#A8D5A2",
+                 "Idle ≥ 5 min": theme.STATE_COLOURS["allocated_idle"], "No telemetry": theme.STATE_COLOURS["no_telemetry"]}
 
 
 def _split(df: pl.DataFrame, key: str) -> pl.DataFrame:
@@ -65,20 +65,23 @@ left, right = st.columns(2)
 teams = mr.efficiency(ctx.version, f, "team")
 with left:
     order = teams.sort("alloc_gpu_h", descending=True)["team"].to_list()
-    st.plotly_chart(charts.bars(_split(teams, "team").sort(pl.col("team").replace_strict(
-        {n: i for i, n in enumerate(order)}, return_dtype=pl.Int64)), "team", "gpu_h", color="part",
-        colours=SPLIT_COLOURS, horizontal=True, y_title="Allocated GPU-hours", x_title="Team",
+    st.plotly_chart(charts.bars(
+        _split(teams, "team"), "team", "gpu_h", color="part", colours=SPLIT_COLOURS, horizontal=True,
+        category_order=order, y_title="Allocated GPU-hours", x_title="Team",
         title="Allocated vs active GPU-hours by team", height=max(300, 110 + 34 * len(order))), key="eff_teams")
 users = mr.efficiency(ctx.version, f, "user")
 with right:
     top = users.sort("alloc_gpu_h", descending=True).head(15)
     order_u = top["user"].to_list()
-    st.plotly_chart(charts.bars(_split(top, "user").sort(pl.col("user").replace_strict(
-        {n: i for i, n in enumerate(order_u)}, return_dtype=pl.Int64)), "user", "gpu_h", color="part",
-        colours=SPLIT_COLOURS, horizontal=True, y_title="Allocated GPU-hours", x_title="User",
+    st.plotly_chart(charts.bars(
+        _split(top, "user"), "user", "gpu_h", color="part", colours=SPLIT_COLOURS, horizontal=True,
+        category_order=order_u, y_title="Allocated GPU-hours", x_title="User",
         title="The 15 users with the most allocated GPU-hours", height=max(300, 110 + 34 * len(order_u))),
         key="eff_users")
 
+st.caption("Each bar is a group's allocated GPU-hours: **active** = activity x GPU-hours with telemetry; "
+           "**idle ≥ 5 min** = stretches of 5 minutes or more at zero activity; **partly busy** = the rest of the "
+           "GPU-hours with telemetry; **no telemetry** = allocated GPU-hours without readings (unknown, not idle).")
 over_time = mr.efficiency(ctx.version, f, "gpu_type", mr.auto_bucket(f))
 if over_time is not None and over_time.height:
     st.plotly_chart(charts.lines(over_time.filter(pl.col("mean_pct").is_not_null()), "bucket", "mean_pct",

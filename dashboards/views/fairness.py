@@ -76,18 +76,17 @@ shares = (teams.select("team", pl.col("usage_share").alias("Usage share"),
           .unpivot(index="team", variable_name="what", value_name="share")
           .with_columns(pl.col("share") * 100))
 order = teams.sort("entitlement_share", descending=True)["team"].to_list()
-rank = {n: i for i, n in enumerate(order)}
 with left:
-    st.plotly_chart(charts.bars(shares.sort(pl.col("team").replace_strict(rank, return_dtype=pl.Int64)), "team",
-                                "share", color="what", barmode="group", horizontal=True,
+    st.plotly_chart(charts.bars(shares, "team", "share", color="what", barmode="group", horizontal=True,
+                                category_order=order,
                                 colours={"Entitlement share": "#A5B8CF", "Usage share": theme.PRIMARY},
                                 y_title="Share of GPU-hours (%)", x_title="Team",
                                 title=f"Usage vs entitlement, {scope}", height=max(300, 110 + 44 * len(order))),
                     key="fq_shares")
 with right:
-    ratio = teams.filter(pl.col("share_ratio").is_not_null()).sort(pl.col("team").replace_strict(rank,
-                                                                                                 return_dtype=pl.Int64))
+    ratio = teams.filter(pl.col("share_ratio").is_not_null())
     fig = charts.bars(ratio, "team", "share_ratio", color="team", colours=ctx.team_colours, horizontal=True,
+                      category_order=[t for t in order if t in set(ratio["team"].to_list())],
                       y_title="Usage share / entitlement share", x_title="Team", reference=1.0,
                       reference_text="fair", title="Share ratio (1 = got exactly its share)",
                       height=max(300, 110 + 44 * len(order)))

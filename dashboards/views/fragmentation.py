@@ -69,8 +69,7 @@ stranded = (frag.select("bucket", "gpu_type", "samples", *sizes)
                           .replace({"multinode": "multi-node"}).alias("size")))
 size_order = [s.replace("stranded_", "").replace("multinode", "multi-node") for s in sizes]
 with right:
-    st.plotly_chart(charts.bars(stranded.sort(pl.col("size").replace_strict(
-        {s: i for i, s in enumerate(size_order)}, return_dtype=pl.Int64)), "size", "gpus", color="gpu_type",
+    st.plotly_chart(charts.bars(stranded, "size", "gpus", color="gpu_type", category_order=size_order,
         colours=ctx.pool_colours, barmode="group", y_title="Stranded GPUs (mean)", x_title="Request size (GPUs)",
         title="Free GPUs a request of each size could not use", height=380), key="frag_stranded")
 
@@ -85,10 +84,10 @@ if blocked_all is None:
 else:
     by_team = mr.blocked_by(blocked_rows, ["team"]).filter(pl.col("wait_gpu_h") > 0)
     by_size = mr.blocked_by(blocked_rows, ["size_class"]).filter(pl.col("wait_gpu_h") > 0)
-    CLASSES = {"fragmentation_gpu_h": "Fragmentation", "capacity_gpu_h": "Not enough free GPUs",
-               "placeable_gpu_h": "Placeable (priority, limits, order)", "unknown_gpu_h": "Unknown (no inventory)"}
-    colours = {"Fragmentation": theme.BAD, "Not enough free GPUs": "#F2A541",
-               "Placeable (priority, limits, order)": "#A5B8CF", "Unknown (no inventory)": "#D5D9DE"}
+    CLASSES = {"fragmentation_gpu_h": "Fragmentation", "capacity_gpu_h": "Too few free GPUs",
+               "placeable_gpu_h": "Placeable", "unknown_gpu_h": "Unknown"}
+    colours = {"Fragmentation": theme.BAD, "Too few free GPUs": "#F2A541", "Placeable": "#A5B8CF",
+               "Unknown": "#D5D9DE"}
 
     def _classes(df: pl.DataFrame, key: str) -> pl.DataFrame:
         return (df.select(key, *CLASSES).unpivot(index=key, variable_name="why", value_name="gpu_h")
@@ -97,20 +96,21 @@ else:
     l2, r2 = st.columns(2)
     if by_team is not None and by_team.height:
         order = by_team.sort("wait_gpu_h", descending=True)["team"].to_list()
-        l2.plotly_chart(charts.bars(_classes(by_team, "team").sort(pl.col("team").replace_strict(
-            {n: i for i, n in enumerate(order)}, return_dtype=pl.Int64)), "team", "gpu_h", color="why",
+        l2.plotly_chart(charts.bars(_classes(by_team, "team"), "team", "gpu_h", color="why", category_order=order,
             colours=colours, horizontal=True, y_title="Queue wait (GPU-hours)", x_title="Team",
             title="Why each team's jobs waited", height=max(300, 110 + 34 * len(order))), key="frag_blocked_team")
     if by_size is not None and by_size.height:
         size_key = (pl.when(pl.col("size_class") == "fractional").then(0)
                     .when(pl.col("size_class") == "multi-node").then(10**6)
                     .otherwise(pl.col("size_class").cast(pl.Int64, strict=False)))
-        r2.plotly_chart(charts.bars(_classes(by_size.sort(size_key), "size_class"), "size_class", "gpu_h", color="why",
+        r2.plotly_chart(charts.bars(_classes(by_size, "size_class"), "size_class", "gpu_h", color="why",
+                                    category_order=by_size.sort(size_key)["size_class"].to_list(),
                                     colours=colours, y_title="Queue wait (GPU-hours)", x_title="Request size class",
                                     title="Why jobs of each size waited", height=380), key="frag_blocked_size")
-    st.caption("Each 5-minute sample of a job's wait is classed: fragmentation when its partitions had enough free "
-               "GPUs in total but no node (or set of whole nodes) could take it; not enough free GPUs; placeable "
-               "(GPUs were there: priority, limits or backfill order held it).")
+    st.caption("Each 5-minute sample of a job's wait is classed: **fragmentation** when its partitions had enough "
+               "free GPUs in total but no node (or set of whole nodes) could take it; **too few free GPUs**; "
+               "**placeable** when GPUs were there and priority, limits or backfill order held it; **unknown** "
+               "without a node inventory for the time.")
     if by_team is not None and by_team.height:
         ui.table(by_team.with_columns(pl.col("fragmentation_share") * 100).sort("wait_gpu_h", descending=True),
                  key="frag_blocked", file_stem="blocked_by_fragmentation", ctx=ctx,

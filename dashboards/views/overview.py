@@ -27,7 +27,7 @@ def _num(x, scale: float = 1.0) -> float | None:
 def _fmt_value(x) -> str | None:
     """Table text: numbers to two decimals with thousands separators, dates and words as they are."""
     if x is None:
-        return None
+        return "—"
     return f"{x:,.2f}" if isinstance(x, (int, float)) else str(x)
 
 
@@ -183,6 +183,7 @@ if cost is not None:
     month, stmt, lines = cost
     per_team = lines.group_by("team").agg(pl.col("total").cast(pl.Float64).sum()).sort("total", descending=True)
     fig = charts.bars(per_team, "team", "total", color="team", colours=ctx.team_colours, horizontal=True,
+                      category_order=per_team["team"].to_list(),
                       y_title=f"Cost ({stmt.policy.currency})", x_title="Team", title=f"Cost per team, {month}",
                       height=340)
     fig.update_layout(showlegend=False)
@@ -196,4 +197,4 @@ if rows:
     ui.table(text, key="ov_headline", file_stem="overview", ctx=ctx,
              columns={"metric": "Figure", "unit": "Unit", "now": "This period", "previous": "Previous period",
                       "page": "Details on page"},
-             caption="Empty: not available for that period (no data, or no telemetry), never zero.")
+             caption="—: not available for that period (no data, or no telemetry); never shown as zero.")
