@@ -785,8 +785,8 @@ def cmd_demo(args) -> int:
     from ingest.synthetic import build, config
     db = Path(args.db) if args.db else DEMO_DB
     try:
-        cfg = config.for_scale(args.scale, seed=args.seed)
-    except ValueError as exc:
+        cfg = config.for_scale(args.scale, seed=args.seed, **({"days": args.days} if args.days else {}))
+    except (ValueError, TypeError) as exc:
         raise UsageError(f"demo: {exc}") from exc
     if not args.rebuild and build.is_up_to_date(db, cfg):
         _say(args, f"gpuledger demo: {db} is up to date (seed {cfg.seed}, scale {cfg.scale:g}); --rebuild to redo it")
@@ -1163,6 +1163,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="cluster size factor: nodes grow linearly; from 2 up the period is a year "
                         "(33.33 = 2,000 nodes, ~5 million jobs)")
     s.add_argument("--seed", type=int, default=1, help="random seed (the same seed gives the same cluster)")
+    s.add_argument("--days", type=int, metavar="N", help="length of the period (default 182, a year from scale 2)")
     s.add_argument("--rebuild", action="store_true", help="rebuild even if the demo warehouse is up to date")
     s.add_argument("--keep-inputs", action="store_true", help="keep the generated input files next to the warehouse")
     s.add_argument("--no-serve", action="store_true", help="build only; print the warehouse path")

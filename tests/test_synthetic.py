@@ -247,3 +247,18 @@ def test_build_is_atomic_and_reruns_are_detected(tmp_path):
     assert {"sacct", "nodes", "events", "governance", "dcgm"} <= set(by)
     assert all(r[2] == 0 for r in runs)
     assert not list(tmp_path.glob(".demo.duckdb.building-*"))
+
+
+def test_demo_command_builds_once_and_reuses_an_up_to_date_demo(tmp_path, capsys):
+    import gpuledger
+    db = tmp_path / "demo.duckdb"
+    argv = ["--db", str(db), "demo", "--scale", "0.25", "--days", "5", "--no-serve"]
+    assert gpuledger.main(argv) == 0
+    out, err = capsys.readouterr()
+    assert out.strip() == str(db) and "built" in err
+    first = db.stat().st_mtime_ns
+    assert gpuledger.main(argv) == 0
+    out, err = capsys.readouterr()
+    assert "up to date" in err and db.stat().st_mtime_ns == first
+    assert not build.is_up_to_date(db, config.for_scale(0.25, seed=2, days=5))   # another seed would rebuild
+    assert gpuledger.main(["--db", str(db), "demo", "--scale", "-1", "--no-serve"]) == 2

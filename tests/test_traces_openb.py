@@ -75,3 +75,16 @@ def test_real_files_match_the_readme_counts(con):
     other = traces.ingest(con, "alibaba-openb", d / "openb_pod_list_multigpu50.csv")
     assert other[1]["loaded"] == 9061 and other[1]["inserted"] == 9061
     assert con.sql("SELECT count(*) FROM jobs WHERE cluster = 'openb-multigpu50'").fetchall()[0][0] == 0
+
+
+def test_cli_ingest_trace(run_cli, tmp_path):
+    code, _, err = run_cli("ingest", "trace", "alibaba-openb", str(EXCERPT), "--no-refresh")
+    assert code == 1 and "expected openb_node_list_all_node.csv and openb_pod_list_default.csv" in err
+    code, _, err = run_cli("ingest", "trace", "alibaba-openb", str(EXCERPT / "openb_pod_list_gpuspec33.csv"),
+                           "--start", "2024-03-04", "--no-refresh")
+    assert code == 0 and "read 301 lines: loaded 300" in err
+    code, _, err = run_cli("ingest", "trace", "alibaba-openb", str(tmp_path / "missing.csv"), "--no-refresh")
+    assert code == 1 and "no such file" in err
+    with pytest.raises(SystemExit) as exc:
+        run_cli("ingest", "trace", "no-such-trace", str(EXCERPT))
+    assert exc.value.code == 2

@@ -153,9 +153,13 @@ def load_inputs(con, syn: Synthetic, inputs: Inputs, progress: Progress | None =
     return out
 
 
+def config_json(cfg: Config) -> str:
+    return json.dumps(dataclasses.asdict(cfg), default=str, sort_keys=True)
+
+
 def record_build(con, syn: Synthetic, seconds: float | None) -> None:
     cfg = syn.cfg
-    conf = json.dumps(dataclasses.asdict(cfg), default=str, sort_keys=True)
+    conf = config_json(cfg)
     gpus = sum(p.nodes + p.added for p in cfg.pools) * GPUS_PER_NODE
     con.execute("INSERT INTO synthetic_builds VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [
         dt.datetime.now(dt.timezone.utc).replace(tzinfo=None), cfg.cluster, cfg.seed, cfg.scale, GENERATOR_VERSION,
@@ -174,19 +178,19 @@ def build_stamp(db_path: Path) -> dict | None:
     except duckdb.Error:
         return None
     try:
-        rows = con.execute("SELECT seed, scale, code_version, cluster FROM synthetic_builds "
+        rows = con.execute("SELECT seed, scale, code_version, cluster, config FROM synthetic_builds "
                            "ORDER BY built_at DESC LIMIT 1").fetchall()
     except duckdb.Error:
         return None
     finally:
         con.close()
-    return dict(zip(("seed", "scale", "code_version", "cluster"), rows[0])) if rows else None
+    return dict(zip(("seed", "scale", "code_version", "cluster", "config"), rows[0])) if rows else None
 
 
 def is_up_to_date(db_path: Path, cfg: Config) -> bool:
+    """True when ``db_path`` holds a build of exactly this configuration by exactly this code."""
     stamp = build_stamp(db_path)
-    return bool(stamp) and stamp["seed"] == cfg.seed and stamp["scale"] == cfg.scale \
-        and stamp["code_version"] == code_version()
+    return bool(stamp) and stamp["config"] == config_json(cfg) and stamp["code_version"] == code_version()
 
 
 def build(db_path: Path, cfg: Config, workdir: Path | None = None, progress: Progress | None = None,

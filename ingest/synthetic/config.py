@@ -168,6 +168,8 @@ def for_scale(scale: float = 1.0, seed: int = 1, **overrides) -> Config:
     """The demo cluster at ``scale``: nodes grow linearly; from scale 2 up the period is a year (365 days)."""
     if scale <= 0:
         raise ValueError("scale must be positive")
+    if overrides.get("days", 1) < 1:
+        raise ValueError("days must be at least 1")
     days = 182 if scale < 2 else 365
     cfg = Config(seed=seed, scale=scale, days=days, pools=default_pools(scale))
     if scale >= 2:

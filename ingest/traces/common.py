@@ -99,6 +99,10 @@ def _jobs_types(con) -> dict[str, str]:
 def write_jobs(con, run: warehouse.IngestRun, staged: pl.DataFrame) -> None:
     """Type ``staged`` (JOB_COLUMNS subset + line_no) against ``jobs`` and merge it; assign teams."""
     types = _jobs_types(con)
+    # jobs_store identifies staged rows by line_no; a record that yields several rows (Philly's attempts)
+    # must not share one, so rows are numbered in input order (later rows still win ties)
+    if staged["line_no"].n_unique() < staged.height:
+        staged = staged.drop("line_no").with_row_index("line_no", offset=1).with_columns(pl.col("line_no").cast(pl.Int64))
     con.register("_trace_in", staged.to_arrow())
     try:
         cols = []
