@@ -145,11 +145,6 @@ def window_totals(df: pl.DataFrame | None, f: Filters) -> dict[str, float | None
     return sums
 
 
-# ---------------------------------------------------------------- telemetry (models/efficiency.py, issue 3)
-
-def telemetry_gaps(ctx) -> pl.DataFrame | None:
-    """Nodes and periods without GPU telemetry in the window (issue 3), or None before that model lands."""
-    return None
 
 
 # ---------------------------------------------------------------- cost and chargeback (models/chargeback.py, issue 6)
