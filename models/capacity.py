@@ -109,7 +109,9 @@ def _pool_row(key: dict, part: pl.DataFrame, cap, recent, target_util: float, ba
         need = None if demand is None or math.isnan(demand) else math.ceil(demand / target_util - 1e-9)
         row[f"gpus_needed_h{h}"] = need
         row[f"shortfall_h{h}"] = None if cap is None or need is None else max(0, need - int(cap))
+    no_band = part.height == 0 or part.get_column("hi80").is_nan().all()
     row["note"] = ("no installed capacity known for this pool: pass --capacity POOL=GPUS" if cap is None else
+                   "history too short for intervals: upper-band answers unknown" if no_band else
                    ("" if row["exhausted_upper80"] else "not exhausted within the horizon"))
     return row
 

@@ -84,6 +84,7 @@ def test_forecast_warehouse_gives_pool_answers_for_team_series(con):
     cap = res["capacity"]
     assert cap["pool"].to_list() == ["a100", "h100"]
     assert cap["capacity_gpus"].to_list() == [16.0, 8.0]                # the override replaced 4
+    assert cap["note"].to_list() == ["history too short for intervals: upper-band answers unknown"] * 2
     notes = dict(zip(res["summary"]["team"], res["summary"]["notes"]))
     assert notes["product"] == ("only 2 period(s) of history: last value carried forward, "
                                 "no interval can be estimated")
