@@ -246,7 +246,7 @@ def test_build_is_atomic_and_reruns_are_detected(tmp_path):
     by = {r[0]: r for r in runs}
     assert {"sacct", "nodes", "events", "governance", "dcgm"} <= set(by)
     assert all(r[2] == 0 for r in runs)
-    assert not list(tmp_path.glob(".demo.duckdb.building-*"))
+    assert not list(tmp_path.glob("demo.duckdb.tmp*"))
 
 
 def test_demo_command_builds_once_and_reuses_an_up_to_date_demo(tmp_path, capsys):

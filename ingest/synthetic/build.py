@@ -205,11 +205,17 @@ def build(db_path: Path, cfg: Config, workdir: Path | None = None, progress: Pro
     t_all = time.perf_counter()
     db_path = Path(db_path)
     db_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp_db = db_path.with_name(f".{db_path.name}.building-{os.getpid()}")
+    tmp_db = db_path.with_name(f"{db_path.name}.tmp-build{os.getpid()}")
     for p in (tmp_db, Path(str(tmp_db) + ".wal")):
         p.unlink(missing_ok=True)
     own_dir = workdir is None
-    work = Path(tempfile.mkdtemp(prefix="gpuledger-synthetic-", dir=db_path.parent)) if own_dir else Path(workdir)
+    if not own_dir:
+        work = Path(workdir)
+    elif keep_inputs:   # data/demo.duckdb -> data/demo/inputs (git-ignored)
+        work = db_path.parent / db_path.stem / "inputs"
+        shutil.rmtree(work, ignore_errors=True)
+    else:
+        work = Path(tempfile.mkdtemp(prefix="gpuledger-synthetic-"))
     try:
         syn = generate(cfg, say)
         inputs = write_inputs(syn, work, say)
