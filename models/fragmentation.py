@@ -29,6 +29,7 @@ import numpy as np
 import polars as pl
 
 from models import timeline
+from models.intervals import group_cumsum
 
 DEFAULT_INTERVAL_S = 300
 CELL_DIMS = ("gpu_type", "partition")
@@ -166,13 +167,6 @@ def sample_state(con, dims: list[str], k_max: int, p: dict) -> pl.DataFrame:
                         "largest_single_node": largest})
     out = out.with_columns((pl.col("i") * p["iv_us"]).cast(pl.Datetime("us")).alias("ts"))
     return cells.select("cid", *keys).join(out, on="cid").select(*keys, "i", "ts", *names, "largest_single_node")
-
-
-def group_cumsum(x: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """Cumulative sum of ``x`` restarting wherever ``starts`` is True."""
-    c = np.cumsum(x)
-    before = c - x
-    return c - before[np.maximum.accumulate(np.where(starts, np.arange(len(x)), 0))]
 
 
 def _chunks(start: dt.datetime, end: dt.datetime) -> list[tuple[dt.datetime, dt.datetime]]:

@@ -23,6 +23,7 @@ import numpy as np
 import polars as pl
 
 from ingest import warehouse
+from models.intervals import group_cumsum, hour_integrals
 
 #: Job states in which a NULL end means "still running" (counted up to the horizon).
 RUNNING_STATES = ("RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "RESIZING", "STAGE_OUT", "SIGNALING",
@@ -224,13 +225,6 @@ EVENTS_FROM_SQL = """
     FROM ev ORDER BY nid, t"""
 
 
-def group_cumsum(x: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """Cumulative sum of ``x`` restarting at every index where ``starts`` is True (rows sorted by group)."""
-    c = np.cumsum(x)
-    before = c - x
-    return c - before[np.maximum.accumulate(np.where(starts, np.arange(len(x)), 0))]
-
-
 def sweep_segments(ev: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Per-node events (nid, t, deltas dw/df/dj, sid = the state row starting there or -1), sorted by (nid, t),
     into piecewise-constant segments [t0, t1) with the running allocation and the node state in force.
@@ -275,20 +269,16 @@ def build_segments(con, c: str, T: dt.datetime) -> dict[str, np.ndarray]:
     return seg
 
 
-HOUR_US = 3_600_000_000
 HOURLY_RATES = ("capacity_s", "alloc_s", "alloc_in_s", "idle_s", "down_s", "planned_down_s")
 
 
 def hourly_rollup(con, c: str, H: dt.datetime, T: dt.datetime, new: dict[str, np.ndarray]) -> None:
     """Insert tl_hourly rows of cluster ``c`` for the hours from ``H`` (an hour start <= T): the stored segments
-    of [H, T) plus the ``new`` ones from T, integrated hour by hour in numpy (each segment adds its rates to its
-    first and last hour in part and, through a difference array, to every hour between in full)."""
+    of [H, T) plus the ``new`` ones from T, integrated hour by hour (models.intervals.hour_integrals)."""
     old = _ex(con, """SELECT class_id, epoch_us(greatest(t0, $H)) AS t0, epoch_us(t1) AS t1, whole_gpus AS dw,
                              frac_milli AS df FROM tl_node_segments WHERE cluster = $c AND t1 > $H AND t0 < $T""",
               {"c": c, "H": H, "T": T}).fetchnumpy()
     cls = np.concatenate([old["class_id"], new["class_id"]]).astype(np.int64)
-    t0 = np.concatenate([old["t0"], new["t0"]]).astype(np.int64)
-    t1 = np.concatenate([old["t1"], new["t1"]]).astype(np.int64)
     if not len(cls):
         return
     alloc = np.concatenate([old["dw"], new["dw"]]) + np.concatenate([old["df"], new["df"]]) / 1000
@@ -301,24 +291,10 @@ def hourly_rollup(con, c: str, H: dt.datetime, T: dt.datetime, new: dict[str, np
     free = gpus - ain
     rates = {"capacity_s": gpus, "alloc_s": alloc, "alloc_in_s": ain, "idle_s": free * (avail == "up"),
              "down_s": free * (avail == "down"), "planned_down_s": free * (avail == "planned_down")}
-    base = int(np.datetime64(H, "us").astype(np.int64)) // HOUR_US
-    h0, h1 = t0 // HOUR_US - base, (t1 - 1) // HOUR_US - base
-    nh = int(h1.max()) + 2
-    ucls, crow = np.unique(cls, return_inverse=True)
-    key0, key1 = crow * nh + h0, crow * nh + h1
-    same = h0 == h1
-    first = np.where(same, t1, (h0 + base + 1) * HOUR_US) - t0           # microseconds in the first hour
-    last = np.where(same, 0, t1 - (h1 + base) * HOUR_US)                 # ... in the last hour (if another)
-    size = len(ucls) * nh
-    out = {}
-    for name, v in rates.items():
-        part = np.bincount(key0, v * first, size) + np.bincount(key1, v * last, size)
-        full = np.bincount(key0 + 1, v * HOUR_US * ~same, size + 1)[:size] - np.bincount(key1, v * HOUR_US * ~same, size)
-        out[name] = (part + np.cumsum(full.reshape(len(ucls), nh), axis=1).ravel()) / 1e6
-    idx = np.flatnonzero((out["capacity_s"] != 0) | (out["alloc_s"] != 0))
-    frame = pl.DataFrame({"class_id": ucls[idx // nh].astype(np.int32),
-                          "hour": pl.Series((base + idx % nh) * HOUR_US).cast(pl.Datetime("us")),
-                          **{k: v[idx] for k, v in out.items()}})
+    group, hour, out = hour_integrals(cls, np.concatenate([old["t0"], new["t0"]]).astype(np.int64),
+                                      np.concatenate([old["t1"], new["t1"]]).astype(np.int64), rates)
+    frame = pl.DataFrame({"class_id": group.astype(np.int32), "hour": pl.Series(hour).cast(pl.Datetime("us")),
+                          **out})
     con.register("_hourly_in", frame)
     try:
         _ex(con, f"""INSERT INTO tl_hourly

@@ -17,9 +17,11 @@ from __future__ import annotations
 from typing import Iterable
 
 import duckdb
+import numpy as np
 import polars as pl
 
 from models import timeline
+from models.intervals import hour_integrals
 
 DEMAND_DIMS = ("team", "account", "user", "job_partition", "qos")
 ALL_DIMS = timeline.CAPACITY_DIMS + DEMAND_DIMS
@@ -38,36 +40,58 @@ def _cap_key(dims: list[str]) -> list[str]:
     return [d for d in dims if d in timeline.CAPACITY_DIMS]
 
 
-def _hour_groups_sql(cap: list[str], hourly_src: str) -> str:
-    """Per hour, cluster and capacity group: the hourly rollup, with planned = min(idle, eligible pending
-    GPU-seconds of the jobs that could run in the group), capped per hour as slurmdbd caps its Planned."""
-    inner = ["cluster", *[d for d in cap if d != "cluster"]]
-    src = timeline.explode_partitions(hourly_src) if "partition" in cap else hourly_src
-    dims_sel = ", ".join(timeline.capacity_dim_sql([d for d in inner if d != "cluster"]))
-    keys = ", ".join(inner)
+def _inner_keys(cap: list[str]) -> list[str]:
+    return ["cluster", *[d for d in cap if d != "cluster"]]
+
+
+def _pending_sql(cap: list[str]) -> str:
+    """Eligible waits (epoch microseconds, clipped to the window and the data span) of GPU jobs, once per
+    capacity group they could run in."""
+    keys = ", ".join(f"jg.{k}" for k in _inner_keys(cap))
     return f"""
-    hg AS (
-      SELECT hour, cluster{', ' + dims_sel if dims_sel else ''}, sum(capacity_s) AS cap, sum(alloc_s) AS alloc,
-             sum(alloc_in_s) AS ain, sum(idle_s) AS idle, sum(down_s) AS down, sum(planned_down_s) AS pdown
-      FROM ({src}) GROUP BY ALL),
-    pj AS (
+    WITH pj AS (
       SELECT j.job_uid, j.cluster, j.partition, j.gpu_type, coalesce(nullif(j.req_gpus, 0), j.ngpus) AS g,
              greatest(j.eligible, $s, c.data_start) AS p0,
              least(coalesce(j.start, j."end", CASE WHEN j.state = 'PENDING' THEN c.horizon END), c.horizon, $e) AS p1
       FROM jobs j JOIN tl_clusters c ON c.cluster = j.cluster
       WHERE j.eligible IS NOT NULL AND j.eligible < $e AND coalesce(j.start, c.horizon) > $s),
-    pj2 AS (SELECT * FROM pj WHERE g > 0 AND p1 > p0),
-    {_job_groups_sql(cap)},
-    ph AS (
-      SELECT job_uid, h AS hour,
-             g * (epoch_us(least(p1, h + INTERVAL 1 HOUR)) - epoch_us(greatest(p0, h))) / 1e6 AS gs
-      FROM (SELECT *, unnest(generate_series(date_trunc('hour', p0), p1 - INTERVAL 1 MICROSECOND,
-                                             INTERVAL 1 HOUR)) AS h FROM pj2)),
-    pend AS (SELECT ph.hour, {', '.join('jg.' + k for k in inner)}, sum(gs) AS pend_s
-             FROM ph JOIN jg ON jg.job_uid = ph.job_uid GROUP BY ALL),
+    pj2 AS (SELECT * FROM pj WHERE g > 0 AND p1 > p0){_job_groups_sql(cap)}
+    SELECT {keys}, epoch_us(pj2.p0) AS p0, epoch_us(pj2.p1) AS p1, pj2.g::DOUBLE AS g
+    FROM pj2 JOIN jg ON jg.job_uid = pj2.job_uid"""
+
+
+def _pending_hourly(con, cap: list[str], params: dict) -> pl.DataFrame:
+    """Pending GPU-seconds per hour and capacity group (a long wait is one row, integrated hour by hour in
+    numpy: splitting waits into job-hours in SQL costs a row per hour of every wait)."""
+    keys = _inner_keys(cap)
+    waits = timeline.frame(con, _pending_sql(cap), params)
+    schema = {**{k: pl.String for k in keys}, "hour": pl.Datetime("us"), "pend_s": pl.Float64}
+    if waits.is_empty():
+        return pl.DataFrame(schema=schema)
+    groups = waits.select(keys).unique().with_row_index("_g")
+    waits = waits.join(groups, on=keys, how="left", nulls_equal=True)
+    g, hour, out = hour_integrals(waits["_g"].to_numpy().astype(np.int64), waits["p0"].to_numpy(),
+                                  waits["p1"].to_numpy(), {"pend_s": waits["g"].to_numpy()})
+    frame = pl.DataFrame({"_g": g.astype(np.uint32), "hour": pl.Series(hour).cast(pl.Datetime("us")),
+                          "pend_s": out["pend_s"]})
+    return frame.join(groups.with_columns(pl.col("_g").cast(pl.UInt32)), on="_g").select(*keys, "hour", "pend_s")
+
+
+def _hour_groups_sql(cap: list[str], hourly_src: str) -> str:
+    """Per hour, cluster and capacity group: the hourly rollup, with planned = min(idle, eligible pending
+    GPU-seconds (temp table _pend) of the jobs that could run in the group), capped per hour as slurmdbd caps
+    its Planned."""
+    inner = _inner_keys(cap)
+    src = timeline.explode_partitions(hourly_src) if "partition" in cap else hourly_src
+    dims_sel = ", ".join(timeline.capacity_dim_sql([d for d in inner if d != "cluster"]))
+    return f"""
+    hg AS (
+      SELECT hour, cluster{', ' + dims_sel if dims_sel else ''}, sum(capacity_s) AS cap, sum(alloc_s) AS alloc,
+             sum(alloc_in_s) AS ain, sum(idle_s) AS idle, sum(down_s) AS down, sum(planned_down_s) AS pdown
+      FROM ({src}) GROUP BY ALL),
     hp AS (
       SELECT hg.*, coalesce(p.pend_s, 0) AS pend_s, least(hg.idle, coalesce(p.pend_s, 0)) AS planned
-      FROM hg LEFT JOIN pend p ON p.hour = hg.hour {''.join(f' AND p.{k} = hg.{k}' for k in inner)})"""
+      FROM hg LEFT JOIN _pend p ON p.hour = hg.hour {''.join(f' AND p.{k} = hg.{k}' for k in inner)})"""
 
 
 def _job_groups_sql(cap: list[str]) -> str:
@@ -75,11 +99,11 @@ def _job_groups_sql(cap: list[str]) -> str:
     was submitted to; pool: its typed GPU request, else every pool of those partitions."""
     others = [d for d in cap if d != "cluster"]
     if not others:
-        return "jg AS (SELECT job_uid, cluster FROM pj2)"
+        return ", jg AS (SELECT job_uid, cluster FROM pj2)"
     cells = timeline.explode_partitions(
         "SELECT DISTINCT cluster, gpu_type, partitions FROM tl_node_state WHERE avail <> 'absent'")
     sel = ", ".join(f"c.{d}" for d in others)
-    return f"""
+    return f""",
     cells AS (SELECT cluster, coalesce(gpu_type, '(untyped)') AS gpu_type, partition FROM ({cells})),
     jg AS (
       SELECT DISTINCT pj2.job_uid, pj2.cluster, {sel} FROM pj2 JOIN cells c ON c.cluster = pj2.cluster
@@ -142,7 +166,11 @@ def by_bucket(con: duckdb.DuckDBPyConnection, start=None, end=None, bucket: str 
     cap, dem = _cap_key(dims), [d for d in dims if d not in timeline.CAPACITY_DIMS]
     hourly_src, params = timeline.hourly_sql(*win)
     params.update({"s": win[0], "e": win[1]})
-    totals = timeline.frame(con, _totals_sql(cap, bucket, hourly_src), params)
+    con.register("_pend", _pending_hourly(con, cap, params))
+    try:
+        totals = timeline.frame(con, _totals_sql(cap, bucket, hourly_src), params)
+    finally:
+        con.unregister("_pend")
     if not dem:
         return totals
     demand = timeline.frame(con, _demand_sql(cap, dem, bucket), params)

@@ -1,0 +1,48 @@
+"""numpy interval kernels: running sums per group, integrals per hour (hand figures and invariants)."""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from models.intervals import HOUR_US, group_cumsum, hour_integrals
+
+H = HOUR_US
+T0 = 1_709_251_200 * 1_000_000          # 2024-03-01 00:00 UTC
+
+
+def test_group_cumsum_restarts_per_group():
+    x = np.array([1, 2, 3, 10, 20, 5])
+    starts = np.array([True, False, False, True, False, True])
+    assert group_cumsum(x, starts).tolist() == [1, 3, 6, 10, 30, 5]
+
+
+def test_hour_integrals_split_intervals_by_hour():
+    # group 0: 2 GPUs from 00:30 to 03:15 -> 1.0 h, 2 h, 2 h, 0.5 h of GPU-hours; group 1: 4 GPUs 01:00-01:30
+    g, hour, out = hour_integrals(np.array([0, 1]), np.array([T0 + H // 2, T0 + H]),
+                                  np.array([T0 + 3 * H + H // 4, T0 + H + H // 2]), {"x": np.array([2.0, 4.0])})
+    got = sorted(zip(g.tolist(), ((hour - T0) // H).tolist(), (out["x"] / 3600).tolist()))
+    assert got == [(0, 0, 1.0), (0, 1, 2.0), (0, 2, 2.0), (0, 3, 0.5), (1, 1, 2.0)]
+
+
+def test_hour_integrals_ignore_empty_intervals():
+    g, hour, out = hour_integrals(np.array([0]), np.array([T0]), np.array([T0]), {"x": np.array([1.0])})
+    assert len(g) == 0 and len(out["x"]) == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 100 * 3600), st.integers(1, 30 * 3600),
+                          st.floats(0.001, 16, allow_nan=False)), min_size=1, max_size=30))
+def test_hour_integrals_conserve_and_stay_in_hours(rows):
+    group = np.array([r[0] for r in rows])
+    t0 = T0 + np.array([r[1] for r in rows]) * 1_000_000
+    t1 = t0 + np.array([r[2] for r in rows]) * 1_000_000
+    rate = np.array([r[3] for r in rows])
+    g, hour, out = hour_integrals(group, t0, t1, {"x": rate})
+    assert abs(out["x"].sum() - (rate * (t1 - t0) / 1e6).sum()) < 1e-6 * max(1.0, out["x"].sum())
+    assert (out["x"] <= 3600 * np.array([rate[group == k].sum() for k in g]) + 1e-6).all()
+    for k in np.unique(group):       # per group, the hours covered are exactly those the intervals touch
+        want = set()
+        for a, b in zip(t0[group == k], t1[group == k]):
+            want |= set(range(int(a // H), int((b - 1) // H) + 1))
+        assert set((hour[g == k] // H).tolist()) == want
