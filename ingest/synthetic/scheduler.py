@@ -111,6 +111,7 @@ class Scheduler:
         self.changed = [False] * self.npools   # something freed or arrived since the last backfill pass
         self.freed = [0] * self.npools          # counts releases and nodes coming back, per pool
         self.no_preempt = [None] * self.npools  # (head, freed, preemptible GPUs) of the last failed preemption
+        self.blocked = [None] * self.npools     # (head, freed) when the head last failed to fit
         self.bf_pending = [False] * self.npools
         self.events: list = []
         self.seq = 0
@@ -191,9 +192,10 @@ class Scheduler:
         self.free_np[n] = k - g
         sj = self.slot_job[n]
         slots = [s for s in range(GPUS_PER_NODE) if sj[s] < 0][:g]
+        row = self.slot_end[n]   # element writes beat a fancy-indexed write for a few slots
         for s in slots:
             sj[s] = i
-        self.slot_end[n, slots] = exp_end
+            row[s] = exp_end
         self.on_node[n].add(i)
         if pre:
             self.pre_np[n] += g
@@ -242,9 +244,10 @@ class Scheduler:
         pre = self.preemptible[self.j_part[j]]
         for n, slots in self.i_alloc[i]:
             sj = self.slot_job[n]
+            row = self.slot_end[n]
             for s in slots:
                 sj[s] = -1
-            self.slot_end[n, slots] = 0.0
+                row[s] = 0.0
             p = self.node_pool[n]
             k = self.free[n]
             g = len(slots)
@@ -305,8 +308,13 @@ class Scheduler:
             if h < 0:
                 self._fill_preemptible(p, now)
                 return
-            if self._try_start(h, p, now):
+            if self.blocked[p] == (h, self.freed[p]):   # nothing freed since this head last failed to fit
+                if not self.pre_tot[p] or self.no_preempt[p] == (h, self.freed[p], self.pre_tot[p]):
+                    self._want_bf(p, now)
+                    return
+            elif self._try_start(h, p, now):
                 continue
+            self.blocked[p] = (h, self.freed[p])
             if self.pre_tot[p]:
                 key = (h, self.freed[p], self.pre_tot[p])
                 if self.no_preempt[p] != key:   # nothing changed since preemption last failed for this head
