@@ -262,3 +262,13 @@ def test_demo_command_builds_once_and_reuses_an_up_to_date_demo(tmp_path, capsys
     assert "up to date" in err and db.stat().st_mtime_ns == first
     assert not build.is_up_to_date(db, config.for_scale(0.25, seed=2, days=5))   # another seed would rebuild
     assert gpuledger.main(["--db", str(db), "demo", "--scale", "-1", "--no-serve"]) == 2
+
+
+def test_cpus_and_memory_fit_the_nodes_jobs_run_on(syn):
+    inst, jobs, lay, cfg = syn.inst, syn.jobs, syn.layout, syn.cfg
+    j = inst.job[inst.gpu_inst]
+    pool = lay.pool[inst.gpu_node]
+    node_cpus = np.array([p.cpus for p in cfg.pools])[pool]
+    node_mem = np.array([p.mem_mib for p in cfg.pools])[pool]
+    assert np.all(jobs.cpus[j] // jobs.nodes[j] <= node_cpus)
+    assert np.all(jobs.mem_mib[j] // jobs.nodes[j] <= node_mem)

@@ -285,9 +285,15 @@ def _expand(cfg: Config, rng, users: Users, sub_t, sub_team, sub_k) -> Jobs:
     names = np.array([NAME_LIST.index(JOB_NAMES[KINDS[kd]][0]) for kd in range(len(KINDS))])
     per_kind = np.array([len(JOB_NAMES[kd]) for kd in KINDS])
     name = names[kind] + (rng.integers(0, 1 << 30, nsub)[sub] % per_kind[kind])
-    pool_cpus = np.array([cfg.pools[0].cpus if i == p_h100 else cfg.pools[-1].cpus for i in range(len(cfg.partitions))])
-    cpus = np.minimum(gpus * np.where(rng.random(nsub) < 0.5, 16, 24)[sub], pool_cpus[partition] * nodes)
-    mem = gpus * np.where(rng.random(nsub) < 0.6, 128_000, 240_000)[sub]
+    # CPUs and memory in proportion to GPUs, never more than the smallest node the partition may use holds
+    pools_of = [[pl for pl in cfg.pools if pl.name in part.pools] for part in cfg.partitions]
+    node_cpus = np.array([min(pl.cpus for pl in pp) for pp in pools_of])[partition]
+    node_mem = np.array([min(pl.mem_mib for pl in pp) for pp in pools_of])[partition]
+    per_gpu_node = np.minimum(gpus, GPUS_PER_NODE)
+    cpus = np.minimum(per_gpu_node * np.where(rng.random(nsub) < 0.5, 16, 24)[sub], node_cpus) * nodes
+    mem_node = np.minimum(per_gpu_node * np.where(rng.random(nsub) < 0.6, 96_000, 120_000)[sub],
+                          (node_mem * 0.9).astype(np.int64) // 1000 * 1000)
+    mem = mem_node * nodes
     typed = (rng.random(nsub) < 0.55)[sub]
     return Jobs(job_id=job_id.astype(np.int64), array_id=array_id.astype(np.int64), task=task.astype(np.int64),
                 array_last=is_arr & (pos == k - 1), submit=submit.astype(np.int64), team=team, user=user,
