@@ -44,6 +44,7 @@ class Catalogue:
     partitions: tuple[str, ...]
     teams: tuple[str, ...]             # includes UNMAPPED when some jobs have no team
     all_teams: tuple[str, ...]         # every team known (for stable colours)
+    node_gpus: tuple[tuple[str, int], ...] = ()   # (pool, GPUs of its most common current node)
 
 
 @st.cache_data(**CACHE)
@@ -63,8 +64,11 @@ def catalogue(version: str) -> Catalogue:
     unmapped = _frame("SELECT count(*)::BIGINT FROM jobs WHERE team IS NULL")[0, 0] > 0
     first = ext["first"].date() if ext["first"] else None
     horizon = ext["horizon"]
+    node_gpus = tuple(_frame("""SELECT gpu_type, mode(gpus)::INTEGER AS gpus FROM nodes
+                                WHERE valid_to IS NULL AND gpus > 0 AND gpu_type IS NOT NULL
+                                GROUP BY gpu_type ORDER BY gpu_type""").iter_rows())
     return Catalogue(tables, ext["n"], first, horizon.date() if horizon else None, horizon, clusters, pools,
-                     partitions, named + ((UNMAPPED,) if unmapped else ()), named)
+                     partitions, named + ((UNMAPPED,) if unmapped else ()), named, node_gpus)
 
 
 # ---------------------------------------------------------------- freshness

@@ -81,3 +81,18 @@ def test_every_page_runs_without_exception(lab_db, monkeypatch, page):
     # a page either shows figures or says plainly that its model has not landed; never a traceback
     shown = dfx.figures(at) or [i for i in at.info if "not available yet" in i.value]
     assert shown, f"{page} shows neither charts nor a not-landed notice"
+
+
+def test_cli_port_in_use_is_a_one_line_error(tmp_path, capsys):
+    import socket
+
+    import gpuledger
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        code = gpuledger.main(["--db", str(tmp_path / "w.duckdb"), "dashboard", "--port", str(port)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1
+    assert err[-1].startswith(f"gpuledger: port {port} on 127.0.0.1 is in use") and "--port" in err[-1]
+    assert not (tmp_path / "w.duckdb").exists()          # serving never creates (or writes) a warehouse

@@ -3,7 +3,7 @@ Debian's chromium (no browser download). Every page loads with its charts and no
 downloaded from the page is the finance export byte for byte; a screenshot of each page is kept under
 tests/artifacts/dashboard/ (git-ignored) for people to look at.
 
-The warehouse is the demo generator's (a small one: 42 days of a 13-node cluster) when it is available,
+The warehouse is the demo generator's (a small one: 28 days of a 13-node cluster) when it is available,
 ``$GPULEDGER_BROWSER_DB`` when set, else the lab fixture.
 """
 from __future__ import annotations
@@ -44,7 +44,7 @@ def warehouse_db(tmp_path_factory) -> Path:
     except ImportError:
         return dfx.build_lab(tmp_path_factory.mktemp("lab"))
     db = tmp_path_factory.mktemp("demo") / "demo.duckdb"
-    build.build(db, config.for_scale(0.2, days=42))
+    build.build(db, config.for_scale(0.2, days=28))
     return db
 
 

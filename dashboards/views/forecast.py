@@ -112,9 +112,10 @@ with st.form("whatif"):
     pools_sim = [p for p in ctx.cat.pools if not f.pools or p in f.pools]
     cols = st.columns(len(pools_sim) + 2)
     add = {}
+    per_node = dict(ctx.cat.node_gpus)
     for col, p in zip(cols, pools_sim):
-        add[p] = col.number_input(f"Add {p} nodes", 0, 256, 0, 1, key=f"wi_add_{p}",
-                                  help="Copies of the pool's most common node shape.")
+        add[p] = col.number_input(f"Add {p} nodes" + (f" ({per_node[p]} GPUs each)" if p in per_node else ""),
+                                  0, 256, 0, 1, key=f"wi_add_{p}", help="Copies of the pool's most common node shape.")
     growth = cols[-2].slider("Demand growth (%)", -50, 200, 0, 10, key="wi_growth",
                              help="Whole days of the window's workload are resampled to this much more demand.")
     policy = cols[-1].selectbox("Policy", ["fifo-backfill", "priority-backfill", "fifo", "priority"], key="wi_policy",
@@ -166,19 +167,28 @@ for col, metric, name, unit in ((k[0], "p95_wait_h", "p95 queue wait", "h"), (k[
 
 both = (base.with_columns(pl.lit("Baseline").alias("run")).vstack(scen.with_columns(pl.lit("Scenario").alias("run")))
         .filter(pl.col("metric") == "p95_wait_h"))
-for prefix, title, key in (("team=", "p95 wait by team", "wi_team"), ("size_class=", "p95 wait by request size", "wi_size")):
+charts_row = st.columns(2)
+for col, (prefix, title, key) in zip(charts_row, (("team=", "p95 wait by team", "wi_team"),
+                                                  ("size_class=", "p95 wait by request size (GPUs)", "wi_size"))):
     part = both.filter(pl.col("scope").str.starts_with(prefix)).with_columns(
         pl.col("scope").str.replace(prefix, "", literal=True).alias("group"))
     if part.height:
-        st.plotly_chart(charts.bars(part.sort("group"), "group", "mean", color="run", barmode="group",
-                                    colours={"Baseline": "#A5B8CF", "Scenario": theme.PRIMARY},
-                                    y_title="p95 queue wait (hours)", title=title, height=320), key=key)
+        col.plotly_chart(charts.bars(part.sort("group"), "group", "mean", color="run", barmode="group",
+                                     colours={"Baseline": "#A5B8CF", "Scenario": theme.PRIMARY},
+                                     y_title="p95 queue wait (hours)", title=title, height=320), key=key)
+METRICS = {"p95_wait_h": "p95 queue wait (h)", "p50_wait_h": "Median queue wait (h)", "jobs": "Jobs simulated",
+           "utilization_pct": "GPU utilization (%)", "fragmentation_pct": "Fragmentation (%)"}
+SCOPES = {"team": "Team", "size_class": "Request size (GPUs)", "pool": "Pool"}
 table = (base.select("metric", "scope", pl.col("mean").alias("baseline"))
          .join(scen.select("metric", "scope", pl.col("mean").alias("scenario"), "ci_low", "ci_high"),
                on=["metric", "scope"], how="full", coalesce=True)
-         .with_columns((pl.col("scenario") - pl.col("baseline")).alias("change")).sort("metric", "scope"))
+         .with_columns((pl.col("scenario") - pl.col("baseline")).alias("change"))
+         .sort("metric", "scope")
+         .with_columns(pl.col("metric").replace(METRICS),
+                       pl.when(pl.col("scope") == "all").then(pl.lit("All jobs"))
+                       .otherwise(pl.col("scope").str.replace_many(
+                           [f"{k}=" for k in SCOPES], [f"{v}: " for v in SCOPES.values()])).alias("scope")))
 ui.table(table, key="wi_table", file_stem="whatif", ctx=ctx,
-         columns={"metric": "Metric (h = hours, pct = %)", "scope": "Scope", "baseline": "Baseline",
-                  "scenario": "Scenario", "change": "Change", "ci_low": "Scenario 95 % low",
-                  "ci_high": "Scenario 95 % high"},
+         columns={"metric": "Figure", "scope": "For", "baseline": "Baseline", "scenario": "Scenario",
+                  "change": "Change", "ci_low": "Scenario 95 % low", "ci_high": "Scenario 95 % high"},
          formats={c: "%.2f" for c in ("baseline", "scenario", "change", "ci_low", "ci_high")})
