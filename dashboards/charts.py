@@ -138,15 +138,16 @@ def forecast_band(history: pl.DataFrame, forecast: pl.DataFrame, *, x: str, y: s
                                  mode="lines", line=dict(color=theme.BAD, width=1.5, dash="dot", shape="hv")))
     if exhaustion is not None:
         fig.add_vline(x=exhaustion, line_color=theme.BAD, line_width=1)
-        fig.add_annotation(x=exhaustion, y=1, yref="paper", text="capacity reached", showarrow=False,
-                           font=dict(color=theme.BAD), xanchor="left", yanchor="bottom")
+        fig.add_annotation(x=exhaustion, y=0, yref="paper", text=" capacity reached", showarrow=False,
+                           font=dict(color=theme.BAD, size=12), xanchor="left", yanchor="bottom",
+                           bgcolor="rgba(255,255,255,0.8)")
     return _finish(fig, title, None, y_title, height=height)
 
 
 def heatmap(df: pl.DataFrame, x: str, y: str, z: str, *, z_title: str, x_title: str | None = None,
             y_title: str | None = None, title: str | None = None, colorscale: str = "Blues",
             x_order: Sequence | None = None, y_order: Sequence | None = None, height: int = 380,
-            z_format: str = ",.1f") -> go.Figure:
+            z_format: str = ",.1f", top_down: bool = False) -> go.Figure:
     """A ``y`` x ``x`` grid coloured by ``z`` (e.g. nodes with k free GPUs per day, or p95 wait per team x size)."""
     xs = list(x_order) if x_order is not None else sorted(set(df[x].to_list()))
     ys = list(y_order) if y_order is not None else sorted(set(df[y].to_list()))
@@ -156,7 +157,7 @@ def heatmap(df: pl.DataFrame, x: str, y: str, z: str, *, z_title: str, x_title: 
                                hovertemplate=f"%{{y}} · %{{x}}: %{{z:{z_format}}}<extra></extra>",
                                texttemplate=f"%{{z:{z_format}}}" if len(xs) * len(ys) <= 60 else None))
     fig = _finish(fig, title, x_title, y_title or "", height=height)
-    fig.update_yaxes(type="category", showgrid=False)
+    fig.update_yaxes(type="category", showgrid=False, autorange="reversed" if top_down else True)
     fig.update_layout(hovermode="closest")
     return fig
 

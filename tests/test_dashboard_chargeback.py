@@ -26,14 +26,16 @@ def test_statement_kpis_reconciliation_and_lines(lab_db, october, monkeypatch):
     assert at.selectbox(key="cb_period").value == "2026-10"          # the month of the window's last day
     assert at.selectbox(key="cb_period").options == ["2026-10", "2026-09"]
     t = stmt.total_row
-    assert dfx.metric(at, "Cluster cost").value == _eur(t["cluster_cost"])
-    assert dfx.metric(at, "Charged to teams").value == _eur(t["direct_cost"] + t["idle_allocated"])
+    assert dfx.metric(at, "Cluster cost").value == f"{float(t['cluster_cost']):,.0f} EUR"
+    assert dfx.metric(at, "Charged to teams").value == f"{float(t['direct_cost'] + t['idle_allocated']):,.0f} EUR"
     assert dfx.metric(at, "Rounding residue").value == _eur(t["rounding_residue"])
     # the export stops at 2026-10-20 12:00: October's statement is open and provisional, and says so
     assert stmt.status == "provisional"
     assert "provisional" in " ".join(c.value for c in at.caption)
     recon = [s.value for s in at.success if s.value.startswith("Cluster cost")]
     assert recon and recon[0].endswith("reconciles to the cent.")
+    assert recon[0].startswith(f"Cluster cost {_eur(t['cluster_cost'])} = charged "
+                               f"{_eur(t['direct_cost'] + t['idle_allocated'])} + unallocated idle")
 
     lines = dfx.frame_with(at, "Team", "Pool (GPU type)", "Total (EUR)")
     want = views["by team"].with_columns(pl.col("team").fill_null("(unmapped)"))

@@ -21,7 +21,7 @@ def test_forecasts_and_exhaustion_dates_match_the_model(lab_db, monkeypatch):
         m = dfx.metric(at, f"{pool}: capacity reached")
         assert m.value == (f"{ex:%Y-%m-%d}" if ex else "not within 90 days")
     figs = {f["layout"]["title"]["text"]: f for f in dfx.figures(at)}
-    fig = figs["h100: demanded gpu-hours, history and forecast"]
+    fig = figs["h100: Demanded GPU-hours, history and forecast"]
     names = [t["name"] for t in fig["data"]]
     assert names[:4] == ["95 % interval", "80 % interval", "Observed", "Forecast"]
     want = res["forecast"].filter(pl.col("pool") == "h100")

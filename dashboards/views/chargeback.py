@@ -41,13 +41,14 @@ with top[1]:
 
 t = stmt.total_row
 money = lambda x: f"{float(x):,.{minor}f} {cur}"   # noqa: E731 (display only; sums stay Decimal)
+whole = lambda x: f"{float(x):,.0f} {cur}"         # noqa: E731 (tiles; the reconciliation line below is exact)
 charged = t["direct_cost"] + t["idle_allocated"]
 k = st.columns(5)
-ui.kpi(k[0], "Cluster cost", money(t["cluster_cost"]), help="Installed GPU-hours x the pool's base rate.")
-ui.kpi(k[1], "Charged to teams", money(charged))
-ui.kpi(k[2], "of which idle shares", money(t["idle_allocated"]),
+ui.kpi(k[0], "Cluster cost", whole(t["cluster_cost"]), help="Installed GPU-hours x the pool's base rate.")
+ui.kpi(k[1], "Charged to teams", whole(charged))
+ui.kpi(k[2], "of which idle shares", whole(t["idle_allocated"]),
        help=f"Idle policy: {dict(stmt.header).get('Idle policy', stmt.policy.idle_policy)}.")
-ui.kpi(k[3], "Unallocated idle", money(t["unallocated_idle"]), help="Idle cost no team carries under the policy.")
+ui.kpi(k[3], "Unallocated idle", whole(t["unallocated_idle"]), help="Idle cost no team carries under the policy.")
 ui.kpi(k[4], "Rounding residue", money(t["rounding_residue"]),
        help="Each amount is rounded once, half-even; the residue is reported, never spread.")
 
@@ -69,12 +70,10 @@ if f.clusters or f.pools or f.teams:
                "the reconciliation above are for the whole statement.")
 
 left, right = st.columns([3, 2])
-display = {name: shown_as or name for name, _, shown_as in stmt.policy.teams}
-by_team = (shown.group_by("team", "gpu_type").agg(pl.col("total").cast(pl.Float64).sum())
-           .with_columns(pl.col("team").replace_strict(display, default=pl.col("team")).alias("team_label")))
-order = (by_team.group_by("team_label").agg(pl.col("total").sum()).sort("total", descending=True)["team_label"].to_list())
+by_team = shown.group_by("team", "gpu_type").agg(pl.col("total").cast(pl.Float64).sum())
+order = by_team.group_by("team").agg(pl.col("total").sum()).sort("total", descending=True)["team"].to_list()
 with left:
-    st.plotly_chart(charts.bars(by_team, "team_label", "total", color="gpu_type", colours=ctx.pool_colours,
+    st.plotly_chart(charts.bars(by_team, "team", "total", color="gpu_type", colours=ctx.pool_colours,
                                 horizontal=True, category_order=order,
                                 y_title=f"Total ({cur})", x_title="Team", title=f"Cost per team and pool, {period}",
                                 height=max(260, 90 + 40 * len(order))), key="cb_teams")
@@ -94,7 +93,7 @@ line_cols = {"cluster": "Cluster", "team": "Team", "account": "Slurm account (un
              "gpu_type": "Pool (GPU type)", "jobs": "Jobs", "gpu_hours": "GPU-hours", "rate": f"Rate ({cur}/GPU-hour)",
              "direct_cost": f"Direct ({cur})", "idle_share": f"Idle share ({cur})", "total": f"Total ({cur})",
              "waste_gpu_hours": "Idle-allocated GPU-hours", "waste_cost": f"Waste, shown not added ({cur})"}
-ui.table(shown, key="cb_lines", file_stem=f"chargeback_{period}_lines", ctx=ctx, columns=line_cols,
+ui.table(shown.with_columns(pl.col("account").fill_null("")), key="cb_lines", file_stem=f"chargeback_{period}_lines", ctx=ctx, columns=line_cols,
          formats={"gpu_hours": "%.2f", "rate": "%.4f", "direct_cost": money_fmt, "idle_share": money_fmt,
                   "total": money_fmt, "waste_gpu_hours": "%.2f", "waste_cost": money_fmt})
 

@@ -105,6 +105,7 @@ else:
     sizes = [s for s in ("0", "1", "2-4", "5-8", "9-15", "16+") if s in set(grid["size_class"].to_list())]
     st.plotly_chart(charts.heatmap(grid, "size_class", "row", "wait_p95_h", z_title="p95 wait (h)",
                                    x_title="Requested GPUs", y_title=None, x_order=sizes, colorscale="Oranges",
+                                   top_down=True,
                                    title="p95 queue wait (hours) by team and request size",
                                    height=max(280, 90 + 36 * grid["row"].n_unique())), key="fq_waits")
     ui.table(wt.sort("team", "size_class"), key="fq_wait_table", file_stem="queue_waits", ctx=ctx,

@@ -21,8 +21,7 @@ if not mr.landed("capacity", "forecast_warehouse"):
     ui.not_landed("Forecasting", "models.forecast / models.capacity", 7)
 else:
     c = st.columns([3, 2, 2, 2])
-    measure_label = c[0].segmented_control("Series", list(MEASURES), default="Demanded GPU-hours", key="fc_measure",
-                                           help=MEASURE_HELP) or "Demanded GPU-hours"
+    measure_label = c[0].selectbox("Series", list(MEASURES), index=0, key="fc_measure", help=MEASURE_HELP)
     measure = MEASURES[measure_label]
     horizon = c[1].selectbox("Horizon (days)", [30, 60, 90, 180], index=2, key="fc_horizon")
     target = c[2].slider("Target utilization (%)", 50, 100, 85, 5, key="fc_target",
@@ -66,7 +65,7 @@ else:
                 limit = pl.DataFrame({"ts": xs, "cap": [level, level]})
             fig = charts.forecast_band(h, fp, x="ts", y="value", mean="forecast", lo80="lo80", hi80="hi80",
                                        lo95="lo95", hi95="hi95", colour=ctx.pool_colours.get(p, theme.PRIMARY),
-                                       y_title=y_title, title=f"{p}: {measure_label.lower()}, history and forecast",
+                                       y_title=y_title, title=f"{p}: {measure_label}, history and forecast",
                                        capacity=limit, capacity_col="cap", exhaustion=ex, height=360)
             grid[i % 2].plotly_chart(fig, key=f"fc_{p}")
         st.caption(f"Dotted red: {target} % of installed capacity, in the series' units. Bands: 80 % and 95 % "
