@@ -96,7 +96,10 @@ def _screenshot(page, name: str) -> Path:
     height = page.evaluate("() => Math.max(...[...document.querySelectorAll('[data-testid=\"stMain\"], "
                            "[data-testid=\"stAppViewContainer\"], section.main')].map(e => e.scrollHeight), 900)")
     page.set_viewport_size({"width": 1400, "height": min(int(height) + 40, 9000)})
-    page.wait_for_timeout(800)
+    # a resize can make Streamlit redraw: wait until no element is stale or still a loading skeleton
+    page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"], [data-testid=\"stSkeleton\"],"
+                           " [data-testid=\"stStatusWidget\"]')", timeout=120_000)
+    page.wait_for_timeout(1500)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=True, timeout=120_000)

@@ -32,12 +32,16 @@ else:
     ui.kpi(c3, "Lines read", f"{read:,}")
     ui.kpi(c4, "Rejected lines", f"{rej:,}", f"{100 * rej / read:.2f} % of lines" if read else None,
            delta_color="off", arrow=False)
-    long = (runs.select("run_id", "source", "started_at", "loaded", "skipped", "rejected")
-            .unpivot(index=["run_id", "source", "started_at"], variable_name="outcome", value_name="lines")
+    recent = runs.head(40).sort("run_id")
+    long = (recent.with_columns(pl.format("{} · {}", pl.col("run_id"), pl.col("source")).alias("run"))
+            .select("run", "loaded", "skipped", "rejected")
+            .unpivot(index="run", variable_name="outcome", value_name="lines")
             .with_columns(pl.col("outcome").str.to_titlecase()))
-    st.plotly_chart(charts.bars(long.sort("started_at"), "started_at", "lines", color="outcome",
-                                colours=OUTCOME_COLOURS, y_title="Input lines", x_title="Run started (UTC)",
-                                title=f"Every input line, by outcome, per ingest run ({scope})"),
+    st.plotly_chart(charts.bars(long, "run", "lines", color="outcome", colours=OUTCOME_COLOURS,
+                                category_order=recent.select(pl.format("{} · {}", "run_id", "source"))
+                                .to_series().to_list(), y_title="Input lines", x_title="Ingest run · source",
+                                title=f"Every input line, by outcome, per ingest run ({scope}"
+                                      f"{'; the latest 40 shown' if runs.height > 40 else ''})"),
                     key="runs_chart")
     if failed:
         st.error(f"{failed} ingest run(s) failed and were rolled back; see the message column.",
