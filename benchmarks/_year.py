@@ -28,7 +28,6 @@ import os
 import shutil
 import sys
 import time
-from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,18 +35,17 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from ingest import warehouse  # noqa: E402
-from ingest.synthetic import build, config, workload  # noqa: E402
+from ingest.synthetic import build, config  # noqa: E402
 
 CACHE = Path(os.environ.get("GPULEDGER_BENCH_CACHE", "/tmp/gpuledger-bench"))
-YEAR_SCALE = 100 / 3          # 2,000 nodes
-YEAR_JOBS = 5_000_000
+YEAR_SCALE = config.YEAR_SCALE          # 2,000 nodes
+YEAR_JOBS = config.YEAR_JOBS
 
 
 def year_config(seed: int = 1, scale: float = YEAR_SCALE) -> config.Config:
-    """The benchmark year: ``config.for_scale(scale)`` with the job rate set for 5,000,000 jobs at 2,000 nodes."""
-    cfg = config.for_scale(scale, seed=seed)
-    per_gpu_day = YEAR_JOBS / workload.capacity_gpus_by_day(config.for_scale(YEAR_SCALE, seed=seed)).sum()
-    return replace(cfg, jobs_per_gpu_day=per_gpu_day)
+    """The benchmark year: ``config.for_scale(scale)``, i.e. `gpuledger demo --scale 33.33` (5,000,000 jobs at
+    2,000 nodes; from scale 2 up the job rate per GPU is the year's)."""
+    return config.for_scale(scale, seed=seed)
 
 
 def _schema_version() -> int:

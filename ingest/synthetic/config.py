@@ -173,9 +173,22 @@ def for_scale(scale: float = 1.0, seed: int = 1, **overrides) -> Config:
     days = 182 if scale < 2 else 365
     cfg = Config(seed=seed, scale=scale, days=days, pools=default_pools(scale))
     if scale >= 2:
-        # a big site keeps telemetry in Prometheus; the benchmark warehouse carries a week of it at most
-        cfg = replace(cfg, telemetry_days=0, job_steps=False)
+        # a year: the job rate that gives 5,000,000 jobs at 2,000 nodes (the benchmark year); a site this big keeps
+        # its telemetry in Prometheus and exports accounting with --allocations
+        cfg = replace(cfg, telemetry_days=0, job_steps=False, jobs_per_gpu_day=YEAR_JOBS / _year_gpu_days())
     return replace(cfg, **overrides) if overrides else cfg
+
+
+YEAR_SCALE = 100 / 3     # 2,000 nodes
+YEAR_JOBS = 5_000_000
+
+
+def _year_gpu_days() -> float:
+    """GPU-days of capacity of the 2,000-node year (the capacity addition at mid-year included)."""
+    pools = default_pools(YEAR_SCALE)
+    base = sum(p.nodes for p in pools) * GPUS_PER_NODE
+    added = sum(p.added for p in pools) * GPUS_PER_NODE
+    return float(base * (365 // 2) + (base + added) * (365 - 365 // 2))
 
 
 def us_holidays(start: dt.date, end: dt.date) -> tuple[dt.date, ...]:
