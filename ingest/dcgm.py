@@ -195,6 +195,7 @@ def parse_bytes(data: bytes, name: str, opts: store.TelemetryOptions, cluster: s
         first = pc.filter(points.column("line_no"), pc.is_null(points.column("ts")))[0].as_py()
         raise InputError(name, "sample has no timestamp; give the scrape time as FILE@TIME or --scrape-time",
                          line_no=first)
+    points = store.with_numbers(points)    # here, in the parsing thread, not on the store's critical path
     return Parsed(name, points, series, skips, bad, len(lines), fmt == "openmetrics" or (fmt == "auto" and has_eof),
                   scrape_time, hashlib.sha256(data).hexdigest(), len(data))
 

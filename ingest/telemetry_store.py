@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ingest import warehouse
 
@@ -173,8 +174,9 @@ def _classify_sql(ts_unit: str) -> str:
     return f"""
     CREATE OR REPLACE TEMP TABLE _cls AS
     WITH p AS (
-        SELECT line_no, sid, trim(value) AS v, ts::VARCHAR AS t, TRY_CAST(value AS DOUBLE) AS d,
-               CASE WHEN ts IS NULL THEN $default_us ELSE TRY_CAST(round(TRY_CAST(ts AS DOUBLE) * {to_us}) AS BIGINT) END AS us
+        SELECT line_no, sid, trim(value) AS v, ts::VARCHAR AS t, coalesce(vd, TRY_CAST(value AS DOUBLE)) AS d,
+               CASE WHEN ts IS NULL THEN $default_us
+                    ELSE TRY_CAST(round(coalesce(td, TRY_CAST(ts AS DOUBLE)) * {to_us}) AS BIGINT) END AS us
         FROM _pts),
     q AS (
         SELECT p.line_no, p.sid, s.dev, s.mcode, p.us, p.d * s.scale AS val,
@@ -222,6 +224,22 @@ def _account(con: duckdb.DuckDBPyConnection, run: warehouse.IngestRun) -> int:
     return con.sql("SELECT count(*) FROM _cls WHERE verdict IS NULL").fetchall()[0][0]
 
 
+def with_numbers(points: pa.Table) -> pa.Table:
+    """Add ``vd``/``td``: value and timestamp as doubles, cast by Arrow when the whole column is numbers (the
+    common case, and cheaper than casting in SQL); NULL columns otherwise (SQL then casts reading by reading and
+    says which ones are not numbers)."""
+    for src, dst in (("value", "vd"), ("ts", "td")):
+        if dst in points.column_names:
+            continue
+        col = points.column(src)
+        try:
+            num = pc.cast(col, pa.float64()) if col.type != pa.float64() else col
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            num = pa.nulls(points.num_rows, pa.float64())
+        points = points.append_column(dst, num)
+    return points
+
+
 def ingest_readings(con: duckdb.DuckDBPyConnection, run: warehouse.IngestRun, points: pa.Table,
                     series: pa.Table, source: str, opts: TelemetryOptions, ts_unit: str = "s",
                     scrape_time: dt.datetime | None = None, interval_s: int | None = None) -> None:
@@ -232,7 +250,7 @@ def ingest_readings(con: duckdb.DuckDBPyConnection, run: warehouse.IngestRun, po
     otherwise it is inferred per device.
     """
     default_us = None if scrape_time is None else int(scrape_time.replace(tzinfo=dt.timezone.utc).timestamp() * 1e6)
-    con.register("_pts", points)
+    con.register("_pts", with_numbers(points))
     con.register("_ser", series)
     try:
         con.execute(_series_sql())

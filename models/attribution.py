@@ -58,15 +58,65 @@ def job_windows(con: duckdb.DuckDBPyConnection, targets: str) -> None:
     con.execute("DELETE FROM _jw WHERE we IS NULL OR we <= ws")
 
 
-def _job_node_minutes(con: duckdb.DuckDBPyConnection) -> None:
-    """``_nodes`` (nid), ``_jn`` and ``_jnm``: every job on the targets' nodes and times, one row per
-    (job, node, minute) with its GPUs there and its seconds in the minute."""
+def prepare(con: duckdb.DuckDBPyConnection, targets: str) -> None:
+    """``_jw`` (target job windows) and ``_nodes_all``: the nodes they ran on, numbered (``nid``), with the time
+    span to read and an estimate of the device-minutes there (``est``)."""
+    job_windows(con, targets)
     con.execute("""
-        CREATE OR REPLACE TEMP TABLE _nodes AS
-        SELECT (row_number() OVER (ORDER BY cluster, node))::INTEGER AS nid, cluster, node, lo, hi,
-               (epoch(date_trunc('minute', lo)) // 60)::BIGINT AS lo_mi, ceil(epoch(hi) / 60)::BIGINT AS hi_mi
+        CREATE OR REPLACE TEMP TABLE _nodes_all AS
+        SELECT (row_number() OVER (ORDER BY s.cluster, s.node))::INTEGER AS nid, s.cluster, s.node, s.lo, s.hi,
+               (epoch(date_trunc('minute', s.lo)) // 60)::BIGINT AS lo_mi, ceil(epoch(s.hi) / 60)::BIGINT AS hi_mi,
+               greatest(1, coalesce(d.n, 1)) * (epoch(s.hi) - epoch(s.lo)) / 60 AS est
         FROM (SELECT jn.cluster, jn.node, min(w.ws) AS lo, max(w.we) AS hi
-              FROM _jw w JOIN job_nodes jn USING (job_uid) GROUP BY ALL)""")
+              FROM _jw w JOIN job_nodes jn USING (job_uid) GROUP BY ALL) s
+        LEFT JOIN (SELECT cluster, node, count(*) AS n FROM gpu_devices GROUP BY ALL) d USING (cluster, node)""")
+
+
+#: device-minutes attributed at once (a node group); bounds the memory of a refresh over any range
+CHUNK_PIECES = 1_500_000
+
+
+def node_chunks(con: duckdb.DuckDBPyConnection, max_pieces: float | None = None) -> list[list[int]]:
+    """Groups of nodes to attribute together, about ``max_pieces`` device-minutes each (memory stays bounded on
+    any range). A multi-node job's nodes always share a group, so every job is computed whole in one group."""
+    max_pieces = CHUNK_PIECES if max_pieces is None else max_pieces
+    est = dict(con.sql("SELECT nid, est FROM _nodes_all").fetchall())
+    parent = {n: n for n in est}
+
+    def root(n):
+        while parent[n] != n:
+            parent[n] = parent[parent[n]]
+            n = parent[n]
+        return n
+    for (nids,) in con.sql("""SELECT list(DISTINCT n.nid) FROM _jw w JOIN job_nodes jn USING (job_uid)
+                              JOIN _nodes_all n ON n.cluster = jn.cluster AND n.node = jn.node
+                              GROUP BY w.job_uid HAVING count(DISTINCT n.nid) > 1""").fetchall():
+        for n in nids[1:]:
+            a, b = root(nids[0]), root(n)
+            if a != b:
+                parent[max(a, b)] = min(a, b)
+    comps: dict[int, list[int]] = {}
+    for n in sorted(est):
+        comps.setdefault(root(n), []).append(n)
+    chunks, cur, size = [], [], 0.0
+    for _, nodes in sorted(comps.items()):
+        w = sum(est[n] for n in nodes)
+        if cur and size + w > max_pieces:
+            chunks.append(cur)
+            cur, size = [], 0.0
+        cur += nodes
+        size += w
+    return chunks + ([cur] if cur else [])
+
+
+def _job_node_minutes(con: duckdb.DuckDBPyConnection, nids: list[int]) -> None:
+    """``_nodes`` (this chunk), ``_jwc`` (its target jobs), ``_jn`` and ``_jnm``: every job on the chunk's nodes
+    and times, one row per (job, node, minute) with its GPUs there and its seconds in the minute."""
+    con.execute("CREATE OR REPLACE TEMP TABLE _nodes AS SELECT * FROM _nodes_all WHERE list_contains($n, nid)",
+                {"n": nids})
+    con.execute("""CREATE OR REPLACE TEMP TABLE _jwc AS
+                   SELECT * FROM _jw w WHERE EXISTS (SELECT 1 FROM job_nodes jn JOIN _nodes n
+                       ON n.cluster = jn.cluster AND n.node = jn.node WHERE jn.job_uid = w.job_uid)""")
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _jn AS
         SELECT j.job_uid, n.nid, jn.gpus_on_node AS g, j.job_id, j.job_id_raw, epoch(j.start) AS ws_s,
@@ -91,13 +141,17 @@ def _pieces(con: duckdb.DuckDBPyConnection) -> None:
         FROM (SELECT DISTINCT cluster, node, gpu FROM gpu_devices) d
         JOIN _nodes n ON n.cluster = d.cluster AND n.node = d.node""")
     raw_cols = "g.sm_active AS sm, g.gr_engine_active AS gr, g.gpu_util AS gu, g.fb_used_mib AS fb, g.power_w AS pw"
+    # constant node and time bounds let DuckDB skip the row groups of other nodes and times by their min/max
+    bounds = dict(zip(("nlo", "nhi", "tlo", "thi"), con.sql(
+        "SELECT min(node), max(node), min(lo), max(hi) FROM _nodes").fetchall()[0]))
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _pc AS
         WITH raw AS (
             SELECT d.dev, d.nid, (epoch(g.ts) // 60)::BIGINT AS mi, g.interval_s // 60 AS k, {raw_cols}, g.hpc_jobs
             FROM gpu_samples g JOIN _dev d ON d.cluster = g.cluster AND d.node = g.node AND d.gpu = g.gpu
             JOIN _nodes n ON n.nid = d.nid
-            WHERE g.ts < n.hi AND g.ts >= n.lo - INTERVAL 1 DAY),
+            WHERE g.node BETWEEN $nlo AND $nhi AND g.ts < $thi AND g.ts >= $tlo - INTERVAL 1 DAY
+              AND g.ts < n.hi AND g.ts >= n.lo - INTERVAL 1 DAY),
         rawm AS (
             SELECT dev, nid, mi, sm, gr, gu, fb, pw, hpc_jobs FROM raw WHERE k = 1
             UNION ALL
@@ -110,13 +164,14 @@ def _pieces(con: duckdb.DuckDBPyConnection) -> None:
                    r.fb_used_mib_max AS fb, r.power_w_mean AS pw
             FROM gpu_samples_5m r JOIN _dev d ON d.cluster = r.cluster AND d.node = r.node AND d.gpu = r.gpu
             JOIN _nodes n ON n.nid = d.nid
-            WHERE r.bucket < n.hi AND r.bucket >= n.lo - INTERVAL 5 MINUTE)
+            WHERE r.node BETWEEN $nlo AND $nhi AND r.bucket < $thi AND r.bucket >= $tlo - INTERVAL 5 MINUTE
+              AND r.bucket < n.hi AND r.bucket >= n.lo - INTERVAL 5 MINUTE)
         SELECT p.dev, p.nid, p.mi, p.sm, p.gr, p.gu, p.sm AS sm_x, p.gr AS gr_x, p.gu AS gu_x, p.fb, p.pw,
                p.hpc_jobs, FALSE AS rolled
         FROM rawm p JOIN _nodes n USING (nid) WHERE p.mi >= n.lo_mi AND p.mi < n.hi_mi
         UNION ALL
         SELECT dev, nid, mi0 + unnest(range(k)), sm, gr, gu, sm_x, gr_x, gu_x, fb, pw, NULL, TRUE
-        FROM roll ANTI JOIN rb ON rb.dev = roll.dev AND rb.b = roll.mi0 // 5""")
+        FROM roll ANTI JOIN rb ON rb.dev = roll.dev AND rb.b = roll.mi0 // 5""", bounds)
 
 
 def _zero_runs(con: duckdb.DuckDBPyConnection) -> None:
@@ -175,30 +230,35 @@ def _shared(con: duckdb.DuckDBPyConnection) -> None:
         WHERE w.w > 0 AND j.a > 0""")
 
 
-def attribute(con: duckdb.DuckDBPyConnection, targets: str) -> duckdb.DuckDBPyRelation:
-    """Attribute readings to the jobs listed in table ``targets`` (column ``job_uid``).
+def attribute_chunk(con: duckdb.DuckDBPyConnection, nids: list[int]) -> duckdb.DuckDBPyRelation:
+    """Attribute the readings of nodes ``nids`` (after :func:`prepare`) to the chunk's target jobs (``_jwc``).
 
-    Returns the relation ``_att``: one row per (job, device, minute): ``dev`` (see temp table ``_dev`` for its
+    Returns the relation ``_att``: one row per (job, device, minute): ``dev`` (temp table ``_dev`` has its
     cluster, node and gpu), ``mi`` (epoch minute), ``ov_s`` (the job's seconds in the minute), ``share`` (of the
-    device-minute; ``share x 60`` covered GPU-seconds), ``meth`` (1, 2, 3 = :data:`METHODS`), ``rolled`` (read
-    from the 5-minute rollup), the readings ``sm``, ``gr``, ``gu`` (fractions 0..1) and their maxima ``sm_x``,
-    ``gr_x``, ``gu_x``, ``fb`` (MiB), ``pw`` (W). Only target jobs appear; the other jobs on their nodes take
-    their shares all the same. ``_zr``/``_runs`` hold the zero-activity stretches per device (:func:`_zero_runs`).
+    device-minute; ``share x 60`` covered GPU-seconds), ``meth`` (1, 2, 3 = :data:`METHODS`). The readings are in
+    ``_pc`` (``dev, mi``: ``sm``, ``gr``, ``gu`` fractions 0..1, their maxima ``sm_x``, ``gr_x``, ``gu_x``, ``fb``
+    MiB, ``pw`` W, ``rolled``); ``_zr``/``_runs`` hold the zero-activity stretches (:func:`_zero_runs`). The other
+    jobs on the chunk's nodes take their shares all the same; only target jobs appear.
     """
-    job_windows(con, targets)
-    _job_node_minutes(con)
+    _job_node_minutes(con, nids)
     _pieces(con)
     _owned(con)
     _shared(con)
     con.execute("""
         CREATE OR REPLACE TEMP TABLE _att AS
-        SELECT a.job_uid, a.dev, a.mi, a.ov AS ov_s, a.share, a.meth, p.rolled,
-               p.sm, p.gr, p.gu, p.sm_x, p.gr_x, p.gu_x, p.fb, p.pw
+        SELECT job_uid, dev, mi, ov AS ov_s, share, meth
         FROM (SELECT * FROM _own UNION ALL SELECT * FROM _shr) a
-        JOIN _pc p USING (dev, mi)
-        SEMI JOIN _jw w ON w.job_uid = a.job_uid
-        WHERE a.share > 0""")
+        SEMI JOIN _jwc w USING (job_uid)
+        WHERE share > 0 AND EXISTS (SELECT 1 FROM _pc p WHERE p.dev = a.dev AND p.mi = a.mi)""")
     _zero_runs(con)
     for t in ("_jnm", "_lab", "_own", "_exact_jobs", "_shr"):
         con.execute(f"DROP TABLE IF EXISTS {t}")
     return con.table("_att")
+
+
+def attribute(con: duckdb.DuckDBPyConnection, targets: str) -> duckdb.DuckDBPyRelation:
+    """Attribute readings to the jobs listed in table ``targets`` (column ``job_uid``), all nodes at once; see
+    :func:`attribute_chunk` for the result. (The efficiency mart works node group by node group instead.)"""
+    prepare(con, targets)
+    nids = [r[0] for r in con.sql("SELECT nid FROM _nodes_all").fetchall()]
+    return attribute_chunk(con, nids)

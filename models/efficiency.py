@@ -72,7 +72,8 @@ def _metric_choice(con: duckdb.DuckDBPyConnection) -> None:
         CREATE OR REPLACE TEMP TABLE _eff_metric AS
         WITH c AS (SELECT job_uid, sum(share) FILTER (WHERE sm IS NOT NULL) AS c0,
                           sum(share) FILTER (WHERE gr IS NOT NULL) AS c1,
-                          sum(share) FILTER (WHERE gu IS NOT NULL) AS c2 FROM _att GROUP BY job_uid),
+                          sum(share) FILTER (WHERE gu IS NOT NULL) AS c2
+                   FROM _att JOIN _pc USING (dev, mi) GROUP BY job_uid),
         b AS (SELECT *, list_max([c0, c1, c2]) AS best FROM c)
         SELECT job_uid, CASE WHEN c0 >= 0.5 * best THEN 0 WHEN c1 >= 0.5 * best THEN 1
                              WHEN c2 >= 0.5 * best THEN 2 END::TINYINT AS metric FROM b WHERE best > 0""")
@@ -86,15 +87,15 @@ def _scored(con: duckdb.DuckDBPyConnection) -> None:
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _eff_px AS
         WITH a AS (
-            SELECT t.job_uid, t.dev, t.mi, t.share * 60 AS cov, t.meth, t.rolled, t.fb, t.pw, e.metric,
-                   CASE e.metric WHEN 0 THEN t.sm WHEN 1 THEN t.gr ELSE t.gu END AS act,
-                   CASE e.metric WHEN 0 THEN t.sm_x WHEN 1 THEN t.gr_x ELSE t.gu_x END AS act_x
-            FROM _att t JOIN _eff_metric e USING (job_uid)),
+            SELECT t.job_uid, t.dev, t.mi, t.share * 60 AS cov, t.meth, p.rolled, p.fb, p.pw, e.metric,
+                   CASE e.metric WHEN 0 THEN p.sm WHEN 1 THEN p.gr ELSE p.gu END AS act,
+                   CASE e.metric WHEN 0 THEN p.sm_x WHEN 1 THEN p.gr_x ELSE p.gu_x END AS act_x
+            FROM _att t JOIN _pc p USING (dev, mi) JOIN _eff_metric e USING (job_uid)),
         z AS (SELECT z.dev, z.metric, z.mi, r.rs, r.re FROM _zr z JOIN _runs r USING (dev, metric, run))
         SELECT a.job_uid, a.dev, a.mi, a.cov, a.meth, a.rolled, a.fb, a.pw, a.act, a.mi // 60 AS hr,
                CASE WHEN a.act < {eps} THEN 0 ELSE least(20, floor(a.act * 20)::INTEGER + 1) END AS bin,
                z.rs IS NOT NULL AND least(z.re * 60, w.we_s) - greatest(z.rs * 60, w.ws_s) >= {IDLE_STRETCH_S} AS idle
-        FROM a JOIN (SELECT job_uid, epoch(ws) AS ws_s, epoch(we) AS we_s FROM _jw) w USING (job_uid)
+        FROM a JOIN (SELECT job_uid, epoch(ws) AS ws_s, epoch(we) AS we_s FROM _jwc) w USING (job_uid)
         LEFT JOIN z ON z.dev = a.dev AND z.mi = a.mi AND z.metric = a.metric AND a.act_x < {eps}
         WHERE a.act IS NOT NULL""")
 
@@ -110,7 +111,7 @@ def _hours(con: duckdb.DuckDBPyConnection) -> None:
             SELECT job_uid, cluster, hour,
                    ngpus * epoch(least(we, hour + INTERVAL 1 HOUR) - greatest(ws, hour)) AS alloc_gpu_s
             FROM (SELECT *, unnest(generate_series(date_trunc('hour', ws), we - INTERVAL 1 MICROSECOND,
-                                                   INTERVAL 1 HOUR)) AS hour FROM _jw)),
+                                                   INTERVAL 1 HOUR)) AS hour FROM _jwc)),
         tel AS (
             SELECT job_uid, hr, sum(cov) AS telemetry_gpu_s, sum(cov * act) AS active_gpu_s,
                    coalesce(sum(cov) FILTER (WHERE idle), 0) AS idle_alloc_gpu_s,
@@ -157,18 +158,52 @@ def _jobs(con: duckdb.DuckDBPyConnection, now: dt.datetime) -> None:
                     WHEN s.index_gpu_s >= s.share_gpu_s THEN 'gpu-index' ELSE 'node-share' END AS method,
                s.label_gpu_s, s.index_gpu_s, s.share_gpu_s, s.rollup_gpu_s,
                coalesce(nd.n_devices, 0)::INTEGER AS n_devices, $now AS computed_at
-        FROM s JOIN _jw w USING (job_uid) LEFT JOIN _eff_metric e USING (job_uid) LEFT JOIN q USING (job_uid)
+        FROM s JOIN _jwc w USING (job_uid) LEFT JOIN _eff_metric e USING (job_uid) LEFT JOIN q USING (job_uid)
         LEFT JOIN nd USING (job_uid)""", {"now": now})
 
 
-def build(con: duckdb.DuckDBPyConnection, full: bool = False) -> None:
-    """Mart builder for models/refresh.py: recompute the changed jobs' rows of both efficiency marts."""
-    newest = _targets(con, full)
-    attribution.attribute(con, "_eff_targets")
+def _chunk(con: duckdb.DuckDBPyConnection, now: dt.datetime) -> None:
+    """The efficiency rows of the current chunk's jobs (``_jwc``, attributed in ``_att``), appended to
+    ``_eff_job_all`` / ``_eff_hour_all``."""
     _metric_choice(con)
     _scored(con)
     _hours(con)
-    _jobs(con, warehouse.utcnow())
+    _jobs(con, now)
+    for part in ("hour", "job"):
+        con.execute(f"CREATE TEMP TABLE IF NOT EXISTS _eff_{part}_all AS SELECT * FROM _eff_{part} LIMIT 0")
+        con.execute(f"INSERT INTO _eff_{part}_all SELECT * FROM _eff_{part}")
+
+
+def _empty_attribution(con: duckdb.DuckDBPyConnection) -> None:
+    """An empty attribution for jobs that ran on no node telemetry could cover (no placement known)."""
+    con.execute("""CREATE OR REPLACE TEMP TABLE _att (job_uid BIGINT, dev INTEGER, mi BIGINT, ov_s DOUBLE,
+                   share DOUBLE, meth TINYINT)""")
+    con.execute("""CREATE OR REPLACE TEMP TABLE _pc (dev INTEGER, nid INTEGER, mi BIGINT, sm DOUBLE, gr DOUBLE,
+                   gu DOUBLE, sm_x DOUBLE, gr_x DOUBLE, gu_x DOUBLE, fb DOUBLE, pw DOUBLE, hpc_jobs VARCHAR,
+                   rolled BOOLEAN)""")
+    con.execute("CREATE OR REPLACE TEMP TABLE _zr (dev INTEGER, metric INTEGER, mi BIGINT, run BIGINT)")
+    con.execute("CREATE OR REPLACE TEMP TABLE _runs (dev INTEGER, metric INTEGER, run BIGINT, rs BIGINT, re BIGINT)")
+
+
+def build(con: duckdb.DuckDBPyConnection, full: bool = False) -> None:
+    """Mart builder for models/refresh.py: recompute the changed jobs' rows of both efficiency marts.
+
+    Node group by node group (:func:`models.attribution.node_chunks`), so memory stays bounded on any range."""
+    now = warehouse.utcnow()
+    newest = _targets(con, full)
+    for t in ("_eff_hour_all", "_eff_job_all"):
+        con.execute(f"DROP TABLE IF EXISTS {t}")
+    attribution.prepare(con, "_eff_targets")
+    done = False
+    for nids in attribution.node_chunks(con):
+        attribution.attribute_chunk(con, nids)
+        _chunk(con, now)
+        done = True
+    # jobs no node group holds (no placement known): allocated GPU-hours only, "no telemetry"
+    con.execute("CREATE OR REPLACE TEMP TABLE _jwc AS SELECT * FROM _jw" + (
+        " WHERE job_uid NOT IN (SELECT job_uid FROM _eff_job_all)" if done else ""))
+    _empty_attribution(con)
+    _chunk(con, now)
     con.execute("BEGIN TRANSACTION")
     try:
         if full:
@@ -181,8 +216,8 @@ def build(con: duckdb.DuckDBPyConnection, full: bool = False) -> None:
             for t in ("gpu_efficiency_job", "gpu_efficiency_job_hour"):
                 con.execute(f"""DELETE FROM {t} WHERE job_uid NOT IN
                                 (SELECT job_uid FROM jobs WHERE ngpus > 0 AND start IS NOT NULL)""")
-        con.execute("INSERT INTO gpu_efficiency_job BY NAME SELECT * FROM _eff_job")
-        con.execute("INSERT INTO gpu_efficiency_job_hour BY NAME SELECT * EXCLUDE (rollup_gpu_s) FROM _eff_hour "
+        con.execute("INSERT INTO gpu_efficiency_job BY NAME SELECT * FROM _eff_job_all")
+        con.execute("INSERT INTO gpu_efficiency_job_hour BY NAME SELECT * EXCLUDE (rollup_gpu_s) FROM _eff_hour_all "
                     "ORDER BY hour, job_uid")
         con.execute("""INSERT INTO gpu_mart_state VALUES ('efficiency', ?, ?)
                        ON CONFLICT (mart) DO UPDATE SET last_run_id = excluded.last_run_id,
@@ -192,8 +227,8 @@ def build(con: duckdb.DuckDBPyConnection, full: bool = False) -> None:
     except Exception:
         con.execute("ROLLBACK")
         raise
-    for t in ("_eff_targets", "_eff_dirty", "_eff_metric", "_eff_px", "_eff_hour", "_eff_job", "_att", "_jw",
-              "_jn", "_nodes", "_dev", "_pc", "_zr", "_runs"):
+    for t in ("_eff_targets", "_eff_dirty", "_eff_metric", "_eff_px", "_eff_hour", "_eff_job", "_eff_hour_all",
+              "_eff_job_all", "_att", "_jw", "_jwc", "_jn", "_nodes", "_nodes_all", "_dev", "_pc", "_zr", "_runs"):
         con.execute(f"DROP TABLE IF EXISTS {t}")
 
 

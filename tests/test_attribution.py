@@ -123,3 +123,25 @@ def test_shares_never_exceed_allocation_or_readings(con, tmp_path, jobs, utils):
     # all jobs together never take more than the readings there were
     total = sum(t for _, t, _, _ in per_job)
     assert total <= 60 * 60 * len(utils) + 1e-6
+
+
+def test_node_groups_give_the_same_answer_as_one_pass(con, tmp_path, monkeypatch):
+    """The mart is built node group by node group; a multi-node job keeps its nodes in one group."""
+    from models import attribution
+    add_jobs(con, tmp_path, [dict(id=800, start=0, end=30, gpus=2, nodes="k1"),
+                             dict(id=801, start=10, end=40, gpus=4, nodes="k[2-3]", nnodes=2),
+                             dict(id=802, start=0, end=40, gpus=1, nodes="k4"),
+                             dict(id=803, start=5, end=25, gpus=1, nodes="k9")])   # no telemetry there
+    load_readings(con, readings({(f"k{n}", g): {m: (n * 17 + g * 5 + m) % 100 for m in range(40)}
+                                 for n in range(1, 5) for g in range(2)}))
+    one = _eff(con)
+    monkeypatch.setattr(attribution, "CHUNK_PIECES", 1)
+    attribution.prepare(con, "(SELECT job_uid FROM jobs)")
+    groups = attribution.node_chunks(con)
+    names = [sorted(con.sql("SELECT node FROM _nodes_all WHERE list_contains($g, nid)", params={"g": g}
+                            ).fetchall()) for g in groups]
+    assert [("k2",), ("k3",)] in names and len(groups) == 4
+    again = _eff(con)
+    assert again.keys() == one.keys()
+    for k in one:
+        assert again[k][0] == one[k][0] and again[k][1:] == pytest.approx(one[k][1:])
