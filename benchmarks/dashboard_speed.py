@@ -33,16 +33,21 @@ PAGES = ["overview", "utilization", "efficiency", "fragmentation", "fairness", "
 TARGET_S = 2.0
 
 
-def serving_copy(src: Path, workdir: Path) -> tuple[Path, float]:
-    """A private copy of ``src`` with its serving snapshot published (what `gpuledger refresh` leaves)."""
+def serving_copy(src: Path, workdir: Path, refresh: bool) -> tuple[Path, float]:
+    """A private copy of ``src`` with its serving snapshot published (what `gpuledger refresh` leaves);
+    ``refresh`` rebuilds the marts first (for a warehouse without them, or built by older models)."""
     import shutil
+    import subprocess
     from ingest import warehouse
     db = workdir / "year.duckdb"
     shutil.copyfile(src, db)
     t = time.perf_counter()
-    con = warehouse.connect(db)
-    warehouse.publish_serving(con, db)
-    con.close()
+    if refresh:   # in its own process, so the peak RSS below is the dashboard's
+        subprocess.run([sys.executable, "-m", "gpuledger", "--db", str(db), "refresh", "--full"], check=True)
+    else:
+        con = warehouse.connect(db)
+        warehouse.publish_serving(con, db)
+        con.close()
     return db, time.perf_counter() - t
 
 
@@ -60,6 +65,7 @@ def run_page(at, page: str) -> tuple[float, str | None]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--db", help="a warehouse with marts (default: the cached synthetic year, built if needed)")
+    ap.add_argument("--refresh", action="store_true", help="rebuild the marts of --db's copy before publishing")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--pages", default=",".join(PAGES))
     a = ap.parse_args(argv)
@@ -70,11 +76,12 @@ def main(argv: list[str] | None = None) -> int:
         from benchmarks._year import year_warehouse
         src = year_warehouse(marts=True)
     with tempfile.TemporaryDirectory(prefix="gpuledger-dash-") as tmp:
-        db, publish_s = serving_copy(src, Path(tmp))
+        db, publish_s = serving_copy(src, Path(tmp), a.refresh)
         os.environ["GPULEDGER_DB"] = str(db)
         import duckdb
         jobs = duckdb.connect(str(db), read_only=True).sql("SELECT count(*) FROM jobs").fetchall()[0][0]
-        print(f"warehouse {src} ({jobs:,} jobs); serving snapshot published in {publish_s:.1f} s")
+        print(f"warehouse {src} ({jobs:,} jobs); {'marts refreshed and ' if a.refresh else ''}serving snapshot "
+              f"published in {publish_s:.1f} s")
         import streamlit as st
         from streamlit.testing.v1 import AppTest
         at = AppTest.from_file(str(ROOT / "dashboards" / "app.py"), default_timeout=1800)

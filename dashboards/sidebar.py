@@ -40,7 +40,8 @@ def filters(cat: queries.Catalogue) -> Filters:
         lo, hi = min(max(lo, first), last), min(max(hi, first), last)
         st.session_state[_DATES] = (lo, max(lo, hi))
     picked = sb.date_input("Dates (UTC)", key=_DATES, min_value=first, max_value=last, format="YYYY-MM-DD",
-                           on_change=_clear_preset, help="Inclusive of both days; every figure covers [first day 00:00, last day 24:00) UTC.")
+                           on_change=_clear_preset,
+                           help="Inclusive of both days; every figure covers [first day 00:00, last day 24:00) UTC.")
     start, end_incl = (picked[0], picked[1]) if len(picked) == 2 else (picked[0], picked[0])
     clusters = sb.multiselect("Cluster", cat.clusters, key="f_clusters", placeholder="All clusters") \
         if len(cat.clusters) > 1 else []

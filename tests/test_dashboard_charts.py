@@ -55,7 +55,7 @@ def test_forecast_band_draws_intervals_capacity_and_exhaustion():
                                capacity_col="cap", exhaustion=dt.datetime(2026, 10, 4))
     assert [t.name for t in fig.data] == ["95 % interval", "80 % interval", "Observed", "Forecast", "Usable capacity"]
     assert list(fig.data[1].y) == [5.0, 3.0]                       # the band: upper bound out, lower bound back
-    assert fig.layout.annotations[0].text == "capacity reached"
+    assert fig.layout.annotations[0].text.strip() == "capacity reached"
 
 
 def test_heatmap_grid_and_missing_cells():

@@ -93,7 +93,8 @@ line_cols = {"cluster": "Cluster", "team": "Team", "account": "Slurm account (un
              "gpu_type": "Pool (GPU type)", "jobs": "Jobs", "gpu_hours": "GPU-hours", "rate": f"Rate ({cur}/GPU-hour)",
              "direct_cost": f"Direct ({cur})", "idle_share": f"Idle share ({cur})", "total": f"Total ({cur})",
              "waste_gpu_hours": "Idle-allocated GPU-hours", "waste_cost": f"Waste, shown not added ({cur})"}
-ui.table(shown.with_columns(pl.col("account").fill_null("")), key="cb_lines", file_stem=f"chargeback_{period}_lines", ctx=ctx, columns=line_cols,
+ui.table(shown.with_columns(pl.col("account").fill_null("")), key="cb_lines", file_stem=f"chargeback_{period}_lines",
+         ctx=ctx, columns=line_cols,
          formats={"gpu_hours": "%.2f", "rate": "%.4f", "direct_cost": money_fmt, "idle_share": money_fmt,
                   "total": money_fmt, "waste_gpu_hours": "%.2f", "waste_cost": money_fmt})
 
@@ -121,6 +122,7 @@ if views["adjustments"].height:
                  columns={"adjusts_period": "Adjusts period", **line_cols, "job_refs": "Jobs"})
 
 # ---------------------------------------------------------------- drill-down to jobs
+JOBS_SHOWN = 1000   # a big site's line holds 100,000 jobs: the browser gets the costliest, the workbook all
 st.subheader("Jobs behind a line")
 labels = {f"{r['team']} · {r['gpu_type']}" + (f" · account {r['account']}" if r["account"] else "")
           + (f" · {r['cluster']}" if len(ctx.cat.clusters) > 1 else ""): r for r in shown.iter_rows(named=True)}
@@ -131,9 +133,12 @@ if labels:
         (pl.col("cluster") == r["cluster"]) & (pl.col("gpu_type") == r["gpu_type"]) & (pl.col("team") == r["team"]))
     if r["account"]:
         jobs = jobs.filter(pl.col("account") == r["account"])
-    ui.table(jobs.sort("direct_cost", descending=True), key="cb_jobs", file_stem=f"chargeback_{period}_jobs", ctx=ctx,
+    top = jobs.sort("direct_cost", descending=True).head(JOBS_SHOWN)
+    ui.table(top, key="cb_jobs", file_stem=f"chargeback_{period}_jobs", ctx=ctx,
              columns={"job_id": "Job", "user": "User", "account": "Slurm account", "partition": "Partition",
                       "t0": "From (UTC)", "t1": "To (UTC)", "gpu_hours": "GPU-hours in period",
                       "direct_cost": f"Direct ({cur})"},
              formats={"gpu_hours": "%.3f", "direct_cost": "%.4f"},
-             caption=f"{jobs.height} jobs; direct cost per job before rounding (the line is rounded once).")
+             caption=(f"{jobs.height:,} jobs" + (f", the {JOBS_SHOWN:,} costliest shown (the workbook's jobs "
+                                                 "sheet has them all)" if jobs.height > JOBS_SHOWN else "")
+                      + "; direct cost per job before rounding (the line is rounded once)."))

@@ -59,7 +59,8 @@ ui.kpi(k[2], "Largest entitlement gap", f"{100 * gap:.0f} %" if gap else "none",
 if waits_all is not None and waits_all.height:
     w = waits_all.sort("wait_p95_h", descending=True).row(0, named=True)
     ui.kpi(k[3], "p95 queue wait", f"{w['wait_p95_h']:.1f} h", f"median {w['wait_p50_h']:.1f} h", delta_color="off",
-           arrow=False, help="Of jobs that started in the window, from eligible to start. With several clusters or selected teams: the worst of them.")
+           arrow=False, help="Of jobs that started in the window, from eligible to start. With several clusters "
+                             "or selected teams: the worst of them.")
 else:
     ui.kpi(k[3], "p95 queue wait", None, missing="no job started in the window")
 if starv is not None:

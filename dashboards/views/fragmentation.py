@@ -129,7 +129,8 @@ table_cols = {"bucket": f"Period ({bucket}, UTC)", "gpu_type": "Pool (GPU type)"
 table_cols.update({c: f"Stranded for {c.split('_')[1]}-GPU jobs (mean)" for c in sizes if c != "stranded_multinode"})
 if "stranded_multinode" in sizes:
     table_cols["stranded_multinode"] = "Stranded for multi-node jobs (mean)"
-ui.table(ui.period_column(frag.with_columns((pl.col("fgd_rate") * 100).alias("fgd_rate_pct")), bucket), key="frag", file_stem="fragmentation",
+ui.table(ui.period_column(frag.with_columns((pl.col("fgd_rate") * 100).alias("fgd_rate_pct")), bucket), key="frag",
+         file_stem="fragmentation",
          ctx=ctx, columns=table_cols, formats={c: "%.2f" for c in table_cols if c not in ("bucket", "gpu_type")})
 if f.teams:
     st.caption("Free-GPU figures describe nodes, not teams: the team filter applies to the queue-wait section only.")
