@@ -12,7 +12,9 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
+import sys
 import threading
+import time
 from typing import Callable
 
 from dashboards import model_reads as mr, queries
@@ -69,10 +71,17 @@ def ensure(version: str, f: Filters) -> bool:
 
 
 def _run(version: str, f: Filters) -> None:
+    t0 = time.perf_counter()
+    done = failed = 0
     for view in views(version, f):
         if queries.current().version != version:
             return                      # a newer snapshot arrived: warming this one helps nobody
         try:
             view()
+            done += 1
         except Exception:               # the page that shows this view reports the failure itself
+            failed += 1
             log.debug("prewarm: a view failed", exc_info=True)
+    # One line in the server's log, so an admin can see what a new snapshot costs.
+    print(f"gpuledger dashboard: warmed {done} views of the new snapshot in {time.perf_counter() - t0:.1f} s"
+          + (f" ({failed} failed; their pages say why)" if failed else ""), file=sys.stderr, flush=True)

@@ -15,6 +15,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -49,11 +50,17 @@ def warehouse_db(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def server(warehouse_db):
+def server_log(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("server") / "dashboard.log"
+
+
+@pytest.fixture(scope="module")
+def server(warehouse_db, server_log):
     from dashboards.server import free_port, wait_ready
     port = free_port()
+    log = server_log.open("w")
     proc = subprocess.Popen([sys.executable, "-m", "gpuledger", "--db", str(warehouse_db), "dashboard",
-                             "--port", str(port)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             "--port", str(port)], stdout=log, stderr=subprocess.STDOUT,
                             cwd=Path(__file__).resolve().parent.parent)
     url = f"http://127.0.0.1:{port}"
     try:
@@ -65,6 +72,7 @@ def server(warehouse_db):
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
+        log.close()
         assert proc.returncode is not None
 
 
@@ -156,3 +164,13 @@ def test_downloaded_table_csv_has_human_labels(server, browser):
     assert header[:2] == ["Period (day, UTC)", "Pool (GPU type)"] and "Allocated (GPU-hours)" in header
     assert not any("_" in h for h in header)          # labels, never raw column names
     assert rows and all(len(r) == len(header) for r in rows)
+
+
+def test_server_warmed_the_default_views(server, server_log):
+    """After the first visit the server computed every page's default views in the background, once."""
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and "warmed" not in server_log.read_text():
+        time.sleep(1)
+    lines = [ln for ln in server_log.read_text().splitlines() if "warmed" in ln]
+    assert len(lines) == 1, server_log.read_text()[-2000:]
+    assert re.match(r"gpuledger dashboard: warmed \d+ views of the new snapshot in [\d.]+ s$", lines[0]), lines[0]
