@@ -716,7 +716,7 @@ def cmd_simulate_placement(args) -> int:
     except placement.TraceError as exc:
         raise CliError(str(exc)) from exc
     curves = placement.run_protocol(nodes, pods, policies, list(range(args.first_seed, args.first_seed + args.seeds)),
-                                    popularity=args.popularity)
+                                    popularity=args.popularity, tie_break=args.tie_break)
     if args.out:
         emit(curves, None, args.out)
         _say(args, f"wrote {curves.height} rows to {args.out}")
@@ -1130,6 +1130,9 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--first-seed", type=int, default=42, metavar="S", help="seeds S..S+N-1 (default 42, as the paper)")
     sp.add_argument("--popularity", type=float, default=0.95,
                     help="share of pods the typical pod specs must cover (default 0.95)")
+    sp.add_argument("--tie-break", choices=["name", "random"], default="name",
+                    help="equal scores: 'name' = one seeded node order per seed, as the paper's patched scheduler "
+                         "(default); 'random' = uniform, as upstream Kubernetes")
     sp.add_argument("--out", metavar="FILE", help="curves (CSV/JSON/Parquet by extension)")
     sp.add_argument("--plot", metavar="FILE.html", help="write an interactive figure of the curves")
     sp.add_argument("--format", choices=["table", "csv", "json"])

@@ -91,6 +91,7 @@ def load_trace(pod_csv: str | Path, node_csv: str | Path | None = None) -> tuple
     pods = {"name": pd_.get_column("name").to_list(), "cpu": cpu,
             "cpu_nz": np.where(cpu == 0, 100, cpu),  # Kubernetes' non-zero request used in scoring
             "mem": _ints(pd_, "memory_mib", pod_csv), "num": num, "milli": milli, "mask": mask, "spec": spec}
+    pods["spec_id"] = spec_ids(pods)
     return nodes, pods
 
 
@@ -243,18 +244,155 @@ def _best_gpu(left_row, ngpu, pmilli):
 
 
 @njit(cache=True)
-def run_placement(policy, seed, order, p_cpu, p_cpunz, p_mem, p_num, p_milli, p_mask,
-                  n_cpu, n_mem, n_gpus, n_model, tp_cpu, tp_milli, tp_num, tp_mask, tp_prob,
+def _random_gpu(left_row, ngpu, pmilli):
+    """Open-Gpu-Share's 'random' GPU for a shared pod: uniform over the GPUs that fit (the Random policy's)."""
+    pick = -1
+    cnt = 0
+    for g in range(ngpu):
+        if left_row[g] >= pmilli:
+            cnt += 1
+            if np.random.randint(0, cnt) == 0:
+                pick = g
+    return pick
+
+
+@njit(cache=True)
+def _score(policy, n, pc, pcz, pm, pnum, pmilli, pmask, cpu_left, mem_left, left, n_gpus, n_model, aff,
+           nfrag, memo, tp_cpu, tp_milli, tp_num, tp_mask, tp_prob, tmp):
+    """(score, GPU) of node n for a pod: the policy's integer score (-1: the pod does not fit) and, for FGD
+    and a shared pod, the GPU whose use lowers fragmentation most (-1 otherwise)."""
+    if not _fits(n, pc, pm, pnum, pmilli, pmask, cpu_left, mem_left, left, n_gpus, n_model):
+        return -1, -1
+    share = pnum == 1 and 0 < pmilli < 1000
+    G = n_gpus[n]
+    gsel = -1
+    ltot = 0
+    for g in range(G):
+        ltot += left[n, g]
+    if policy == 0:      # Random: every feasible node scores the same
+        s = 0
+    elif policy == 1:    # DotProd (merge dims, normalised by max spec): lower dot product is better
+        dot = (cpu_left[n] / MAX_SPEC_CPU) * (pcz / MAX_SPEC_CPU) \
+            + (ltot / MAX_SPEC_GPU) * (pmilli * pnum / MAX_SPEC_GPU)
+        s = np.int64(100.0 * (1.0 - dot / 2.0))
+    elif policy == 2:    # GpuClustering: prefer nodes already running the same GPU-affinity tag
+        if pmilli == 0:
+            s = 0
+        else:
+            tag = 0 if share else pnum
+            ntags = 0
+            for t in range(9):
+                if aff[n, t] > 0:
+                    ntags += 1
+            base = 25 * (MAX_SPEC_GPU - ltot) // MAX_SPEC_GPU
+            if aff[n, tag] > 0:
+                s = base + (75 if ntags == 1 else 50)
+            else:
+                s = base + (25 if ntags == 0 else 0)
+    elif policy == 3:    # GpuPacking: shared GPUs > free GPUs on used nodes > free nodes
+        if pmilli == 0:
+            s = 0
+        else:
+            full = 0
+            for g in range(G):
+                if left[n, g] == 1000:
+                    full += 1
+            if full == G:
+                s = max(33 - full, full)
+            else:
+                # GPUs in ascending free order (stable), take those that fit
+                for g in range(G):
+                    tmp[g] = g
+                for a in range(1, G):
+                    b = a
+                    while b > 0 and left[n, tmp[b - 1]] > left[n, tmp[b]]:
+                        tmp[b - 1], tmp[b] = tmp[b], tmp[b - 1]
+                        b -= 1
+                need = pnum
+                full_use = 0
+                ratio = 0
+                for a in range(G):
+                    if need == 0:
+                        break
+                    lg = left[n, tmp[a]]
+                    if pmilli <= lg:
+                        need -= 1
+                        ratio += lg * 100 // 1000
+                        if lg == 1000:
+                            full_use += 1
+                if full_use > 0:
+                    s = max(50 - full_use, 33)
+                else:
+                    s = max(100 - ratio // 10, 50)
+    elif policy == 4:    # BestFit: least leftover (CPU and GPU, normalised by max spec)
+        sc = 0.5 * (cpu_left[n] - pcz) / MAX_SPEC_CPU + 0.5 * (ltot - pmilli * pnum) / MAX_SPEC_GPU
+        s = np.int64((1.0 - sc) * 100.0)
+    else:                # FGD: least growth of the node's fragmentation
+        before = nfrag[n]
+        if share:
+            s = -1
+            for g in range(G):
+                if left[n, g] >= pmilli:
+                    for a in range(G):
+                        tmp[a] = left[n, a]
+                    tmp[g] -= pmilli
+                    after = _frag_memo(memo, cpu_left[n] - pcz, tmp, G, n_model[n],
+                                       tp_cpu, tp_milli, tp_num, tp_mask, tp_prob)
+                    sg = _sigmoid_score(before, after)
+                    if gsel < 0 or sg > s:
+                        s = sg
+                        gsel = g
+        elif cpu_left[n] < pcz:
+            # a CPU-less pod passes the filter on its zero request but is scored on Kubernetes' non-zero
+            # 100m; the paper's NodeResource.Sub then fails and leaves the node as it is
+            s = _sigmoid_score(before, before)
+        else:
+            for a in range(G):
+                tmp[a] = left[n, a]
+            need = pnum if pmilli > 0 else 0
+            for a in range(G):
+                if need == 0:
+                    break
+                if tmp[a] >= pmilli and tmp[a] == 1000:
+                    tmp[a] -= pmilli
+                    need -= 1
+            after = _frag_memo(memo, cpu_left[n] - pcz, tmp, G, n_model[n],
+                               tp_cpu, tp_milli, tp_num, tp_mask, tp_prob)
+            s = _sigmoid_score(before, after)
+    return s, gsel
+
+
+@njit(cache=True)
+def run_placement(policy, seed, order, p_spec, p_cpu, p_cpunz, p_mem, p_num, p_milli, p_mask,
+                  n_cpu, n_mem, n_gpus, n_model, n_rank, random_ties, tp_cpu, tp_milli, tp_num, tp_mask, tp_prob,
                   out_arrived, out_used, out_frag, out_idle, out_node):
     """Place pods in ``order`` one at a time under ``policy`` (index into POLICIES); write per-pod series
-    and the node each pod went to (-1: it fit nowhere)."""
+    and the node each pod went to (-1: it fit nowhere).
+
+    Equal scores go to the node of lowest ``n_rank``: the paper's scheduler (a patched Kubernetes 1.20
+    selectHost) takes the lexicographically smallest node name among the best, and its simulator names
+    nodes with a seeded random permutation prefix, so ties follow one random node order per seed.
+    Random is the exception: its RandomScore plugin gives 100 to one uniformly drawn feasible node.
+    ``random_ties`` breaks every tie uniformly instead (upstream Kubernetes' reservoir sampling).
+
+    A node's score for a pod depends only on the node's state and the pod's spec (``p_spec``: identical
+    requests share an id), and one node changes per pod, so scores are cached per (node, spec) and
+    recomputed only for nodes whose state version moved: the loop over nodes is then mostly array reads."""
     np.random.seed(seed)
     N = n_cpu.size
+    S = 0
+    for i in range(p_spec.size):
+        if p_spec[i] + 1 > S:
+            S = p_spec[i] + 1
     cpu_left = n_cpu.copy()
     mem_left = n_mem.copy()
     left = np.zeros((N, 8), np.int64)
     aff = np.zeros((N, 9), np.int64)   # pods per GPU-affinity tag: 0 = shared GPU, k = k whole GPUs
     nfrag = np.zeros(N)
+    nver = np.zeros(N, np.int64)
+    cver = np.full((S, N), -1, np.int64)
+    cscore = np.zeros((S, N), np.int64)
+    cgpu = np.zeros((S, N), np.int64)
     memo = Dict.empty(key_type=types.int64, value_type=types.float64)
     idle = 0.0
     for n in range(N):
@@ -267,132 +405,67 @@ def run_placement(policy, seed, order, p_cpu, p_cpunz, p_mem, p_num, p_milli, p_
     arrived = 0.0
     used = 0.0
     tmp = np.zeros(8, np.int64)
+    cand = np.empty(N, np.int64)
     for step in range(order.size):
         i = order[step]
+        sp = p_spec[i]
         pc = p_cpu[i]
-        pcz = p_cpunz[i]
-        pm = p_mem[i]
         pnum = p_num[i]
         pmilli = p_milli[i]
-        pmask = p_mask[i]
         share = pnum == 1 and 0 < pmilli < 1000
         arrived += pmilli * pnum
         best = -1
         best_s = -1
         best_gpu = -1
         ties = 0
+        sv = cver[sp]
+        ss = cscore[sp]
+        sg = cgpu[sp]
         for n in range(N):
-            if not _fits(n, pc, pm, pnum, pmilli, pmask, cpu_left, mem_left, left, n_gpus, n_model):
+            if sv[n] != nver[n]:
+                s, gsel = _score(policy, n, pc, p_cpunz[i], p_mem[i], pnum, pmilli, p_mask[i], cpu_left, mem_left,
+                                 left, n_gpus, n_model, aff, nfrag, memo, tp_cpu, tp_milli, tp_num, tp_mask,
+                                 tp_prob, tmp)
+                ss[n] = s
+                sg[n] = gsel
+                sv[n] = nver[n]
+            s = ss[n]
+            if s < 0:
                 continue
-            G = n_gpus[n]
-            gsel = -1
-            ltot = 0
-            for g in range(G):
-                ltot += left[n, g]
-            if policy == 0:      # Random: every feasible node scores the same
-                s = 0
-            elif policy == 1:    # DotProd (merge dims, normalised by max spec): lower dot product is better
-                dot = (cpu_left[n] / MAX_SPEC_CPU) * (pcz / MAX_SPEC_CPU) \
-                    + (ltot / MAX_SPEC_GPU) * (pmilli * pnum / MAX_SPEC_GPU)
-                s = np.int64(100.0 * (1.0 - dot / 2.0))
-            elif policy == 2:    # GpuClustering: prefer nodes already running the same GPU-affinity tag
-                if pmilli == 0:
-                    s = 0
-                else:
-                    tag = 0 if share else pnum
-                    ntags = 0
-                    for t in range(9):
-                        if aff[n, t] > 0:
-                            ntags += 1
-                    base = 25 * (MAX_SPEC_GPU - ltot) // MAX_SPEC_GPU
-                    if aff[n, tag] > 0:
-                        s = base + (75 if ntags == 1 else 50)
-                    else:
-                        s = base + (25 if ntags == 0 else 0)
-            elif policy == 3:    # GpuPacking: shared GPUs > free GPUs on used nodes > free nodes
-                if pmilli == 0:
-                    s = 0
-                else:
-                    full = 0
-                    for g in range(G):
-                        if left[n, g] == 1000:
-                            full += 1
-                    if full == G:
-                        s = max(33 - full, full)
-                    else:
-                        # GPUs in ascending free order (stable), take those that fit
-                        for g in range(G):
-                            tmp[g] = g
-                        for a in range(1, G):
-                            b = a
-                            while b > 0 and left[n, tmp[b - 1]] > left[n, tmp[b]]:
-                                tmp[b - 1], tmp[b] = tmp[b], tmp[b - 1]
-                                b -= 1
-                        need = pnum
-                        full_use = 0
-                        ratio = 0
-                        for a in range(G):
-                            if need == 0:
-                                break
-                            lg = left[n, tmp[a]]
-                            if pmilli <= lg:
-                                need -= 1
-                                ratio += lg * 100 // 1000
-                                if lg == 1000:
-                                    full_use += 1
-                        if full_use > 0:
-                            s = max(50 - full_use, 33)
-                        else:
-                            s = max(100 - ratio // 10, 50)
-            elif policy == 4:    # BestFit: least leftover (CPU and GPU, normalised by max spec)
-                sc = 0.5 * (cpu_left[n] - pcz) / MAX_SPEC_CPU + 0.5 * (ltot - pmilli * pnum) / MAX_SPEC_GPU
-                s = np.int64((1.0 - sc) * 100.0)
-            else:                # FGD: least growth of the node's fragmentation
-                before = nfrag[n]
-                if share:
-                    s = -1
-                    for g in range(G):
-                        if left[n, g] >= pmilli:
-                            for a in range(G):
-                                tmp[a] = left[n, a]
-                            tmp[g] -= pmilli
-                            after = _frag_memo(memo, cpu_left[n] - pcz, tmp, G, n_model[n],
-                                               tp_cpu, tp_milli, tp_num, tp_mask, tp_prob)
-                            sg = _sigmoid_score(before, after)
-                            if gsel < 0 or sg > s:
-                                s = sg
-                                gsel = g
-                else:
-                    for a in range(G):
-                        tmp[a] = left[n, a]
-                    need = pnum if pmilli > 0 else 0
-                    for a in range(G):
-                        if need == 0:
-                            break
-                        if tmp[a] >= pmilli and tmp[a] == 1000:
-                            tmp[a] -= pmilli
-                            need -= 1
-                    after = _frag_memo(memo, cpu_left[n] - pcz, tmp, G, n_model[n],
-                                       tp_cpu, tp_milli, tp_num, tp_mask, tp_prob)
-                    s = _sigmoid_score(before, after)
+            if policy == 0:      # Random: one uniform draw among the feasible nodes (below)
+                cand[ties] = n
+                ties += 1
+                continue
             if s > best_s:
                 best_s = s
                 best = n
-                best_gpu = gsel
+                best_gpu = sg[n]
                 ties = 1
             elif s == best_s:
                 ties += 1
-                if np.random.randint(0, ties) == 0:
+                if random_ties:
+                    if np.random.randint(0, ties) == 0:
+                        best = n
+                        best_gpu = sg[n]
+                elif n_rank[n] < n_rank[best]:
                     best = n
-                    best_gpu = gsel
+                    best_gpu = sg[n]
+        if policy == 0 and ties > 0:
+            best = cand[np.random.randint(0, ties)]
         if best >= 0:
             n = best
             G = n_gpus[n]
             cpu_left[n] -= pc
-            mem_left[n] -= pm
+            mem_left[n] -= p_mem[i]
+            nver[n] += 1
             if pmilli > 0:
                 if share:
-                    g = best_gpu if policy == 5 else _best_gpu(left[n], G, pmilli)
+                    if policy == 5:
+                        g = best_gpu
+                    elif policy == 0:
+                        g = _random_gpu(left[n], G, pmilli)
+                    else:
+                        g = _best_gpu(left[n], G, pmilli)
                     left[n, g] -= pmilli
                     aff[n, 0] += 1
                 else:
@@ -438,32 +511,57 @@ def discretize(arrived: np.ndarray, used: np.ndarray, frag: np.ndarray, idle: np
                                       "frag_rate_pct": pl.Float64}, orient="row")
 
 
-def place(nodes: dict, pods: dict, tp: dict, order: np.ndarray, policy: str, seed: int):
+def spec_ids(pods: dict) -> np.ndarray:
+    """Pods with identical requests (CPU, memory, GPUs, milli-GPU, model constraint) share an id (0..S-1)."""
+    key = np.stack([pods["cpu"], pods["mem"], pods["num"], pods["milli"], pods["mask"]], axis=1)
+    return np.unique(key, axis=0, return_inverse=True)[1].reshape(-1).astype(np.int64)
+
+
+def node_ranks(n_nodes: int, seed: int) -> np.ndarray:
+    """Tie-break priority of each node for one seed (lower wins): a seeded random permutation, as the paper's
+    simulator prefixes node names with ``rand.Perm`` and its scheduler takes the smallest name among ties.
+    The same for every policy of a seed, like the paper's (one seeded generator per run)."""
+    return np.random.default_rng([seed, 1]).permutation(n_nodes).astype(np.int64)
+
+
+def place(nodes: dict, pods: dict, tp: dict, order: np.ndarray, policy: str, seed: int,
+          rank: np.ndarray | None = None, tie_break: str = "name"):
     """One run: per-pod series (arrived, used, frag, idle milli-GPU) and the node index of each pod."""
     arrays = [np.zeros(order.size) for _ in range(4)]
     where = np.full(order.size, -1, dtype=np.int64)
-    run_placement(POLICIES.index(policy), seed, order, pods["cpu"], pods["cpu_nz"], pods["mem"], pods["num"],
-                  pods["milli"], pods["mask"], nodes["cpu"], nodes["mem"], nodes["gpus"], nodes["model"],
-                  tp["cpu"], tp["milli"], tp["num"], tp["mask"], tp["prob"], *arrays, where)
+    rank = node_ranks(nodes["gpus"].size, seed) if rank is None else rank
+    spec = pods["spec_id"] if "spec_id" in pods else spec_ids(pods)
+    run_placement(POLICIES.index(policy), seed, order, spec, pods["cpu"], pods["cpu_nz"], pods["mem"], pods["num"],
+                  pods["milli"], pods["mask"], nodes["cpu"], nodes["mem"], nodes["gpus"], nodes["model"], rank,
+                  tie_break == "random", tp["cpu"], tp["milli"], tp["num"], tp["mask"], tp["prob"], *arrays, where)
     return arrays, where
 
 
+TIE_BREAKS = ("name", "random")
+
+
 def run_protocol(nodes: dict, pods: dict, policies: list[str] | None = None, seeds: list[int] | None = None,
-                 ratio: float = TARGET_RATIO, popularity: float = POPULARITY) -> pl.DataFrame:
+                 ratio: float = TARGET_RATIO, popularity: float = POPULARITY, tie_break: str = "name"
+                 ) -> pl.DataFrame:
     """Curves for every (policy, seed): columns policy, seed, arrived_pct, alloc_pct, unallocated_pct,
-    frag_rate_pct, pods, placed, failed (pods that fit nowhere, over the whole run)."""
+    frag_rate_pct, pods, placed, failed (pods that fit nowhere, over the whole run).
+    ``tie_break``: "name" (the paper's scheduler: one seeded node order per seed, see ``node_ranks``) or
+    "random" (upstream Kubernetes: uniform among the best)."""
     policies = policies or POLICIES
     seeds = seeds if seeds is not None else list(range(42, 52))
     for p in policies:
         if p not in POLICIES:
             raise ValueError(f"unknown policy {p!r}; use one of {', '.join(POLICIES)} or 'all'")
+    if tie_break not in TIE_BREAKS:
+        raise ValueError(f"unknown tie break {tie_break!r}; use one of {', '.join(TIE_BREAKS)}")
     tp = typical_pods(pods, popularity)
     cap = int(nodes["gpus"].sum()) * MILLI
     out = []
     for seed in seeds:
         order = arrival_order(pods, cap, seed, ratio)
+        rank = node_ranks(nodes["gpus"].size, seed)
         for pol in policies:
-            arrays, where = place(nodes, pods, tp, order, pol, seed)
+            arrays, where = place(nodes, pods, tp, order, pol, seed, rank, tie_break)
             gpu = pods["milli"][order] > 0
             placed = int(np.count_nonzero(gpu & (where >= 0)))
             gpu_pods = int(np.count_nonzero(gpu))
