@@ -5,6 +5,8 @@ import datetime as dt
 
 import polars as pl
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import dashboard_fixtures as dfx
 from dashboard_fixtures import lab_db  # noqa: F401 (fixture)
@@ -91,3 +93,23 @@ def test_week_bucket_and_previous_period_delta(lab_db, model, monkeypatch):
     assert m.delta == f"{100 * (r_now - r_before):+.1f} pp"
     shown = dfx.frame_with(at, "Pool (GPU type)", "Allocated (GPU-hours)")
     assert shown.columns[0] == "Period (week, UTC)"
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(teams=st.sets(st.sampled_from(["nlp", "vision", "platform", "(unmapped)"]), min_size=1),
+       pools=st.sets(st.sampled_from(["a100", "h100"])))
+def test_any_team_and_pool_filter_keeps_the_capacity_identity(lab_db, monkeypatch, teams, pools):
+    """Whatever teams and pools are selected: selected + other teams' allocation + idle + unavailable equals the
+    capacity of the pools kept, in every bucket, and the selected teams' GPU-hours are theirs in the model."""
+    from dashboards import model_reads as mr
+    from dashboards.filters import Filters
+    monkeypatch.setenv("GPULEDGER_DB", str(lab_db))
+    f = Filters(dt.date(2026, 10, 1), dt.date(2026, 10, 15), pools=tuple(sorted(pools)), teams=tuple(sorted(teams)))
+    from dashboards.queries import current
+    df = mr.utilization(current().version, f, "day")
+    parts = df["allocated_gpu_h"] + df["other_allocated_gpu_h"] + df["idle_gpu_h"] + df["unavailable_gpu_h"]
+    assert parts.to_list() == pytest.approx((df["capacity_gpu_h"] + df["beyond_capacity_gpu_h"]).to_list())
+    model = utilization.by_bucket(Snapshot(lab_db).cursor(), f.t0, f.t1, "day", by=["gpu_type", "team"])
+    mine = model.filter(pl.col("team").is_in(list(teams)) & (pl.col("gpu_type").is_in(list(pools)) if pools
+                                                            else pl.lit(True)))
+    assert df["allocated_gpu_h"].sum() == pytest.approx(mine["allocated_gpu_h"].sum())
