@@ -1,6 +1,7 @@
 """The dashboards in a real browser: `gpuledger dashboard` serving a demo warehouse, driven by Playwright through
-Debian's chromium (no browser download). Every page loads with its charts and no exception; a statement CSV
-downloaded from the page is the finance export byte for byte; a screenshot of each page is kept under
+Debian's chromium (no browser download). Every page loads with its charts and no exception; the statement CSV
+downloaded from the Chargeback page is the finance export byte for byte, and a table's CSV carries the page's
+labels; the server warms the new snapshot's views once; a screenshot of each page is kept under
 tests/artifacts/dashboard/ (git-ignored) for people to look at.
 
 The warehouse is the demo generator's (a small one: 28 days of a 13-node cluster) when it is available,
@@ -30,6 +31,8 @@ PAGES = [("", "Overview"), ("utilization", "Utilization"), ("efficiency", "Effic
          ("fragmentation", "Fragmentation"), ("fairness", "Fairness & queues"), ("chargeback", "Chargeback"),
          ("forecast", "Forecast & capacity"), ("data_health", "Data health")]
 
+#: 1400 px wide (the width the pages are designed for), taller than the longest page.
+VIEWPORT = {"width": 1400, "height": 3600}
 pytestmark = [pytest.mark.browser]
 if not CHROMIUM.exists():
     pytestmark.append(pytest.mark.skip(reason="Debian's chromium (/usr/bin/chromium) is not installed"))
@@ -100,24 +103,23 @@ def _open(page, url: str, title: str) -> None:
 
 
 def _screenshot(page, name: str) -> Path:
-    """The whole page: Streamlit scrolls inside its main block, so grow the viewport to the content first."""
-    height = page.evaluate("() => Math.max(...[...document.querySelectorAll('[data-testid=\"stMain\"], "
-                           "[data-testid=\"stAppViewContainer\"], section.main')].map(e => e.scrollHeight), 900)")
-    page.set_viewport_size({"width": 1400, "height": min(int(height) + 40, 9000)})
-    # a resize can make Streamlit redraw: wait until no element is stale or still a loading skeleton
+    """The whole page. The viewport is already taller than any page (Streamlit scrolls inside its main block, so
+    a full-page capture of a short viewport would cut it); wait until nothing is stale or loading."""
     page.wait_for_function("() => !document.querySelector('[data-stale=\"true\"], [data-testid=\"stSkeleton\"],"
                            " [data-testid=\"stStatusWidget\"]')", timeout=120_000)
-    page.wait_for_timeout(1500)
+    page.wait_for_timeout(1000)
+    height = page.evaluate("() => Math.max(...[...document.querySelectorAll('[data-testid=\"stMain\"] > div')]"
+                           ".map(e => e.scrollHeight), 900)")
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"{name}.png"
-    page.screenshot(path=str(path), full_page=True, timeout=120_000)
-    page.set_viewport_size({"width": 1400, "height": 1000})
+    page.screenshot(path=str(path), clip={"x": 0, "y": 0, "width": VIEWPORT["width"],
+                                          "height": min(int(height) + 60, VIEWPORT["height"])}, timeout=120_000)
     return path
 
 
 @pytest.mark.parametrize("slug,title", PAGES, ids=[p or "overview" for p, _ in PAGES])
-def test_every_page_renders_charts_without_exception(server, browser, slug, title):
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+def test_every_page_renders_charts_without_exception(server, browser, warehouse_db, tmp_path, slug, title):
+    page = browser.new_page(viewport=VIEWPORT, accept_downloads=True)
     try:
         _open(page, f"{server}/{slug}", title)
         n_charts = page.locator(".js-plotly-plot .main-svg").count()
@@ -126,43 +128,37 @@ def test_every_page_renders_charts_without_exception(server, browser, slug, titl
         # data freshness is visible on every page
         assert page.get_by_text("Data freshness").count() == 1
         assert page.get_by_text("Page not found").count() == 0
+        if slug == "chargeback":
+            _statement_csv_is_the_finance_export(page, warehouse_db, tmp_path)
+        if slug == "utilization":
+            _table_csv_has_human_labels(page)
         shot = _screenshot(page, slug or "overview")
         assert shot.stat().st_size > 10_000
     finally:
         page.close()
 
 
-def test_downloaded_statement_csv_is_the_finance_export(server, browser, warehouse_db, tmp_path):
-    page = browser.new_page(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
-    try:
-        _open(page, f"{server}/chargeback", "Chargeback")
-        with page.expect_download(timeout=60_000) as dl:
-            page.get_by_role("button", name="Statement CSV").click()
-        got = Path(dl.value.path()).read_bytes()
-        named = re.fullmatch(r"chargeback-(\d{4}-\d{2})\.csv", dl.value.suggested_filename)
-        assert named, dl.value.suggested_filename
-        period = named.group(1)
-    finally:
-        page.close()
-    out = tmp_path / f"chargeback-{period}.csv"
-    code = subprocess.run([sys.executable, "-m", "gpuledger", "-q", "--db", str(warehouse_db), "chargeback",
-                           "--period", period, "--out", str(out)], capture_output=True, text=True)
-    assert code.returncode == 0, code.stderr
+def _statement_csv_is_the_finance_export(page, warehouse_db: Path, tmp_path: Path) -> None:
+    """The statement CSV downloaded from the page is byte for byte `gpuledger chargeback --out X.csv`."""
+    with page.expect_download(timeout=60_000) as dl:
+        page.get_by_role("button", name="Statement CSV").click()
+    got = Path(dl.value.path()).read_bytes()
+    named = re.fullmatch(r"chargeback-(\d{4}-\d{2})\.csv", dl.value.suggested_filename)
+    assert named, dl.value.suggested_filename
+    out = tmp_path / dl.value.suggested_filename
+    done = subprocess.run([sys.executable, "-m", "gpuledger", "-q", "--db", str(warehouse_db), "chargeback",
+                           "--period", named.group(1), "--out", str(out)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
     assert got == out.read_bytes()
 
 
-def test_downloaded_table_csv_has_human_labels(server, browser):
-    page = browser.new_page(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
-    try:
-        _open(page, f"{server}/utilization", "Utilization")
-        with page.expect_download(timeout=60_000) as dl:
-            page.get_by_role("button", name="Download CSV").first.click()
-        text = Path(dl.value.path()).read_text()
-    finally:
-        page.close()
-    header, *rows = list(csv.reader(io.StringIO(text)))
+def _table_csv_has_human_labels(page) -> None:
+    """A table's CSV has the labels shown on the page, never raw column names, and whole rows."""
+    with page.expect_download(timeout=60_000) as dl:
+        page.get_by_role("button", name="Download CSV").first.click()
+    header, *rows = list(csv.reader(io.StringIO(Path(dl.value.path()).read_text())))
     assert header[:2] == ["Period (day, UTC)", "Pool (GPU type)"] and "Allocated (GPU-hours)" in header
-    assert not any("_" in h for h in header)          # labels, never raw column names
+    assert not any("_" in h for h in header)
     assert rows and all(len(r) == len(header) for r in rows)
 
 
