@@ -175,7 +175,7 @@ def chargeback_periods(version: str, first: dt.date | None, last: dt.date | None
     return sorted(months, reverse=True), closed
 
 
-@st.cache_resource(max_entries=24, show_spinner=False)
+@st.cache_resource(max_entries=6, show_spinner=False)
 def statement(version: str, period: str):
     """The period's Statement (frozen if closed, else computed from the snapshot); CostError text if it cannot be.
 
@@ -191,7 +191,7 @@ def statement(version: str, period: str):
     return st_, mod.views(st_)
 
 
-@st.cache_data(max_entries=8, show_spinner=False)
+@st.cache_data(max_entries=4, show_spinner=False)
 def statement_xlsx(version: str, period: str) -> bytes:
     """The statement workbook exactly as `gpuledger chargeback --out X.xlsx` writes it (dashboards/exports.py).
 
@@ -220,7 +220,7 @@ def forecast(version: str, measure: str, horizon: int, target_util: float, band:
 
 # ---------------------------------------------------------------- what-if (models/whatif.py, issue 8)
 
-@st.cache_resource(max_entries=8, show_spinner=False)
+@st.cache_resource(max_entries=4, show_spinner=False)
 def whatif_inputs(version: str, t0: dt.datetime, t1: dt.datetime, cluster: str | None):
     """The simulator's inputs for the window (capacity at its start, its jobs and outages), or the reason
     there are none as a string."""

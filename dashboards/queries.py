@@ -17,7 +17,8 @@ from dashboards import snapshot
 from dashboards.filters import Filters
 from dashboards.theme import UNMAPPED
 
-CACHE = dict(max_entries=256, show_spinner=False)
+#: Views are small tables; old snapshots' entries age out (a new snapshot changes every key).
+CACHE = dict(max_entries=256, ttl=6 * 3600, show_spinner=False)
 
 
 def current() -> snapshot.Snapshot:
