@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 HOUR_US = 3_600_000_000
+DAY_US = 24 * HOUR_US
 
 
 def group_cumsum(x: np.ndarray, starts: np.ndarray) -> np.ndarray:
@@ -17,36 +18,58 @@ def group_cumsum(x: np.ndarray, starts: np.ndarray) -> np.ndarray:
     return c - before[np.maximum.accumulate(np.where(starts, np.arange(len(x)), 0))]
 
 
-def hour_integrals(group: np.ndarray, t0: np.ndarray, t1: np.ndarray, rates: dict[str, np.ndarray]
-                   ) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
-    """Integrate rates held on intervals [t0, t1) (epoch microseconds) per group and UTC hour.
+#: Most (group x hour) cells one pass holds in memory (per rate: 8 bytes each); more groups go in batches.
+MAX_CELLS = 4_000_000
 
-    Each interval adds rate x its microseconds inside its first and last hour, and rate x one hour to every hour
-    between (through a difference array). Returns (group, hour start in epoch microseconds, {name: rate-seconds})
-    for every (group, hour) any interval touches; ``group`` are small non-negative integers."""
+
+def hour_integrals(group: np.ndarray, t0: np.ndarray, t1: np.ndarray, rates: dict[str, np.ndarray],
+                   period_us: int = HOUR_US) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """Integrate rates held on intervals [t0, t1) (epoch microseconds) per group and UTC hour (or another
+    ``period_us``, e.g. DAY_US: UTC days).
+
+    Each interval adds rate x its microseconds inside its first and last period, and rate x one period to every
+    period between (through a difference array). Returns (group, period start in epoch microseconds,
+    {name: rate-seconds}) for every (group, period) any interval touches; ``group`` are non-negative integers.
+    Memory stays bounded: groups are integrated in batches of at most MAX_CELLS (group x period) cells."""
     keep = t1 > t0
     group, t0, t1 = group[keep], t0[keep], t1[keep]
+    rates = {k: v[keep] for k, v in rates.items()}
     if not len(group):
         return np.zeros(0, np.int64), np.zeros(0, np.int64), {k: np.zeros(0) for k in rates}
-    base = int(t0.min()) // HOUR_US
-    h0, h1 = t0 // HOUR_US - base, (t1 - 1) // HOUR_US - base
+    hours = int((t1.max() - 1) // period_us - t0.min() // period_us) + 2
+    per_batch = max(1, MAX_CELLS // hours)
+    if len(np.unique(group)) <= per_batch:
+        return _period_integrals(group, t0, t1, rates, period_us)
+    order = np.argsort(group, kind="stable")
+    group, t0, t1 = group[order], t0[order], t1[order]
+    rates = {k: v[order] for k, v in rates.items()}
+    firsts = np.flatnonzero(np.r_[True, group[1:] != group[:-1]])
+    bounds = np.r_[firsts[::per_batch], len(group)]
+    parts = [_period_integrals(group[a:b], t0[a:b], t1[a:b], {k: v[a:b] for k, v in rates.items()}, period_us)
+             for a, b in zip(bounds[:-1], bounds[1:])]
+    return (np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts]),
+            {k: np.concatenate([p[2][k] for p in parts]) for k in rates})
+
+
+def _period_integrals(group, t0, t1, rates, period):
+    base = int(t0.min()) // period
+    h0, h1 = t0 // period - base, (t1 - 1) // period - base
     nh = int(h1.max()) + 2
     ugroup, grow = np.unique(group, return_inverse=True)
     key0, key1 = grow * nh + h0, grow * nh + h1
     same = h0 == h1
-    first = np.where(same, t1, (h0 + base + 1) * HOUR_US) - t0          # microseconds in the first hour
-    last = np.where(same, 0, t1 - (h1 + base) * HOUR_US)                # ... in the last hour (if another)
-    between = (~same) * HOUR_US
+    first = np.where(same, t1, (h0 + base + 1) * period) - t0          # microseconds in the first period
+    last = np.where(same, 0, t1 - (h1 + base) * period)                # ... in the last one (if another)
+    between = (~same) * period
     size = len(ugroup) * nh
     out, touched = {}, np.zeros(size, bool)
     touched[key0] = True
     touched[key1] = True
     for name, v in rates.items():
-        v = v[keep]
         part = np.bincount(key0, v * first, size) + np.bincount(key1, v * last, size)
         diff = np.bincount(key0 + 1, v * between, size + 1)[:size] - np.bincount(key1, v * between, size)
         out[name] = (part + np.cumsum(diff.reshape(len(ugroup), nh), axis=1).ravel()) / 1e6
     full = np.cumsum(np.bincount(key0 + 1, between, size + 1)[:size].reshape(len(ugroup), nh)
                      - np.bincount(key1, between, size).reshape(len(ugroup), nh), axis=1).ravel() > 0
     idx = np.flatnonzero(touched | full)
-    return ugroup[idx // nh], (base + idx % nh) * HOUR_US, {k: v[idx] for k, v in out.items()}
+    return ugroup[idx // nh], (base + idx % nh) * period, {k: v[idx] for k, v in out.items()}

@@ -172,6 +172,68 @@ def hourly_sql(start: dt.datetime, end: dt.datetime) -> tuple[str, dict]:
     return sql, params
 
 
+def demand_sql(start: dt.datetime, end: dt.datetime, bucket: str = "day") -> tuple[str, dict]:
+    """SQL (and parameters) for GPU-seconds held per node class and job attributes covering exactly
+    [start, end): cluster, hour (the start of the bucket's smallest part: a UTC day, or an hour for hour
+    buckets), gpu_type, partitions (the node's), team, account, user, job_partition, qos, gpu_s.
+
+    Whole days come from tl_demand_daily, a partial first/last day from the job pieces; hour buckets read the
+    pieces (split by hour) for the whole window."""
+    if bucket == "hour":
+        d0 = d1 = _floor_hour(start)
+        edges = [(start, end, "hour")]
+    else:
+        d0 = _ceil_day(start)
+        d1 = max(_floor_day(end), d0)
+        edges = [(start, min(d0, end), "day"), (max(d1, start), end, "day")]
+    params = {"dd0": d0, "dd1": d1}
+    parts = ['SELECT cluster, day AS hour, gpu_type, partitions, team, account, "user", job_partition, qos, gpu_s '
+             "FROM tl_demand_daily WHERE day >= $dd0 AND day < $dd1"]
+    for n, (ea, eb, unit) in enumerate(edges, start=1):
+        params.update({f"da{n}": ea, f"db{n}": eb})
+        iv = "INTERVAL 1 HOUR" if unit == "hour" else "INTERVAL 1 DAY"
+        parts.append(f"""
+        SELECT a.cluster, p AS hour, a.gpu_type, a.partitions, j.team, j.account, j."user",
+               j.partition AS job_partition, j.qos,
+               sum(a.gpus * (epoch_us(least(a.t1, $db{n}, p + {iv})) - epoch_us(greatest(a.t0, $da{n}, p))) / 1e6)
+                   AS gpu_s
+        FROM (SELECT *, unnest(generate_series(date_trunc('{unit}', greatest(t0, $da{n})),
+                                               least(t1, $db{n}) - INTERVAL 1 MICROSECOND, {iv})) AS p
+              FROM tl_job_alloc WHERE t1 > $da{n} AND t0 < $db{n} AND $da{n} < $db{n}) a
+        JOIN jobs j ON j.job_uid = a.job_uid GROUP BY ALL""")
+    return " UNION ALL ".join(parts), params
+
+
+def pending_sql(start: dt.datetime, end: dt.datetime) -> tuple[str, dict]:
+    """SQL (and parameters) for hourly GPU-seconds of eligible waits per request covering exactly [start, end):
+    cluster, hour, partition (as the job named them), gpu_type (typed request, NULL = any), pend_s."""
+    h0 = _ceil_hour(start)
+    h1 = max(_floor_hour(end), h0)
+    params = {"ph0": h0, "ph1": h1, "pa1": start, "pb1": min(h0, end), "pa2": max(h1, start), "pb2": end}
+    edge = lambda n: f"""
+        SELECT cluster, date_trunc('hour', $pa{n}) AS hour, partition, gpu_type,
+               sum(g * (epoch_us(least(p1, $pb{n})) - epoch_us(greatest(p0, $pa{n}))) / 1e6) AS pend_s
+        FROM (SELECT j.cluster, j.partition, j.gpu_type, coalesce(nullif(j.req_gpus, 0), j.ngpus) AS g,
+                     greatest(j.eligible, c.data_start) AS p0,
+                     least(coalesce(j.start, j."end", CASE WHEN j.state = 'PENDING' THEN c.horizon END),
+                           c.horizon) AS p1
+              FROM jobs j JOIN tl_clusters c ON c.cluster = j.cluster
+              WHERE j.eligible IS NOT NULL AND j.eligible < $pb{n} AND coalesce(j.start, j."end", c.horizon) > $pa{n})
+        WHERE g > 0 AND p1 > $pa{n} AND p0 < $pb{n} AND $pa{n} < $pb{n} GROUP BY ALL"""   # noqa: E731
+    sql = ("SELECT cluster, hour, partition, gpu_type, pend_s FROM tl_pending_hourly "
+           f"WHERE hour >= $ph0 AND hour < $ph1 UNION ALL {edge(1)} UNION ALL {edge(2)}")
+    return sql, params
+
+
+def _floor_day(t: dt.datetime) -> dt.datetime:
+    return t.replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def _ceil_day(t: dt.datetime) -> dt.datetime:
+    f = _floor_day(t)
+    return f if f == t else f + dt.timedelta(days=1)
+
+
 def _floor_hour(t: dt.datetime) -> dt.datetime:
     return t.replace(minute=0, second=0, microsecond=0)
 

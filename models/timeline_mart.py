@@ -23,6 +23,7 @@ import numpy as np
 import polars as pl
 
 from ingest import warehouse
+from models import timeline_rollups
 from models.intervals import group_cumsum, hour_integrals
 
 #: Job states in which a NULL end means "still running" (counted up to the horizon).
@@ -315,12 +316,14 @@ def build(con: duckdb.DuckDBPyConnection, full: bool = False) -> dict[str, dict]
     """
     last_run = con.sql("SELECT coalesce(max(run_id), 0) FROM ingest_runs").fetchall()[0][0]
     spans = compute_spans(con)
-    old = {r[0]: r[1:] for r in con.sql("SELECT cluster, data_start, horizon, last_run_id FROM tl_clusters").fetchall()}
+    old = {r[0]: r[1:] for r in con.sql(
+        "SELECT cluster, data_start, horizon, last_run_id, team_fp FROM tl_clusters").fetchall()}
     report = {}
     con.execute("BEGIN TRANSACTION")
     try:
         for gone in set(old) - set(spans):
-            for t in ("tl_node_state", "tl_job_alloc", "tl_node_segments", "tl_hourly", "tl_clusters"):
+            for t in ("tl_node_state", "tl_job_alloc", "tl_node_segments", "tl_hourly", "tl_demand_daily",
+                      "tl_pending_hourly", "tl_clusters"):
                 con.execute(f"DELETE FROM {t} WHERE cluster = ?", [gone])
         for cluster, (ds, hz) in sorted(spans.items()):
             report[cluster] = _build_cluster(con, cluster, ds, hz, None if full else old.get(cluster), last_run)
@@ -374,15 +377,32 @@ def _build_cluster(con, c: str, ds, hz, old, last_run: int) -> dict:
     _ex(con, "DELETE FROM tl_node_segments WHERE cluster = $c AND t0 >= $T", {"c": c, "T": T})
     _ex(con, "UPDATE tl_node_segments SET t1 = $T WHERE cluster = $c AND t1 > $T", {"c": c, "T": T})
     new = build_segments(con, c, T)
-    H = T.replace(minute=0, second=0, microsecond=0)
+    H = _hour(T)
     _ex(con, "DELETE FROM tl_hourly WHERE cluster = $c AND hour >= $H", {"c": c, "H": H})
     hourly_rollup(con, c, H, T, new)
-    _ex(con, """INSERT INTO tl_clusters VALUES ($c, $ds, $hz, $r, $now)
+    # Job attributes (team, account, ...) and waits can change without changing placements: roll demand up
+    # from the earliest start of a changed job, waits from the earliest eligibility (or everything when
+    # governance re-mapped teams).
+    team_fp = timeline_rollups.team_fingerprint(con, c)
+    t_start, t_elig = _ex(con, """SELECT min(start), min(coalesce(eligible, submit)) FROM jobs
+                                  WHERE job_uid IN (SELECT job_uid FROM _changed)""").fetchall()[0]
+    demand_from = T if t_start is None else min(T, max(t_start, ds))
+    if incremental and old[3] != team_fp:
+        demand_from = ds
+    timeline_rollups.demand_rollup(con, c, demand_from.replace(hour=0, minute=0, second=0, microsecond=0))
+    timeline_rollups.pending_rollup(con, c, _hour(T if t_elig is None else min(T, max(t_elig, ds))), ds, hz)
+    _ex(con, """INSERT INTO tl_clusters (cluster, data_start, horizon, last_run_id, refreshed_at, team_fp)
+                   VALUES ($c, $ds, $hz, $r, $now, $fp)
                    ON CONFLICT (cluster) DO UPDATE SET data_start = excluded.data_start, horizon = excluded.horizon,
-                     last_run_id = excluded.last_run_id, refreshed_at = excluded.refreshed_at""",
-                {"c": c, "ds": ds, "hz": hz, "r": last_run, "now": warehouse.utcnow()})
+                     last_run_id = excluded.last_run_id, refreshed_at = excluded.refreshed_at,
+                     team_fp = excluded.team_fp""",
+                {"c": c, "ds": ds, "hz": hz, "r": last_run, "now": warehouse.utcnow(), "fp": team_fp})
     n_jobs = con.sql("SELECT count(*) FROM _rb").fetchall()[0][0]
     return {"from": T, "full": not incremental, "jobs": n_jobs}
+
+
+def _hour(t: dt.datetime) -> dt.datetime:
+    return t.replace(minute=0, second=0, microsecond=0)
 
 
 def is_stale(con: duckdb.DuckDBPyConnection) -> bool:

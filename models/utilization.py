@@ -17,18 +17,13 @@ from __future__ import annotations
 from typing import Iterable
 
 import duckdb
-import numpy as np
 import polars as pl
 
 from models import timeline
-from models.intervals import hour_integrals
 
 DEMAND_DIMS = ("team", "account", "user", "job_partition", "qos")
 ALL_DIMS = timeline.CAPACITY_DIMS + DEMAND_DIMS
 TOTAL_LABEL = "(all)"
-
-_DEMAND_SQL = {"team": "coalesce(j.team, '(unmapped)')", "account": "j.account", "user": 'j."user"',
-               "job_partition": "j.partition", "qos": "j.qos"}
 
 TOTAL_COLUMNS = ["hours", "capacity_gpu_h", "unavailable_gpu_h", "available_gpu_h", "allocated_gpu_h", "idle_gpu_h",
                  "allocation_ratio", "beyond_capacity_gpu_h", "pending_gpu_h", "planned_gpu_h", "sreport_allocated",
@@ -44,79 +39,53 @@ def _inner_keys(cap: list[str]) -> list[str]:
     return ["cluster", *[d for d in cap if d != "cluster"]]
 
 
-def _pending_sql(cap: list[str]) -> str:
-    """Eligible waits (epoch microseconds, clipped to the window and the data span) of GPU jobs, once per
-    capacity group they could run in."""
-    keys = ", ".join(f"jg.{k}" for k in _inner_keys(cap))
-    return f"""
-    WITH pj AS (
-      SELECT j.job_uid, j.cluster, j.partition, j.gpu_type, coalesce(nullif(j.req_gpus, 0), j.ngpus) AS g,
-             greatest(j.eligible, $s, c.data_start) AS p0,
-             least(coalesce(j.start, j."end", CASE WHEN j.state = 'PENDING' THEN c.horizon END), c.horizon, $e) AS p1
-      FROM jobs j JOIN tl_clusters c ON c.cluster = j.cluster
-      WHERE j.eligible IS NOT NULL AND j.eligible < $e AND coalesce(j.start, c.horizon) > $s),
-    pj2 AS (SELECT * FROM pj WHERE g > 0 AND p1 > p0){_job_groups_sql(cap)}
-    SELECT {keys}, epoch_us(pj2.p0) AS p0, epoch_us(pj2.p1) AS p1, pj2.g::DOUBLE AS g
-    FROM pj2 JOIN jg ON jg.job_uid = pj2.job_uid"""
-
-
-def _pending_hourly(con, cap: list[str], params: dict) -> pl.DataFrame:
-    """Pending GPU-seconds per hour and capacity group (a long wait is one row, integrated hour by hour in
-    numpy: splitting waits into job-hours in SQL costs a row per hour of every wait)."""
-    keys = _inner_keys(cap)
-    waits = timeline.frame(con, _pending_sql(cap), params)
-    schema = {**{k: pl.String for k in keys}, "hour": pl.Datetime("us"), "pend_s": pl.Float64}
-    if waits.is_empty():
-        return pl.DataFrame(schema=schema)
-    groups = waits.select(keys).unique().with_row_index("_g")
-    waits = waits.join(groups, on=keys, how="left", nulls_equal=True)
-    g, hour, out = hour_integrals(waits["_g"].to_numpy().astype(np.int64), waits["p0"].to_numpy(),
-                                  waits["p1"].to_numpy(), {"pend_s": waits["g"].to_numpy()})
-    frame = pl.DataFrame({"_g": g.astype(np.uint32), "hour": pl.Series(hour).cast(pl.Datetime("us")),
-                          "pend_s": out["pend_s"]})
-    return frame.join(groups.with_columns(pl.col("_g").cast(pl.UInt32)), on="_g").select(*keys, "hour", "pend_s")
-
-
-def _hour_groups_sql(cap: list[str], hourly_src: str) -> str:
-    """Per hour, cluster and capacity group: the hourly rollup, with planned = min(idle, eligible pending
-    GPU-seconds (temp table _pend) of the jobs that could run in the group), capped per hour as slurmdbd caps
-    its Planned."""
+def _hour_groups_sql(cap: list[str], hourly_src: str, pending_src: str) -> str:
+    """Per hour, cluster and capacity group: the hourly rollup, with pend_s (GPU-seconds of eligible waits of the
+    jobs that could run in the group) and planned = min(idle, pend_s), capped per hour as slurmdbd caps its
+    Planned."""
     inner = _inner_keys(cap)
     src = timeline.explode_partitions(hourly_src) if "partition" in cap else hourly_src
     dims_sel = ", ".join(timeline.capacity_dim_sql([d for d in inner if d != "cluster"]))
+    on = " AND ".join(f"p.{k} = hg.{k}" for k in inner)
     return f"""
     hg AS (
       SELECT hour, cluster{', ' + dims_sel if dims_sel else ''}, sum(capacity_s) AS cap, sum(alloc_s) AS alloc,
              sum(alloc_in_s) AS ain, sum(idle_s) AS idle, sum(down_s) AS down, sum(planned_down_s) AS pdown
       FROM ({src}) GROUP BY ALL),
+    pr AS ({pending_src}),
+    {_request_groups_sql(cap)},
+    pend AS (SELECT {', '.join('rg.' + k for k in inner)}, pr.hour, sum(pr.pend_s) AS pend_s
+             FROM pr JOIN rg ON rg.cluster = pr.cluster AND rg.r_partition IS NOT DISTINCT FROM pr.partition
+                            AND rg.r_gpu_type IS NOT DISTINCT FROM pr.gpu_type
+             GROUP BY ALL),
     hp AS (
       SELECT hg.*, coalesce(p.pend_s, 0) AS pend_s, least(hg.idle, coalesce(p.pend_s, 0)) AS planned
-      FROM hg LEFT JOIN _pend p ON p.hour = hg.hour {''.join(f' AND p.{k} = hg.{k}' for k in inner)})"""
+      FROM hg LEFT JOIN pend p ON p.hour = hg.hour AND {on})"""
 
 
-def _job_groups_sql(cap: list[str]) -> str:
-    """jg(job_uid, cluster, capacity dims): the groups a pending job could run in. Partition: the partitions it
-    was submitted to; pool: its typed GPU request, else every pool of those partitions."""
+def _request_groups_sql(cap: list[str]) -> str:
+    """rg(cluster, partition, gpu_type -> capacity group): the groups a request could run in. Partition: the
+    partitions it named; pool: its typed GPU request, else every pool of those partitions."""
     others = [d for d in cap if d != "cluster"]
     if not others:
-        return ", jg AS (SELECT job_uid, cluster FROM pj2)"
+        return "rg AS (SELECT DISTINCT cluster, partition AS r_partition, gpu_type AS r_gpu_type FROM pr)"
     cells = timeline.explode_partitions(
         "SELECT DISTINCT cluster, gpu_type, partitions FROM tl_node_state WHERE avail <> 'absent'")
     sel = ", ".join(f"c.{d}" for d in others)
-    return f""",
-    cells AS (SELECT cluster, coalesce(gpu_type, '(untyped)') AS gpu_type, partition FROM ({cells})),
-    jg AS (
-      SELECT DISTINCT pj2.job_uid, pj2.cluster, {sel} FROM pj2 JOIN cells c ON c.cluster = pj2.cluster
-        AND (pj2.partition IS NULL OR list_contains(string_split(pj2.partition, ','), c.partition))
-        AND (pj2.gpu_type IS NULL OR list_contains(string_split(pj2.gpu_type, '+'), c.gpu_type)))"""
+    return f"""cells AS (SELECT cluster, coalesce(gpu_type, '(untyped)') AS gpu_type, partition FROM ({cells})),
+    rg AS (
+      SELECT DISTINCT q.cluster, q.partition AS r_partition, q.gpu_type AS r_gpu_type, {sel}
+      FROM (SELECT DISTINCT cluster, partition, gpu_type FROM pr) q JOIN cells c ON c.cluster = q.cluster
+        AND (q.partition IS NULL OR list_contains(string_split(q.partition, ','), c.partition))
+        AND (q.gpu_type IS NULL OR list_contains(string_split(q.gpu_type, '+'), c.gpu_type)))"""
 
 
-def _totals_sql(cap: list[str], bucket: str, hourly_src: str) -> str:
+def _totals_sql(cap: list[str], bucket: str, hourly_src: str, pending_src: str) -> str:
     grp = ["bucket", *cap]
     keys = ", ".join(grp)
     span_join = "ON sp.cluster = hp.cluster" if "cluster" in cap else "ON true"
     return f"""
-    WITH {_hour_groups_sql(cap, hourly_src)},
+    WITH {_hour_groups_sql(cap, hourly_src, pending_src)},
     sp AS (SELECT cluster, greatest(data_start, $s) AS a, least(horizon, $e) AS b FROM tl_clusters),
     tot AS (
       SELECT {timeline.bucket_sql(bucket, 'hp.hour')} AS bucket{''.join(', hp.' + d for d in cap)},
@@ -139,16 +108,15 @@ def _totals_sql(cap: list[str], bucket: str, hourly_src: str) -> str:
     ORDER BY {keys}"""
 
 
-def _demand_sql(cap: list[str], dem: list[str], bucket: str) -> str:
-    src = timeline.job_alloc_in_buckets_sql(bucket)
+def _demand_sql(cap: list[str], dem: list[str], bucket: str, demand_src: str) -> str:
+    src = f"SELECT * FROM ({demand_src})"
     if "partition" in cap:
         src = timeline.explode_partitions(src)
-    cap_sel = timeline.capacity_dim_sql(cap, "a")
-    dem_sel = [f"{_DEMAND_SQL[d]} AS {d}" for d in dem]
+    dem_sel = [f"coalesce(team, '(unmapped)') AS team" if d == "team" else f'"{d}"' for d in dem]
     return f"""
-    SELECT a.bucket, {', '.join(cap_sel + dem_sel)}, sum(a.gpu_s) / 3600 AS allocated_gpu_h
-    FROM ({src}) a JOIN jobs j ON j.job_uid = a.job_uid
-    GROUP BY ALL"""
+    SELECT {timeline.bucket_sql(bucket, 'hour')} AS bucket, {', '.join(timeline.capacity_dim_sql(cap) + dem_sel)},
+           sum(gpu_s) / 3600 AS allocated_gpu_h
+    FROM ({src}) GROUP BY ALL"""
 
 
 def by_bucket(con: duckdb.DuckDBPyConnection, start=None, end=None, bucket: str = "day",
@@ -165,15 +133,13 @@ def by_bucket(con: duckdb.DuckDBPyConnection, start=None, end=None, bucket: str 
         return pl.DataFrame()
     cap, dem = _cap_key(dims), [d for d in dims if d not in timeline.CAPACITY_DIMS]
     hourly_src, params = timeline.hourly_sql(*win)
-    params.update({"s": win[0], "e": win[1]})
-    con.register("_pend", _pending_hourly(con, cap, params))
-    try:
-        totals = timeline.frame(con, _totals_sql(cap, bucket, hourly_src), params)
-    finally:
-        con.unregister("_pend")
+    pending_src, p2 = timeline.pending_sql(*win)
+    demand_src, p3 = timeline.demand_sql(*win, bucket)
+    params.update({"s": win[0], "e": win[1], **p2, **p3})
+    totals = timeline.frame(con, _totals_sql(cap, bucket, hourly_src, pending_src), params)
     if not dem:
         return totals
-    demand = timeline.frame(con, _demand_sql(cap, dem, bucket), params)
+    demand = timeline.frame(con, _demand_sql(cap, dem, bucket, demand_src), params)
     keys = ["bucket", *cap]
     avail = totals.select(*keys, pl.col("available_gpu_h").alias("_avail"))
     demand = (demand.join(avail, on=keys, how="left", nulls_equal=True)

@@ -88,6 +88,21 @@ def test_a_job_on_a_node_missing_from_the_inventory_is_beyond_capacity(con):
     assert con.sql("SELECT avail, gpus FROM tl_node_state WHERE node = 'ghost'").fetchall() == [("absent", 0)]
 
 
+def test_team_remap_rebuilds_demand_rows(con):
+    """Governance can re-map teams without touching placements: the next refresh notices (team fingerprint)."""
+    from ingest import jobs_store
+    from models import utilization
+    tf.load(con, "tc", tf.JOBS, tf.NODES, tf.EVENTS, tf.TEAMS)
+    before = utilization.by_bucket(con, "2024-03-01", "2024-03-02", by="team")
+    assert sorted(before["team"].to_list()) == ["(all)", "product", "research"]
+    con.execute("UPDATE team_map SET team = 'vision' WHERE account_pattern = 'cv'")
+    jobs_store.assign_teams(con)
+    con.execute("""INSERT INTO ingest_runs (run_id, source, input_name, started_at, status)
+                   VALUES (nextval('seq_ingest_run'), 'governance', 'g.toml', now()::TIMESTAMP, 'ok')""")
+    after = utilization.by_bucket(con, "2024-03-01", "2024-03-02", by="team")
+    assert dict(zip(after["team"], after["allocated_gpu_h"])) == {"(all)": 148.0, "research": 132.0, "vision": 16.0}
+
+
 def test_event_classes():
     con = warehouse.connect(":memory:")
     got = con.sql(f"""SELECT e.state, {timeline_mart.EVENT_CLASS_SQL} FROM (VALUES ('DOWN'), ('DRAIN'), ('MAINT'),
@@ -128,6 +143,10 @@ def _marts(con) -> dict:
         "segments": merged,
         "hourly": [tuple(round(v, 6) if isinstance(v, float) else v for v in r)
                    for r in con.sql("SELECT * FROM tl_hourly ORDER BY ALL").fetchall()],
+        "demand": [tuple(round(v, 6) if isinstance(v, float) else v for v in r)
+                   for r in con.sql("SELECT * FROM tl_demand_daily ORDER BY ALL").fetchall()],
+        "pending": [tuple(round(v, 6) if isinstance(v, float) else v for v in r)
+                    for r in con.sql("SELECT * FROM tl_pending_hourly ORDER BY ALL").fetchall()],
     }
 
 

@@ -1,0 +1,83 @@
+"""Hourly rollups of the timeline by job attributes (a step of :mod:`models.timeline_mart`):
+
+- ``tl_demand_daily``: GPU-seconds held per UTC day, node class and job attributes (team, account, user, job
+  partition, QOS) — what slurmdbd's association usage tables are to sreport's per-account reports;
+- ``tl_pending_hourly``: GPU-seconds of eligible waits per hour and request (partitions named, typed GPU).
+
+Both are rebuilt from a given day / hour on. Intervals are integrated period by period in numpy
+(:func:`models.intervals.hour_integrals`): one row per job piece or wait, never one per hour it lasted.
+"""
+from __future__ import annotations
+
+import datetime as dt
+
+import numpy as np
+import polars as pl
+
+from models.intervals import DAY_US, HOUR_US, hour_integrals
+
+DEMAND_KEYS = ("gpu_type", "partitions", "team", "account", "user", "job_partition", "qos")
+PENDING_KEYS = ("partition", "gpu_type")
+
+#: Job pieces holding GPUs from $H on (a UTC midnight), with the job's attributes and their hash as group key.
+DEMAND_PIECES_SQL = """
+    SELECT hash(a.gpu_type, a.partitions, j.team, j.account, j."user", j.partition, j.qos) AS k,
+           a.gpu_type, a.partitions, j.team, j.account, j."user", j.partition AS job_partition, j.qos,
+           epoch_us(greatest(a.t0, $H)) AS t0, epoch_us(a.t1) AS t1, a.gpus AS v
+    FROM tl_job_alloc a JOIN jobs j ON j.job_uid = a.job_uid
+    WHERE a.cluster = $c AND a.t1 > $H"""
+
+#: Eligible waits of GPU jobs from $H on, clipped to the data span [$ds, $hz) (sreport's Planned: from eligible
+#: to start; a job never started waits until it ended (cancelled) or, still pending, until the horizon).
+PENDING_WAITS_SQL = """
+    SELECT hash(partition, gpu_type) AS k, partition, gpu_type, epoch_us(p0) AS t0, epoch_us(p1) AS t1, g AS v
+    FROM (SELECT partition, gpu_type, coalesce(nullif(req_gpus, 0), ngpus) AS g,
+                 greatest(eligible, $H, $ds) AS p0,
+                 least(coalesce(start, "end", CASE WHEN state = 'PENDING' THEN $hz END), $hz) AS p1
+          FROM jobs WHERE cluster = $c AND eligible IS NOT NULL AND eligible < $hz)
+    WHERE g > 0 AND p1 > p0"""
+
+
+def _rollup(con, c: str, H: dt.datetime, sql: str, keys: tuple[str, ...], value: str, table: str,
+            params: dict, period: str) -> None:
+    """Integrate the intervals ``sql`` returns (k, keys..., t0, t1, v) per key and ``period`` (hour or day)
+    into ``table``, from H on."""
+    con.execute(f"DELETE FROM {table} WHERE cluster = $c AND {period} >= $H", {"c": c, "H": H})
+    con.execute("CREATE OR REPLACE TEMP TABLE _rollup_in AS " + sql, params)
+    try:
+        arr = con.sql("SELECT k, t0, t1, v FROM _rollup_in").fetchnumpy()
+        if not len(arr["k"]):
+            return
+        uk, gid = np.unique(arr["k"], return_inverse=True)
+        g, when, out = hour_integrals(gid.astype(np.int64), arr["t0"], arr["t1"], {value: arr["v"].astype(float)},
+                                      DAY_US if period == "day" else HOUR_US)
+        frame = pl.DataFrame({"k": uk[g], "t": pl.Series(when).cast(pl.Datetime("us")), value: out[value]})
+        con.register("_rollup_out", frame)
+        cols = ", ".join(f'n."{k}"' for k in keys)
+        con.execute(f"""INSERT INTO {table} (cluster, {period}, {', '.join(f'"{k}"' for k in keys)}, {value})
+                        SELECT $c, f.t, {cols}, f.{value}
+                        FROM _rollup_out f JOIN (SELECT DISTINCT k, {', '.join(f'"{k}"' for k in keys)}
+                                                 FROM _rollup_in) n ON n.k = f.k""", {"c": c})
+        con.unregister("_rollup_out")
+    finally:
+        con.execute("DROP TABLE IF EXISTS _rollup_in")
+
+
+def demand_rollup(con, c: str, D: dt.datetime) -> None:
+    """Rebuild tl_demand_daily of cluster ``c`` from UTC midnight ``D`` on (tl_job_alloc must be current)."""
+    _rollup(con, c, D, DEMAND_PIECES_SQL, DEMAND_KEYS, "gpu_s", "tl_demand_daily", {"c": c, "H": D}, "day")
+
+
+def pending_rollup(con, c: str, H: dt.datetime, ds: dt.datetime, hz: dt.datetime) -> None:
+    """Rebuild tl_pending_hourly of cluster ``c`` from hour ``H`` on."""
+    _rollup(con, c, H, PENDING_WAITS_SQL, PENDING_KEYS, "pend_s", "tl_pending_hourly",
+            {"c": c, "H": H, "ds": ds, "hz": hz}, "hour")
+
+
+def team_fingerprint(con, c: str) -> int:
+    """A hash of every job's team in cluster ``c``: when governance re-maps teams, demand rows are rebuilt."""
+    # a sum of per-job hashes of one string (DuckDB combines multi-argument hashes by xor, which an xor
+    # aggregate would cancel for any two jobs sharing a team)
+    return con.execute("""SELECT (coalesce(sum(hash(job_uid::VARCHAR || '|' || coalesce(team, '<unmapped>'))), 0)
+                                  % 18446744073709551557)::UBIGINT FROM jobs WHERE cluster = ?""",
+                       [c]).fetchall()[0][0]
