@@ -648,7 +648,7 @@ def _sim_policy(args):
     from models.simulate import Policy
     try:
         return Policy.parse(args.policy, placement=args.placement, bf_max_job_test=args.bf_max_job_test,
-                            seed=args.seed)
+                            bf_interval_s=args.bf_interval, seed=args.seed)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
 
@@ -1097,6 +1097,8 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--placement", default="best-fit", choices=["first-fit", "best-fit", "random", "fgd"])
         s.add_argument("--bf-max-job-test", type=int, default=500, metavar="N",
                        help="backfill queue depth per pass, as Slurm's bf_max_job_test (default 500)")
+        s.add_argument("--bf-interval", type=float, default=30.0, metavar="S",
+                       help="seconds between backfill passes, as Slurm's bf_interval (default 30; 0 = every event)")
         s.add_argument("--from", dest="date_from", metavar="D", help="window start (UTC; default: first submit)")
         s.add_argument("--to", dest="date_to", metavar="D", help="window end, exclusive (default: day after last submit)")
         s.add_argument("--cluster", help="only this cluster")

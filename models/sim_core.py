@@ -17,7 +17,7 @@ INF = np.inf
 IP_QUEUE, IP_BACKFILL, IP_BF_DEPTH, IP_PLACEMENT, IP_SEED, IP_REQUEUE = range(6)
 # float parameters (fp)
 (FP_W_AGE, FP_W_FS, FP_W_QOS, FP_W_SIZE, FP_MAX_AGE, FP_HALF_LIFE, FP_PRIO_PERIOD,
- FP_SAMPLE_DT, FP_SAMPLE_T0, FP_SAMPLE_T1, FP_TOTAL_GPUS) = range(11)
+ FP_SAMPLE_DT, FP_SAMPLE_T0, FP_SAMPLE_T1, FP_TOTAL_GPUS, FP_BF_INTERVAL) = range(12)
 
 QUEUE_FIFO, QUEUE_PRIORITY = 0, 1
 PLACE_FIRST_FIT, PLACE_BEST_FIT, PLACE_RANDOM, PLACE_FGD = 0, 1, 2, 3
@@ -114,12 +114,16 @@ def _frag(f, mix_size, mix_prob):
     return s * f
 
 
+PM_FREE, PM_BACKFILL, PM_RESERVE = 0, 1, 2
+
+
 @njit(cache=True)
-def _place(nodes, free, up, extra, use_extra, g, k, policy, mix_size, mix_prob, cand, score, sel):
+def _place(nodes, free, up, extra, nshadow, mode, t_end, g, k, policy, mix_size, mix_prob, cand, score, sel):
     """Choose k distinct nodes from ``nodes`` with capacity >= g; write them to sel[:k]. Returns success.
 
-    Capacity is free GPUs, or min(free, extra) when ``use_extra`` (a backfilled job that would still run at
-    the head job's reservation may only use GPUs the reservation does not need)."""
+    Capacity is the node's free GPUs, except: PM_BACKFILL, a job running past a node's reservation
+    (t_end > nshadow) may only use the GPUs that reservation does not need (``extra``); PM_RESERVE, nodes
+    already reserved for an earlier head are not candidates (``free`` is then the projected free GPUs)."""
     nc = 0
     best = -1
     best_s = INF
@@ -128,8 +132,11 @@ def _place(nodes, free, up, extra, use_extra, g, k, policy, mix_size, mix_prob, 
         if not up[n]:
             continue
         c = free[n]
-        if use_extra and extra[n] < c:
-            c = extra[n]
+        if mode == PM_BACKFILL:
+            if t_end > nshadow[n] and extra[n] < c:
+                c = extra[n]
+        elif mode == PM_RESERVE and nshadow[n] < INF:
+            continue
         if c < g - EPS:
             continue
         if policy == PLACE_FIRST_FIT:
@@ -180,12 +187,17 @@ def simulate_kernel(node_gpus, node_up0, node_pool, n_pools, cls_ptr, cls_nodes,
     requeue = ip[IP_REQUEUE] != 0
     np.random.seed(ip[IP_SEED])
     total_gpus = fp[FP_TOTAL_GPUS]
+    bf_interval = fp[FP_BF_INTERVAL]
+    last_bf = -INF
+    t_bf = INF                     # a deferred backfill pass (Slurm's bf_interval timer), INF = none due
     n_cls = cls_ptr.size - 1
     n_acct = acct_shares.size
 
     free = node_gpus.copy()
     pf = node_gpus.copy()          # projected free, scratch for reservations (kept equal to free outside)
-    extra = np.full(N, INF)        # per-node GPUs a long backfill may take (INF = unconstrained)
+    extra = np.full(N, INF)        # per-node GPUs a job outlasting the node's reservation may take
+    nshadow = np.full(N, INF)      # per-node reservation start (INF = no reservation on the node)
+    member = np.zeros(N, np.int64)  # eligibility stamp used by _reserve
     down = np.zeros(N, np.int64)
     for n in range(N):
         if not node_up0[n]:
@@ -217,6 +229,13 @@ def simulate_kernel(node_gpus, node_up0, node_pool, n_pools, cls_ptr, cls_nodes,
     touched = np.empty(N, np.int64)
     tmark = np.zeros(N, np.bool_)
     resv = np.empty(N, np.int64)
+    stamp = np.zeros(1, np.int64)
+    # per-class queue bookkeeping: pending jobs per eligibility class, classes blocked in this pass, heads
+    qcount = np.zeros(n_cls, np.int64)
+    n_pend_cls = 0
+    blocked = np.zeros(n_cls, np.bool_)
+    heads = np.empty(n_cls, np.int64)
+    is_head = np.zeros(J, np.bool_)
     # fair share
     usage = np.zeros(n_acct)
     usage_pend = np.zeros(n_acct)  # GPU-seconds of jobs that started/ended since the last recalculation
@@ -250,7 +269,7 @@ def simulate_kernel(node_gpus, node_up0, node_pool, n_pools, cls_ptr, cls_nodes,
         t_arr = submit[ja] if ja < J else INF
         t_cmp = ht[0] if hn > 0 else INF
         t_ev = ev_time[je] if je < E else INF
-        now = min(t_arr, t_cmp, t_ev)
+        now = min(t_arr, t_cmp, t_ev, t_bf)
         # fixed-interval samples: the state during [ts, ts + dt) (events at ts already applied)
         while sdt > 0 and ts_next < now and ts_next < ts_end and n_samp < max_samp:
             samp_t[n_samp] = ts_next
@@ -348,6 +367,9 @@ def simulate_kernel(node_gpus, node_up0, node_pool, n_pools, cls_ptr, cls_nodes,
                     q[pos] = j
                     qp[pos] = INF if qpol == QUEUE_PRIORITY else 0.0
                     q_hi += 1
+                    qcount[jcls[j]] += 1
+                    if qcount[jcls[j]] == 1:
+                        n_pend_cls += 1
                     dirty = True
         # arrivals
         while ja < J and submit[ja] <= now:
@@ -357,6 +379,9 @@ def simulate_kernel(node_gpus, node_up0, node_pool, n_pools, cls_ptr, cls_nodes,
                 state[j] = 4
                 continue
             state[j] = 1
+            qcount[jcls[j]] += 1
+            if qcount[jcls[j]] == 1:
+                n_pend_cls += 1
             if q_hi >= qcap:
                 q[0:q_hi - q_lo] = q[q_lo:q_hi].copy()
                 qp[0:q_hi - q_lo] = qp[q_lo:q_hi].copy()
@@ -377,6 +402,9 @@ def simulate_kernel(node_gpus, node_up0, node_pool, n_pools, cls_ptr, cls_nodes,
                 q_hi += 1
             dirty = True
 
+        if now >= t_bf:
+            t_bf = INF
+            dirty = True
         if not dirty or q_hi == q_lo:
             continue
         dirty = False
@@ -416,71 +444,32 @@ def simulate_kernel(node_gpus, node_up0, node_pool, n_pools, cls_ptr, cls_nodes,
             fail1[c, 1] = INF
             failk_k[c, 0] = 1 << 30
             failk_k[c, 1] = 1 << 30
+            blocked[c] = False
 
-        # ---- main pass: start jobs in queue order until the first that does not fit
+        # ---- main pass, as Slurm's main scheduler: jobs in queue order; a job that does not fit blocks its
+        # eligibility class (later jobs of that class wait; other classes go on) and becomes the class's head
+        nh = 0
         i = q_lo
-        head = -1
-        while i < q_hi:
+        while i < q_hi and nh < n_pend_cls:
             j = q[i]
+            if j < 0:
+                i += 1
+                continue
+            c = jcls[j]
+            if blocked[c]:
+                i += 1
+                continue
             g = gpn[j]
             k = nnodes[j]
-            c = jcls[j]
             ok = False
-            if g * k <= total_free + EPS and not (k == 1 and g >= fail1[c, 0]) \
-                    and not (k > 1 and k >= failk_k[c, 0] and g >= failk_g[c, 0]):
-                ok = _place(cls_nodes[cls_ptr[c]:cls_ptr[c + 1]], free, up, extra, False, g, k, policy,
-                            mix_size, mix_prob, cand, score, sel)
+            if g * k <= total_free + EPS:
+                ok = _place(cls_nodes[cls_ptr[c]:cls_ptr[c + 1]], free, up, extra, nshadow, PM_FREE, 0.0, g, k,
+                            policy, mix_size, mix_prob, cand, score, sel)
             if not ok:
-                head = j
-                break
-            _start(j, now, sel, free, pf, up, gpn, nnodes, run, limit, alloc_ptr, alloc_node, start,
-                   first_start, state, runno, acct, run_gpus)
-            if qpol == QUEUE_PRIORITY:
-                usage_pend[acct[j]] -= g * k * (now - last_recalc)
-            total_free -= g * k
-            if hn >= ht.size:
-                ht, hj, hr = _grow(ht), _grow(hj), _grow(hr)
-            hn = _heap_push(ht, hj, hr, hn, now + run[j], j, runno[j])
-            rn = _rs_insert(rs_t, rs_j, rn, now + limit[j], j)
-            i += 1
-        q_lo = i
-        if head < 0 or not backfill:
-            continue
-
-        # ---- EASY backfill: reserve the head job's earliest start (shadow time) on specific nodes,
-        # then let later jobs start if they end by the shadow time or leave the reservation whole.
-        hg = gpn[head]
-        hk = nnodes[head]
-        hc = jcls[head]
-        shadow, nres = _reserve(head, now, hg, hk, cls_nodes[cls_ptr[hc]:cls_ptr[hc + 1]], free, pf, up,
-                                extra, rs_t, rs_j, rn, gpn, nnodes, alloc_ptr, alloc_node, policy,
-                                mix_size, mix_prob, cand, score, sel, touched, tmark, resv)
-        if head_shadow[head] < 0 or shadow < head_shadow[head]:
-            head_shadow[head] = shadow
-        i = q_lo + 1
-        scanned = 0
-        started = 0
-        while i < q_hi and scanned < bf_depth and total_free > EPS:
-            j = q[i]
-            scanned += 1
-            g = gpn[j]
-            k = nnodes[j]
-            c = jcls[j]
-            short = now + limit[j] <= shadow
-            mode = 0 if short else 1
-            if g * k > total_free + EPS or (k == 1 and g >= fail1[c, mode]) \
-                    or (k > 1 and k >= failk_k[c, mode] and g >= failk_g[c, mode]):
-                i += 1
-                continue
-            ok = _place(cls_nodes[cls_ptr[c]:cls_ptr[c + 1]], free, up, extra, not short, g, k, policy,
-                        mix_size, mix_prob, cand, score, sel)
-            if not ok:
-                if k == 1:
-                    if g < fail1[c, mode]:
-                        fail1[c, mode] = g
-                else:
-                    failk_k[c, mode] = k
-                    failk_g[c, mode] = g
+                blocked[c] = True
+                heads[nh] = j
+                is_head[j] = True
+                nh += 1
                 i += 1
                 continue
             _start(j, now, sel, free, pf, up, gpn, nnodes, run, limit, alloc_ptr, alloc_node, start,
@@ -488,28 +477,109 @@ def simulate_kernel(node_gpus, node_up0, node_pool, n_pools, cls_ptr, cls_nodes,
             if qpol == QUEUE_PRIORITY:
                 usage_pend[acct[j]] -= g * k * (now - last_recalc)
             total_free -= g * k
-            if not short:
-                for s in range(k):
-                    if extra[sel[s]] < INF:
-                        extra[sel[s]] -= g
             if hn >= ht.size:
                 ht, hj, hr = _grow(ht), _grow(hj), _grow(hr)
             hn = _heap_push(ht, hj, hr, hn, now + run[j], j, runno[j])
             rn = _rs_insert(rs_t, rs_j, rn, now + limit[j], j)
             q[i] = -1
-            started += 1
+            qcount[c] -= 1
+            if qcount[c] == 0:
+                n_pend_cls -= 1
             i += 1
-        for r in range(nres):
-            extra[resv[r]] = INF
-        if started > 0:
-            # pack the survivors of [q_lo, i) to the right, keeping order
-            w = i - 1
-            for rd in range(i - 1, q_lo - 1, -1):
-                if q[rd] >= 0:
-                    q[w] = q[rd]
-                    qp[w] = qp[rd]
-                    w -= 1
-            q_lo = w + 1
+        scan_end = i
+
+        run_bf = nh > 0 and backfill
+        if run_bf and now < last_bf + bf_interval:
+            # backfill runs every bf_interval seconds, not at every event: come back then
+            run_bf = False
+            if t_bf == INF and min(t_arr, t_cmp, t_ev) < INF:
+                t_bf = last_bf + bf_interval
+        if run_bf:
+            last_bf = now
+            # ---- EASY backfill: each blocked class's head gets a reservation at its shadow time on specific
+            # nodes (nodes already reserved for an earlier head are not reused); a later job may start now if
+            # on every node it takes it ends (by its limit) before that node's reservation, or uses only GPUs
+            # the reservation does not need.
+            nres = 0
+            min_sh = INF
+            max_sh = -INF
+            for h in range(nh):
+                head = heads[h]
+                hc = jcls[head]
+                shadow, nr = _reserve(head, now, gpn[head], nnodes[head], cls_nodes[cls_ptr[hc]:cls_ptr[hc + 1]],
+                                      free, pf, up, extra, nshadow, member, stamp, rs_t, rs_j, rn, gpn, nnodes,
+                                      alloc_ptr, alloc_node, policy, mix_size, mix_prob, cand, score, sel, touched,
+                                      tmark, resv[nres:])
+                nres += nr
+                if shadow < INF:
+                    if head_shadow[head] < 0 or shadow < head_shadow[head]:
+                        head_shadow[head] = shadow
+                    if nr > 0:
+                        min_sh = min(min_sh, shadow)
+                        max_sh = max(max_sh, shadow)
+            i = q_lo
+            scanned = 0
+            while i < q_hi and scanned < bf_depth and total_free > EPS:
+                j = q[i]
+                if j < 0 or is_head[j]:
+                    i += 1
+                    continue
+                scanned += 1
+                g = gpn[j]
+                k = nnodes[j]
+                c = jcls[j]
+                t_end = now + limit[j]
+                # failure cache only where the constraint is the same for every reserved node
+                mode = 0 if t_end <= min_sh else (1 if t_end > max_sh else 2)
+                if g * k > total_free + EPS or (mode < 2 and ((k == 1 and g >= fail1[c, mode])
+                                                             or (k > 1 and k >= failk_k[c, mode]
+                                                                 and g >= failk_g[c, mode]))):
+                    i += 1
+                    continue
+                ok = _place(cls_nodes[cls_ptr[c]:cls_ptr[c + 1]], free, up, extra, nshadow, PM_BACKFILL, t_end,
+                            g, k, policy, mix_size, mix_prob, cand, score, sel)
+                if not ok:
+                    if mode < 2:
+                        if k == 1:
+                            if g < fail1[c, mode]:
+                                fail1[c, mode] = g
+                        else:
+                            failk_k[c, mode] = k
+                            failk_g[c, mode] = g
+                    i += 1
+                    continue
+                _start(j, now, sel, free, pf, up, gpn, nnodes, run, limit, alloc_ptr, alloc_node, start,
+                       first_start, state, runno, acct, run_gpus)
+                if qpol == QUEUE_PRIORITY:
+                    usage_pend[acct[j]] -= g * k * (now - last_recalc)
+                total_free -= g * k
+                for s in range(k):
+                    if t_end > nshadow[sel[s]]:
+                        extra[sel[s]] -= g
+                if hn >= ht.size:
+                    ht, hj, hr = _grow(ht), _grow(hj), _grow(hr)
+                hn = _heap_push(ht, hj, hr, hn, now + run[j], j, runno[j])
+                rn = _rs_insert(rs_t, rs_j, rn, t_end, j)
+                q[i] = -1
+                qcount[c] -= 1
+                if qcount[c] == 0:
+                    n_pend_cls -= 1
+                i += 1
+            if i > scan_end:
+                scan_end = i
+            for r in range(nres):
+                extra[resv[r]] = INF
+                nshadow[resv[r]] = INF
+        for h in range(nh):
+            is_head[heads[h]] = False
+        # pack the survivors of [q_lo, scan_end) to the right, keeping their order
+        w = scan_end - 1
+        for rd in range(scan_end - 1, q_lo - 1, -1):
+            if q[rd] >= 0:
+                q[w] = q[rd]
+                qp[w] = qp[rd]
+                w -= 1
+        q_lo = w + 1
 
     return passes, n_samp
 
@@ -532,32 +602,32 @@ def _start(j, now, sel, free, pf, up, gpn, nnodes, run, limit, alloc_ptr, alloc_
 
 
 @njit(cache=True)
-def _reserve(head, now, hg, hk, nodes, free, pf, up, extra, rs_t, rs_j, rn, gpn, nnodes, alloc_ptr,
-             alloc_node, policy, mix_size, mix_prob, cand, score, sel, touched, tmark, resv):
-    """Shadow time of the head job: walk running jobs by expected end (start + limit) until hk eligible
-    nodes have >= hg projected free GPUs. Sets ``extra`` on the reserved nodes; returns (shadow, n_reserved).
-    Nodes that are down are not counted on (their return time is unknown to the scheduler)."""
-    # eligibility of nodes for the head: mark with a negative sentinel in `score` scratch is unsafe (it is
-    # used by _place), so use `cand` as a membership buffer through `touched`.
+def _reserve(head, now, hg, hk, nodes, free, pf, up, extra, nshadow, member, stamp, rs_t, rs_j, rn, gpn, nnodes,
+             alloc_ptr, alloc_node, policy, mix_size, mix_prob, cand, score, sel, touched, tmark, resv):
+    """Reservation of a blocked head: its shadow time -- walk running jobs by expected end (start + limit)
+    until hk eligible, not yet reserved nodes have >= hg projected free GPUs -- and the nodes it would take
+    then. Sets ``nshadow`` and ``extra`` on those nodes; returns (shadow, n_reserved). Nodes that are down
+    are not counted on (their return time is unknown to the scheduler)."""
+    stamp[0] += 1
+    st = stamp[0]
+    for idx in range(nodes.size):
+        member[nodes[idx]] = st
     nt = 0
     fit = 0
     for idx in range(nodes.size):
         n = nodes[idx]
-        if up[n] and pf[n] >= hg - EPS:
+        if up[n] and nshadow[n] == INF and pf[n] >= hg - EPS:
             fit += 1
     shadow = INF
     if fit >= hk:
         shadow = now
     else:
-        # membership test: eligible nodes get extra = -1 temporarily (restored below)
-        for idx in range(nodes.size):
-            extra[nodes[idx]] = -1.0
         for i in range(rn):
             j = rs_j[i]
             g = gpn[j]
             for a in range(alloc_ptr[j], alloc_ptr[j] + nnodes[j]):
                 n = alloc_node[a]
-                if extra[n] != -1.0 or not up[n]:
+                if member[n] != st or not up[n] or nshadow[n] < INF:
                     continue
                 before = pf[n] >= hg - EPS
                 pf[n] += g
@@ -570,17 +640,18 @@ def _reserve(head, now, hg, hk, nodes, free, pf, up, extra, rs_t, rs_j, rn, gpn,
             if fit >= hk:
                 shadow = rs_t[i]
                 break
-        for idx in range(nodes.size):
-            extra[nodes[idx]] = INF
     nres = 0
     if shadow < INF:
-        ok = _place(nodes, pf, up, extra, False, hg, hk, policy, mix_size, mix_prob, cand, score, sel)
+        ok = _place(nodes, pf, up, extra, nshadow, PM_RESERVE, 0.0, hg, hk, policy, mix_size, mix_prob, cand,
+                    score, sel)
         if ok:
             for s in range(hk):
                 n = sel[s]
                 resv[nres] = n
                 nres += 1
                 extra[n] = pf[n] - hg
+            for s in range(hk):
+                nshadow[sel[s]] = shadow
     for t in range(nt):
         n = touched[t]
         pf[n] = free[n]

@@ -46,38 +46,63 @@ def window(con: duckdb.DuckDBPyConnection, date_from: str | None, date_to: str |
     return f, t
 
 
-def load_cluster(con: duckdb.DuckDBPyConnection, at: datetime, cluster: str | None = None) -> Cluster:
-    """GPU nodes valid at ``at`` (nodes.valid_from/valid_to), with pool = gpu_type and partitions."""
+def load_cluster(con: duckdb.DuckDBPyConnection, t0: datetime, t1: datetime | None = None,
+                 cluster: str | None = None) -> tuple[Cluster, np.ndarray]:
+    """GPU nodes that exist at some time in [t0, t1) (nodes.valid_from/valid_to), with pool = gpu_type and
+    partitions, and the times each is absent (seconds since t0) as 'drain'/'up' events: a node installed
+    during the window is drained until its valid_from, a retired one from its valid_to. A node takes the shape
+    of its first version in the window. Returns (cluster, events)."""
+    t1 = t1 or t0
     df = _frame(con, """
-        SELECT node, coalesce(gpu_type, 'gpu') AS pool, gpus::DOUBLE AS gpus, coalesce(partitions, '') AS parts
+        SELECT node, coalesce(gpu_type, 'gpu') AS pool, gpus::DOUBLE AS gpus, coalesce(partitions, '') AS parts,
+               CASE WHEN valid_from IS NULL OR valid_from <= $t0 THEN 0.0
+                    ELSE epoch(valid_from - $t0)::DOUBLE END AS vf,
+               CASE WHEN valid_to IS NULL THEN NULL ELSE epoch(valid_to - $t0)::DOUBLE END AS vt
         FROM nodes
         WHERE gpus > 0 AND ($c IS NULL OR cluster = $c)
-          AND (valid_from IS NULL OR valid_from <= $at) AND (valid_to IS NULL OR valid_to > $at)
-        ORDER BY node""", {"c": cluster, "at": at})
+          AND (valid_from IS NULL OR valid_from < greatest($t1, $t0 + INTERVAL 1 SECOND))
+          AND (valid_to IS NULL OR valid_to > $t0)
+        ORDER BY node, vf""", {"c": cluster, "t0": t0, "t1": t1})
     if df.height == 0:
-        # no inventory valid at the window start: take each node's first known row
+        # no inventory valid in the window: take each node's first known row, present throughout
         df = _frame(con, """
-            SELECT node, coalesce(gpu_type, 'gpu') AS pool, gpus::DOUBLE AS gpus, coalesce(partitions, '') AS parts
+            SELECT node, coalesce(gpu_type, 'gpu') AS pool, gpus::DOUBLE AS gpus, coalesce(partitions, '') AS parts,
+                   0.0 AS vf, NULL::DOUBLE AS vt
             FROM nodes WHERE gpus > 0 AND ($c IS NULL OR cluster = $c)
             QUALIFY row_number() OVER (PARTITION BY cluster, node ORDER BY valid_from NULLS FIRST) = 1
             ORDER BY node""", {"c": cluster})
     if df.height == 0:
         raise ValueError("the warehouse has no GPU nodes (ingest nodes first)")
-    return Cluster.from_arrays(df["gpus"].to_numpy(), df["pool"].to_list(), df["parts"].to_list(),
-                               df["node"].to_list())
+    first = df.unique("node", keep="first", maintain_order=True)
+    cl = Cluster.from_arrays(first["gpus"].to_numpy(), first["pool"].to_list(), first["parts"].to_list(),
+                             first["node"].to_list())
+    rows = []
+    for i, (node, d) in enumerate(df.group_by("node", maintain_order=True)):
+        t = 0.0  # the node is absent before its first interval and between intervals
+        for vf, vt in d.select("vf", "vt").iter_rows():
+            if vf > t:
+                rows += [(t, i, "drain"), (vf, i, "up")]
+            t = float("inf") if vt is None else max(t, vt)
+        if t < float("inf"):
+            rows.append((t, i, "drain"))
+    return cl, node_events(cl, rows)
 
 
 def load_jobs(con: duckdb.DuckDBPyConnection, t0: datetime, t1: datetime, cluster: str | None = None
               ) -> pl.DataFrame:
     """GPU jobs submitted in [t0, t1) that ran (start known), with their observed wait and pool.
-    The pool is the job's typed GPU request, else the type of the first node it ran on."""
+    A job arrives when it became eligible (sacct's Eligible, after holds, dependencies, BeginTime, array
+    throttles and requeue holds, none of which the simulator models), else at submit; the observed wait is
+    counted from there. The pool is the job's typed GPU request, else the type of the first node it ran on."""
     return _frame(con, """
         WITH first_node AS (
             SELECT jn.job_uid, any_value(n.gpu_type) AS node_pool
             FROM job_nodes jn JOIN nodes n ON n.cluster = jn.cluster AND n.node = jn.node
             GROUP BY jn.job_uid)
-        SELECT j.job_uid, epoch(j.submit - $t0)::DOUBLE AS submit_s,
-               epoch(j.start - j.submit)::DOUBLE AS observed_wait_s,
+        SELECT j.job_uid, epoch(least(greatest(coalesce(j.eligible, j.submit), j.submit), j.start) - $t0)::DOUBLE
+                   AS submit_s,
+               epoch(j.start - least(greatest(coalesce(j.eligible, j.submit), j.submit), j.start))::DOUBLE
+                   AS observed_wait_s,
                coalesce(j.elapsed_s, epoch(j."end" - j.start))::DOUBLE AS run_s,
                j.timelimit_s::DOUBLE AS limit_s, greatest(coalesce(j.nnodes, 1), 1) AS nnodes,
                j.ngpus / greatest(coalesce(j.nnodes, 1), 1) AS gpus_per_node, j.ngpus AS gpus,

@@ -13,10 +13,13 @@ Model (details and validation in docs/SIMULATOR.md):
   the warehouse); GPUs are counts; a job holds ``nnodes`` distinct nodes x ``gpus_per_node`` from start to
   start + run time (run time is clipped to the time limit, as Slurm kills a job at its limit).
 - Queue: FIFO by submit, or Slurm-like multifactor priority (age, fair share 2^(-U/S) on decayed usage,
-  QOS, job size), recomputed every ``prio_calc_period`` seconds.
-- EASY backfill (Mu'alem & Feitelson 2001, as in Slurm's sched/backfill on time limits): the first job that
-  cannot start gets a reservation at its shadow time on specific nodes; a later job may start now if it ends
-  (by its time limit) before the shadow time, or uses only GPUs the reservation does not need. At most
+  QOS, job size), recomputed every ``prio_calc_period`` seconds. At every event the main pass starts jobs
+  in queue order; a job that does not fit blocks its eligibility class (pool x partition) for the rest of
+  the pass and becomes that class's head, as Slurm's main scheduler skips a partition that is blocked.
+- EASY backfill (Mu'alem & Feitelson 2001, as in Slurm's sched/backfill on time limits), every
+  ``bf_interval_s``: each head gets a reservation at its shadow time on specific nodes (not shared with an
+  earlier head's); a later job may start now if, on every node it takes, it ends (by its time limit)
+  before that node's reservation, or uses only GPUs the reservation does not need. At most
   ``bf_max_job_test`` queued jobs are tried per pass (Slurm's bf_max_job_test, default 500).
 - Placement: first-fit, best-fit, random, or FGD (fragmentation gradient descent on node-level stranded
   GPUs, METRICS.md §1.2) against the workload's own size mix.
@@ -41,8 +44,9 @@ DAY = 86400.0
 
 @dataclass(frozen=True)
 class Policy:
-    """Scheduler configuration. Defaults follow Slurm's (bf_max_job_test=500, PriorityMaxAge=7 days,
-    PriorityDecayHalfLife=7 days, PriorityCalcPeriod=5 min); weights are typical site settings."""
+    """Scheduler configuration. Defaults follow Slurm's (bf_max_job_test=500, bf_interval=30 s,
+    PriorityMaxAge=7 days, PriorityDecayHalfLife=7 days, PriorityCalcPeriod=5 min); weights are typical site
+    settings. ``bf_interval_s=0`` backfills at every event."""
     queue: str = "fifo"
     backfill: bool = True
     placement: str = "best-fit"
@@ -57,6 +61,7 @@ class Policy:
     prio_calc_period_s: float = 300.0
     requeue_on_failure: bool = True
     sample_dt_s: float = 3600.0
+    bf_interval_s: float = 30.0
 
     @classmethod
     def parse(cls, name: str, **kw) -> "Policy":
@@ -296,7 +301,7 @@ def simulate(cluster: Cluster, work: Workload, policy: Policy | None = None,
                    PLACEMENTS[policy.placement], policy.seed, int(policy.requeue_on_failure)], dtype=np.int64)
     fp = np.array([policy.w_age, policy.w_fairshare, policy.w_qos, policy.w_size, policy.max_age_s,
                    policy.half_life_s, policy.prio_calc_period_s, dt, t_lo, t_hi,
-                   float(cluster.node_gpus.sum())], dtype=np.float64)
+                   float(cluster.node_gpus.sum()), policy.bf_interval_s], dtype=np.float64)
     first_start = np.full(J, np.nan)
     start = np.full(J, np.nan)
     end = np.full(J, np.nan)

@@ -7,7 +7,7 @@ replication resamples whole days of the observed workload with its own seed).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import duckdb
 import numpy as np
@@ -15,7 +15,7 @@ import polars as pl
 from scipy import stats
 
 from models import sim_workload as sw
-from models.simulate import Cluster, Policy, SimResult, simulate
+from models.simulate import EVENT_KINDS, Cluster, Policy, SimResult, node_events, simulate
 
 
 @dataclass
@@ -27,16 +27,22 @@ class Scenario:
     runtime_scale: float = 1.0
     policy: Policy = field(default_factory=Policy)
     replay_events: bool = True
+    # The observed workload already holds what outages did to it: a job killed by a node failure ran its
+    # truncated time, and its requeued instance is a job of its own. So by default a job the simulation puts
+    # on a failing node ends there too instead of starting again from scratch.
+    requeue_killed: bool = False
 
 
 @dataclass
 class Inputs:
-    """What the warehouse says about the window: capacity at its start, the jobs, the outages."""
+    """What the warehouse says about the window: the nodes that exist in it (with ``absent``: drain/up events
+    for the times a node was not installed yet or already retired), the jobs, the outages (``events``)."""
     t0: object
     t1: object
     cluster: Cluster
     jobs: pl.DataFrame
     events: np.ndarray
+    absent: np.ndarray = field(default_factory=lambda: node_events(Cluster.from_arrays([]), []))
 
     @property
     def days(self) -> int:
@@ -46,27 +52,31 @@ class Inputs:
 def load_inputs(con: duckdb.DuckDBPyConnection, date_from: str | None = None, date_to: str | None = None,
                 cluster: str | None = None) -> Inputs:
     t0, t1 = sw.window(con, date_from, date_to, cluster)
-    cl = sw.load_cluster(con, t0, cluster)
+    cl, absent = sw.load_cluster(con, t0, t1, cluster)
     jobs = sw.load_jobs(con, t0, t1, cluster)
     if jobs.height == 0:
         raise ValueError(f"no GPU jobs were submitted in [{t0}, {t1})")
-    return Inputs(t0, t1, cl, jobs, sw.load_events(con, cl, t0, t1, cluster))
+    return Inputs(t0, t1, cl, jobs, sw.load_events(con, cl, t0, t1, cluster), absent)
+
+
+def _events(inp: Inputs, sc: Scenario, cl: Cluster) -> np.ndarray:
+    """Node availability (always) and observed outages (unless ``replay_events`` is off), on ``cl``'s node
+    list: after --add/--remove, events of nodes that still exist, re-indexed."""
+    ev = np.concatenate([inp.absent, inp.events]) if sc.replay_events else inp.absent
+    if cl is inp.cluster or not ev.size:
+        return np.sort(ev, order=["t", "kind"])
+    idx = {n: i for i, n in enumerate(cl.node_names)}
+    inv = {v: k for k, v in EVENT_KINDS.items()}
+    return node_events(cl, [(float(t), idx[inp.cluster.node_names[n]], inv[k]) for t, n, k in ev.tolist()
+                            if inp.cluster.node_names[n] in idx])
 
 
 def _run(inp: Inputs, sc: Scenario, jobs: pl.DataFrame, seed: int) -> tuple[SimResult, pl.DataFrame]:
     cl = inp.cluster.with_nodes(sc.add, sc.remove) if (sc.add or sc.remove) else inp.cluster
-    events = inp.events if (sc.replay_events and not sc.remove and not sc.add) else None
-    if sc.replay_events and (sc.add or sc.remove) and inp.events.size:
-        # keep outages of nodes that still exist, re-indexed to the new node list
-        idx = {n: i for i, n in enumerate(cl.node_names)}
-        keep = [(float(t), idx[inp.cluster.node_names[n]], k) for t, n, k in inp.events.tolist()
-                if inp.cluster.node_names[n] in idx]
-        from models.simulate import EVENT_KINDS, node_events
-        inv = {v: k for k, v in EVENT_KINDS.items()}
-        events = node_events(cl, [(t, n, inv[k]) for t, n, k in keep])
+    events = _events(inp, sc, cl)
     work = sw.to_workload(jobs, runtime_scale=sc.runtime_scale)
     horizon = inp.days * sw.DAY
-    pol = Policy(**{**sc.policy.__dict__, "seed": seed})
+    pol = Policy(**{**sc.policy.__dict__, "seed": seed, "requeue_on_failure": sc.requeue_killed})
     res = simulate(cl, work, pol, events, sample_window=(0.0, horizon))
     out = res.jobs.join(jobs.select("job_uid", "observed_wait_s"), on="job_uid", how="left") \
         if "observed_wait_s" in jobs.columns else res.jobs
@@ -136,8 +146,8 @@ def run_whatif(inp: Inputs, sc: Scenario, replications: int = 10, seed: int = 0,
 
 def validate_replay(inp: Inputs, policy: Policy) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Simulate the observed workload on the observed capacity; compare per-job waits.
-    Returns (per-job frame, summary by size class: jobs, median absolute error, p50/p95 observed and
-    simulated, in hours)."""
+    Returns (per-job frame, summary by size class: jobs, median / mean / p90 absolute error, p50 / p95 / mean
+    observed and simulated, in hours). Waits count from eligibility (see ``sim_workload.load_jobs``)."""
     res, out = _run(inp, Scenario(policy=policy), inp.jobs, policy.seed)
     j = out.filter(pl.col("feasible")).with_columns(
         sw.size_class(pl.col("gpus")).alias("size_class"),
@@ -146,15 +156,18 @@ def validate_replay(inp: Inputs, policy: Policy) -> tuple[pl.DataFrame, pl.DataF
     j = j.with_columns((pl.col("simulated_wait_h") - pl.col("observed_wait_h")).abs().alias("abs_err_h"))
 
     def agg(d: pl.DataFrame, name: str):
-        return (name, d.height, d["abs_err_h"].median(), d["observed_wait_h"].quantile(0.5),
-                d["simulated_wait_h"].quantile(0.5), d["observed_wait_h"].quantile(0.95),
-                d["simulated_wait_h"].quantile(0.95))
+        return (name, d.height, d["abs_err_h"].median(), d["abs_err_h"].mean(), d["abs_err_h"].quantile(0.9),
+                d["observed_wait_h"].quantile(0.5), d["simulated_wait_h"].quantile(0.5),
+                d["observed_wait_h"].quantile(0.95), d["simulated_wait_h"].quantile(0.95),
+                d["observed_wait_h"].mean(), d["simulated_wait_h"].mean())
     order = [n for _, n in sw.SIZE_CLASSES]
     rows = [agg(j, "all")] + [agg(j.filter(pl.col("size_class") == c), c) for c in order
                               if j.filter(pl.col("size_class") == c).height]
     summary = pl.DataFrame(rows, schema={"size_class": pl.Utf8, "jobs": pl.Int64, "median_abs_err_h": pl.Float64,
+                                         "mean_abs_err_h": pl.Float64, "p90_abs_err_h": pl.Float64,
                                          "observed_p50_h": pl.Float64, "simulated_p50_h": pl.Float64,
-                                         "observed_p95_h": pl.Float64, "simulated_p95_h": pl.Float64},
+                                         "observed_p95_h": pl.Float64, "simulated_p95_h": pl.Float64,
+                                         "observed_mean_h": pl.Float64, "simulated_mean_h": pl.Float64},
                            orient="row")
     return j, summary
 
@@ -177,10 +190,8 @@ def plan_capacity(inp: Inputs, pool: str, target_p95_h: float, sc: Scenario | No
     rows = []
     for n in grid:
         d = n - n0
-        s2 = Scenario(add={**sc.add, pool: d} if d > 0 else dict(sc.add),
-                      remove={**sc.remove, pool: -d} if d < 0 else dict(sc.remove),
-                      demand_scale=sc.demand_scale, runtime_scale=sc.runtime_scale, policy=sc.policy,
-                      replay_events=sc.replay_events)
+        s2 = replace(sc, add={**sc.add, pool: d} if d > 0 else dict(sc.add),
+                     remove={**sc.remove, pool: -d} if d < 0 else dict(sc.remove))
         m = run_whatif(inp, s2, replications, seed, by=())
         p95 = m.filter((pl.col("metric") == "p95_wait_h") & (pl.col("scope") == "all")).row(0, named=True)
         util = m.filter((pl.col("metric") == "utilization_pct") & (pl.col("scope") == f"pool={pool}"))

@@ -4,6 +4,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 import numpy as np
+import polars as pl
 
 from models.simulate import Cluster, Policy, Workload, simulate
 
@@ -26,24 +27,27 @@ def synthetic_jobs(n: int, seed: int, n_pools: int = 1, days: float = 3.0) -> di
 
 
 def build_warehouse(con, cols: dict, cluster: Cluster, policy: Policy, events=None) -> None:
-    """Write nodes and jobs whose starts are the simulator's own schedule of ``cols`` on ``cluster``."""
+    """Write nodes and jobs whose starts are the simulator's own schedule of ``cols`` on ``cluster``
+    (one set-based INSERT each: row-by-row inserts made this fixture slow)."""
     res = simulate(cluster, Workload.from_columns(cols), policy, events)
-    for i in range(cluster.size):
-        con.execute("INSERT INTO nodes (cluster, node, partitions, gpu_type, gpus, ingest_run_id) "
-                    "VALUES ('c1', ?, 'gpu', ?, ?, 0)",
-                    [cluster.node_names[i], cluster.pools[cluster.node_pool[i]], int(cluster.node_gpus[i])])
-    j = res.jobs
-    rows = []
-    for r in j.iter_rows(named=True):
-        if r["start_s"] is None:
-            continue
-        sub = T0 + timedelta(seconds=r["submit_s"])
-        st = T0 + timedelta(seconds=r["start_s"])
-        rows.append((int(r["job_uid"]), "c1", str(r["job_uid"]), str(r["job_uid"]), "COMPLETED", "test", 0,
-                     sub, st, st + timedelta(seconds=r["run_s"]), int(r["run_s"]), int(r["limit_s"]),
-                     int(r["nnodes"]), float(r["gpus"]), r["pool"], r["account"], r["team"], "gpu", "normal"))
-    con.executemany(
+    nodes = pl.DataFrame({"node": cluster.node_names, "pool": [cluster.pools[p] for p in cluster.node_pool],
+                          "gpus": cluster.node_gpus.astype(int)})
+    con.register("sim_nodes", nodes)
+    con.execute("INSERT INTO nodes (cluster, node, partitions, gpu_type, gpus, ingest_run_id) "
+                "SELECT 'c1', node, 'gpu', pool, gpus, 0 FROM sim_nodes")
+    con.unregister("sim_nodes")
+    j = res.jobs.filter(pl.col("start_s").is_not_null()).with_columns(
+        pl.col("job_uid").cast(pl.Int64), pl.col("job_uid").cast(pl.Utf8).alias("jid"),
+        (pl.lit(T0) + pl.duration(seconds=pl.col("submit_s"))).alias("sub"),
+        (pl.lit(T0) + pl.duration(seconds=pl.col("start_s"))).alias("st"),
+        (pl.lit(T0) + pl.duration(seconds=pl.col("start_s") + pl.col("run_s"))).alias("en"),
+        pl.col("run_s").cast(pl.Int64), pl.col("limit_s").cast(pl.Int64))
+    con.register("sim_jobs", j.select("job_uid", "jid", "sub", "st", "en", "run_s", "limit_s", "nnodes", "gpus",
+                                      "pool", "account", "team"))
+    con.execute(
         'INSERT INTO jobs (job_uid, cluster, job_id, job_id_raw, state, source, ingest_run_id, submit, start, "end", '
         'elapsed_s, timelimit_s, nnodes, ngpus, gpu_type, account, team, partition, qos) '
-        'VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)', rows)
+        "SELECT job_uid, 'c1', jid, jid, 'COMPLETED', 'test', 0, sub, st, en, run_s, limit_s, nnodes, gpus, pool, "
+        "account, team, 'gpu', 'normal' FROM sim_jobs")
+    con.unregister("sim_jobs")
     return res

@@ -29,12 +29,46 @@ def test_fifo_blocks_behind_the_gang_job():
 
 
 def test_easy_backfill_starts_the_short_job_without_delaying_the_gang():
-    res = simulate(Cluster.from_arrays([8, 8]), Workload.from_columns(TWO_NODES), Policy.parse("fifo-backfill"))
+    res = simulate(Cluster.from_arrays([8, 8]), Workload.from_columns(TWO_NODES),
+                   Policy.parse("fifo-backfill", bf_interval_s=0))
     # At t=3 C's shadow time is 201 (B's limit); D ends by 43 so it backfills on node 1. E (limit 300)
     # would still hold 4 GPUs at the shadow time on a reserved node, so it waits; C still starts at 100.
     assert _starts(res) == {0: 0, 1: 1, 2: 100, 3: 3, 4: 110}
     shadow = dict(zip(res.jobs["job_uid"].to_list(), res.jobs["head_shadow_s"].to_list()))
     assert shadow[2] == 100  # recomputed when B ended at 51: A's limit is then the binding release
+
+
+def test_backfill_runs_every_bf_interval():
+    # Slurm's bf_interval (30 s): C blocks at t=2 and a pass runs then; D arrives at 3 but waits for the next
+    # pass at 32, then ends (limit 40) long before C's shadow (201) and starts; E still waits for C.
+    res = simulate(Cluster.from_arrays([8, 8]), Workload.from_columns(TWO_NODES), Policy.parse("fifo-backfill"))
+    assert res.policy.bf_interval_s == 30
+    assert _starts(res) == {0: 0, 1: 1, 2: 100, 3: 32, 4: 110}
+
+
+def test_a_blocked_pool_does_not_block_another():
+    # Slurm's main scheduler skips a blocked partition and goes on with the others: the h100 gang cannot start,
+    # the a100 job behind it starts at once (no backfill needed)
+    cl = Cluster.from_arrays([8, 8], ["h100", "a100"])
+    work = Workload.from_columns({"submit_s": [0, 1, 2], "run_s": [100, 10, 10], "gpus_per_node": [8, 8, 8],
+                                  "nnodes": [1, 2, 1], "pool": ["h100", None, "a100"]})
+    res = simulate(cl, work, Policy.parse("fifo"))
+    # job 1 asks for 2 nodes of any pool: it waits for job 0 (until 100); job 2 (a100) does not wait for it
+    assert _starts(res) == {0: 0, 1: 100, 2: 2}
+
+
+def test_each_blocked_class_gets_its_own_reservation():
+    # two pools, each with a blocked 8-GPU head: a long 4-GPU job may not take either pool's reserved node
+    cl = Cluster.from_arrays([8, 8], ["h100", "a100"])
+    work = Workload.from_columns({
+        "submit_s": [0, 0, 1, 1, 2, 2], "run_s": [100, 100, 10, 10, 500, 500],
+        "limit_s": [100, 100, 10, 10, 500, 500], "gpus_per_node": [4, 4, 8, 8, 4, 4],
+        "pool": ["h100", "a100", "h100", "a100", "h100", "a100"]})
+    res = simulate(cl, work, Policy.parse("fifo-backfill", bf_interval_s=0))
+    st = _starts(res)
+    assert st[2] == 100 and st[3] == 100           # the heads start when the 4-GPU jobs end, not later
+    assert st[4] == 110 and st[5] == 110           # the long jobs waited behind them in both pools
+    assert res.jobs["head_shadow_s"].to_list()[2:4] == [100.0, 100.0]
 
 
 def test_gang_job_gets_distinct_nodes():
