@@ -89,6 +89,19 @@ def test_partition_rows_overlap_and_team_rows_split_allocation(hand):
     assert (joined["allocated_gpu_h"] - joined["allocated_gpu_h_teams"]).abs().max() < 1e-9
 
 
+def test_demand_rows_agree_across_buckets_and_partial_days(hand):
+    """Team rows come from the daily rollup, from job pieces at the window's partial days, and from job pieces
+    split by hour for hour buckets: all three agree with each other and with the job list."""
+    teams = lambda df: dict(df.filter(pl.col("team") != "(all)").group_by("team")    # noqa: E731
+                            .agg(pl.col("allocated_gpu_h").sum()).iter_rows())
+    day = teams(utilization.by_bucket(hand, bucket="day", by="team"))
+    hour = teams(utilization.by_bucket(hand, bucket="hour", by="team"))
+    assert day == hour == {"research": 180.0, "product": 64.0, "(unmapped)": 1.0}
+    # 03-01 10:30 .. 03-02 06:00: job 1 1.5 h x 8, job 3 19.5 h x 2 (research); job 2 8 h x 4 (product)
+    part = teams(utilization.by_bucket(hand, "2024-03-01T10:30", "2024-03-02T06:00", bucket="week", by="team"))
+    assert part == {"research": 12.0 + 39.0, "product": 32.0}
+
+
 def test_by_user_and_account(hand):
     df = utilization.by_bucket(hand, "2024-03-02", "2024-03-03", bucket="day", by="account,user")
     assert rows(df, "account", "user", "allocated_gpu_h") == [
