@@ -1,0 +1,130 @@
+"""Replay validation, the figures of record in docs/SIMULATOR.md ("Validation by replay").
+
+    .venv/bin/python benchmarks/replay_validation.py                        # all three, demo at data/demo.duckdb
+    .venv/bin/python benchmarks/replay_validation.py --demo /tmp/demo.duckdb --skip-self
+
+1. Self-consistency: a warehouse whose history is the simulator's own schedule (3,000 jobs, 7 days,
+   24 h100 + 8 a100 nodes of 8 GPUs, 2-node gangs, FIFO + EASY backfill, best-fit) replayed with the true
+   policy and with wrong ones.
+2. The real Slurm 22.05 capture in tests/fixtures/slurm_real, ingested by the real ingestors: per job, in
+   seconds.
+3. The demo warehouse (`gpuledger demo`): its history comes from the generator's own Slurm-like scheduler
+   (ingest/synthetic/scheduler.py), written as real sacct/scontrol/sacctmgr files and ingested.
+Prints markdown tables (waits in hours unless said otherwise).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import duckdb
+import polars as pl
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from ingest import sacct, slurm_events, slurm_nodes, warehouse  # noqa: E402
+from models import whatif  # noqa: E402
+from models.simulate import Cluster, Policy  # noqa: E402
+
+COLS = ["size_class", "jobs", "median_abs_err_h", "mean_abs_err_h", "p90_abs_err_h", "observed_p50_h",
+        "simulated_p50_h", "observed_p95_h", "simulated_p95_h", "observed_mean_h", "simulated_mean_h"]
+
+
+def md(df: pl.DataFrame, fmt: str = "{:.2f}") -> str:
+    rows = ["| " + " | ".join(df.columns) + " |", "|---" * df.width + "|"]
+    for r in df.iter_rows():
+        rows.append("| " + " | ".join(fmt.format(v) if isinstance(v, float) else str(v) for v in r) + " |")
+    return "\n".join(rows)
+
+
+def self_consistency() -> str:
+    from sim_fixtures import build_warehouse, synthetic_jobs
+    truth = Policy.parse("fifo-backfill", placement="best-fit")
+    with tempfile.TemporaryDirectory() as d:
+        con = warehouse.connect(Path(d) / "w.duckdb")
+        cl = Cluster.from_arrays([8] * 32, ["h100"] * 24 + ["a100"] * 8, ["gpu"] * 32)
+        build_warehouse(con, synthetic_jobs(3000, 11, n_pools=2, days=7), cl, truth)
+        inp = whatif.load_inputs(con)
+        con.close()
+    rows = []
+    for name, pol in [("fifo-backfill, best-fit (the truth)", truth),
+                      ("fifo-backfill, first-fit", Policy.parse("fifo-backfill", placement="first-fit")),
+                      ("fifo-backfill, best-fit, backfill at every event",
+                       Policy.parse("fifo-backfill", placement="best-fit", bf_interval_s=0)),
+                      ("priority-backfill, best-fit", Policy.parse("priority-backfill", placement="best-fit")),
+                      ("fifo (no backfill), best-fit", Policy.parse("fifo", placement="best-fit"))]:
+        _, s = whatif.validate_replay(inp, pol)
+        a = s.row(0, named=True)
+        big = s.filter(pl.col("size_class") == "9-32").row(0, named=True)
+        rows.append((name, a["mean_abs_err_h"], f"{a['observed_p50_h']:.2f} / {a['simulated_p50_h']:.2f}",
+                     f"{a['observed_p95_h']:.2f} / {a['simulated_p95_h']:.2f}",
+                     f"{big['observed_p95_h']:.2f} / {big['simulated_p95_h']:.2f}"))
+    df = pl.DataFrame(rows, schema=["replay policy", "MAE all (h)", "p50 obs / sim (h)", "p95 obs / sim (h)",
+                                    "p95 of 9-32 GPU jobs obs / sim (h)"], orient="row")
+    return md(df)
+
+
+def real_capture() -> str:
+    real = ROOT / "tests" / "fixtures" / "slurm_real"
+    with tempfile.TemporaryDirectory() as d:
+        con = warehouse.connect(Path(d) / "w.duckdb")
+        sacct.ingest_path(con, str(real / "sacct-allocations.psv"), sacct.SacctOptions())
+        slurm_nodes.ingest_path(con, str(real / "scontrol-show-node-o.txt"), as_of="2026-12-02T12:47:12")
+        slurm_events.ingest_path(con, str(real / "sacctmgr-event.psv"))
+        inp = whatif.load_inputs(con)
+        ids = con.sql("SELECT job_uid, job_id, state, partition FROM jobs").pl()
+        con.close()
+    per_job, s = whatif.validate_replay(inp, Policy.parse("fifo-backfill"))
+    jobs = per_job.join(ids, on="job_uid").sort("submit_s", "job_id").select(
+        "job_id", "state", "partition", "gpus", (pl.col("observed_wait_h") * 3600).round(0).alias("observed_wait_s"),
+        (pl.col("simulated_wait_h") * 3600).round(0).alias("simulated_wait_s"))
+    summary = s.select(["size_class", "jobs"] + [(pl.col(c) * 3600).alias(c.replace("_h", "_s")) for c in COLS[2:]])
+    return md(jobs, "{:.0f}") + "\n\n" + md(summary, "{:.1f}")
+
+
+def demo(path: Path) -> str:
+    con = duckdb.connect(str(path), read_only=True)
+    try:
+        t0 = time.perf_counter()
+        inp = whatif.load_inputs(con)
+        load_s = time.perf_counter() - t0
+    finally:
+        con.close()
+    out = [f"{inp.jobs.height:,} jobs, {inp.cluster.size} nodes, [{inp.t0}, {inp.t1}); inputs loaded in "
+           f"{load_s:.1f} s"]
+    for name, pol in [("fifo-backfill (bf_interval 30 s, best-fit)", Policy.parse("fifo-backfill")),
+                      ("fifo-backfill, bf_interval 60 s as the generator", Policy.parse("fifo-backfill",
+                                                                                        bf_interval_s=60)),
+                      ("fifo (no backfill)", Policy.parse("fifo"))]:
+        t0 = time.perf_counter()
+        _, s = whatif.validate_replay(inp, pol)
+        out.append(f"\n**{name}** (replay {time.perf_counter() - t0:.1f} s)\n")
+        out.append(md(s.select(COLS)))
+    return "\n".join(out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--demo", default=str(ROOT / "data" / "demo.duckdb"))
+    ap.add_argument("--skip-self", action="store_true")
+    ap.add_argument("--skip-real", action="store_true")
+    ap.add_argument("--skip-demo", action="store_true")
+    args = ap.parse_args()
+    if not args.skip_self:
+        print("## Self-consistency\n\n" + self_consistency() + "\n")
+    if not args.skip_real:
+        print("## Real Slurm capture (seconds)\n\n" + real_capture() + "\n")
+    if not args.skip_demo:
+        if Path(args.demo).exists():
+            print("## Demo warehouse\n\n" + demo(Path(args.demo)) + "\n")
+        else:
+            print(f"## Demo warehouse\n\n{args.demo} does not exist: run `gpuledger demo --no-serve` first\n")
+
+
+if __name__ == "__main__":
+    main()
