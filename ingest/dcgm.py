@@ -116,20 +116,26 @@ def _split_samples(lines: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array, np.nd
 
 
 def _identities(texts: list[str], opts: store.TelemetryOptions, cluster: str, cache: dict) -> list[dict]:
+    """Series rows for the distinct series texts; label sets are parsed once (cached across metrics and files),
+    and not at all for metrics gpuledger does not use."""
     rows = []
     for sid, text in enumerate(texts):
         ident = cache.get(text)
         if ident is None:
             m = _SERIES.fullmatch(text)
-            labels = None if m is None else store.parse_labels(m.group(2) or "")
             if m is None:
                 ident = dict.fromkeys(store.SERIES_SCHEMA.names)
                 ident.update(reject_field="metric", reject_reason="not a metric name: " + text[:80])
-            elif labels is None:
-                ident = dict.fromkeys(store.SERIES_SCHEMA.names)
-                ident.update(reject_field="labels", reject_reason="malformed label set")
+            elif m.group(1) not in store.METRICS:
+                ident = store.series_identity(m.group(1), None, opts, cluster)
             else:
-                ident = store.series_identity(m.group(1), labels, opts, cluster)
+                key = ("labels", m.group(2) or "")
+                device = cache.get(key)
+                if device is None:
+                    labels = store.parse_labels(key[1])
+                    device = cache[key] = {"reject_field": "labels", "reject_reason": "malformed label set"} \
+                        if labels is None else store.device_identity(labels, opts, cluster)
+                ident = store.series_identity(m.group(1), None, opts, cluster, device=device)
             cache[text] = ident
         rows.append({**ident, "sid": sid, "series_text": text})
     return rows

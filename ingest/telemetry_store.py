@@ -103,27 +103,19 @@ def _int(text: str | None) -> int | None:
     return int(text)
 
 
-def series_identity(metric: str, labels: dict[str, str], opts: TelemetryOptions, default_cluster: str) -> dict:
-    """Resolve one series' device identity from its labels; carries a skip or reject reason when it has none."""
-    row = {k: None for k in SERIES_SCHEMA.names if k not in ("sid", "series_text")}
-    spec = METRICS.get(metric)
-    if spec is None:
-        row["skip_reason"] = "metric not used by gpuledger"
-        return row
-    row["metric"], row["scale"], row["lo"], row["hi"] = spec
-    row["cluster"] = opts.cluster or labels.get("cluster") or default_cluster
+def device_identity(labels: dict[str, str], opts: TelemetryOptions, default_cluster: str) -> dict:
+    """The device a label set names (cluster, node, gpu key, MIG, UUID, model, job and pod labels), or a reject
+    reason when it names none. Independent of the metric, so callers cache it per label set."""
+    row = {"cluster": opts.cluster or labels.get("cluster") or default_cluster}
     host = labels.get("Hostname") or labels.get("hostname") or opts.node or _instance_host(labels.get("instance"))
     idx = _int(labels.get("gpu"))
     if idx is None and re.fullmatch(r"nvidia\d+", labels.get("device", "")):
         idx = int(labels["device"][6:])
     if not host:
-        row["reject_field"], row["reject_reason"] = "Hostname", "no Hostname/hostname label and no --node given"
-        return row
+        return {"reject_field": "Hostname", "reject_reason": "no Hostname/hostname label and no --node given"}
     if idx is None:
-        row["reject_field"] = "gpu"
-        row["reject_reason"] = ("gpu label is not a GPU index: " + labels["gpu"]) if "gpu" in labels \
-            else "no gpu label (GPU index)"
-        return row
+        return {"reject_field": "gpu", "reject_reason": ("gpu label is not a GPU index: " + labels["gpu"])
+                if "gpu" in labels else "no gpu label (GPU index)"}
     mig = _int(labels.get("GPU_I_ID"))
     row.update(node=short_node(host), gpu_index=idx, mig_instance=mig,
                gpu=str(idx) if mig is None else f"{idx}/mig{mig}",
@@ -132,6 +124,20 @@ def series_identity(metric: str, labels: dict[str, str], opts: TelemetryOptions,
     row["hpc_job"] = next((labels[k].strip() for k in JOB_LABELS if labels.get(k, "").strip()), None)
     for col, names in POD_LABELS.items():
         row[col] = next((labels[k] for k in names if labels.get(k)), None)
+    return row
+
+
+def series_identity(metric: str, labels: dict[str, str] | None, opts: TelemetryOptions, default_cluster: str,
+                    device: dict | None = None) -> dict:
+    """Resolve one series: its metric spec and device (``device`` = a cached :func:`device_identity`), or the
+    skip/reject reason it carries instead."""
+    row = dict.fromkeys(n for n in SERIES_SCHEMA.names if n not in ("sid", "series_text"))
+    spec = METRICS.get(metric)
+    if spec is None:
+        row["skip_reason"] = "metric not used by gpuledger"
+        return row
+    row["metric"], row["scale"], row["lo"], row["hi"] = spec
+    row.update(device if device is not None else device_identity(labels or {}, opts, default_cluster))
     return row
 
 
@@ -281,10 +287,10 @@ def _fold_sql(interval_s: int | None, default_interval: int, with_attrs: bool) -
     aggs = ",\n".join(f"{fn}(val) FILTER (WHERE mcode = {i}) AS {SAMPLE_COLS[i]}" for i, fn in enumerate(_FOLD))
     fixed = "NULL" if interval_s is None else str(int(interval_s))
     # job/pod labels are rare: aggregate them only when some series carries one, over those series only
-    attrs = """, a0 AS (
-        SELECT DISTINCT p.dev, p.us // 60000000 AS mi, s.hpc_job, s.pod, s.namespace, s.container
-        FROM _pv p JOIN (SELECT * FROM _sv WHERE hpc_job IS NOT NULL OR pod IS NOT NULL OR namespace IS NOT NULL
-                         OR container IS NOT NULL) s USING (sid)),
+    attrs = """, lab AS (SELECT * FROM _sv WHERE hpc_job IS NOT NULL OR pod IS NOT NULL OR namespace IS NOT NULL
+                          OR container IS NOT NULL),
+    a0 AS (SELECT DISTINCT p.dev, p.us // 60000000 AS mi, s.hpc_job, s.pod, s.namespace, s.container
+           FROM _pv p JOIN lab s USING (sid)),
     a AS (
         SELECT dev, mi, string_agg(hpc_job, ',' ORDER BY hpc_job) AS hpc_jobs, max(pod) AS pod,
                max(namespace) AS namespace, max(container) AS container
