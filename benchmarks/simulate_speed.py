@@ -55,14 +55,16 @@ def bench_replay(args) -> None:
         times = []
         for _ in range(args.repeat):
             t0 = time.perf_counter()
-            res = simulate(cluster, work, Policy.parse(name, sample_dt_s=3600.0))
+            res = simulate(cluster, work, Policy.parse(name, sample_dt_s=3600.0, bf_interval_s=args.bf_interval))
             times.append(time.perf_counter() - t0)
         med = statistics.median(times)
         w = res.jobs.get_column("wait_s").drop_nulls()
-        print(f"replay {name:22s} {args.jobs:>9,d} jobs {args.nodes} nodes x 8 GPUs: median {med:7.1f} s "
-              f"({days / med:8.1f} simulated days per wall second), passes {res.passes:,d}, "
-              f"p50/p95 wait {w.quantile(0.5) / 3600:.2f}/{w.quantile(0.95) / 3600:.2f} h, "
-              f"peak RSS {peak_rss_gb():.2f} GB")
+        waited = (w > 0).mean()
+        print(f"replay {name:22s} {args.jobs:>9,d} jobs {args.nodes} nodes x 8 GPUs, offered load "
+              f"{100 * args.load:.0f} %, {days:.1f} days: median {med:7.1f} s of {len(times)} "
+              f"({days / med:8.2f} simulated days per wall second), passes {res.passes:,d}, "
+              f"p50/p95/mean wait {w.quantile(0.5) / 3600:.2f}/{w.quantile(0.95) / 3600:.2f}/{w.mean() / 3600:.2f} h, "
+              f"{100 * waited:.0f} % of jobs waited, peak RSS {peak_rss_gb():.2f} GB")
 
 
 def bench_placement(args) -> None:
@@ -89,6 +91,7 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=2000)
     ap.add_argument("--load", type=float, default=0.98, help="offered GPU load (fraction of capacity)")
     ap.add_argument("--policies", default="fifo-backfill:best-fit")
+    ap.add_argument("--bf-interval", type=float, default=30.0, help="seconds between backfill passes (Slurm's 30)")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--trace", default=str(Path(__file__).resolve().parent.parent.parent / "shared" / "traces"
                                            / "alibaba-gpu-v2023-openb" / "openb_pod_list_default.csv"))
