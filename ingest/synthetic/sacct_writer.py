@@ -86,8 +86,11 @@ def _nodelists(layout: Layout, inst: sch.Instances) -> tuple[np.ndarray, np.ndar
     nn = np.bincount(ui, minlength=n)
     single = (nn == 1)
     out[single] = names[np.maximum(first[single], 0)]
-    for i in np.flatnonzero(nn > 1):
-        out[i] = hostlist.compress(list(names[un[ui == i]]))
+    # pairs are grouped by instance (allocation order), so each gang's nodes are one contiguous run
+    bounds = np.flatnonzero(starts).tolist() + [len(ui)]
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        if b - a > 1:
+            out[ui[a]] = hostlist.compress(list(names[un[a:b]]))
     return first, out
 
 
