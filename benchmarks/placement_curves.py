@@ -11,6 +11,7 @@ seeds) per trace and policy, and the default trace's curve at 50-130 %.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -45,7 +46,7 @@ def table_130(curves: dict[str, pl.DataFrame]) -> str:
         best = s["alloc_pct"].max()
         cells = []
         for pol, a, h in s.select("policy", "alloc_pct", "ci95_halfwidth").iter_rows():
-            cell = f"{a:.2f} ± {h:.2f}" if h == h else f"{a:.2f}"
+            cell = f"{a:.2f}" if math.isnan(h) else f"{a:.2f} ± {h:.2f}"
             cells.append(f"**{cell}**" if a == best else cell)
         rows.append(f"| {name} | " + " | ".join(cells) + " |")
     return "\n".join(rows)

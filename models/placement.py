@@ -22,8 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import polars as pl
-from numba import njit
-from numba import types
+from numba import njit, types
 from numba.typed import Dict
 
 POLICIES = ["Random", "DotProd", "GpuClustering", "GpuPacking", "BestFit", "FGD"]
@@ -56,7 +55,8 @@ def _ints(df: pl.DataFrame, col: str, path: Path) -> np.ndarray:
     if bad.any():
         i = int(bad.arg_max())
         raise TraceError(f"{path}: line {i + 2}: field {col}: {df.get_column(col)[i]!r} is not an integer")
-    return s.fill_null(0).to_numpy()
+    # a writeable copy: polars hands out read-only views, and numba would compile run_placement again for them
+    return np.array(s.fill_null(0).to_numpy(), dtype=np.int64)
 
 
 def load_trace(pod_csv: str | Path, node_csv: str | Path | None = None) -> tuple[dict, dict]:

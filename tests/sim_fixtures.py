@@ -1,7 +1,7 @@
 """Helpers for the simulator tests: a small warehouse whose 'observed' history is a known schedule."""
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 import numpy as np
 import polars as pl
