@@ -11,11 +11,15 @@ Only complete periods are used (a trace's partial last day is dropped).
 
 Folds: origins step back from n - h by min(h, m) (at most 8; 14 for h = 1), each with at least max(3m, 28)
 periods of training data. Horizons: daily 1, 7, 28; hourly 24, 168. MASE's scale is the in-sample seasonal
-naive MAE of each fold's training data (M4). Every method sees exactly the same training data per fold.
+naive MAE of each fold's training data (M4). Every method is given exactly the same training data per fold.
 
-Methods: ours = the backtest-chosen model (what `gpuledger forecast` uses), and each of our candidates forced
-(SeasonalNaive, ETS, Theta, Combination), all with backtest-calibrated intervals; statsforecast's AutoETS,
-AutoARIMA, AutoTheta and SeasonalNaive with their own intervals (season length m = 7 daily, 24 hourly).
+Methods: ours = the backtest-chosen model, run as `gpuledger forecast` runs it (the history prepared by
+`forecast.prepare`: leading zeros dropped, cut at a level shift with enough data after it), and each of our
+candidates forced (SeasonalNaive, ETS, Theta, Combination) on the same prepared history, all with
+backtest-calibrated intervals (where a candidate cannot be fitted on a fold's history, the fallback the CLI
+would use is scored in its place, so every method covers the same folds);
+statsforecast's AutoETS, AutoARIMA, AutoTheta and SeasonalNaive with their own intervals on the raw training
+data (season length m = 7 daily, 24 hourly).
 
 Run: .venv/bin/python benchmarks/forecast_accuracy.py [--quick] [--demo-db FILE] [--markdown FILE]
 (statsforecast is in the `bench` extra: `uv pip install -e '.[bench]'`). Heavy: hold the shared lock,
@@ -36,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 TRACES = Path(os.environ.get("GPULEDGER_SHARED", ROOT.parent / "shared")) / "traces"
 
-from models import forecast as F  # noqa: E402
+from models import forecast as F
 
 OURS = ("ours", "SeasonalNaive", "ETS", "Theta", "Combination")
 THEIRS = ("AutoETS", "AutoARIMA", "AutoTheta", "sf.SeasonalNaive")
@@ -96,8 +100,14 @@ def demo_series(db: str) -> dict[str, tuple[str, np.ndarray]]:
     from models import demand
     con = warehouse.connect(db, read_only=True)
     s = demand.series(con, "demanded", "day", ["pool"])
-    return {f"demo_{k[0]}_daily": ("day", part["value"].to_numpy()) for k, part in
-            s.partition_by(["pool"], as_dict=True, maintain_order=True).items()}
+    out = {}
+    for k, part in s.partition_by(["pool"], as_dict=True, maintain_order=True).items():
+        y = part["value"].to_numpy().astype(float)
+        if not np.any(y):                    # e.g. the 'unknown' pool: nothing to forecast, MASE undefined
+            print(f"demo pool {k[0]}: all zero, not scored", file=sys.stderr)
+            continue
+        out[f"demo_{k[0]}_daily"] = ("day", y)
+    return out
 
 
 def all_series(demo_db: str | None) -> dict[str, tuple[str, np.ndarray]]:
@@ -127,15 +137,20 @@ def score(y: np.ndarray, o: int, h: int, m: int, point, lo80, hi80, lo95, hi95) 
             "cov95": float(np.mean((actual >= lo95) & (actual <= hi95)))}
 
 
-def run_ours(y: np.ndarray, m: int, h: int, origins: list[int]) -> list[dict]:
+def run_ours(y: np.ndarray, freq: str, h: int, origins: list[int]) -> list[dict]:
+    """Our methods on each fold's training data, prepared as `gpuledger forecast` prepares a history (leading
+    zeros dropped, cut at a level shift with enough data after it); scored on the fold's raw actuals."""
+    m = F.SEASON[freq]
     rows = []
     for o in origins:
         t0 = time.perf_counter()
-        bt = F.backtest(y[:o], m, h)           # the same internal backtest serves every forced candidate
+        ts = (np.datetime64("2000-01-01") + F.STEP[freq] * np.arange(o)).astype("datetime64[us]")
+        yo = F.prepare(ts, y[:o], freq, h=h).y
+        bt = F.backtest(yo, m, h)              # the same internal backtest serves every forced candidate
         for name in OURS:
-            r = F.forecast_values(y[:o], m, h, force=None if name == "ours" else name, bt=bt)
-            if name != "ours" and r.model != name:
-                continue                      # that candidate cannot be fitted on this fold
+            # a forced candidate that cannot be fitted on this history falls back as the CLI would (e.g. Zero for
+            # an all-zero history); it is scored all the same, so every method covers the same folds
+            r = F.forecast_values(yo, m, h, force=None if name == "ours" else name, bt=bt)
             rows.append({"method": name, "origin": o, "chosen": r.model, "secs": time.perf_counter() - t0,
                          **score(y, o, h, m, r.point, r.lo[80], r.hi[80], r.lo[95], r.hi[95])})
     return rows
@@ -177,7 +192,7 @@ def evaluate(series: dict, folds_max: int | None, raw: str | None = None) -> pl.
                 print(f"  {name} h={h}: {len(y)} periods leave fewer than 2 folds; skipped", file=sys.stderr)
                 continue
             t0 = time.perf_counter()
-            got = run_ours(y, m, h, origins) + run_theirs(y, m, h, origins)
+            got = run_ours(y, freq, h, origins) + run_theirs(y, m, h, origins)
             rows += [{"series": name, "freq": freq, "n": len(y), "h": h, "folds": len(origins), **r} for r in got]
             if raw:
                 pl.DataFrame(rows).write_csv(raw)

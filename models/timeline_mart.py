@@ -262,7 +262,8 @@ def build_segments(con, c: str, T: dt.datetime) -> dict[str, np.ndarray]:
                           "t0": pl.Series(seg["t0"]).cast(pl.Datetime("us")),
                           "t1": pl.Series(seg["t1"]).cast(pl.Datetime("us")), "whole_gpus": seg["dw"],
                           "frac_milli": seg["df"], "jobs": seg["dj"].astype(np.int32)})
-    con.register("_seg_in", frame)
+    # stored in time order, so that time-window scans (a month of fragmentation samples) skip row groups
+    con.register("_seg_in", frame.sort("t0"))
     try:
         con.execute("INSERT INTO tl_node_segments SELECT * FROM _seg_in")
     finally:

@@ -16,9 +16,8 @@ JOBS = [
     Job(4, "nlp", 8, T(5, 4), T(5, 8), submit=T(5), qos="high"),                        # 4 h
     Job(5, "nlp", 16, None, None, submit=T(6)),                                         # still pending
     Job(6, "nlp", 1, T(31), T(1, month=4), submit=T(31)),                               # no wait
-    # cancelled while pending: the warehouse keeps no end for a job that never started, so when it left the
-    # queue is unknown and it is not counted as pending (rather than pending for ever)
-    Job(7, "nlp", 1, None, T(11), submit=T(10), state="CANCELLED"),
+    # cancelled while pending: sacct records when it left the queue (End), so it was pending until then
+    Job(7, "nlp", 1, None, T(11), submit=T(10), state="CANCELLED"),                     # pending 24 h
 ]
 GOV = '''currency = "EUR"
 [[teams]]
@@ -80,7 +79,8 @@ def test_size_classes_cover_every_request():
 
 def test_pending_at_a_time(qcon):
     p = queue.pending_at(qcon, T(10, 12))
-    assert p["job_id"].to_list() == ["5"] and p["pending_h"].to_list() == pytest.approx([108.0])
+    assert p["job_id"].to_list() == ["5", "7"] and p["pending_h"].to_list() == pytest.approx([108.0, 12.0])
+    assert queue.pending_at(qcon, T(11, 1))["job_id"].to_list() == ["5"]  # 7 left the queue at its End
     p = queue.pending_at(qcon, T(3, 12))                                    # oldest first
     assert p["job_id"].to_list() == ["3"] and p["size_class"].to_list() == ["2-4"]
 
@@ -98,7 +98,7 @@ def test_pending_demand_in_gpu_hours(qcon):
     d = queue.pending_demand(qcon, T(1), T(1, month=4))
     by_team = {t: sum(r["pending_gpu_h"] for r in d.iter_rows(named=True) if r["team"] == t) for t in ("vision", "nlp")}
     assert by_team["vision"] == pytest.approx(1 * 2 + 1 * 5 / 60 + 4 * 30)
-    assert by_team["nlp"] == pytest.approx(8 * 4 + 16 * 26 * 24)
+    assert by_team["nlp"] == pytest.approx(8 * 4 + 16 * 26 * 24 + 1 * 24)
 
 
 def test_cli_queue_report(qcon, tmp_path):
