@@ -1049,7 +1049,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("forecast", help="GPU demand forecasts with intervals and capacity exhaustion dates",
                        description="Forecast GPU demand per group (or a CSV series of your own) with the model "
-                                   "each series' rolling-origin backtest chooses, 80 %% and 95 %% intervals with "
+                                   "each series' rolling-origin backtest chooses, 80 % and 95 % intervals with "
                                    "their backtest coverage, and per pool the date demand outgrows capacity x "
                                    "target utilisation. See docs/FORECAST.md.")
     s.add_argument("--by", default=None, metavar="COLS",
@@ -1113,7 +1113,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Replay the warehouse's GPU jobs on its nodes through a Slurm-like scheduler "
                                    "simulator (docs/SIMULATOR.md) under a what-if scenario; prints p50/p95 wait "
                                    "(hours) overall, per team and per size class, utilization and fragmentation, "
-                                   "each with a 95%% interval over replications.")
+                                   "each with a 95% interval over replications.")
     sim_options(s, 10)
     s.add_argument("--by", default="team,size_class", metavar="COLS", help="wait breakdowns (default team,size_class)")
     s.add_argument("--validate", action="store_true",
@@ -1121,9 +1121,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(func=cmd_simulate)
     simsub = s.add_subparsers(dest="sim_command", metavar="placement")
     sp = simsub.add_parser("placement", help="FGD-paper placement protocol on an Alibaba openb trace",
-                           description="Weng et al. (ATC'23) protocol: trace pods resampled to 130%% of GPU capacity, "
+                           description="Weng et al. (ATC'23) protocol: trace pods resampled to 130% of GPU capacity, "
                                        "shuffled, placed one at a time without departures; GPU allocation and "
-                                       "fragmentation rate at each 1%% of arrived demand (docs/SIMULATOR.md).")
+                                       "fragmentation rate at each 1% of arrived demand (docs/SIMULATOR.md).")
     sp.add_argument("--trace", required=True, metavar="PATH", help="openb_pod_list_*.csv")
     sp.add_argument("--nodes", metavar="PATH", help="node list (default openb_node_list_gpu_node.csv beside the trace)")
     sp.add_argument("--policy", required=True, metavar="NAME",
@@ -1143,7 +1143,7 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("plan", help="smallest capacity that meets a p95 queue-wait target",
                        description="Sweep a grid of node counts for one pool (backfill is not monotone in capacity, "
                                    "so no bisection) and report the smallest count from which the simulated p95 "
-                                   "wait stays within the target, with its 95%% interval.")
+                                   "wait stays within the target, with its 95% interval.")
     s.add_argument("--target-p95-wait", required=True, metavar="DURATION", help="e.g. 2h, 90m, 1d")
     s.add_argument("--pool", metavar="POOL", help="pool (GPU type) to size; required if there are several")
     s.add_argument("--grid", metavar="N,N,...", help="node counts to try (default: 13 points from half to twice today)")

@@ -59,17 +59,28 @@ def job_windows(con: duckdb.DuckDBPyConnection, targets: str) -> None:
 
 
 def prepare(con: duckdb.DuckDBPyConnection, targets: str) -> None:
-    """``_jw`` (target job windows) and ``_nodes_all``: the nodes they ran on, numbered (``nid``), with the time
-    span to read and an estimate of the device-minutes there (``est``)."""
+    """``_jw`` (target job windows) and ``_nodes_all``: the nodes they ran on that have telemetry, numbered
+    (``nid``), with the time span to read (the jobs' span cut to the node's telemetry span) and an estimate of
+    the device-minutes there (``est``).
+
+    Only nodes and times with readings are expanded into job-minutes: a site whose telemetry covers the last
+    week of a year of jobs attributes a week, and jobs elsewhere keep their allocated GPU-hours with no
+    telemetry. A reading may cover up to a day after its timestamp (the raw scan's look-back), hence the
+    margin on ``last_seen``."""
     job_windows(con, targets)
     con.execute("""
         CREATE OR REPLACE TEMP TABLE _nodes_all AS
         SELECT (row_number() OVER (ORDER BY s.cluster, s.node))::INTEGER AS nid, s.cluster, s.node, s.lo, s.hi,
                (epoch(date_trunc('minute', s.lo)) // 60)::BIGINT AS lo_mi, ceil(epoch(s.hi) / 60)::BIGINT AS hi_mi,
-               greatest(1, coalesce(d.n, 1)) * (epoch(s.hi) - epoch(s.lo)) / 60 AS est
-        FROM (SELECT jn.cluster, jn.node, min(w.ws) AS lo, max(w.we) AS hi
-              FROM _jw w JOIN job_nodes jn USING (job_uid) GROUP BY ALL) s
-        LEFT JOIN (SELECT cluster, node, count(*) AS n FROM gpu_devices GROUP BY ALL) d USING (cluster, node)""")
+               greatest(1, s.n) * (epoch(s.hi) - epoch(s.lo)) / 60 AS est
+        FROM (SELECT jn.cluster, jn.node, greatest(min(w.ws), any_value(d.t0)) AS lo,
+                     least(max(w.we), any_value(d.t1)) AS hi, any_value(d.n) AS n
+              FROM _jw w JOIN job_nodes jn USING (job_uid)
+                   JOIN (SELECT cluster, node, count(*) AS n, min(first_seen) AS t0,
+                                max(last_seen) + INTERVAL 1 DAY AS t1
+                         FROM gpu_devices GROUP BY ALL) d ON d.cluster = jn.cluster AND d.node = jn.node
+              GROUP BY ALL) s
+        WHERE s.hi > s.lo""")
 
 
 #: device-minutes attributed at once (a node group); bounds the memory of a refresh over any range

@@ -140,8 +140,24 @@ def test_node_groups_give_the_same_answer_as_one_pass(con, tmp_path, monkeypatch
     groups = attribution.node_chunks(con)
     names = [sorted(con.sql("SELECT node FROM _nodes_all WHERE list_contains($g, nid)", params={"g": g}
                             ).fetchall()) for g in groups]
-    assert [("k2",), ("k3",)] in names and len(groups) == 4
+    # k9 has no telemetry: it is no group's (its job keeps its allocated GPU-hours, "none")
+    assert names == [[("k1",)], [("k2",), ("k3",)], [("k4",)]]
     again = _eff(con)
     assert again.keys() == one.keys()
     for k in one:
         assert again[k][0] == one[k][0] and again[k][1:] == pytest.approx(one[k][1:])
+
+
+def test_only_the_telemetry_span_is_attributed_and_the_rest_stays_allocated(con, tmp_path):
+    """Job 900 (2 GPUs on gpu09) runs minutes 0-600; readings exist for minutes 300-359 only (GPU0 at 50 %,
+    GPU1 at 0 %). Covered 2x60 = 120 GPU-min, active 60x0.5 = 30, idle 60; allocated stays 2x600 = 1,200.
+    Job 901 ran on gpu10, which never reported: allocated only, method 'none'."""
+    add_jobs(con, tmp_path, [dict(id=900, start=0, end=600, gpus=2, nodes="gpu09"),
+                             dict(id=901, start=0, end=600, gpus=1, nodes="gpu10")])
+    load_readings(con, readings({("gpu09", 0): busy(range(300, 360), 50), ("gpu09", 1): busy(range(300, 360), 0)}))
+    eff = _eff(con)
+    assert eff["900"][:4] == ("node-share", 120, pytest.approx(30), pytest.approx(60))
+    assert eff["901"][:2] == ("none", 0)
+    alloc = dict(con.sql("SELECT j.job_id, e.alloc_gpu_s / 60 FROM gpu_efficiency_job e JOIN jobs j USING (job_uid)"
+                         ).fetchall())
+    assert alloc == {"900": pytest.approx(1200), "901": pytest.approx(600)}
