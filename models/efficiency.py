@@ -101,7 +101,11 @@ def _scored(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def _hours(con: duckdb.DuckDBPyConnection) -> None:
-    """``_eff_hour``: per job and UTC hour, allocated and telemetry figures (+ histogram)."""
+    """``_eff_hour``: per job with telemetry and UTC hour, allocated and telemetry figures (+ histogram).
+
+    A job no reading reached gets no hour rows: its hours are all allocation, which the readers derive from its
+    window (:func:`_hours_in`). Expanding them here would store a row per hour of every job of a site without
+    telemetry (and of every runaway job accounting still shows RUNNING), for nothing."""
     hist = ", ".join(f"coalesce(sum(s) FILTER (WHERE bin = {b}), 0)" for b in range(N_BINS))
     by_method = ", ".join(f"coalesce(sum(cov) FILTER (WHERE meth = {i + 1}), 0) AS {col}"
                           for i, col in enumerate(("label_gpu_s", "index_gpu_s", "share_gpu_s")))
@@ -111,7 +115,8 @@ def _hours(con: duckdb.DuckDBPyConnection) -> None:
             SELECT job_uid, cluster, hour,
                    ngpus * epoch(least(we, hour + INTERVAL 1 HOUR) - greatest(ws, hour)) AS alloc_gpu_s
             FROM (SELECT *, unnest(generate_series(date_trunc('hour', ws), we - INTERVAL 1 MICROSECOND,
-                                                   INTERVAL 1 HOUR)) AS hour FROM _jwc)),
+                                                   INTERVAL 1 HOUR)) AS hour
+                  FROM _jwc SEMI JOIN (SELECT DISTINCT job_uid FROM _eff_px) USING (job_uid))),
         tel AS (
             SELECT job_uid, hr, sum(cov) AS telemetry_gpu_s, sum(cov * act) AS active_gpu_s,
                    coalesce(sum(cov) FILTER (WHERE idle), 0) AS idle_alloc_gpu_s,
@@ -133,13 +138,19 @@ def _jobs(con: duckdb.DuckDBPyConnection, now: dt.datetime) -> None:
     """``_eff_job``: the per-job row, with the exact GPU-second-weighted p95."""
     con.execute("""
         CREATE OR REPLACE TEMP TABLE _eff_job AS
-        WITH s AS (
-            SELECT job_uid, any_value(cluster) AS cluster, sum(alloc_gpu_s) AS alloc_gpu_s,
-                   sum(telemetry_gpu_s) AS telemetry_gpu_s, sum(active_gpu_s) AS active_gpu_s,
+        WITH t AS (
+            SELECT job_uid, sum(telemetry_gpu_s) AS telemetry_gpu_s, sum(active_gpu_s) AS active_gpu_s,
                    sum(idle_alloc_gpu_s) AS idle_alloc_gpu_s, max(fb_max_mib) AS fb_max_mib, sum(energy_j) AS energy_j,
                    sum(label_gpu_s) AS label_gpu_s, sum(index_gpu_s) AS index_gpu_s, sum(share_gpu_s) AS share_gpu_s,
                    sum(rollup_gpu_s) AS rollup_gpu_s
             FROM _eff_hour GROUP BY job_uid),
+        s AS (   -- every job of the chunk; allocation from its window (= the sum of its hours where it has them)
+            SELECT w.job_uid, w.cluster, w.ngpus * epoch(w.we - w.ws) AS alloc_gpu_s,
+                   coalesce(t.telemetry_gpu_s, 0) AS telemetry_gpu_s, coalesce(t.active_gpu_s, 0) AS active_gpu_s,
+                   coalesce(t.idle_alloc_gpu_s, 0) AS idle_alloc_gpu_s, t.fb_max_mib, t.energy_j,
+                   coalesce(t.label_gpu_s, 0) AS label_gpu_s, coalesce(t.index_gpu_s, 0) AS index_gpu_s,
+                   coalesce(t.share_gpu_s, 0) AS share_gpu_s, coalesce(t.rollup_gpu_s, 0) AS rollup_gpu_s
+            FROM _jwc w LEFT JOIN t USING (job_uid)),
         v AS (SELECT job_uid, act, sum(cov) AS w FROM _eff_px GROUP BY job_uid, act),
         q AS (
             SELECT job_uid, min(act) FILTER (WHERE cum >= 0.95 * tot) AS act_p95
@@ -253,14 +264,32 @@ def _hours_in(by: list[str]) -> str:
     """ if "gpu_type" in by else ""
     return f"""
         SELECT h.*, e.metric{', ' + cols if cols else ''}
-        FROM gpu_efficiency_job_hour h JOIN gpu_efficiency_job e USING (job_uid) JOIN jobs j USING (job_uid)
-        {types}
-        WHERE h.hour >= $lo AND h.hour < $hi"""
+        FROM ({_ALL_HOURS}) h JOIN gpu_efficiency_job e USING (job_uid) JOIN jobs j USING (job_uid)
+        {types}"""
+
+
+#: Mart hours in [$lo, $hi), plus the hours of jobs without telemetry, which the mart does not store: all
+#: allocation (ngpus x the job's seconds in the hour), nothing covered.
+_ALL_HOURS = """
+    SELECT job_uid, cluster, hour, alloc_gpu_s, telemetry_gpu_s, active_gpu_s, idle_alloc_gpu_s, fb_max_mib,
+           energy_j, label_gpu_s, index_gpu_s, share_gpu_s, hist
+    FROM gpu_efficiency_job_hour WHERE hour >= $lo AND hour < $hi
+    UNION ALL
+    SELECT job_uid, cluster, hour, ngpus * epoch(least(window_end, hour + INTERVAL 1 HOUR) - greatest(window_start, hour)),
+           0.0, 0.0, 0.0, NULL, NULL, 0.0, 0.0, 0.0, NULL
+    FROM (SELECT e.job_uid, e.cluster, e.window_start, e.window_end, j.ngpus,
+                 unnest(generate_series(greatest(date_trunc('hour', e.window_start), $lo::TIMESTAMP),
+                                        least(e.window_end, $hi::TIMESTAMP) - INTERVAL 1 MICROSECOND,
+                                        INTERVAL 1 HOUR)) AS hour
+          FROM gpu_efficiency_job e JOIN jobs j USING (job_uid)
+          WHERE e.telemetry_gpu_s = 0 AND e.window_start < $hi AND e.window_end > $lo)"""
 
 
 def _window(con, date_from: dt.datetime | None, date_to: dt.datetime | None) -> tuple[dt.datetime, dt.datetime]:
     """The report window rounded out to whole UTC hours (the mart's grain); open ends take the data's."""
-    lo, hi = con.sql("SELECT min(hour), max(hour) + INTERVAL 1 HOUR FROM gpu_efficiency_job_hour").fetchall()[0]
+    lo, hi = con.sql("""SELECT date_trunc('hour', min(window_start)),
+                               date_trunc('hour', max(window_end) - INTERVAL 1 MICROSECOND) + INTERVAL 1 HOUR
+                        FROM gpu_efficiency_job""").fetchall()[0]
     lo = date_from.replace(minute=0, second=0, microsecond=0) if date_from else lo
     if date_to:
         hi = date_to if date_to == date_to.replace(minute=0, second=0, microsecond=0) else \
@@ -347,7 +376,7 @@ def per_job(con: duckdb.DuckDBPyConnection, date_from: dt.datetime | None = None
                  sum(active_gpu_s) AS act, sum(idle_alloc_gpu_s) AS idle, max(fb_max_mib) AS fb,
                  sum(energy_j) AS energy, count(*) = any_value(e_hours) AS whole
           FROM (SELECT *, count(*) OVER (PARTITION BY job_uid) AS n FROM h) h
-          JOIN (SELECT job_uid, count(*) AS e_hours FROM gpu_efficiency_job_hour GROUP BY 1) USING (job_uid)
+          LEFT JOIN (SELECT job_uid, count(*) AS e_hours FROM gpu_efficiency_job_hour GROUP BY 1) USING (job_uid)
           GROUP BY job_uid),
     bins AS (SELECT job_uid, i, sum(hist[i]) AS s FROM h, range(1, {N_BINS + 1}) r(i) WHERE hist IS NOT NULL
              GROUP BY ALL),

@@ -76,6 +76,26 @@ def test_job_without_telemetry_is_shown_as_such(con, tmp_path, run_cli):
     assert jobs.filter(jobs["job_id"] == "6")["metric"].to_list() == ["no telemetry"]
 
 
+def test_jobs_without_telemetry_are_allocation_by_the_hour_without_mart_rows(con, tmp_path):
+    """Job 60 (2 GPUs, dark node) runs 00:30-02:15, job 61 (1 GPU, lit node) 00:00-01:00 with readings.
+    Hourly allocation: 00h 2x30 + 60 = 120 GPU-min, 01h 2x60 = 120, 02h 2x15 = 30; the mart stores job 61's
+    hour only (job 60's hours are all allocation, derived from its window), and a window cut mid-job counts
+    only its part."""
+    add_jobs(con, tmp_path, [dict(id=60, start=30, end=135, gpus=2, nodes="dark2"),
+                             dict(id=61, start=0, end=60, gpus=1, nodes="lit2")])
+    load_readings(con, readings({("lit2", 0): busy(range(60), 40)}))
+    efficiency.build(con)
+    assert con.sql("SELECT count(*), count(DISTINCT job_uid) FROM gpu_efficiency_job_hour").fetchall() == [(1, 1)]
+    hourly = efficiency.by_group(con, bucket="hour")
+    assert hourly["alloc_gpu_h"].to_list() == pytest.approx([2, 2, 0.5])
+    assert hourly["telemetry_gpu_h"].to_list() == pytest.approx([1, 0, 0])
+    assert hourly["jobs_without_telemetry"].to_list() == [1, 1, 1]
+    cut = efficiency.by_group(con, at(60), at(120), bucket=None)
+    assert cut["alloc_gpu_h"].to_list() == pytest.approx([2]) and cut["jobs"].to_list() == [1]
+    jobs = {r["job_id"]: r for r in efficiency.per_job(con, at(60), at(180)).to_dicts()}
+    assert jobs.keys() == {"60"} and jobs["60"]["alloc_gpu_h"] == pytest.approx(2.5)
+
+
 def test_hours_split_jobs_and_add_up(con, tmp_path):
     """Job 8 runs 10:30-12:15 on 2 GPUs: hours 10 (30 min), 11 (60), 12 (15)."""
     add_jobs(con, tmp_path, [dict(id=8, start=30, end=135, gpus=2, nodes="e1")])
