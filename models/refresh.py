@@ -22,6 +22,7 @@ def mart_builders() -> list[tuple[str, MartBuilder]]:
     return [
         ("timeline", timeline.build),  # occupancy timeline: the base of utilization, fragmentation, cost
         ("efficiency", _efficiency_build),  # GPU efficiency per job and hour, from telemetry (models/efficiency.py)
+        ("demand", _demand_build),  # daily demand per pool/partition/team (models/demand.py), read by forecasts
     ]
 
 
@@ -43,3 +44,8 @@ def run(con: duckdb.DuckDBPyConnection, db_path: str | Path, full: bool = False,
 def _efficiency_build(con: duckdb.DuckDBPyConnection, full: bool) -> None:
     from models import efficiency
     efficiency.build(con, full)
+
+
+def _demand_build(con: duckdb.DuckDBPyConnection, full: bool) -> None:
+    from models import demand
+    demand.build(con, full)

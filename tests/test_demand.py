@@ -122,3 +122,90 @@ def test_series_shape_and_errors(hand):
 def test_empty_warehouse_gives_an_empty_table(con):
     t = demand.demand_table(con, "day", ["pool"])
     assert t.is_empty() and "peak_gpus" in t.columns
+
+
+# ---------------------------------------------------------------- the daily marts (`gpuledger refresh`)
+
+# a second cluster, earlier and with a later horizon (03-04 00:00): a100 jobs 02-29/03-01 and 03-03, and a
+# running h100 job
+OTHER = [tf.Job(11, "gina", "ml", "a100", 8, ["gpu01"], start=tf.T("02-29 20:00"), end=tf.T("03-01 02:00")),
+         tf.Job(12, "hank", "cv", "h100", 4, ["gpu03"], submit=tf.T("03-02 06:00"), start=tf.T("03-03 06:00")),
+         tf.Job(13, "gina", "ml", "a100", 1, ["gpu02"], start=tf.T("03-03 20:00"), end=tf.T("03-04 00:00"))]
+
+
+@pytest.fixture
+def two_clusters(db_path):
+    """The hand cluster 'tc' and OTHER on 'td', refreshed (marts built) and published."""
+    from ingest import warehouse
+    from models import refresh
+    c = warehouse.connect(db_path)
+    tf.load_hand_cluster(c)
+    tf.load(c, "td", OTHER, tf.NODES, team_map=tf.TEAMS)
+    done = dict(refresh.run(c, db_path))
+    assert "demand" in done
+    yield c
+    c.close()
+
+
+GROUPINGS = [["pool"], ["cluster", "pool"], ["pool", "cluster"], ["team"], [], ["partition", "team"], ["cluster"]]
+
+
+def _same(con, cluster):
+    from polars.testing import assert_frame_equal
+    for by in GROUPINGS:
+        for m in demand.MEASURES:
+            direct = demand._direct(con, "day", by, cluster, peak=m == "peak")
+            assert_frame_equal(demand.series(con, m, "day", by, cluster),
+                               direct.select([*by, "ts", pl.col(demand.MEASURES[m]).alias("value")]))
+        assert_frame_equal(demand.demand_table(con, "day", by, cluster),
+                           demand.demand_table(con, "day", by, cluster, mart=False))
+
+
+@pytest.mark.parametrize("cluster", [None, "tc", "td", "nowhere"])
+def test_the_mart_equals_the_direct_computation(two_clusters, cluster):
+    con = two_clusters
+    assert demand._from_mart(con, ["pool"], cluster, peak=True) is not None    # the mart answers
+    assert demand._from_mart(con, ["team"], cluster, peak=True) is None        # peaks are kept per pool only
+    _same(con, cluster)
+
+
+def test_the_mart_holds_each_cluster_and_all_together(two_clusters):
+    con = two_clusters
+    scopes = con.sql("SELECT scope, first_ts, end_ts FROM demand_scopes ORDER BY scope").fetchall()
+    d = dt.datetime
+    # tc: first submit 03-01, horizon 03-03; td: first submit 02-29, horizon 03-04 (job 12 runs on);
+    # together: from 02-29 to the earliest horizon, 03-03
+    assert scopes == [("*", d(2024, 2, 29), d(2024, 3, 3)), ("tc", d(2024, 3, 1), d(2024, 3, 3)),
+                      ("td", d(2024, 2, 29), d(2024, 3, 4))]
+    td = demand.demand_table(con, "day", ["pool"], "td")
+    assert _rows(td, "pool", "ts", "served_gpu_hours", "demanded_gpu_hours", "peak_gpus") == [
+        # job 11: 8 GPUs 20:00-02:00 (4 h on 02-29, 2 h on 03-01), submitted 02-29: 48 demanded
+        ("a100", d(2024, 2, 29), 32.0, 48.0, 8.0), ("a100", d(2024, 3, 1), 16.0, 0.0, 8.0),
+        ("a100", d(2024, 3, 2), 0.0, 0.0, 0.0), ("a100", d(2024, 3, 3), 4.0, 4.0, 1.0),   # job 13: 1 x 4 h
+        # job 12: 4 GPUs pending 03-02 06:00 to 03-03 06:00, then running to the horizon (18 h);
+        # demanded on 03-02: 4 x max(18 h run so far, 5 h median of the cluster's finished 6 h and 4 h) = 72
+        ("h100", d(2024, 2, 29), 0.0, 0.0, 0.0), ("h100", d(2024, 3, 1), 0.0, 0.0, 0.0),
+        ("h100", d(2024, 3, 2), 0.0, 72.0, 4.0), ("h100", d(2024, 3, 3), 72.0, 0.0, 4.0)]
+    both = demand.demand_table(con, "day", ["pool"])
+    # all clusters: the a100 peak of 03-01 is tc's 24 (10:00-12:00), td's job 11 ended at 02:00
+    assert both.filter((pl.col("pool") == "a100") & (pl.col("ts") == d(2024, 3, 1)))["peak_gpus"].to_list() == [24.0]
+    assert both["ts"].max() == d(2024, 3, 2)
+
+
+def test_a_serving_snapshot_reads_the_mart_and_a_new_ingest_bypasses_it(two_clusters, db_path):
+    from ingest import sacct, warehouse
+    snap = warehouse.connect(warehouse.serving_path(db_path), read_only=True)
+    try:
+        assert demand._from_mart(snap, ["pool"], "tc", peak=True) is not None
+        t = demand.series(snap, "demanded", "day", ["pool"], "tc")
+        assert t["value"].to_list() == [160.0, 1.0, 84.0, 20.0]     # test_daily_by_pool_by_hand's figures
+        _same(snap, None)
+    finally:
+        snap.close()
+    con = two_clusters
+    late = tf.Job(7, "ivy", "ml", "a100", 2, ["gpu02"], start=tf.T("03-01 01:00"), end=tf.T("03-01 03:00"))
+    sacct.ingest_bytes(con, tf.sacct_text([late], "tc").encode(), "late.psv", sacct.SacctOptions(cluster="tc"))
+    assert demand._from_mart(con, ["pool"], "tc", peak=True) is None            # stale: computed from the jobs
+    t = demand.series(con, "demanded", "day", ["pool"], "tc")
+    # + job 7 (2 GPUs x 2 h); job 5's estimate falls to the new median run time, 2 h (of 12, 8, 2, 2, 1 h): 4 x 2
+    assert t["value"].to_list() == [164.0, 1.0, 84.0, 8.0]
