@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from ingest import hostlist
+from ingest import hostlist, textsplit
 from ingest.slurm_sql import register as register_macros
 
 #: Data columns of ``jobs`` that an ingestor stages (everything but keys and lineage).
@@ -49,8 +49,8 @@ def stage_nodelists(con, table: str) -> dict[str, str]:
             nodes.append(h)
             idxs.append(i)
             ns.append(n)
-    tbl = pa.table({"nodelist": pa.array(keys, pa.string()), "node": pa.array(nodes, pa.string()),
-                    "idx": pa.array(idxs, pa.int32()), "n": pa.array(ns, pa.int32())})
+    tbl = pa.table({"nodelist": textsplit.str_array(keys), "node": textsplit.str_array(nodes),
+                    "idx": textsplit.int_array(idxs, pa.int32()), "n": textsplit.int_array(ns, pa.int32())})
     con.register("_nodelist_in", tbl)
     try:
         con.execute("CREATE OR REPLACE TEMP TABLE _nodelist_map AS SELECT * FROM _nodelist_in")

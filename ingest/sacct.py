@@ -127,7 +127,7 @@ STAGED_INPUTS = ("jobid", "jobidraw", "cluster", "partition", "qos", "account", 
                  "nodelist", "jobname")
 
 
-def _stage_sql(cols: list[str], hint: str, step: str = "false") -> str:
+def _stage_sql(cols: list[str], hint: str) -> str:
     """SQL from the split columns of one segment (table ``_seg``) to typed, staged job rows with a verdict.
 
     Layered so that each macro is applied to a plain column (cheap to plan). ``verdict`` is NULL for a good
@@ -149,7 +149,7 @@ def _stage_sql(cols: list[str], hint: str, step: str = "false") -> str:
     field_checks = " ".join(f"WHEN {cond} THEN 'reject{SEP}{name}{SEP}' || {msg}" for name, cond, msg in _checks(cols))
     return f"""
     WITH r AS (
-      SELECT line_no, nf, {present}, {extra_json} AS c_extra FROM _seg WHERE NOT {step}
+      SELECT line_no, nf, {present}, {extra_json} AS c_extra FROM _seg
     ), t AS (
       SELECT *,
         coalesce(nullif(trim(c_jobid), ''), nullif(trim(c_jobidraw), '')) AS anyid,
@@ -228,8 +228,14 @@ def _stage_sql(cols: list[str], hint: str, step: str = "false") -> str:
 
 def _header_lines(con, lines: textsplit.Lines, nonblank: np.ndarray, delim: str) -> dict[int, list[str]]:
     """{line index: columns} of the header lines: a line whose every field is a sacct field name."""
+    # Every field name starts with a letter and every job id with a digit: only lines that start with a
+    # letter (or blanks) can be headers, which leaves the SQL below a handful of lines, not a million.
+    head = lines.buf[lines.starts[nonblank]] | 0x20                 # ASCII lower case
+    nonblank = nonblank[((head >= ord("a")) & (head <= ord("z"))) | (head == 0x20) | (head == 0x29)]
+    if not len(nonblank):
+        return {}
     d = delim.encode()
-    pos = textsplit.delimiter_positions(lines.buf, d)
+    pos = lines.positions(d)
     starts, ends = lines.starts[nonblank], lines.ends[nonblank]
     nxt = np.searchsorted(pos, starts)
     if len(pos):
@@ -238,7 +244,7 @@ def _header_lines(con, lines: textsplit.Lines, nonblank: np.ndarray, delim: str)
     else:
         first_end = ends
     first = textsplit.string_views(lines.data, lines.buf, starts, first_end - starts)
-    con.register("_first", pa.table({"i": pa.array(nonblank), "first": first}))
+    con.register("_first", pa.table({"i": textsplit.int_array(nonblank), "first": first}))
     try:
         cand = [r[0] for r in con.execute(
             """SELECT i FROM _first WHERE length(first) < 40 AND
@@ -276,8 +282,7 @@ def _cluster_tz(con, cluster: str) -> str | None:
 
 
 def _line_text(lines: textsplit.Lines, line_nos) -> pa.Array:
-    return pa.array([lines.line(i - 1).decode("utf-8", "replace") for i in line_nos],
-                    pa.string())
+    return textsplit.str_array([lines.line(i - 1).decode("utf-8", "replace") for i in line_nos])
 
 
 def _stage_segment(con, run, lines, rows: np.ndarray, cols: list[str], opts: SacctOptions, cluster: str,
@@ -288,22 +293,18 @@ def _stage_segment(con, run, lines, rows: np.ndarray, cols: list[str], opts: Sac
     ends_with = lines.ends[rows] - lines.starts[rows] >= len(d)
     tail = np.array([bytes(lines.data[e - len(d):e]) == d for e in lines.ends[rows[:200]]]) if len(rows) else np.array([])
     trailing = bool(len(tail) and tail.mean() > 0.5 and ends_with.any())
-    fields = textsplit.split_fields(lines, rows, d, len(cols), cols.index(free) if free else None, trailing)
+    split = (lines, d, len(cols), cols.index(free) if free else None, trailing)
     key = "jobid" if "jobid" in cols else "jobidraw" if "jobidraw" in cols else None
-    arrays = {"line_no": pa.array(rows + 1), "nf": pa.array(fields.nfields)}
+    if key:
+        rows = _skip_steps(con, run, rows, split, cols.index(key))
+    fields = textsplit.split_fields(lines, rows, *split[1:])
+    arrays = {"line_no": textsplit.int_array(rows + 1), "nf": textsplit.int_array(fields.nfields)}
     for name, col in zip(cols, fields.columns):
         arrays.setdefault(f"c_{name}", col)     # a repeated column name keeps its first occurrence
-    step = (f"(regexp_matches(c_{key}, '{STEP_RE}') AND nf >= {len(cols)})" if key else "false")
     # the split columns are scanned in place (Arrow views over the input), never copied into a table
     con.register("_seg", pa.table(arrays))
     try:
-        if key:
-            for reason, n, first in con.execute(f"""
-                    SELECT 'job step (.' || CASE WHEN k SIMILAR TO '[0-9]+' THEN 'N' ELSE k END || ')', count(*), min(line_no)
-                    FROM (SELECT line_no, regexp_extract(c_{key}, '{STEP_RE}', 2) AS k FROM _seg WHERE {step})
-                    GROUP BY 1""").fetchall():
-                run.skip(reason, n, first)
-        sql = _stage_sql(cols, hint, step)
+        sql = _stage_sql(cols, hint)
         con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS {sql}", {"tz": opts.tz, "cluster": cluster, "source": source})
     finally:
         con.unregister("_seg")
@@ -313,9 +314,32 @@ def _stage_segment(con, run, lines, rows: np.ndarray, cols: list[str], opts: Sac
         _reject(con, run, lines, [b[0] for b in bad], [b[1] for b in bad], [b[2] for b in bad])
 
 
+def _skip_steps(con, run, rows: np.ndarray, split: tuple, k: int) -> np.ndarray:
+    """Count the job-step lines (``123.batch``, ``123.extern``, ``123.4``; with a full set of fields) among
+    ``rows`` as skipped, by kind, and return the other rows. Only the job id column is split for this, so the
+    steps (often half of an export) never cost a full split."""
+    lines, d, ncols, free_at, trailing = split
+    f = textsplit.split_fields(lines, rows, d, ncols, free_at, trailing, only=[k])
+    con.register("_ids", pa.table({"i": textsplit.int_array(np.arange(len(rows))), "nf": textsplit.int_array(f.nfields), "id": f.columns[0]}))
+    try:
+        con.execute(f"""CREATE OR REPLACE TEMP TABLE _steps AS
+                        SELECT i, regexp_extract(id, '{STEP_RE}', 2) AS k FROM _ids
+                        WHERE nf >= {ncols} AND regexp_matches(id, '{STEP_RE}')""")
+    finally:
+        con.unregister("_ids")
+    for reason, n, first in con.execute(f"""
+            SELECT 'job step (.' || CASE WHEN k SIMILAR TO '[0-9]+' THEN 'N' ELSE k END || ')', count(*), min(i)
+            FROM _steps GROUP BY 1""").fetchall():
+        run.skip(reason, n, int(rows[first]) + 1)
+    step = np.zeros(len(rows), dtype=bool)
+    step[con.execute("SELECT i FROM _steps").fetchnumpy()["i"]] = True
+    con.execute("DROP TABLE _steps")
+    return rows[~step]
+
+
 def _reject(con, run, lines, line_nos, fields, reasons) -> None:
-    tbl = pa.table({"line_no": pa.array(line_nos, pa.int64()), "field": pa.array(fields, pa.string()),
-                    "reason": pa.array(reasons, pa.string()), "raw": _line_text(lines, line_nos)})
+    tbl = pa.table({"line_no": textsplit.int_array(line_nos), "field": textsplit.str_array(fields),
+                    "reason": textsplit.str_array(reasons), "raw": _line_text(lines, line_nos)})
     run.reject_rows(tbl)
 
 
