@@ -44,6 +44,22 @@ def _cursor():
     return queries.current().cursor()
 
 
+def prefetch(calls, workers: int = 3) -> None:
+    """Run independent cached reads concurrently and wait for them, so a page that shows several models waits
+    about as long as its slowest few, not their sum (DuckDB and Polars release the GIL while they compute).
+
+    ``calls``: zero-argument callables of this module's cached functions, slowest first. Results land in the
+    caches, where the page's own calls find them; a call that fails is left for the page to repeat and report."""
+    from concurrent.futures import ThreadPoolExecutor
+    def run(call):
+        try:
+            call()
+        except Exception:  # noqa: BLE001 - the page's own call raises it again, inside ui.guarded
+            pass
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="gpuledger-prefetch") as pool:
+        list(pool.map(run, calls))
+
+
 def auto_bucket(f: Filters) -> str:
     """A bucket that gives a readable number of points for the window (about 24 to 120)."""
     if f.days <= 3:

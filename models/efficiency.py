@@ -250,39 +250,69 @@ _BIN_LO = "CASE WHEN i = 1 THEN 0 WHEN i = 2 THEN 0.005 ELSE 0.05 * (i - 2) END"
 _BIN_HI = "CASE WHEN i = 1 THEN 0 ELSE 0.05 * (i - 1) END"
 
 
-def _hours_in(by: list[str]) -> str:
-    """Mart hours in the window, with the job's grouping columns (gpu_type falls back to the node pool)."""
-    cols = ", ".join(f'j."{c}"' if c != "gpu_type" else
-                     "coalesce(j.gpu_type, gt.gpu_type, gm.model, 'unknown') AS gpu_type"
-                     for c in by if c != "cluster")
+def _hours_in(by: list[str], grain: str | None = "hour", only: str | None = None) -> str:
+    """Mart hours in the window, with the job's metric and grouping columns (gpu_type falls back to the node
+    pool).
+
+    ``grain`` (hour, day, week, month or None) is the bucket the caller groups by: the allocation-only hours of
+    jobs without telemetry come summed per bucket of it (None: one row per job), which adds up to the same
+    GPU-seconds in far fewer rows. ``only``: SQL selecting the job_uids to keep (all when None)."""
+    cols = "".join(f', j."{c}"' if c != "gpu_type" else ", j.gpu_type AS _job_gpu_type"
+                   for c in by if c != "cluster")
+    if "gpu_type" not in by:
+        return _all_hours(grain, only, ", e.metric" + cols)
     # GPU type: Slurm's typed GRES, else the node's pool in the inventory, else the model the exporter reports
-    types = """
-        LEFT JOIN (SELECT jn.job_uid, min(n.gpu_type) AS gpu_type FROM job_nodes jn
-                   JOIN nodes n ON n.cluster = jn.cluster AND n.node = jn.node GROUP BY 1) gt USING (job_uid)
-        LEFT JOIN (SELECT jn.job_uid, min(d.model) AS model FROM job_nodes jn
-                   JOIN gpu_devices d ON d.cluster = jn.cluster AND d.node = jn.node GROUP BY 1) gm USING (job_uid)
-    """ if "gpu_type" in by else ""
+    # (looked up only for the jobs in the window)
     return f"""
-        SELECT h.*, e.metric{', ' + cols if cols else ''}
-        FROM ({_ALL_HOURS}) h JOIN gpu_efficiency_job e USING (job_uid) JOIN jobs j USING (job_uid)
-        {types}"""
+        WITH _h_all AS ({_all_hours(grain, only, ", e.metric" + cols)})
+        SELECT h.* EXCLUDE (_job_gpu_type), coalesce(h._job_gpu_type, gt.gpu_type, gm.model, 'unknown') AS gpu_type
+        FROM _h_all h
+        LEFT JOIN (SELECT jn.job_uid, min(n.gpu_type) AS gpu_type FROM job_nodes jn
+                   JOIN nodes n ON n.cluster = jn.cluster AND n.node = jn.node
+                   WHERE jn.job_uid IN (SELECT job_uid FROM _h_all) GROUP BY 1) gt USING (job_uid)
+        LEFT JOIN (SELECT jn.job_uid, min(d.model) AS model FROM job_nodes jn
+                   JOIN gpu_devices d ON d.cluster = jn.cluster AND d.node = jn.node
+                   WHERE jn.job_uid IN (SELECT job_uid FROM _h_all) GROUP BY 1) gm USING (job_uid)"""
 
 
-#: Mart hours in [$lo, $hi), plus the hours of jobs without telemetry, which the mart does not store: all
-#: allocation (ngpus x the job's seconds in the hour), nothing covered.
-_ALL_HOURS = """
-    SELECT job_uid, cluster, hour, alloc_gpu_s, telemetry_gpu_s, active_gpu_s, idle_alloc_gpu_s, fb_max_mib,
-           energy_j, label_gpu_s, index_gpu_s, share_gpu_s, hist
-    FROM gpu_efficiency_job_hour WHERE hour >= $lo AND hour < $hi
+def _all_hours(grain: str | None = "hour", only: str | None = None, extra: str = "") -> str:
+    """Mart hours in [$lo, $hi), plus the hours of jobs without telemetry, which the mart does not store: all
+    allocation (ngpus x the job's seconds in the hour), nothing covered. With a coarser ``grain`` those come as
+    one row per job and bucket (None: per job; ``hour`` then holds the bucket start, or $lo), the sum of the
+    job's hours in it; a job has a row wherever it has an hour. ``only``: SQL selecting the job_uids to keep;
+    ``extra``: more columns of the job's ``gpu_efficiency_job e`` and ``jobs j`` rows (", e.metric, j.team")."""
+    keep = f" AND job_uid IN ({only})" if only else ""
+    first = "greatest(date_trunc('hour', e.window_start), $lo::TIMESTAMP)"    # the job's first hour in the window
+    last = "least(e.window_end, $hi::TIMESTAMP)"
+    if grain == "hour":
+        piece = f"unnest(generate_series({first}, {last} - INTERVAL 1 MICROSECOND, INTERVAL 1 HOUR))"
+        step = "INTERVAL 1 HOUR"
+    elif grain is None:
+        piece, step = "$lo::TIMESTAMP", None
+    else:
+        piece = (f"unnest(generate_series(date_trunc('{grain}', {first}), {last} - INTERVAL 1 MICROSECOND, "
+                 f"INTERVAL 1 {grain}))")
+        step = f"INTERVAL 1 {grain}"
+    lo = "greatest(window_start, hour)" if grain == "hour" else "greatest(window_start, hour, $lo::TIMESTAMP)"
+    hi = (f"least(window_end, hour + {step}, $hi::TIMESTAMP)" if step else "least(window_end, $hi::TIMESTAMP)")
+    names = "".join(", " + c.split(" AS ")[-1].split(".")[-1] for c in extra.split(",")[1:])
+    mart = ("gpu_efficiency_job_hour h" if not extra else
+            "gpu_efficiency_job_hour h JOIN gpu_efficiency_job e USING (job_uid) JOIN jobs j USING (job_uid)")
+    return f"""
+    SELECT h.job_uid, h.cluster, h.hour, h.alloc_gpu_s, h.telemetry_gpu_s, h.active_gpu_s, h.idle_alloc_gpu_s,
+           h.fb_max_mib, h.energy_j, h.label_gpu_s, h.index_gpu_s, h.share_gpu_s, h.hist{extra}
+    FROM {mart} WHERE h.hour >= $lo AND h.hour < $hi{keep.replace(' job_uid IN', ' h.job_uid IN', 1)}
     UNION ALL
-    SELECT job_uid, cluster, hour, ngpus * epoch(least(window_end, hour + INTERVAL 1 HOUR) - greatest(window_start, hour)),
-           0.0, 0.0, 0.0, NULL, NULL, 0.0, 0.0, 0.0, NULL
-    FROM (SELECT e.job_uid, e.cluster, e.window_start, e.window_end, j.ngpus,
-                 unnest(generate_series(greatest(date_trunc('hour', e.window_start), $lo::TIMESTAMP),
-                                        least(e.window_end, $hi::TIMESTAMP) - INTERVAL 1 MICROSECOND,
-                                        INTERVAL 1 HOUR)) AS hour
+    SELECT job_uid, cluster, hour, ngpus * epoch({hi} - {lo}),
+           0.0, 0.0, 0.0, NULL, NULL, 0.0, 0.0, 0.0, NULL{names}
+    FROM (SELECT e.job_uid, e.cluster, e.window_start, e.window_end, j.ngpus{extra}, {piece} AS hour
           FROM gpu_efficiency_job e JOIN jobs j USING (job_uid)
-          WHERE e.telemetry_gpu_s = 0 AND e.window_start < $hi AND e.window_end > $lo)"""
+          WHERE e.telemetry_gpu_s = 0 AND e.window_start < $hi AND e.window_end > $lo
+            AND {first} <= {last} - INTERVAL 1 MICROSECOND{keep.replace(' job_uid IN', ' e.job_uid IN', 1)})"""
+
+
+#: The allocation-only hours of jobs without telemetry, hour by hour (see :func:`_all_hours`).
+_ALL_HOURS = _all_hours("hour")
 
 
 def _window(con, date_from: dt.datetime | None, date_to: dt.datetime | None) -> tuple[dt.datetime, dt.datetime]:
@@ -321,7 +351,7 @@ def by_group(con: duckdb.DuckDBPyConnection, date_from: dt.datetime | None = Non
     sel = (gkey + ", ") if gkey else ""
     on = " AND ".join(f"g.{n} IS NOT DISTINCT FROM x.{n}" for n in names) or "TRUE"
     q = f"""
-    WITH h AS ({_hours_in(by)}),
+    WITH h AS ({_hours_in(by, bucket)}),
     per_job AS (
         SELECT {gsel + ', ' if gsel else ''}job_uid, any_value(metric) AS metric, sum(alloc_gpu_s) AS alloc,
                sum(telemetry_gpu_s) AS tel, sum(active_gpu_s) AS act, sum(idle_alloc_gpu_s) AS idle,
@@ -370,13 +400,27 @@ def per_job(con: duckdb.DuckDBPyConnection, date_from: dt.datetime | None = None
     """
     lo, hi = _window(con, date_from, date_to)
     order_sql = {"start": "j.start, j.job_id", "idle": "idle_alloc_gpu_h DESC, j.job_id"}[order]
+    only = None
+    if order == "idle" and limit:
+        # Only jobs with telemetry have idle GPU-hours, all in the hour mart: the first ``limit`` rows are among
+        # the ``limit`` most idle of those (ties kept) and the first ``limit`` by job id of the rest (ties kept)
+        only = f"""
+            WITH idle AS (SELECT job_uid, sum(idle_alloc_gpu_s) AS idle FROM gpu_efficiency_job_hour
+                          WHERE hour >= $lo AND hour < $hi GROUP BY job_uid HAVING sum(idle_alloc_gpu_s) > 0)
+            SELECT job_uid FROM idle QUALIFY rank() OVER (ORDER BY idle DESC) <= {int(limit)}
+            UNION ALL
+            SELECT e.job_uid FROM gpu_efficiency_job e JOIN jobs j USING (job_uid) ANTI JOIN idle USING (job_uid)
+            WHERE e.window_start < $hi AND e.window_end > $lo
+              AND greatest(date_trunc('hour', e.window_start), $lo::TIMESTAMP)
+                  <= least(e.window_end, $hi::TIMESTAMP) - INTERVAL 1 MICROSECOND
+            QUALIFY rank() OVER (ORDER BY j.job_id) <= {int(limit)}"""
     q = f"""
-    WITH h AS ({_hours_in(["gpu_type"])}),
+    WITH h AS ({_hours_in(["gpu_type"], None, only)}),
     s AS (SELECT job_uid, any_value(gpu_type) AS gpu_type, sum(alloc_gpu_s) AS alloc, sum(telemetry_gpu_s) AS tel,
                  sum(active_gpu_s) AS act, sum(idle_alloc_gpu_s) AS idle, max(fb_max_mib) AS fb,
                  sum(energy_j) AS energy, count(*) = any_value(e_hours) AS whole
-          FROM (SELECT *, count(*) OVER (PARTITION BY job_uid) AS n FROM h) h
-          LEFT JOIN (SELECT job_uid, count(*) AS e_hours FROM gpu_efficiency_job_hour GROUP BY 1) USING (job_uid)
+          FROM h LEFT JOIN (SELECT job_uid, count(*) AS e_hours FROM gpu_efficiency_job_hour
+                            WHERE job_uid IN (SELECT job_uid FROM h WHERE hist IS NOT NULL) GROUP BY 1) USING (job_uid)
           GROUP BY job_uid),
     bins AS (SELECT job_uid, i, sum(hist[i]) AS s FROM h, range(1, {N_BINS + 1}) r(i) WHERE hist IS NOT NULL
              GROUP BY ALL),
@@ -408,7 +452,7 @@ def summary(con: duckdb.DuckDBPyConnection, date_from: dt.datetime | None = None
     """Window totals: GPU-hours by attribution method and by activity metric, jobs without telemetry."""
     lo, hi = _window(con, date_from, date_to)
     row = con.sql(f"""
-        WITH h AS ({_hours_in([])}),
+        WITH h AS ({_hours_in([], None)}),
         pj AS (SELECT job_uid, any_value(metric) AS metric, sum(alloc_gpu_s) AS alloc, sum(telemetry_gpu_s) AS tel,
                       sum(label_gpu_s) AS lab, sum(index_gpu_s) AS idx, sum(share_gpu_s) AS shr
                FROM h GROUP BY job_uid)

@@ -189,3 +189,69 @@ def test_allocated_gpu_hours_agree_with_the_timeline(con, db_path, tmp_path):
     ours = dict(con.sql("SELECT job_uid, alloc_gpu_s FROM gpu_efficiency_job").fetchall())
     theirs = {r["job_uid"]: r["gpu_seconds"] for r in timeline.job_gpu_seconds(con).to_dicts()}
     assert ours.keys() == theirs.keys() and all(ours[k] == pytest.approx(theirs[k]) for k in ours)
+
+
+def test_reports_at_any_grain_equal_the_hour_by_hour_sums(con, tmp_path):
+    """Job 70 (2 GPUs, dark node) runs 07-14 10:30 to 07-16 02:30: 13.5 h, 24 h and 2.5 h a day. Job 71 (1 GPU)
+    10:00-11:00 reads 0 % (1 idle GPU-hour); job 72 (1 GPU) 10:00-12:00 reads 0 % for 30 minutes, then 50 %.
+    Jobs 73 and 74 (dark) last no time and hold no GPU-hours: the marts leave them out at every grain.
+    Reports summing jobs without telemetry per day, week, month or job give what their hours add up to."""
+    add_jobs(con, tmp_path, [dict(id=70, start=30, end=30 + 40 * 60, gpus=2, nodes="dark3"),
+                             dict(id=71, start=0, end=60, gpus=1, nodes="lit3"),
+                             dict(id=72, start=0, end=120, gpus=1, nodes="lit4"),
+                             dict(id=73, start=60, end=60, gpus=1, nodes="dark4"),
+                             dict(id=74, start=15, end=15, gpus=4, nodes="dark4")])
+    load_readings(con, readings({("lit3", 0): busy(range(60), 0),
+                                 ("lit4", 0): {m: 0 if m < 30 else 50 for m in range(120)}}))
+    efficiency.build(con)
+    day = efficiency.by_group(con, bucket="day")
+    d = dt.datetime
+    assert day["bucket"].to_list() == [d(2026, 7, 14), d(2026, 7, 15), d(2026, 7, 16)]
+    assert day["alloc_gpu_h"].to_list() == pytest.approx([2 * 13.5 + 1 + 2, 2 * 24, 2 * 2.5])
+    assert day["jobs"].to_list() == [3, 1, 1] and day["jobs_without_telemetry"].to_list() == [1, 1, 1]
+    assert day["idle_alloc_gpu_h"].to_list() == pytest.approx([1.5, 0, 0])
+    lo, hi = efficiency._window(con, None, None)
+    for bucket in ("day", "week", "month", None):
+        for by in ([], ["user"], ["gpu_type"]):
+            key = f"date_trunc('{bucket}', hour)" if bucket else "NULL"
+            cols = "".join(f', "{c}"' for c in by)
+            ref = con.sql(f"""
+                WITH h AS ({efficiency._hours_in(by, "hour")}),
+                pj AS (SELECT {key} AS b{cols}, job_uid, sum(alloc_gpu_s) AS a, sum(telemetry_gpu_s) AS t,
+                              sum(idle_alloc_gpu_s) AS i FROM h GROUP BY ALL)
+                SELECT b{cols}, count(*), count(*) FILTER (WHERE t = 0), sum(a) / 3600, sum(t) / 3600, sum(i) / 3600
+                FROM pj GROUP BY ALL ORDER BY ALL""", params={"lo": lo, "hi": hi}).fetchall()
+            got = efficiency.by_group(con, by=by, bucket=bucket)
+            names = (["bucket"] if bucket else []) + by
+            rows = got.select(*names, "jobs", "jobs_without_telemetry", "alloc_gpu_h", "telemetry_gpu_h",
+                              "idle_alloc_gpu_h").rows()
+            assert [r if bucket else (None, *r) for r in rows] == ref, (bucket, by)
+    s = efficiency.summary(con)
+    assert (s["jobs"], s["jobs_without_telemetry"], s["alloc_gpu_h"]) == (3, 1, pytest.approx(83))
+    # a window cut mid-job counts only its part: 07-15 00:00 to 07-16 01:00 holds 25 h of job 70
+    cut = efficiency.by_group(con, d(2026, 7, 15), d(2026, 7, 16, 1), bucket=None)
+    assert cut["alloc_gpu_h"].to_list() == pytest.approx([50]) and cut["jobs"].to_list() == [1]
+
+
+def test_worst_offenders_with_a_limit_equal_the_head_of_the_full_list(con, tmp_path):
+    """Idle GPU-hours: job 81 1 h, job 82 1 h (a tie), job 83 0.5 h; jobs 80, 84, 85 none (84 and 85 have no
+    telemetry): ties in idle time are ordered by job id."""
+    add_jobs(con, tmp_path, [dict(id=80, start=0, end=60, gpus=1, nodes="w0"),
+                             dict(id=81, start=0, end=60, gpus=1, nodes="w1"),
+                             dict(id=82, start=0, end=60, gpus=1, nodes="w2"),
+                             dict(id=83, start=0, end=60, gpus=1, nodes="w3"),
+                             dict(id=84, start=0, end=600, gpus=2, nodes="dark5"),
+                             dict(id=85, start=30, end=90, gpus=1, nodes="dark6")])
+    load_readings(con, readings({("w0", 0): busy(range(60), 80), ("w1", 0): busy(range(60), 0),
+                                 ("w2", 0): busy(range(60), 0),
+                                 ("w3", 0): {m: 0 if m < 30 else 50 for m in range(60)}}))
+    efficiency.build(con)
+    full = efficiency.per_job(con, order="idle")
+    assert full["job_id"].to_list() == ["81", "82", "83", "80", "84", "85"]
+    assert full["idle_alloc_gpu_h"].to_list() == pytest.approx([1, 1, 0.5, 0, 0, 0])
+    for n in range(1, 8):
+        assert efficiency.per_job(con, order="idle", limit=n).rows() == full.head(n).rows(), n
+    # in a window after the telemetry jobs ended only the dark jobs remain
+    later = efficiency.per_job(con, at(60), at(600), order="idle", limit=1)
+    assert later["job_id"].to_list() == ["84"] and later["alloc_gpu_h"].to_list() == pytest.approx([18])
+    assert efficiency.worst_offenders(con, n=2)["job_id"].to_list() == ["81", "82"]

@@ -158,6 +158,34 @@ def _wait(col) -> None:
     _row("p95 queue wait", "hours", p95, p95b, "Fairness & queues")
 
 
+def _prefetch() -> None:
+    """Compute the tiles' model reads (this period and the previous one) concurrently, slowest first."""
+    month = f"{f.end - dt.timedelta(days=1):%Y-%m}"
+    y, m = int(month[:4]), int(month[5:])
+    last_month = f"{y - (m == 1):04d}-{12 if m == 1 else m - 1:02d}"
+    cluster = f.clusters[0] if len(f.clusters) == 1 else None
+    calls = []
+    if mr.landed("fairness", "report"):
+        calls += [lambda: mr.fairness(ctx.version, f), lambda: mr.fairness(ctx.version, prev)]
+    if mr.landed("chargeback", "statement", "views"):
+        calls += [lambda: mr.statement(ctx.version, month), lambda: mr.statement(ctx.version, last_month)]
+    if mr.landed("fragmentation_blocked", "blocked"):
+        calls += [lambda: mr.blocked(ctx.version, f), lambda: mr.blocked(ctx.version, prev)]
+    if mr.landed("fragmentation", "report"):
+        calls += [lambda: mr.fragmentation(ctx.version, f, "month"), lambda: mr.fragmentation(ctx.version, prev, "month")]
+    if mr.landed("efficiency", "by_group"):
+        calls += [lambda: mr.efficiency(ctx.version, f), lambda: mr.efficiency(ctx.version, prev)]
+    if mr.landed("utilization", "by_bucket"):
+        calls += [lambda: mr.utilization(ctx.version, f, "month"), lambda: mr.utilization(ctx.version, prev, "month"),
+                  lambda: mr.utilization(ctx.version, f, mr.auto_bucket(f), "gpu_type")]
+    if mr.landed("capacity", "forecast_warehouse"):
+        calls.append(lambda: mr.forecast(ctx.version, "demanded", 90, 0.85, "80", ("pool",), cluster))
+    if mr.landed("queue", "waits"):
+        calls += [lambda: mr.waits(ctx.version, f, ("cluster",)), lambda: mr.waits(ctx.version, prev, ("cluster",))]
+    mr.prefetch(calls)
+
+
+_prefetch()
 r1, r2 = st.columns(4), st.columns(4)
 for col, label, tile in ((r1[0], "Allocation ratio", _allocation), (r1[1], "GPU efficiency", _efficiency),
                          (r1[2], "Fragmentation rate", _fragmentation),
