@@ -10,6 +10,7 @@ atomically by rename, so an ingest never waits for a dashboard and a dashboard n
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import os
@@ -26,6 +27,7 @@ import pyarrow as pa
 DEFAULT_DB = Path("data") / "warehouse.duckdb"
 ENV_DB = "GPULEDGER_DB"
 ENV_LOCK_TIMEOUT = "GPULEDGER_LOCK_TIMEOUT"
+ENV_MEMORY_LIMIT = "GPULEDGER_MEMORY_LIMIT"   # DuckDB memory_limit for every connection, e.g. 8GB
 #: Tables too large or too raw to copy into the serving snapshot.
 SERVING_EXCLUDE = frozenset({"gpu_samples", "schema_migrations"})
 
@@ -68,11 +70,30 @@ def connect(path: str | os.PathLike | None = None, read_only: bool = False,
     timeout = float(os.environ.get(ENV_LOCK_TIMEOUT, 60) if lock_timeout is None else lock_timeout)
     con = _open_with_retry(p, read_only, timeout)
     con.execute("SET TimeZone = 'UTC'")
+    if os.environ.get(ENV_MEMORY_LIMIT):
+        con.execute("SET memory_limit = ?", [os.environ[ENV_MEMORY_LIMIT]])
     if migrate_schema and not read_only:
         migrate(con)
     elif read_only:
         _check_version(con, p)
     return con
+
+
+@contextlib.contextmanager
+def bounded_memory(con: duckdb.DuckDBPyConnection, limit: str):
+    """DuckDB's memory limit set to ``limit`` (e.g. "2GB") inside the block, unless ``$GPULEDGER_MEMORY_LIMIT``
+    sets one for the whole session.
+
+    DuckDB keeps the pages it writes cached up to its limit (80 % of RAM by default), so a long streaming
+    load grows to gigabytes it does not need; the work of each of its batches fits in far less."""
+    if os.environ.get(ENV_MEMORY_LIMIT):
+        yield
+        return
+    con.execute("SET memory_limit = ?", [limit])
+    try:
+        yield
+    finally:
+        con.execute("RESET memory_limit")
 
 
 def _open_with_retry(p: Path, read_only: bool, timeout: float) -> duckdb.DuckDBPyConnection:

@@ -84,3 +84,23 @@ def test_accounting_that_does_not_add_up_is_never_committed(con):
             con.execute("INSERT INTO teams VALUES ('t', NULL, NULL)")
     assert con.sql("SELECT count(*) FROM teams").fetchall() == [(0,)]
     assert con.sql("SELECT status FROM ingest_runs").fetchall() == [("failed",)]
+
+
+def test_memory_limit_is_bounded_inside_a_block_and_the_environment_wins(tmp_path, monkeypatch):
+    from ingest import warehouse
+
+    def limit(c):
+        return c.sql("SELECT current_setting('memory_limit')").fetchall()[0][0]
+    con = warehouse.connect(tmp_path / "m.duckdb")
+    default = limit(con)
+    with warehouse.bounded_memory(con, "1GB"):
+        assert limit(con) in ("953.6 MiB", "1.0 GiB", "1000.0 MiB")
+    assert limit(con) == default
+    con.close()
+    monkeypatch.setenv(warehouse.ENV_MEMORY_LIMIT, "3GB")
+    con = warehouse.connect(tmp_path / "m.duckdb")
+    set_by_env = limit(con)
+    assert set_by_env != default
+    with warehouse.bounded_memory(con, "1GB"):
+        assert limit(con) == set_by_env
+    con.close()
