@@ -73,7 +73,8 @@ def str_array(values) -> pa.Array:
 def to_utf8(data) -> tuple[bytes, int]:
     """``data`` (bytes-like) unchanged when it is UTF-8, else re-encoded with U+FFFD for bad bytes;
     returns (data, number of replacement characters)."""
-    if not (np.frombuffer(data, dtype=np.uint8) & 0x80).any():   # pure ASCII: valid, and no copy needed
+    raw = np.frombuffer(data, dtype=np.uint8)
+    if not len(raw) or raw.max() < 0x80:   # pure ASCII: valid, and no copy (nor temporary array) needed
         return data, 0
     try:
         codecs.utf_8_decode(data, "strict", True)
