@@ -14,6 +14,10 @@ if not mr.landed("efficiency", "by_group", "per_job", "method_shares"):
     ui.not_landed("GPU efficiency", "models.efficiency", 3)
     st.stop()
 
+mr.prefetch([lambda: mr.efficiency(ctx.version, f, "gpu_type", mr.auto_bucket(f)),
+             lambda: mr.efficiency(ctx.version, f), lambda: mr.efficiency(ctx.version, f.previous()),
+             lambda: mr.efficiency(ctx.version, f, "team"), lambda: mr.efficiency(ctx.version, f, "user"),
+             lambda: mr.efficiency_jobs(ctx.version, f, 25), lambda: mr.efficiency_methods(ctx.version, f)])
 total = mr.efficiency(ctx.version, f)
 if total is None or total.height == 0 or not total["alloc_gpu_h"].sum():
     ui.no_data("GPU jobs", "Widen the dates or clear a filter.")

@@ -14,6 +14,10 @@ if not mr.landed("fairness", "report") or not mr.landed("queue", "waits", "starv
     ui.not_landed("Fairness", "models.fairness and models.queue", 6)
     st.stop()
 
+threshold = st.session_state.get("fq_threshold", 24)
+mr.prefetch([lambda: mr.fairness(ctx.version, f), lambda: mr.fairness(ctx.version, f.previous()),
+             lambda: mr.starvation(ctx.version, f, threshold), lambda: mr.waits(ctx.version, f, ("cluster",)),
+             lambda: mr.waits(ctx.version, f, ("team", "size_class"))])
 rep = mr.fairness(ctx.version, f)
 if isinstance(rep, str):
     st.info(f"Fairness needs the governance file (teams and entitlements): {rep}", icon=":material/gavel:")
@@ -35,7 +39,6 @@ pb = pools_before.row(0, named=True) if pools_before.height == 1 else {}
 if len(f.pools) > 1:
     st.caption("Several pools are selected: the figures below are for the whole cluster; the table lists each pool.")
 
-threshold = st.session_state.get("fq_threshold", 24)
 waits_all = mr.waits(ctx.version, f, ("cluster",))
 starv = mr.starvation(ctx.version, f, threshold)
 

@@ -15,6 +15,8 @@ if not mr.landed("fragmentation", "report"):
     st.stop()
 
 bucket = mr.auto_bucket(f)
+mr.prefetch([lambda: mr.blocked(ctx.version, f), lambda: mr.fragmentation(ctx.version, f, bucket),
+             lambda: mr.fragmentation(ctx.version, f.previous(), "month")])
 frag = mr.fragmentation(ctx.version, f, bucket)
 if frag is None or frag.height == 0:
     ui.no_data("node samples", "Widen the dates or clear a filter.")
