@@ -13,6 +13,7 @@ import hashlib
 import os
 import re
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import duckdb
@@ -363,7 +364,11 @@ def ingest_bytes(con: duckdb.DuckDBPyConnection, data: bytes, input_name: str, o
     slurm_sql.register(con)
     options = {"delimiter": opts.delimiter, "tz": opts.tz, "fields": opts.fields, "cluster": cluster,
                "non_utf8_bytes": bad_utf8}
-    run = warehouse.IngestRun(con, source, input_name, sha256=hashlib.sha256(data).hexdigest(), nbytes=len(data),
+    # hashlib releases the GIL: the digest of a large input is computed while it is split and typed
+    digest = ThreadPoolExecutor(max_workers=1)
+    sha = digest.submit(lambda: hashlib.sha256(data).hexdigest())
+    digest.shutdown(wait=False)
+    run = warehouse.IngestRun(con, source, input_name, sha256=sha, nbytes=len(data),
                               cluster=cluster, options=options)
     with run:
         run.lines_read = len(lines)

@@ -16,6 +16,7 @@ import json
 import os
 import re
 import time
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
@@ -185,7 +186,7 @@ class IngestRun:
     con: duckdb.DuckDBPyConnection
     source: str
     input_name: str
-    sha256: str | None = None
+    sha256: str | Future | None = None     # hex digest of the input, or a Future of it (computed meanwhile)
     nbytes: int | None = None
     cluster: str | None = None
     options: dict = field(default_factory=dict)
@@ -268,6 +269,8 @@ class IngestRun:
             self.con.execute("ROLLBACK")
 
     def _write_run(self, status: str, message: str | None) -> None:
+        if isinstance(self.sha256, Future):
+            self.sha256 = self.sha256.result()
         self.con.execute(
             """INSERT INTO ingest_runs (run_id, source, input_name, sha256, bytes, cluster, lines_read, loaded,
                    skipped, rejected, inserted, updated, unchanged, started_at, finished_at, status, message, options)

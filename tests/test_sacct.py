@@ -327,3 +327,18 @@ def test_every_line_is_loaded_skipped_or_rejected(con, lines):
     s = ingest_text(con, "\n".join(lines))
     assert s["read"] == s["loaded"] + s["skipped"] + s["rejected"]
     assert counts_add_up(con)
+
+
+def test_the_run_records_the_inputs_sha256_also_when_it_fails(con, fixtures):
+    """The digest is computed in a thread while the input is split; ok and failed runs both record it."""
+    import hashlib
+    from concurrent.futures import Future
+    data = (fixtures / "sacct" / "datadog-slurm-sacct.txt").read_bytes()
+    sacct.ingest_bytes(con, data, "ok.psv", sacct.SacctOptions(delimiter="|"))
+    later = Future()
+    later.set_result("ab" * 32)
+    with pytest.raises(ZeroDivisionError):
+        with warehouse.IngestRun(con, "sacct", "bad.psv", sha256=later):
+            1 / 0
+    got = dict(con.sql("SELECT input_name, sha256 FROM ingest_runs").fetchall())
+    assert got == {"ok.psv": hashlib.sha256(data).hexdigest(), "bad.psv": "ab" * 32}
