@@ -100,12 +100,17 @@ def read_padded(path: str) -> np.ndarray:
     return buf[: n + 16] if n < size else buf
 
 
+_BLOCK = 1 << 24
+
+
 def split_lines(data, buf: np.ndarray | None = None) -> Lines:
     """The lines of ``data`` (bytes, or a view of ``buf`` without its padding)."""
     if buf is None:
         buf = padded(data)
     n_bytes = len(buf) - 16
-    nl = np.flatnonzero(buf[:n_bytes] == 10)
+    # newline offsets block by block: a mask of the whole input would be one more input-sized allocation
+    nl = np.concatenate([np.flatnonzero(buf[lo:min(lo + _BLOCK, n_bytes)] == 10) + lo
+                         for lo in range(0, n_bytes, _BLOCK)] or [np.zeros(0, np.int64)])
     starts = np.concatenate([[0], nl + 1]).astype(np.int64)
     ends = np.concatenate([nl, [n_bytes]]).astype(np.int64)
     if len(starts) and ends[-1] == starts[-1]:  # a final newline ends the last line; it does not start one
@@ -210,13 +215,18 @@ def split_fields(lines: Lines, rows: np.ndarray, delim: bytes, ncols: int, free_
     surplus fields and no free-text column) get empty columns; the caller rejects them by ``nfields``.
     ``only`` (column indices) builds just those columns, in that order (the others cost nothing).
     """
-    pos = lines.positions(delim)
     want = list(range(ncols)) if only is None else list(only)
     chunks = [rows[i:i + CHUNK_LINES] for i in range(0, max(len(rows), 1), CHUNK_LINES)]
-    # numpy releases the GIL in these gathers, so chunks split in parallel threads
+
+    def split(r: np.ndarray):
+        # the delimiters of this batch's bytes only: small arrays the allocator reuses, where one array for the
+        # whole input (8 bytes a delimiter, plus a byte-sized mask) would fault in fresh pages
+        lo, hi = (int(lines.starts[r[0]]), int(lines.ends[r[-1]])) if len(r) else (0, 0)
+        pos = delimiter_positions(lines.buf[lo:hi + 16], delim) + lo
+        return _split_chunk(lines, r, pos, len(delim), ncols, free_at, trailing, want)
+    # numpy releases the GIL in these scans and gathers, so batches split in parallel threads
     with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-        parts = list(pool.map(lambda r: _split_chunk(lines, r, pos, len(delim), ncols, free_at, trailing, want),
-                              chunks))
+        parts = list(pool.map(split, chunks))
     nfields = np.concatenate([p[0] for p in parts]) if parts else np.zeros(0, np.int64)
     columns = [pa.chunked_array([p[1][k] for p in parts], pa.string_view()) for k in range(len(want))]
     return Fields(nfields=nfields, columns=columns)
