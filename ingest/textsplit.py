@@ -232,6 +232,17 @@ def split_fields(lines: Lines, rows: np.ndarray, delim: bytes, ncols: int, free_
     return Fields(nfields=nfields, columns=columns)
 
 
+def _one_column(lines: Lines, starts, ends, first, nfields, pos, w: int, ncols: int, free_at: int | None,
+                k: int) -> pa.Array:
+    """Column ``k`` alone (left of any free-text column, so counted from the left on every line that has its
+    fields): the same ranges :func:`_split_chunk` gives it, without the (lines x columns) matrices."""
+    ok = (nfields == ncols) | ((nfields > ncols) & (free_at is not None))
+    top = len(pos) - 1
+    f_start = starts if k == 0 else np.where(ok, pos[np.minimum(first + k - 1, top)] + w, starts)
+    f_end = np.where(ok, ends if k == ncols - 1 else pos[np.minimum(first + k, top)], starts)
+    return string_views(lines.data, lines.buf, f_start, f_end - f_start)
+
+
 def _split_chunk(lines: Lines, rows: np.ndarray, pos: np.ndarray, w: int, ncols: int, free_at: int | None,
                  trailing: bool, want: list[int]):
     starts, ends = lines.starts[rows], lines.ends[rows]
@@ -243,6 +254,8 @@ def _split_chunk(lines: Lines, rows: np.ndarray, pos: np.ndarray, w: int, ncols:
         last = last - ends_with
         ends = np.where(ends_with, ends - w, ends)
     nfields = last - first + 1
+    if len(want) == 1 and (free_at is None or want[0] < free_at) and len(pos):
+        return nfields, [_one_column(lines, starts, ends, first, nfields, pos, w, ncols, free_at, want[0])]
     f_start = np.repeat(starts[:, None], ncols, axis=1)
     f_end = f_start.copy()
     regular = np.flatnonzero(nfields == ncols)

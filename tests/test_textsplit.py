@@ -63,3 +63,9 @@ def test_split_matches_python(rows, delim, ncols, free_at, chunk):
     got = [[f.columns[k][i].as_py() for k in range(ncols)] for i in range(len(lines))]
     assert got == [_python_split(line, delim, ncols, free_at) for line in expected_lines]
     assert f.nfields.tolist() == [len(line.split(delim)) for line in expected_lines]
+    # any one column split alone (a subset of the lines, as the step filter does) is that column of the full split
+    sub = np.arange(0, len(lines), 2)
+    for k in range(ncols):
+        one = textsplit.split_fields(lines, sub, delim.encode(), ncols, free_at, False, only=[k])
+        assert one.columns[0].to_pylist() == [got[i][k] for i in sub]
+        assert one.nfields.tolist() == f.nfields[sub].tolist()
