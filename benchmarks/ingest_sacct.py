@@ -168,7 +168,8 @@ def main() -> None:
     print(f"{'phase':<20}{'median s':>10}{'lines/s':>12}{'x baseline':>12}{'peak RSS MB':>13}")
     for phase, walls in phases.items():
         med = statistics.median(walls)
-        print(f"{phase:<20}{med:>10.2f}{args.lines / med:>12,.0f}{med / base:>12.2f}{max(rss[phase]):>13,.0f}")
+        print(f"{phase:<20}{med:>10.2f}{args.lines / med:>12,.0f}{med / base:>12.2f}{max(rss[phase]):>13,.0f}"
+              f"   runs: {', '.join(f'{w:.2f}' for w in walls)}")
     if not args.keep:
         inp.unlink()
 
