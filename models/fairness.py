@@ -145,15 +145,14 @@ def decayed_usage(con, at: dt.datetime, half_life_days: float, basis: str = "gpu
     since = at - dt.timedelta(seconds=h * DECAY_HORIZON_HALF_LIVES)
     integral = "({w} * $h / ln(2) * (pow(2, -(epoch($at) - epoch(z)) / $h) - pow(2, -(epoch($at) - epoch(a)) / $h)))"
     if basis == "gpu":
-        # the integral adds up over any split of a piece, so the timeline's pieces are used whole (clipped);
-        # decay per job first, so the join with jobs sees one row per job and pool
+        # the integral adds up over any split of a piece, so the timeline's pieces are used whole (clipped) and
+        # joined to their jobs directly (about one piece per job: grouping by job first only added a pass)
         sql = f"""
             WITH p AS (SELECT job_uid, cluster, gpu_type, gpus, greatest(t0, $s) AS a, least(t1, $e) AS z
-                       FROM tl_job_alloc WHERE t1 > $s AND t0 < $e AND gpus > 0),
-            d AS (SELECT job_uid, cluster, gpu_type, sum({integral.format(w='gpus')}) AS decayed FROM p GROUP BY ALL)
-            SELECT d.cluster, coalesce(d.gpu_type, j.gpu_type, '{cost.UNTYPED}') AS gpu_type,
-                   coalesce(j.team, '(unmapped)') AS team, j.account, sum(d.decayed) AS decayed
-            FROM d JOIN jobs j USING (job_uid) GROUP BY ALL"""
+                       FROM tl_job_alloc WHERE t1 > $s AND t0 < $e AND gpus > 0)
+            SELECT p.cluster, coalesce(p.gpu_type, j.gpu_type, '{cost.UNTYPED}') AS gpu_type,
+                   coalesce(j.team, '(unmapped)') AS team, j.account, sum({integral.format(w='p.gpus')}) AS decayed
+            FROM p JOIN jobs j USING (job_uid) GROUP BY ALL"""
         return timeline.frame(con, sql, {"s": since, "e": at, "at": at, "h": h})
     hz = timeline.horizon(con) or at
     sql = f"""
