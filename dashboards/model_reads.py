@@ -11,6 +11,8 @@ from __future__ import annotations
 import datetime as dt
 import importlib
 import importlib.util
+import os
+from concurrent.futures import ThreadPoolExecutor
 from types import ModuleType
 
 import polars as pl
@@ -50,8 +52,6 @@ def prefetch(calls, workers: int | None = None) -> None:
 
     ``calls``: zero-argument callables of this module's cached functions, slowest first. Results land in the
     caches, where the page's own calls find them; a call that fails is left for the page to repeat and report."""
-    import os
-    from concurrent.futures import ThreadPoolExecutor
     # one read per core: each DuckDB query already uses every core, so more threads only contend (on the year,
     # 2 cores: overview cold 2.7-2.8 s with 2 workers, 3.1-3.25 s with 3 or 4)
     workers = workers or os.cpu_count() or 2

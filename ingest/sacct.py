@@ -235,16 +235,13 @@ def _header_lines(con, lines: textsplit.Lines, nonblank: np.ndarray, delim: str)
     nonblank = nonblank[((head >= ord("a")) & (head <= ord("z"))) | (head == 0x20) | (head == 0x29)]
     if not len(nonblank):
         return {}
+    # a field name is short: a header's first field ends within the line's first 41 bytes (a line cut there
+    # with no delimiter yet is no header, and is not cut inside a character: it gets an empty first field)
     d = delim.encode()
-    pos = lines.positions(d)
     starts, ends = lines.starts[nonblank], lines.ends[nonblank]
-    nxt = np.searchsorted(pos, starts)
-    if len(pos):
-        cand = pos[np.minimum(nxt, len(pos) - 1)]
-        first_end = np.where((nxt < len(pos)) & (cand < ends), cand, ends)
-    else:
-        first_end = ends
-    first = textsplit.string_views(lines.data, lines.buf, starts, first_end - starts)
+    heads = [bytes(lines.data[s:min(e, s + 41)]) for s, e in zip(starts.tolist(), ends.tolist())]
+    first_len = np.array([h.find(d) if d in h else len(h) if len(h) < 41 else 0 for h in heads], dtype=np.int64)
+    first = textsplit.string_views(lines.data, lines.buf, starts, first_len)
     con.register("_first", pa.table({"i": textsplit.int_array(nonblank), "first": first}))
     try:
         cand = [r[0] for r in con.execute(
@@ -328,7 +325,7 @@ def _skip_steps(con, run, rows: np.ndarray, split: tuple, k: int) -> np.ndarray:
                         WHERE nf >= {ncols} AND regexp_matches(id, '{STEP_RE}')""")
     finally:
         con.unregister("_ids")
-    for reason, n, first in con.execute(f"""
+    for reason, n, first in con.execute("""
             SELECT 'job step (.' || CASE WHEN k SIMILAR TO '[0-9]+' THEN 'N' ELSE k END || ')', count(*), min(i)
             FROM _steps GROUP BY 1""").fetchall():
         run.skip(reason, n, int(rows[first]) + 1)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import codecs
 import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -31,17 +31,9 @@ class Lines:
     buf: np.ndarray          # the bytes followed by 16 zero bytes (string views read 4-12 bytes ahead)
     starts: np.ndarray
     ends: np.ndarray
-    _positions: dict = field(default_factory=dict, repr=False)
 
     def __len__(self) -> int:
         return len(self.starts)
-
-    def positions(self, delim: bytes) -> np.ndarray:
-        """:func:`delimiter_positions` of ``delim`` in the data, found once (header detection and splitting
-        both need them)."""
-        if delim not in self._positions:
-            self._positions[delim] = delimiter_positions(self.buf, delim)
-        return self._positions[delim]
 
     def text(self) -> pa.Array:
         return string_views(self.data, self.buf, self.starts, self.ends - self.starts)

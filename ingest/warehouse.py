@@ -81,6 +81,18 @@ def connect(path: str | os.PathLike | None = None, read_only: bool = False,
 
 
 @contextlib.contextmanager
+def transaction(con: duckdb.DuckDBPyConnection):
+    """BEGIN ... COMMIT around the block; ROLLBACK and re-raise if it fails."""
+    con.execute("BEGIN TRANSACTION")
+    try:
+        yield
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+
+
+@contextlib.contextmanager
 def bounded_memory(con: duckdb.DuckDBPyConnection, limit: str):
     """DuckDB's memory limit set to ``limit`` (e.g. "2GB") inside the block, unless ``$GPULEDGER_MEMORY_LIMIT``
     sets one for the whole session.
@@ -145,14 +157,9 @@ def migrate(con: duckdb.DuckDBPyConnection) -> list[int]:
     for version, name, sql in migration_files():
         if version in have:
             continue
-        con.execute("BEGIN TRANSACTION")
-        try:
+        with transaction(con):
             con.execute(sql)
             con.execute("INSERT INTO schema_migrations VALUES (?, ?, ?)", [version, name, utcnow()])
-            con.execute("COMMIT")
-        except Exception:
-            con.execute("ROLLBACK")
-            raise
         applied.append(version)
     return applied
 

@@ -23,6 +23,7 @@ from fractions import Fraction
 
 import polars as pl
 
+from ingest import warehouse
 from ingest.warehouse import utcnow
 from models import cost
 from models.cost import CostError, Policy
@@ -566,8 +567,7 @@ def close_period(con, period: str, now: dt.datetime | None = None) -> Statement:
     closed_at = (now or utcnow()).replace(microsecond=0)
     start, end = cost.period_bounds(period, st.policy.period_timezone)
     parts = {"lines": st.lines, "recon": st.recon, "rates": st.rates, "jobs": st.jobs}
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with warehouse.transaction(con):
         for name, (table, _, _) in PARTS.items():
             con.register("_st_part", parts[name].to_arrow())
             con.execute(f"INSERT INTO {table} SELECT * FROM _st_part")
@@ -576,10 +576,6 @@ def close_period(con, period: str, now: dt.datetime | None = None) -> Statement:
         con.execute("INSERT INTO statements VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [period, closed_at, digest, start, end, st.policy.currency, st.policy.minor_units,
                      st.policy.idle_policy, st.policy.billing_basis, json.dumps(st.header), st.policy.document])
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise
     return statement(con, period)
 
 

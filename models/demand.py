@@ -23,7 +23,7 @@ import duckdb
 import polars as pl
 
 from ingest import warehouse
-from models import timeline
+from models import refresh, timeline
 
 FREQS = {"hour": 1.0, "day": 24.0, "week": 168.0}
 DIMENSIONS = ("cluster", "pool", "partition", "team")
@@ -219,7 +219,7 @@ def build(con: duckdb.DuckDBPyConnection, full: bool = False) -> None:
     additive measures (GPU-hours, unrounded) per cluster, pool, partition and team and day; ``demand_peak_day``
     the peak GPUs per pool (per cluster and pool in a cluster's scope); ``demand_scopes`` the day range."""
     newest = con.sql("SELECT coalesce(max(run_id), 0) FROM ingest_runs WHERE status = 'ok'").fetchall()[0][0]
-    last = con.sql("SELECT max(last_run_id) FROM gpu_mart_state WHERE mart = 'demand'").fetchall()[0][0]
+    last = refresh.mart_run(con, "demand")
     if not full and last is not None and last >= newest:
         return
     timeline.ensure_current(con)
@@ -248,33 +248,25 @@ def build(con: duckdb.DuckDBPyConnection, full: bool = False) -> None:
     peak_df = pl.concat(peaks, how="diagonal") if peaks else None
     span_df = pl.DataFrame(spans, schema={"scope": pl.String, "first_ts": pl.Datetime("us"),
                                           "end_ts": pl.Datetime("us")}, orient="row")
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with warehouse.transaction(con):
         for t in ("demand_day", "demand_peak_day", "demand_scopes"):
             con.execute(f"DELETE FROM {t}")
         if day_df is not None:
             con.execute("INSERT INTO demand_day BY NAME SELECT * FROM day_df ORDER BY scope, ts")
             con.execute("INSERT INTO demand_peak_day BY NAME SELECT * FROM peak_df ORDER BY scope, ts")
         con.execute("INSERT INTO demand_scopes BY NAME SELECT * FROM span_df")
-        con.execute("""INSERT INTO gpu_mart_state VALUES ('demand', ?, ?)
-                       ON CONFLICT (mart) DO UPDATE SET last_run_id = excluded.last_run_id,
-                                                        refreshed_at = excluded.refreshed_at""",
-                    [newest, warehouse.utcnow()])
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise
+        refresh.record_mart(con, "demand", newest)
 
 
 def _mart_scope(con, cluster: str | None) -> tuple[str, list[str]] | None:
     """(scope answering ``cluster``, the scopes built) when the marts are current; None otherwise (not built
     yet, an ingest ran since, or a warehouse older than the marts)."""
     try:
-        state = con.sql("SELECT last_run_id FROM gpu_mart_state WHERE mart = 'demand'").fetchall()
-        if not state:
+        last = refresh.mart_run(con, "demand")
+        if last is None:
             return None
         newest = con.sql("SELECT coalesce(max(run_id), 0) FROM ingest_runs WHERE status = 'ok'").fetchall()[0][0]
-        if newest > state[0][0]:
+        if newest > last:
             return None
         scopes = [r[0] for r in con.sql("SELECT scope FROM demand_scopes ORDER BY scope").fetchall()]
     except duckdb.CatalogException:

@@ -22,7 +22,7 @@ import duckdb
 import polars as pl
 
 from ingest import warehouse
-from models import attribution
+from models import attribution, refresh
 
 IDLE_STRETCH_S = 300
 METRIC_NAMES = {"sm": "SM_ACTIVE", "gr": "GR_ENGINE_ACTIVE", "gu": "GPU_UTIL"}
@@ -35,9 +35,8 @@ GROUPABLE = ("user", "team", "account", "partition", "qos", "gpu_type", "cluster
 def _targets(con: duckdb.DuckDBPyConnection, full: bool) -> int:
     """``_eff_targets``: GPU jobs to (re)compute; returns the run id the refresh will be current to."""
     newest = con.sql("SELECT coalesce(max(run_id), 0) FROM ingest_runs").fetchall()[0][0]
-    last = con.sql("SELECT coalesce(max(last_run_id), -1) FROM gpu_mart_state WHERE mart = 'efficiency'"
-                   ).fetchall()[0][0]
-    if full or last < 0:
+    last = refresh.mart_run(con, "efficiency")
+    if full or last is None:
         con.execute("""CREATE OR REPLACE TEMP TABLE _eff_targets AS
                        SELECT job_uid FROM jobs WHERE ngpus > 0 AND start IS NOT NULL""")
         return newest
@@ -215,8 +214,7 @@ def build(con: duckdb.DuckDBPyConnection, full: bool = False) -> None:
         " WHERE job_uid NOT IN (SELECT job_uid FROM _eff_job_all)" if done else ""))
     _empty_attribution(con)
     _chunk(con, now)
-    con.execute("BEGIN TRANSACTION")
-    try:
+    with warehouse.transaction(con):
         if full:
             con.execute("DELETE FROM gpu_efficiency_job")
             con.execute("DELETE FROM gpu_efficiency_job_hour")
@@ -230,14 +228,7 @@ def build(con: duckdb.DuckDBPyConnection, full: bool = False) -> None:
         con.execute("INSERT INTO gpu_efficiency_job BY NAME SELECT * FROM _eff_job_all")
         con.execute("INSERT INTO gpu_efficiency_job_hour BY NAME SELECT * EXCLUDE (rollup_gpu_s) FROM _eff_hour_all "
                     "ORDER BY hour, job_uid")
-        con.execute("""INSERT INTO gpu_mart_state VALUES ('efficiency', ?, ?)
-                       ON CONFLICT (mart) DO UPDATE SET last_run_id = excluded.last_run_id,
-                                                        refreshed_at = excluded.refreshed_at""",
-                    [newest, warehouse.utcnow()])
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise
+        refresh.record_mart(con, "efficiency", newest)
     for t in ("_eff_targets", "_eff_dirty", "_eff_metric", "_eff_px", "_eff_hour", "_eff_job", "_eff_hour_all",
               "_eff_job_all", "_att", "_jw", "_jwc", "_jn", "_nodes", "_nodes_all", "_dev", "_pc", "_zr", "_runs"):
         con.execute(f"DROP TABLE IF EXISTS {t}")

@@ -41,6 +41,20 @@ def run(con: duckdb.DuckDBPyConnection, db_path: str | Path, full: bool = False,
     return done
 
 
+def mart_run(con: duckdb.DuckDBPyConnection, mart: str) -> int | None:
+    """The ingest run ``mart`` was last refreshed up to (``gpu_mart_state``), or None if never built."""
+    rows = con.execute("SELECT last_run_id FROM gpu_mart_state WHERE mart = ?", [mart]).fetchall()
+    return rows[0][0] if rows else None
+
+
+def record_mart(con: duckdb.DuckDBPyConnection, mart: str, run_id: int) -> None:
+    """Note that ``mart`` is now current up to ingest run ``run_id`` (inside the builder's transaction)."""
+    con.execute("""INSERT INTO gpu_mart_state VALUES (?, ?, ?)
+                   ON CONFLICT (mart) DO UPDATE SET last_run_id = excluded.last_run_id,
+                                                    refreshed_at = excluded.refreshed_at""",
+                [mart, run_id, warehouse.utcnow()])
+
+
 def _efficiency_build(con: duckdb.DuckDBPyConnection, full: bool) -> None:
     from models import efficiency
     efficiency.build(con, full)

@@ -320,18 +320,14 @@ def build(con: duckdb.DuckDBPyConnection, full: bool = False) -> dict[str, dict]
     old = {r[0]: r[1:] for r in con.sql(
         "SELECT cluster, data_start, horizon, last_run_id, team_fp FROM tl_clusters").fetchall()}
     report = {}
-    con.execute("BEGIN TRANSACTION")
     try:
-        for gone in set(old) - set(spans):
-            for t in ("tl_node_state", "tl_job_alloc", "tl_node_segments", "tl_hourly", "tl_demand_daily",
-                      "tl_pending_hourly", "tl_clusters"):
-                con.execute(f"DELETE FROM {t} WHERE cluster = ?", [gone])
-        for cluster, (ds, hz) in sorted(spans.items()):
-            report[cluster] = _build_cluster(con, cluster, ds, hz, None if full else old.get(cluster), last_run)
-        con.execute("COMMIT")
-    except Exception:
-        con.execute("ROLLBACK")
-        raise
+        with warehouse.transaction(con):
+            for gone in set(old) - set(spans):
+                for t in ("tl_node_state", "tl_job_alloc", "tl_node_segments", "tl_hourly", "tl_demand_daily",
+                          "tl_pending_hourly", "tl_clusters"):
+                    con.execute(f"DELETE FROM {t} WHERE cluster = ?", [gone])
+            for cluster, (ds, hz) in sorted(spans.items()):
+                report[cluster] = _build_cluster(con, cluster, ds, hz, None if full else old.get(cluster), last_run)
     finally:
         for t in ("_ns_raw", "_ns", "_classes", "_changed", "_rb", "_ja_new", "_st"):
             con.execute(f"DROP TABLE IF EXISTS {t}")

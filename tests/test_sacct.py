@@ -342,3 +342,14 @@ def test_the_run_records_the_inputs_sha256_also_when_it_fails(con, fixtures):
             1 / 0
     got = dict(con.sql("SELECT input_name, sha256 FROM ingest_runs").fetchall())
     assert got == {"ok.psv": hashlib.sha256(data).hexdigest(), "bad.psv": "ab" * 32}
+
+
+def test_long_non_ascii_first_fields_are_data_not_headers(con):
+    """Header detection looks at each letter-initial line's first 41 bytes; a cut there must not split a
+    character, and such a line is data."""
+    name = "entraînement-" + "é" * 20                                       # 47 bytes, no delimiter in the first 41
+    data = (f"JobName|JobID|State|Submit\n{name}|101|COMPLETED|2026-07-01T10:00:00\n"
+            f"short|102|COMPLETED|2026-07-01T10:05:00\n").encode()
+    s = ingest_text(con, data, fields="jobname,jobid,state,submit")
+    assert (s["loaded"], s["rejected"]) == (2, 0) and s["skip_reasons"] == {"header line": 1}
+    assert con.sql("SELECT job_name FROM jobs ORDER BY job_id").fetchall() == [(name,), ("short",)]
