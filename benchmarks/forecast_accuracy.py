@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 TRACES = Path(os.environ.get("GPULEDGER_SHARED", ROOT.parent / "shared")) / "traces"
 
-from models import forecast as F
+from models import forecast as F  # noqa: E402
 
 OURS = ("ours", "SeasonalNaive", "ETS", "Theta", "Combination")
 THEIRS = ("AutoETS", "AutoARIMA", "AutoTheta", "sf.SeasonalNaive")

@@ -19,19 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.stats import t as student_t
 
-from models.ets import (  # noqa: F401
-    ETS_FORMS,
-    EtsFit,
-    EtsForm,
-    ets_detail,
-    ets_point,
-    ets_sd,
-    ets_states,
-    ets_theta,
-    fit_ets,
-    fit_ets_forms,
-    select_ets,
-)
+from models.ets import ETS_FORMS, ets_detail, ets_point, ets_sd, ets_states, ets_theta, fit_ets_forms
 from models.theta import theta_paths
 
 Z = {80: 1.2815515655446004, 95: 1.959963984540054}
