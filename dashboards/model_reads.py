@@ -196,8 +196,9 @@ def chargeback_periods(version: str, first: dt.date | None, last: dt.date | None
 
 
 @st.cache_resource(max_entries=6, show_spinner=False)
-def statement(version: str, period: str):
-    """The period's Statement (frozen if closed, else computed from the snapshot); CostError text if it cannot be.
+def statement(version: str, period: str, detail: bool = True):
+    """The period's Statement (frozen if closed, else computed from the snapshot; without its job-level detail
+    unless ``detail``) and its views; CostError text if it cannot be.
 
     Cached as a resource (not copied per view): the statement of a big month carries every job."""
     mod = _model("chargeback", "statement", "views")
@@ -205,7 +206,7 @@ def statement(version: str, period: str):
         return None
     from models.cost import CostError
     try:
-        st_ = mod.statement(_cursor(), period)
+        st_ = mod.statement(_cursor(), period, detail=detail)
     except CostError as exc:
         return str(exc)
     return st_, mod.views(st_)

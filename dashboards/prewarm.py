@@ -41,7 +41,7 @@ def views(version: str, f: Filters) -> list[Callable[[], object]]:
         lambda: mr.fragmentation(version, f, "month"), lambda: mr.fragmentation(version, prev, "month"),
         lambda: mr.blocked(version, f), lambda: mr.blocked(version, prev),
         lambda: mr.fairness(version, f), lambda: mr.fairness(version, prev),
-        lambda: mr.statement(version, month), lambda: mr.statement(version, last_month),
+        lambda: mr.statement(version, month, detail=False), lambda: mr.statement(version, last_month, detail=False),
         lambda: mr.forecast(version, "demanded", 90, 0.85, "80", ("pool",), None),
         lambda: mr.waits(version, f, ("cluster",)), lambda: mr.waits(version, prev, ("cluster",)),
         # Utilization
@@ -54,6 +54,8 @@ def views(version: str, f: Filters) -> list[Callable[[], object]]:
         # Fragmentation, Fairness & queues
         lambda: mr.fragmentation(version, f, bucket),
         lambda: mr.waits(version, f, ("team", "size_class")), lambda: mr.starvation(version, f, 24),
+        # Chargeback (the newest month, with its job-level detail for the drill-down)
+        lambda: mr.statement(version, month),
     ]
     return out
 

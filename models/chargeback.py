@@ -69,8 +69,9 @@ class Statement:
     lines: pl.DataFrame                  # LINE_SCHEMA (charges, then adjustments)
     recon: pl.DataFrame                  # RECON_SCHEMA
     rates: pl.DataFrame                  # RATES_SCHEMA: the lines broken down by rate in force
-    jobs: pl.DataFrame                   # JOBS_SCHEMA: job-level detail for audits
+    jobs: pl.DataFrame                   # JOBS_SCHEMA: job-level detail for audits (empty without ``detail``)
     closed_at: dt.datetime | None = None
+    detail: bool = True                  # False: computed without the job-level detail (totals only)
     content_hash: str | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -96,10 +97,13 @@ def _hours(gpu_s: Fraction) -> Decimal:
 
 # ---------------------------------------------------------------- computing a statement
 
-def compute(con, period: str, policy: Policy | None = None, adjustments: bool = True) -> Statement:
+def compute(con, period: str, policy: Policy | None = None, adjustments: bool = True,
+            detail: bool = True) -> Statement:
     """The statement of ``period`` (YYYY-MM) from the warehouse as it is now (a closed period: see
     :func:`statement`). ``policy`` defaults to the governance in force; adjustments for closed periods whose
-    next open period this is are appended unless ``adjustments`` is False."""
+    next open period this is are appended unless ``adjustments`` is False. Without ``detail`` the period's own
+    job-level detail is left out (lines, reconciliation and summary are the same; a dashboard tile needs no
+    more, and on a large month the detail is half the work)."""
     policy = policy or cost.current_policy(con)
     start, end = cost.period_bounds(period, policy.period_timezone)
     spans = cost.clipped_spans(con, start, end)
@@ -111,11 +115,14 @@ def compute(con, period: str, policy: Policy | None = None, adjustments: bool = 
             else None)
     waste = _waste(con, start, end)
     lines, recon = _price(period, policy, groups, cap, ents, _job_counts(con), waste)
+    n_jobs = con.sql("SELECT count(DISTINCT job_uid) FROM _alloc").fetchall()[0][0]
+    jobs = (_jobs_view(con, period, policy, "charge", None) if detail
+            else pl.DataFrame(schema=JOBS_SCHEMA))
     st = Statement(period=period, status=_status(con, end), policy=policy, header=[], lines=lines, recon=recon,
-                   rates=_rates_view(period, policy, groups), jobs=_jobs_view(con, period, policy, "charge", None))
+                   rates=_rates_view(period, policy, groups), jobs=jobs, detail=detail)
     if adjustments:
         _append_adjustments(con, st)
-    st.header = _header(st, start, end, spans, waste is not None)
+    st.header = _header(st, start, end, spans, waste is not None, n_jobs)
     return st
 
 
@@ -397,7 +404,7 @@ def _fmt(x: Decimal | None, policy: Policy) -> str:
 
 
 def _header(st: Statement, start: dt.datetime, end: dt.datetime, spans: pl.DataFrame,
-            have_waste: bool) -> list[tuple[str, str]]:
+            have_waste: bool, n_jobs: int) -> list[tuple[str, str]]:
     p, t = st.policy, st.total_row
     charges = st.lines.filter(pl.col("kind") == "charge")
     adj = st.lines.filter(pl.col("kind") == "adjustment")
@@ -430,7 +437,7 @@ def _header(st: Statement, start: dt.datetime, end: dt.datetime, spans: pl.DataF
                            + ("holds" if t["difference"] == 0 else f"FAILS by {t['difference']}")),
         ("Adjustments for closed periods", f"{_fmt(adj_total, p)} on {adj.height} lines"),
         ("Total of this statement", _fmt(charged + adj_total, p)),
-        ("Jobs", str(st.jobs.filter(pl.col("kind") == "charge")["job_uid"].n_unique())),
+        ("Jobs", str(n_jobs)),
         ("Waste", "idle-allocated GPU-hours from telemetry, priced at the line's rate; shown beside, not added"
          if have_waste else "unavailable: no GPU telemetry efficiency data in the warehouse"),
         ("Governance", "sha256 " + hashlib.sha256(p.document.encode()).hexdigest()),
@@ -579,12 +586,13 @@ def close_period(con, period: str, now: dt.datetime | None = None) -> Statement:
     return statement(con, period)
 
 
-def statement(con, period: str) -> Statement:
-    """The statement of ``period``: the frozen one if the period is closed (its hash verified), else computed."""
+def statement(con, period: str, detail: bool = True) -> Statement:
+    """The statement of ``period``: the frozen one if the period is closed (its hash verified), else computed
+    (without its job-level detail unless ``detail``)."""
     rows = con.execute("SELECT closed_at, content_hash, header, policy_document FROM statements WHERE period = ?",
                        [period]).fetchall()
     if not rows:
-        return compute(con, period)
+        return compute(con, period, detail=detail)
     closed_at, digest, header, doc = rows[0]
     header = [tuple(x) for x in json.loads(header)]
     parts = _read_parts(con, period)
@@ -630,7 +638,7 @@ def views(st: Statement) -> dict[str, pl.DataFrame]:
                          .with_columns([pl.col(c).cast(m) for c in money_cols] + label),
         "by rate": st.rates.drop("period"),
         "rate card": rate_card_frame(st.policy),
-        "jobs": st.jobs.drop("period"),
+        **({"jobs": st.jobs.drop("period")} if st.detail else {}),
     }
 
 

@@ -103,8 +103,10 @@ def _segments_sql(dims: list[str]) -> str:
 STATE_COUNTERS = ("nodes_up", "free_gpus", "partial_milli", "whole_free_nodes", "whole_free_gpus")
 
 
-def sample_grid(con, dims: list[str], k_max: int, p: dict) -> tuple[pl.DataFrame, dict[str, np.ndarray]]:
-    """The per-sample state of every cell for sample indices [$i0, $i1), inside each cluster's data span.
+def sample_grid(con, dims: list[str], k_max: int, p: dict,
+                cluster: str | None = None) -> tuple[pl.DataFrame, dict[str, np.ndarray]]:
+    """The per-sample state of every cell (of ``cluster``, or all) for sample indices [$i0, $i1), inside each
+    cluster's data span.
 
     Returns ``cells`` (cid, cluster, dims, lo, hi, offset: cell c covers samples lo..hi-1, stored at
     offset..offset+hi-lo-1) and the counters concatenated over cells: nodes_up, free_gpus (whole),
@@ -117,7 +119,8 @@ def sample_grid(con, dims: list[str], k_max: int, p: dict) -> tuple[pl.DataFrame
         CREATE OR REPLACE TEMP TABLE _cells AS
         SELECT (row_number() OVER (ORDER BY {', '.join('c.' + k for k in keys)}) - 1)::INTEGER AS cid, c.*,
                greatest($i0, {_sample_index('sp.data_start')}) AS lo, least($i1, {_sample_index('sp.horizon')}) AS hi
-        FROM ({_cells_sql(dims)}) c JOIN tl_clusters sp ON sp.cluster = c.cluster""", p)
+        FROM ({_cells_sql(dims)}) c JOIN tl_clusters sp ON sp.cluster = c.cluster
+        {"WHERE c.cluster = $c" if cluster else ""}""", {**p, "c": cluster})
     names = [*STATE_COUNTERS, *(f"ge{k}" for k in range(1, k_max + 1))]
     try:
         cells = con.sql("SELECT * FROM _cells WHERE hi > lo ORDER BY cid").pl()

@@ -324,7 +324,7 @@ def build(con: duckdb.DuckDBPyConnection, full: bool = False) -> dict[str, dict]
         with warehouse.transaction(con):
             for gone in set(old) - set(spans):
                 for t in ("tl_node_state", "tl_job_alloc", "tl_node_segments", "tl_hourly", "tl_demand_daily",
-                          "tl_pending_hourly", "tl_clusters"):
+                          "tl_pending_hourly", "tl_blocked_daily", "tl_clusters"):
                     con.execute(f"DELETE FROM {t} WHERE cluster = ?", [gone])
             for cluster, (ds, hz) in sorted(spans.items()):
                 report[cluster] = _build_cluster(con, cluster, ds, hz, None if full else old.get(cluster), last_run)
@@ -356,7 +356,7 @@ def _build_cluster(con, c: str, ds, hz, old, last_run: int) -> dict:
     else:
         T = ds
         _ex(con, "CREATE OR REPLACE TEMP TABLE _changed AS SELECT job_uid FROM jobs WHERE false")
-        for t in ("tl_node_state", "tl_job_alloc", "tl_node_segments", "tl_hourly"):
+        for t in ("tl_node_state", "tl_job_alloc", "tl_node_segments", "tl_hourly", "tl_blocked_daily"):
             _ex(con, f"DELETE FROM {t} WHERE cluster = ?", [c])
     p["T"] = T
     register_ids(con, c)
@@ -394,8 +394,23 @@ def _build_cluster(con, c: str, ds, hz, old, last_run: int) -> dict:
                      last_run_id = excluded.last_run_id, refreshed_at = excluded.refreshed_at,
                      team_fp = excluded.team_fp""",
                 {"c": c, "ds": ds, "hz": hz, "r": last_run, "now": warehouse.utcnow(), "fp": team_fp})
+    _blocked_rollup(con, c, ds, T, t_elig, incremental and old[3] == team_fp)
     n_jobs = con.sql("SELECT count(*) FROM _rb").fetchall()[0][0]
     return {"from": T, "full": not incremental, "jobs": n_jobs}
+
+
+def _blocked_rollup(con, c: str, ds: dt.datetime, T: dt.datetime, t_elig: dt.datetime | None, keep: bool) -> None:
+    """Blocked-by-fragmentation per job and day, from the first day where the free GPUs (T), a changed job's
+    wait (its eligibility now, its rows before) or, unless ``keep``, the teams could differ. Runs after
+    tl_clusters holds the new horizon: the sample grid is clipped to it."""
+    from models import fragmentation_blocked   # it reads the timeline this module builds
+    D = ds
+    if keep:
+        old_rows = _ex(con, """SELECT min(day) FROM tl_blocked_daily
+                               WHERE cluster = $c AND job_uid IN (SELECT job_uid FROM _changed)""",
+                       {"c": c}).fetchall()[0][0]
+        D = min(t for t in (T, None if t_elig is None else max(t_elig, ds), old_rows) if t is not None)
+    fragmentation_blocked.rollup(con, c, D.replace(hour=0, minute=0, second=0, microsecond=0))
 
 
 def _hour(t: dt.datetime) -> dt.datetime:

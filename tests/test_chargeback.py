@@ -271,6 +271,10 @@ def test_close_freezes_and_a_late_job_becomes_an_adjustment_next_period(make, tm
     assert after.lines.equals(before.lines) and after.jobs.equals(before.jobs)
     assert "7" not in after.jobs["job_id"].to_list()
     apr = chargeback.compute(con, "2026-04")
+    lean = chargeback.compute(con, "2026-04", detail=False)   # the dashboard tile's: no job detail, same money
+    assert lean.lines.equals(apr.lines) and lean.recon.equals(apr.recon) and lean.header == apr.header
+    assert lean.jobs.filter(pl.col("kind") == "charge").height == 0 and "jobs" not in chargeback.views(lean)
+    assert dict(apr.header)["Jobs"] == str(apr.jobs.filter(pl.col("kind") == "charge")["job_uid"].n_unique())
     adj = apr.lines.filter(pl.col("kind") == "adjustment")
     assert set(adj["adjusts_period"]) == {"2026-03"}
     by = {r["team"]: r for r in adj.iter_rows(named=True)}

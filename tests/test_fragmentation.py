@@ -3,6 +3,7 @@ fragmentation classification, invariants under hypothesis (including agreement w
 from __future__ import annotations
 
 import datetime as dt
+from unittest import mock
 
 import polars as pl
 import pytest
@@ -248,6 +249,29 @@ def test_invariants(cluster, by):
             parts = pj["placeable_h"] + pj["fragmentation_h"] + pj["capacity_h"] + pj["unknown_h"]
             assert (parts - pj["wait_h"]).abs().max() < 1e-9
             assert pj["unknown_h"].min() >= 0
+        # the daily mart sums to what the sample grid gives, over the whole span and over whole days inside it
+        lo, hi = con.sql("SELECT min(data_start), max(horizon) FROM tl_clusters").fetchall()[0]
+        day = dt.timedelta(days=1)
+        first = lo.replace(hour=0, minute=0, second=0, microsecond=0)
+        for win in ((lo, hi), (first + day, first + 2 * day), (first, hi)):
+            mart = fb._from_mart(con, win)
+            assert mart is not None
+            direct = fb._compute(con, win, fr.DEFAULT_INTERVAL_S)
+            cols = ["job_uid", "samples", "placeable", "fragmentation", "capacity"]
+            if direct.is_empty():
+                assert mart.is_empty()
+            else:
+                assert mart.select(cols).sort("job_uid").to_dicts() == direct.select(cols).sort("job_uid").to_dicts()
+        # and blocked() summed in SQL from the mart = blocked() summed from the grid's per-job rows
+        for dims in (["team", "size_class"], ["gpu_type", "partition", "account"], []):
+            from_mart = fb.blocked(con, by=dims)
+            with mock.patch.object(fb, "_from_mart", lambda *a: None), \
+                 mock.patch.object(fb, "_groups_from_mart", lambda *a: None):
+                direct = fb.blocked(con, by=dims)
+            assert from_mart.columns == direct.columns and from_mart.height == direct.height
+            for a, b in zip(from_mart.iter_rows(), direct.iter_rows()):
+                for x, y in zip(a, b):
+                    assert x == (pytest.approx(y, rel=1e-12, abs=1e-12) if isinstance(y, float) else y), dims
     finally:
         con.close()
 

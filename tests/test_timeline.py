@@ -147,6 +147,7 @@ def _marts(con) -> dict:
                    for r in con.sql("SELECT * FROM tl_demand_daily ORDER BY ALL").fetchall()],
         "pending": [tuple(round(v, 6) if isinstance(v, float) else v for v in r)
                     for r in con.sql("SELECT * FROM tl_pending_hourly ORDER BY ALL").fetchall()],
+        "blocked": con.sql("SELECT * EXCLUDE (job_uid) FROM tl_blocked_daily ORDER BY ALL").fetchall(),
     }
 
 
@@ -162,14 +163,15 @@ def histories(draw):
         s = base + hour * draw(st.integers(0, 40))
         e = s + hour * draw(st.integers(1, 20))
         g = draw(st.integers(1, 2))
-        done = tf.Job(i + 1, "u", "a", "p", g, [node], submit=s, start=s, end=e)
+        sub = s - hour * draw(st.integers(0, 30))     # waits, some across midnight (blocked-by-fragmentation mart)
+        done = tf.Job(i + 1, "u", "a", "p", g, [node], submit=sub, start=s, end=e)
         kind = draw(st.sampled_from(["done", "running", "pending", "later"]))
         if kind == "done":
             first.append(done)
         elif kind == "running":
-            first.append(tf.Job(i + 1, "u", "a", "p", g, [node], submit=s, start=s))
+            first.append(tf.Job(i + 1, "u", "a", "p", g, [node], submit=sub, start=s))
         elif kind == "pending":
-            first.append(tf.Job(i + 1, "u", "a", "p", g, submit=s))
+            first.append(tf.Job(i + 1, "u", "a", "p", g, submit=sub))
         second.append(done)
     ev = []
     if draw(st.booleans()):

@@ -95,7 +95,7 @@ def _fairness(col) -> None:
 
 def _month_lines(month: str) -> tuple | None:
     """(statement, its lines kept by the filters), or None when there is no statement for the month."""
-    res = mr.statement(ctx.version, month)
+    res = mr.statement(ctx.version, month, detail=False)
     if res is None or isinstance(res, str):
         return None
     stmt, views = res
@@ -168,7 +168,8 @@ def _prefetch() -> None:
     if mr.landed("fairness", "report"):
         calls += [lambda: mr.fairness(ctx.version, f), lambda: mr.fairness(ctx.version, prev)]
     if mr.landed("chargeback", "statement", "views"):
-        calls += [lambda: mr.statement(ctx.version, month), lambda: mr.statement(ctx.version, last_month)]
+        calls += [lambda: mr.statement(ctx.version, month, detail=False),
+                  lambda: mr.statement(ctx.version, last_month, detail=False)]
     if mr.landed("fragmentation_blocked", "blocked"):
         calls += [lambda: mr.blocked(ctx.version, f), lambda: mr.blocked(ctx.version, prev)]
     if mr.landed("fragmentation", "report"):
