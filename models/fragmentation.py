@@ -18,6 +18,10 @@ the dense sample grid). Means, the free-GPU histogram, stranded GPUs and FGD all
 over a bucket's samples; only FGD for GPU-sharing tasks also needs the distribution of partial GPUs, taken from
 the segments that have one. With sample times on every segment edge, mean free GPUs x hours equals
 utilization's idle GPU-hours (a property test checks it).
+
+Those sums, minima, partial-GPU counts and submitted jobs add over days, so the timeline build keeps them per
+UTC day (:func:`rollup`, tables tl_frag_*_daily): :func:`report` over whole days at the default interval reads a
+few rows per day and cell instead of sweeping the year's samples (0.6 s -> 0.07 s for 30 days of a busy year).
 """
 from __future__ import annotations
 
@@ -55,8 +59,10 @@ def parse_interval(value: str | int | float | None) -> int:
     return int(secs)
 
 
-def max_gpus_per_node(con) -> int:
-    k = con.sql("SELECT coalesce(max(gpus), 0) FROM tl_node_state WHERE avail <> 'absent'").fetchall()[0][0]
+def max_gpus_per_node(con, cluster: str | None = None) -> int:
+    """GPUs of the largest node in the inventory (of ``cluster``, or all), at least 1, at most MAX_K."""
+    k = con.execute("SELECT coalesce(max(gpus), 0) FROM tl_node_state WHERE avail <> 'absent'"
+                    + (" AND cluster = ?" if cluster else ""), [cluster] if cluster else []).fetchall()[0][0]
     return max(1, min(int(k), MAX_K))
 
 
@@ -153,10 +159,10 @@ def sample_grid(con, dims: list[str], k_max: int, p: dict,
     return cells.with_columns(pl.Series("offset", offset)), cols
 
 
-def sample_state(con, dims: list[str], k_max: int, p: dict) -> pl.DataFrame:
+def sample_state(con, dims: list[str], k_max: int, p: dict, cluster: str | None = None) -> pl.DataFrame:
     """:func:`sample_grid` as a table: cluster, dims, i (sample index), ts, the counters, largest_single_node."""
     keys = ["cluster", *dims]
-    cells, cols = sample_grid(con, dims, k_max, p)
+    cells, cols = sample_grid(con, dims, k_max, p, cluster)
     names = list(cols)
     if cells.is_empty():
         return pl.DataFrame(schema={**{k: pl.String for k in keys}, "i": pl.Int64, "ts": pl.Datetime("us"),
@@ -226,10 +232,10 @@ def _state_buckets(st: pl.DataFrame, keys: list[str], bucket: str, k_max: int) -
         pl.col("whole_free_gpus").sum().alias("wfg_sum"), pl.col("whole_free_gpus").min().alias("wfg_min"))
 
 
-def partial_histogram_sql(dims: list[str], bucket: str) -> str:
+def partial_histogram_sql(dims: list[str], bucket: str, cluster: bool = False) -> str:
     """Node-samples per bucket, cell and free milli-GPU ``r`` on shared GPUs (only nodes where GPU-sharing jobs
     leave a partial GPU): each segment weighted by the sample times it covers inside the bucket. FGD needs the
-    distribution of r for sharing tasks (a fragment when r < their milli-GPU)."""
+    distribution of r for sharing tasks (a fragment when r < their milli-GPU). ``cluster``: only cluster $c."""
     keys = ", ".join(["cluster", *dims])
     src = FREE_SQL if "partition" not in dims else timeline.explode_partitions(FREE_SQL)
     iv = timeline.bucket_interval(bucket)
@@ -238,36 +244,52 @@ def partial_histogram_sql(dims: list[str], bucket: str) -> str:
     SELECT bk AS bucket, {keys}, r, sum({_sample_index(b)} - {_sample_index(a)})::BIGINT AS n
     FROM (SELECT *, unnest(generate_series({timeline.bucket_sql(bucket, 'greatest(t0, $ws)')},
                                            least(t1, $we) - INTERVAL 1 MICROSECOND, {iv})) AS bk
-          FROM ({src}) WHERE r > 0)
+          FROM ({src}) WHERE r > 0 {"AND cluster = $c" if cluster else ""})
     GROUP BY ALL HAVING sum({_sample_index(b)} - {_sample_index(a)}) > 0"""
 
 
-def workload_sql(dims: list[str], bucket: str) -> str:
-    """The request-size distribution per bucket and cell: jobs submitted in the bucket asking for GPUs, by spec
-    (k = GPUs per node, q = milli-GPU per GPU; 1000 = whole GPUs). A job's pool is its typed GPU type
-    (AllocTRES names the type of the GPUs a job got), else the pool it ran on, else the only pool of its
-    partition; its partition the first one it named."""
-    keys = ", ".join(["cluster", *dims])
+def _workload_jobs_sql(lo: str = "$ws", hi: str = "$we", cluster: bool = False) -> str:
+    """GPU jobs submitted in [lo, hi) (of cluster $c with ``cluster``): cluster, submit, the first partition named,
+    the pool when the job names it (typed request) or ran on one (its first allocation), else NULL, and the spec
+    (k = GPUs per node, q = milli-GPU per GPU; 1000 = whole GPUs). The pool of the rest depends on the whole
+    inventory (:func:`_workload_cells_sql`), so it is left to the reader."""
     return f"""
     WITH j0 AS (
       SELECT job_uid, cluster, submit, gpu_type, gpu_milli,
              CASE WHEN contains(partition, ',') THEN trim(split_part(partition, ',', 1)) ELSE partition END AS partition,
              coalesce(nullif(ngpus, 0), req_gpus) AS g, greatest(coalesce(nnodes, 1), 1) AS nn
-      FROM jobs WHERE submit >= $ws AND submit < $we),
+      FROM jobs WHERE submit >= {lo} AND submit < {hi} {"AND cluster = $c" if cluster else ""}),
     j1 AS (SELECT * FROM j0 WHERE g > 0),
     ran AS (SELECT job_uid, arg_min(coalesce(gpu_type, '(untyped)'), t0) AS pool FROM tl_job_alloc
-            WHERE job_uid IN (SELECT job_uid FROM j1 WHERE gpu_type IS NULL) GROUP BY job_uid),
-    ppool AS (SELECT cluster, partition, any_value(gpu_type) AS pool FROM ({_cells_sql(['gpu_type', 'partition'])})
-              GROUP BY ALL HAVING count(*) = 1),
-    j AS (
-      SELECT j1.cluster, {timeline.bucket_sql(bucket, 'j1.submit')} AS bucket, j1.partition,
-             coalesce(j1.gpu_type, ran.pool, pp.pool) AS gpu_type, j1.g, j1.nn, j1.gpu_milli
-      FROM j1 LEFT JOIN ran ON ran.job_uid = j1.job_uid
-      LEFT JOIN ppool pp ON pp.cluster = j1.cluster AND pp.partition = j1.partition)
-    SELECT bucket, {keys}, CASE WHEN gpu_milli < 1000 THEN 1 ELSE CAST(ceil(g / nn) AS INTEGER) END AS k,
-           CASE WHEN gpu_milli < 1000 THEN gpu_milli ELSE 1000 END AS q, count(*)::BIGINT AS jobs
+            WHERE job_uid IN (SELECT job_uid FROM j1 WHERE gpu_type IS NULL) GROUP BY job_uid)
+    SELECT j1.cluster, j1.submit, j1.partition, coalesce(j1.gpu_type, ran.pool) AS pool,
+           CASE WHEN gpu_milli < 1000 THEN 1 ELSE CAST(ceil(g / nn) AS INTEGER) END AS k,
+           CASE WHEN gpu_milli < 1000 THEN gpu_milli ELSE 1000 END AS q
+    FROM j1 LEFT JOIN ran ON ran.job_uid = j1.job_uid"""
+
+
+def _workload_cells_sql(src: str, dims: list[str], bucket: str) -> str:
+    """``src`` (cluster, t, partition, pool, k, q, jobs) per bucket of t and cell: a job without a pool takes
+    the only pool of its partition (in the whole inventory), if there is one."""
+    keys = ", ".join(["cluster", *dims])
+    return f"""
+    WITH ppool AS (SELECT cluster, partition, any_value(gpu_type) AS pool
+                   FROM ({_cells_sql(['gpu_type', 'partition'])}) GROUP BY ALL HAVING count(*) = 1),
+    j AS (SELECT w.cluster, {timeline.bucket_sql(bucket, 'w.t')} AS bucket, w.partition,
+                 coalesce(w.pool, pp.pool) AS gpu_type, w.k, w.q, w.jobs
+          FROM ({src}) w LEFT JOIN ppool pp ON pp.cluster = w.cluster AND pp.partition = w.partition)
+    SELECT bucket, {keys}, k, q, sum(jobs)::BIGINT AS jobs
     FROM j WHERE true {''.join(f' AND {d} IS NOT NULL' for d in dims)}
     GROUP BY ALL"""
+
+
+def workload_sql(dims: list[str], bucket: str) -> str:
+    """The request-size distribution per bucket and cell: jobs submitted in [$ws, $we) asking for GPUs, by spec
+    (k = GPUs per node, q = milli-GPU per GPU; 1000 = whole GPUs). A job's pool is its typed GPU type
+    (AllocTRES names the type of the GPUs a job got), else the pool it ran on, else the only pool of its
+    partition; its partition the first one it named."""
+    src = f"SELECT cluster, submit AS t, partition, pool, k, q, 1 AS jobs FROM ({_workload_jobs_sql()})"
+    return _workload_cells_sql(src, dims, bucket)
 
 
 def _popular(m: pl.DataFrame, keys: list[str], popularity: float) -> pl.DataFrame:
@@ -278,12 +300,6 @@ def _popular(m: pl.DataFrame, keys: list[str], popularity: float) -> pl.DataFram
                        pl.col("jobs").sum().over(keys).alias("_tot"))
     m = m.filter((pl.col("_cum") - pl.col("jobs")) < popularity * pl.col("_tot") - 1e-9)
     return m.with_columns((pl.col("jobs") / pl.col("jobs").sum().over(keys)).alias("p")).drop("_cum", "_tot")
-
-
-def fgd_fragment(f: pl.Expr, r: pl.Expr, k: pl.Expr, q: pl.Expr) -> pl.Expr:
-    """FGD's F_n(m) in milli-GPU for a node with f whole free GPUs and r free milli on a shared GPU, and a task of
-    k GPUs of q milli each (GetNodePodFrag): whole-GPU task: r + 1000 f [f < k]; sharing task: r [r < q]."""
-    return pl.when(q >= 1000).then(r + 1000 * f * (f < k).cast(pl.Int64)).otherwise(r * (r < q).cast(pl.Int64))
 
 
 def fgd_fragment(f: pl.Expr, r: pl.Expr, k: pl.Expr, q: pl.Expr) -> pl.Expr:
@@ -309,6 +325,10 @@ def report(con: duckdb.DuckDBPyConnection, start=None, end=None, bucket: str = "
         raise ValueError("popularity must be in (0, 1]")
     k_max = max_gpus_per_node(con)
     keys = ["bucket", "cluster", *dims]
+    if iv == DEFAULT_INTERVAL_S and bucket != "hour" and tuple(sorted(dims)) in MART_DIMS:
+        parts = _from_mart(con, win, dims, bucket, k_max)
+        if parts is not None:
+            return parts[0] if parts[0].is_empty() else _assemble(*parts, keys, k_max, popularity)
     sharing = con.execute("SELECT count(*) > 0 FROM tl_node_segments WHERE frac_milli > 0 AND t1 > ? AND t0 < ?",
                           list(win)).fetchall()[0][0]
     st_parts, r_parts = [], []
@@ -325,6 +345,142 @@ def report(con: duckdb.DuckDBPyConnection, start=None, end=None, bucket: str = "
              pl.DataFrame(schema={**dict(st.select(keys).schema), "r": pl.Int32, "n": pl.Int64}))
     wl = timeline.frame(con, workload_sql(dims, bucket), {"ws": win[0], "we": win[1]})
     return _assemble(st, rhist, wl, keys, k_max, popularity)
+
+
+# ---------------------------------------------------------------- the daily mart
+
+#: Cell granularities stored in tl_frag_state_daily (sorted dims -> its ``dims`` label).
+MART_DIMS = {("gpu_type",): "gpu_type", ("gpu_type", "partition"): "gpu_type,partition"}
+
+
+def _floor_day(t: dt.datetime) -> dt.datetime:
+    return t.replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def _ceil_day(t: dt.datetime) -> dt.datetime:
+    return t if t == _floor_day(t) else _floor_day(t) + dt.timedelta(days=1)
+
+
+def mart_bounds(con, win, table: str) -> dict | None:
+    """The day range [w0, w1) of a daily mart ``table`` that sums to the window ``win``, or None when a bound
+    inside the data span is not a UTC midnight (or the warehouse predates the mart)."""
+    try:
+        lo, hi = con.sql("SELECT min(data_start), max(horizon) FROM tl_clusters").fetchall()[0]
+        con.sql(f"SELECT 1 FROM {table} LIMIT 0")
+    except duckdb.CatalogException:
+        return None
+    midnight = lambda t: t == _floor_day(t)   # noqa: E731
+    if lo is None or not (win[0] <= lo or midnight(win[0])) or not (win[1] >= hi or midnight(win[1])):
+        return None
+    # a start before the data span takes its first day whole
+    return {"w0": _floor_day(win[0]), "w1": win[1]}
+
+
+def _from_mart(con, win, dims: list[str], bucket: str, k_max: int):
+    """(state sums, partial-GPU histogram, workload) per bucket and cell as :func:`report` computes them from
+    the sample grid, summed from the daily mart; None when the window does not fall on its days."""
+    bounds = mart_bounds(con, win, "tl_frag_state_daily")
+    if bounds is None:
+        return None
+    b = timeline.bucket_sql(bucket, "day")
+    cols = ", ".join(dims)
+    h = [f"sum(coalesce(hist[{k + 1}], 0))::BIGINT AS h{k}" for k in range(k_max)]
+    # a node with more than k_max free GPUs cannot exist, but the sum keeps h_kmax the ">= k_max" bin regardless
+    h.append(f"sum(coalesce(list_sum(hist[{k_max + 1}:]), 0))::BIGINT AS h{k_max}")
+    st = timeline.frame(con, f"""
+        SELECT {b} AS bucket, cluster, {cols}, sum(samples)::BIGINT AS samples,
+               {', '.join(f'sum({c})::BIGINT AS {c}' for c in ('nodes_up', 'free_gpus', 'partial_milli'))},
+               {', '.join(h)},
+               {', '.join(f'sum({c}_sum)::BIGINT AS {c}_sum, min({c}_min) AS {c}_min' for c in ('lsn', 'wfn', 'wfg'))}
+        FROM tl_frag_state_daily WHERE dims = $dims AND day >= $w0 AND day < $w1
+        GROUP BY ALL""", {**bounds, "dims": MART_DIMS[tuple(sorted(dims))]})
+    st = st.with_columns(pl.col("samples").cast(pl.UInt32))
+    part = "SELECT * FROM tl_frag_partial_daily WHERE day >= $w0 AND day < $w1"
+    rhist = timeline.frame(con, f"""
+        SELECT {b} AS bucket, cluster, {cols}, r, sum(n)::BIGINT AS n
+        FROM ({timeline.explode_partitions(part) if 'partition' in dims else part}) GROUP BY ALL""", bounds)
+    return st, rhist, _workload_from_mart(con, win, dims, bucket)
+
+
+def _workload_from_mart(con, win, dims: list[str], bucket: str) -> pl.DataFrame:
+    """:func:`workload_sql` over ``win``: the mart's whole days, the jobs of partial days at either end."""
+    d0 = min(_ceil_day(win[0]), win[1])
+    d1 = max(_floor_day(win[1]), d0)
+    parts = ["SELECT cluster, day AS t, partition, pool, k, q, jobs FROM tl_frag_workload_daily "
+             "WHERE day >= $d0 AND day < $d1"]
+    for lo, hi, keep in (("$ws", "$d0", win[0] < d0), ("$d1", "$we", d1 < win[1])):
+        if keep:
+            parts.append(f"SELECT cluster, submit, partition, pool, k, q, 1 FROM ({_workload_jobs_sql(lo, hi)})")
+    return timeline.frame(con, _workload_cells_sql(" UNION ALL ".join(parts), dims, bucket),
+                          {"ws": win[0], "we": win[1], "d0": d0, "d1": d1})
+
+
+def rollup(con: duckdb.DuckDBPyConnection, c: str, D: dt.datetime, workload_from: dt.datetime | None = None) -> None:
+    """Rebuild cluster ``c``'s rows of the daily mart from UTC midnight ``D`` on, at the default interval, with
+    the code :func:`report` runs on the sample grid; the workload from ``workload_from`` if earlier. A step of
+    the timeline build: tl_node_segments, tl_job_alloc and tl_clusters must be current."""
+    span = con.execute("SELECT data_start, horizon FROM tl_clusters WHERE cluster = ?", [c]).fetchall()
+    if not span:
+        return
+    ds, hz = span[0]
+    if _cells_changed(con, c, D):
+        D = _floor_day(ds)   # every day of the span has a row per cell, even one not installed yet
+    _rollup_state(con, c, D, hz)
+    W = D if workload_from is None else min(D, workload_from)
+    if W <= _floor_day(ds):
+        # the workload counts jobs by submit time: the first day of the span may be preceded by submits
+        first = con.execute("SELECT min(submit) FROM jobs WHERE cluster = ?", [c]).fetchall()[0][0]
+        W = min(W, _floor_day(first)) if first is not None else W
+    con.execute("DELETE FROM tl_frag_workload_daily WHERE cluster = ? AND day >= ?", [c, W])
+    timeline.execute(con, f"""
+        INSERT INTO tl_frag_workload_daily
+        SELECT cluster, date_trunc('day', submit) AS day, partition, pool, k, q, count(*) AS jobs
+        FROM ({_workload_jobs_sql(cluster=True)}) GROUP BY ALL ORDER BY day""",
+                     {"c": c, "ws": W, "we": hz + dt.timedelta(days=1)})
+
+
+def _cells_changed(con, c: str, D: dt.datetime) -> bool:
+    """Whether the cells of cluster ``c`` stored before day ``D`` differ from its inventory's cells now."""
+    now = (f"SELECT 'gpu_type' AS dims, gpu_type, NULL::VARCHAR AS partition FROM ({_cells_sql(['gpu_type'])}) "
+           f"WHERE cluster = $c UNION ALL SELECT 'gpu_type,partition', gpu_type, partition "
+           f"FROM ({_cells_sql(['gpu_type', 'partition'])}) WHERE cluster = $c")
+    stored = ("SELECT dims, gpu_type, partition FROM tl_frag_state_daily WHERE cluster = $c AND day = "
+              "(SELECT max(day) FROM tl_frag_state_daily WHERE cluster = $c AND day < $D)")
+    return timeline.frame(con, f"""SELECT EXISTS ({stored}) AND (EXISTS (({now}) EXCEPT ({stored}))
+                                                    OR EXISTS (({stored}) EXCEPT ({now}))) AS changed""",
+                          {"c": c, "D": D})["changed"][0]
+
+
+def _rollup_state(con, c: str, D: dt.datetime, hz: dt.datetime) -> None:
+    """tl_frag_state_daily and tl_frag_partial_daily of cluster ``c`` from day ``D`` to the horizon ``hz``."""
+    for t in ("tl_frag_state_daily", "tl_frag_partial_daily"):
+        con.execute(f"DELETE FROM {t} WHERE cluster = ? AND day >= ?", [c, D])
+    if hz <= D:
+        return
+    k = max_gpus_per_node(con, c)
+    for dims, label in MART_DIMS.items():
+        for a, b in _chunks(D, hz):
+            day = _state_buckets(sample_state(con, list(dims), k, chunk_params(a, b, DEFAULT_INTERVAL_S), c),
+                                 ["cluster", *dims], "day", k)
+            if day.is_empty():
+                continue
+            rows = day.select(
+                pl.col("bucket").alias("day"), "cluster", pl.lit(label).alias("dims"), "gpu_type",
+                (pl.col("partition") if "partition" in dims else pl.lit(None, pl.String)).alias("partition"),
+                "samples", "nodes_up", "free_gpus", "partial_milli",
+                pl.concat_list([f"h{j}" for j in range(k + 1)]).alias("hist"),
+                "lsn_sum", "lsn_min", "wfn_sum", "wfn_min", "wfg_sum", "wfg_min")
+            con.register("_frag_rows", rows)
+            try:
+                con.execute("INSERT INTO tl_frag_state_daily BY NAME SELECT * FROM _frag_rows ORDER BY day")
+            finally:
+                con.unregister("_frag_rows")
+    # one row per pool and partition list: the partition cells explode it when read
+    timeline.execute(con, f"""
+        INSERT INTO tl_frag_partial_daily
+        SELECT cluster, bucket, gpu_type, partitions, r, n
+        FROM ({partial_histogram_sql(['gpu_type', 'partitions'], 'day', cluster=True)}) ORDER BY bucket""",
+                     {"c": c, "ws": D, "we": hz, "iv_us": DEFAULT_INTERVAL_S * 1_000_000})
 
 
 def _combine_states(st: pl.DataFrame, keys: list[str]) -> pl.DataFrame:

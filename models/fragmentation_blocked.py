@@ -185,18 +185,8 @@ def _compute(con, win, iv: int) -> pl.DataFrame:
 
 
 def _mart_bounds(con, win) -> dict | None:
-    """The day range of ``tl_blocked_daily`` that sums to the window ``win`` ({w0, w1}), or None when a bound
-    inside the data span is not a UTC midnight (or the warehouse predates the mart)."""
-    try:
-        lo, hi = con.sql("SELECT min(data_start), max(horizon) FROM tl_clusters").fetchall()[0]
-        con.sql("SELECT 1 FROM tl_blocked_daily LIMIT 0")
-    except duckdb.CatalogException:
-        return None
-    midnight = lambda t: t == t.replace(hour=0, minute=0, second=0, microsecond=0)   # noqa: E731
-    if lo is None or not (win[0] <= lo or midnight(win[0])) or not (win[1] >= hi or midnight(win[1])):
-        return None
-    # a start before the data span takes its first day whole
-    return {"w0": win[0].replace(hour=0, minute=0, second=0, microsecond=0), "w1": win[1]}
+    """The day range of ``tl_blocked_daily`` that sums to the window ``win`` ({w0, w1}), or None."""
+    return fragmentation.mart_bounds(con, win, "tl_blocked_daily")
 
 
 def _from_mart(con, win) -> pl.DataFrame | None:

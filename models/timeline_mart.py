@@ -324,7 +324,8 @@ def build(con: duckdb.DuckDBPyConnection, full: bool = False) -> dict[str, dict]
         with warehouse.transaction(con):
             for gone in set(old) - set(spans):
                 for t in ("tl_node_state", "tl_job_alloc", "tl_node_segments", "tl_hourly", "tl_demand_daily",
-                          "tl_pending_hourly", "tl_blocked_daily", "tl_clusters"):
+                          "tl_pending_hourly", "tl_blocked_daily", "tl_frag_state_daily", "tl_frag_partial_daily",
+                          "tl_frag_workload_daily", "tl_clusters"):
                     con.execute(f"DELETE FROM {t} WHERE cluster = ?", [gone])
             for cluster, (ds, hz) in sorted(spans.items()):
                 report[cluster] = _build_cluster(con, cluster, ds, hz, None if full else old.get(cluster), last_run)
@@ -356,7 +357,8 @@ def _build_cluster(con, c: str, ds, hz, old, last_run: int) -> dict:
     else:
         T = ds
         _ex(con, "CREATE OR REPLACE TEMP TABLE _changed AS SELECT job_uid FROM jobs WHERE false")
-        for t in ("tl_node_state", "tl_job_alloc", "tl_node_segments", "tl_hourly", "tl_blocked_daily"):
+        for t in ("tl_node_state", "tl_job_alloc", "tl_node_segments", "tl_hourly", "tl_blocked_daily",
+                  "tl_frag_state_daily", "tl_frag_partial_daily", "tl_frag_workload_daily"):
             _ex(con, f"DELETE FROM {t} WHERE cluster = ?", [c])
     p["T"] = T
     register_ids(con, c)
@@ -395,6 +397,8 @@ def _build_cluster(con, c: str, ds, hz, old, last_run: int) -> dict:
                      team_fp = excluded.team_fp""",
                 {"c": c, "ds": ds, "hz": hz, "r": last_run, "now": warehouse.utcnow(), "fp": team_fp})
     _blocked_rollup(con, c, ds, T, t_elig, incremental and old[3] == team_fp)
+    _fragmentation_rollup(con, c, (T if incremental else ds).replace(hour=0, minute=0, second=0, microsecond=0),
+                          T, incremental)
     n_jobs = con.sql("SELECT count(*) FROM _rb").fetchall()[0][0]
     return {"from": T, "full": not incremental, "jobs": n_jobs}
 
@@ -411,6 +415,19 @@ def _blocked_rollup(con, c: str, ds: dt.datetime, T: dt.datetime, t_elig: dt.dat
                        {"c": c}).fetchall()[0][0]
         D = min(t for t in (T, None if t_elig is None else max(t_elig, ds), old_rows) if t is not None)
     fragmentation_blocked.rollup(con, c, D.replace(hour=0, minute=0, second=0, microsecond=0))
+
+
+def _fragmentation_rollup(con, c: str, D: dt.datetime, T: dt.datetime, incremental: bool) -> None:
+    """The daily fragmentation mart from day D (the free-GPU state depends only on the segments); its workload
+    also from the first submit day of a changed job or of an untyped one placed again from T (its pool is where
+    it ran). A full rebuild (D = the first day) rebuilds the whole workload, submits before the span included."""
+    from models import fragmentation   # it reads the timeline this module builds
+    W = None
+    if incremental:
+        W = _ex(con, """SELECT min(submit) FROM jobs WHERE cluster = $c AND (job_uid IN (SELECT job_uid FROM _changed)
+                                                                        OR (gpu_type IS NULL AND start >= $T))""",
+                {"c": c, "T": T}).fetchall()[0][0]
+    fragmentation.rollup(con, c, D, None if W is None else W.replace(hour=0, minute=0, second=0, microsecond=0))
 
 
 def _hour(t: dt.datetime) -> dt.datetime:

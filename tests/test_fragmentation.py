@@ -1,5 +1,6 @@
 """Fragmentation: exact figures on hand-computed clusters, FGD against the published example, blocked-by-
-fragmentation classification, invariants under hypothesis (including agreement with utilization), CLI."""
+fragmentation classification, invariants under hypothesis (including agreement with utilization), the daily mart
+against the sample grid, CLI."""
 from __future__ import annotations
 
 import datetime as dt
@@ -272,6 +273,86 @@ def test_invariants(cluster, by):
             for a, b in zip(from_mart.iter_rows(), direct.iter_rows()):
                 for x, y in zip(a, b):
                     assert x == (pytest.approx(y, rel=1e-12, abs=1e-12) if isinstance(y, float) else y), dims
+    finally:
+        con.close()
+
+
+# ---------------------------------------------------------------- the daily mart
+
+def _same_reports(con, win) -> None:
+    """report() from the daily mart = report() from the sample grid, every bucket, granularity and column."""
+    for bucket in ("day", "week", "month"):
+        for by in (("gpu_type",), ("gpu_type", "partition"), "partition,pool"):
+            mart = fr.report(con, *win, bucket=bucket, by=by)
+            with mock.patch.object(fr, "_from_mart", lambda *a: None):
+                grid = fr.report(con, *win, bucket=bucket, by=by)
+            assert mart.schema == grid.schema and mart.height == grid.height, (bucket, by)
+            for a, b in zip(mart.iter_rows(), grid.iter_rows()):
+                for x, y in zip(a, b):
+                    assert x == (pytest.approx(y, rel=1e-9, abs=1e-12) if isinstance(y, float) else y), (bucket, by)
+
+
+def _share_first_job(con) -> None:
+    """Make the first job that ran a GPU-sharing one (half a GPU), as trace converters write them."""
+    uid = con.sql("SELECT min(job_uid) FROM job_nodes").fetchall()[0][0]
+    if uid is not None:
+        con.execute("UPDATE jobs SET gpu_milli = 500, ngpus = 0.5 WHERE job_uid = ?", [uid])
+        con.execute("UPDATE job_nodes SET gpus_on_node = 0.5 WHERE job_uid = ?", [uid])
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tf.clusters(), st.booleans(), st.integers(0, 2))
+def test_daily_mart_equals_the_sample_grid(cluster, sharing, first_day):
+    nodes, jobs, events = cluster
+    con = warehouse.connect(":memory:")
+    try:
+        tf.load(con, "hc", jobs, nodes, events, refresh=False)
+        if sharing:
+            _share_first_job(con)
+        timeline.build(con)
+        lo, hi = con.sql("SELECT min(data_start), max(horizon) FROM tl_clusters").fetchall()[0]
+        if lo is None:
+            return
+        day = dt.timedelta(days=1)
+        d0 = lo.replace(hour=0, minute=0, second=0, microsecond=0) + first_day * day
+        windows = [(lo, hi), (d0, d0 + day), (d0, d0 + 8 * day), (lo - dt.timedelta(minutes=7), d0 + day)]
+        for win in windows:
+            if win[1] > win[0]:
+                assert fr._from_mart(con, win, ["gpu_type"], "day", fr.max_gpus_per_node(con)) is not None
+                _same_reports(con, win)
+        # a bound inside the span off midnight: the sample grid
+        if hi - lo > dt.timedelta(hours=1):
+            win = (lo + dt.timedelta(minutes=35), hi)
+            assert fr._from_mart(con, win, ["gpu_type"], "day", fr.max_gpus_per_node(con)) is None
+    finally:
+        con.close()
+
+
+@pytest.mark.parametrize("later", [[("n1", 8, "a100", "p1"), ("n2", 4, "h100", "p1")],
+                                   [("n1", 8, "a100", "p1,p2")]])
+def test_daily_mart_incremental_equals_full(later):
+    """Second export: job 3 ends, job 5 (untyped, waiting since day 1) ran on day 3. With pools a100 + h100 in
+    p1, job 5's pool is where it ran: its day-1 workload changes while the free GPUs change from day 2. With n1
+    put in p2 as well on day 3, cell (a100, p2) exists on every day. The incremental refresh's mart rows = a
+    full rebuild's, and report() = the grid."""
+    con = warehouse.connect(":memory:")
+    try:
+        first = [Job(1, "a", "x", "p1", 2, ["n1"], submit=T("03-01 01:00"), start=T("03-01 02:00"),
+                     end=T("03-02 12:00")),
+                 Job(2, "a", "x", "p1", 4, submit=T("03-01 05:00")),
+                 Job(3, "a", "x", "p1", 1, ["n1"], submit=T("03-01 06:00"), start=T("03-01 07:00")),
+                 Job(5, "a", "x", "p1", 8, submit=T("03-01 10:00"))]
+        tf.load(con, "c", first, [n for n in later if n[0] == "n2"] + [("n1", 8, "a100", "p1")])
+        second = [Job(3, "a", "x", "p1", 1, ["n1"], submit=T("03-01 06:00"), start=T("03-01 07:00"),
+                      end=T("03-03 03:00")),
+                  Job(5, "a", "x", "p1", 8, ["n1"], submit=T("03-01 10:00"), start=T("03-03 04:00"),
+                      end=T("03-03 08:00"))]
+        tf.load(con, "c", second, later, as_of="2024-03-03T04:00:00")
+        marts = ("tl_frag_state_daily", "tl_frag_partial_daily", "tl_frag_workload_daily")
+        incremental = {t: con.sql(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in marts}
+        timeline.build(con, full=True)
+        assert incremental == {t: con.sql(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in marts}
+        _same_reports(con, (None, None))
     finally:
         con.close()
 

@@ -148,6 +148,9 @@ def _marts(con) -> dict:
         "pending": [tuple(round(v, 6) if isinstance(v, float) else v for v in r)
                     for r in con.sql("SELECT * FROM tl_pending_hourly ORDER BY ALL").fetchall()],
         "blocked": con.sql("SELECT * EXCLUDE (job_uid) FROM tl_blocked_daily ORDER BY ALL").fetchall(),
+        "frag_state": con.sql("SELECT * FROM tl_frag_state_daily ORDER BY ALL").fetchall(),
+        "frag_partial": con.sql("SELECT * FROM tl_frag_partial_daily ORDER BY ALL").fetchall(),
+        "frag_workload": con.sql("SELECT * FROM tl_frag_workload_daily ORDER BY ALL").fetchall(),
     }
 
 
