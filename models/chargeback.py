@@ -592,6 +592,11 @@ def statement(con, period: str, detail: bool = True) -> Statement:
     rows = con.execute("SELECT closed_at, content_hash, header, policy_document FROM statements WHERE period = ?",
                        [period]).fetchall()
     if not rows:
+        if not detail:
+            from models import statement_mart   # it stores what compute() returns
+            stored = statement_mart.read(con, period)
+            if stored is not None:
+                return stored
         return compute(con, period, detail=detail)
     closed_at, digest, header, doc = rows[0]
     header = [tuple(x) for x in json.loads(header)]

@@ -137,23 +137,24 @@ def _fair_tree_ranks(rows: list[dict], kids: dict) -> None:
 
 # ---------------------------------------------------------------- usage
 
+#: Allocation pieces of cluster $c from $H on with the keys decayed usage is kept by (for tl_decay_daily,
+#: models/timeline_rollups.py): (k, pool, team, account, t0, t1 in epoch microseconds, GPUs).
+DECAY_PIECES_SQL = f"""
+    SELECT hash(pool, team, account) AS k, pool, team, account, t0, t1, v
+    FROM (SELECT coalesce(a.gpu_type, j.gpu_type, '{cost.UNTYPED}') AS pool, coalesce(j.team, '(unmapped)') AS team,
+                 j.account, epoch_us(greatest(a.t0, $H)) AS t0, epoch_us(a.t1) AS t1, a.gpus AS v
+          FROM tl_job_alloc a JOIN jobs j USING (job_uid) WHERE a.cluster = $c AND a.t1 > $H AND a.gpus > 0)"""
+
+
 def decayed_usage(con, at: dt.datetime, half_life_days: float, basis: str = "gpu") -> pl.DataFrame:
     """Usage decayed to ``at``: every second weighted 2^(-(at - t)/half-life), integrated exactly over each
     allocation. basis 'gpu': GPU-seconds per (cluster, gpu_type, team, account) from the timeline; 'billing':
     billing-TRES-seconds per (cluster, team, account) from jobs (all jobs, as sshare's RawUsage)."""
     h = half_life_days * 86400.0
     since = at - dt.timedelta(seconds=h * DECAY_HORIZON_HALF_LIVES)
-    integral = "({w} * $h / ln(2) * (pow(2, -(epoch($at) - epoch(z)) / $h) - pow(2, -(epoch($at) - epoch(a)) / $h)))"
     if basis == "gpu":
-        # the integral adds up over any split of a piece, so the timeline's pieces are used whole (clipped) and
-        # joined to their jobs directly (about one piece per job: grouping by job first only added a pass)
-        sql = f"""
-            WITH p AS (SELECT job_uid, cluster, gpu_type, gpus, greatest(t0, $s) AS a, least(t1, $e) AS z
-                       FROM tl_job_alloc WHERE t1 > $s AND t0 < $e AND gpus > 0)
-            SELECT p.cluster, coalesce(p.gpu_type, j.gpu_type, '{cost.UNTYPED}') AS gpu_type,
-                   coalesce(j.team, '(unmapped)') AS team, j.account, sum({integral.format(w='p.gpus')}) AS decayed
-            FROM p JOIN jobs j USING (job_uid) GROUP BY ALL"""
-        return timeline.frame(con, sql, {"s": since, "e": at, "at": at, "h": h})
+        return _decayed_gpu(con, since, at, h)
+    integral = "({w} * $h / ln(2) * (pow(2, -(epoch($at) - epoch(z)) / $h) - pow(2, -(epoch($at) - epoch(a)) / $h)))"
     hz = timeline.horizon(con) or at
     sql = f"""
         WITH p AS (SELECT cluster, coalesce(team, '(unmapped)') AS team, account, billing,
@@ -161,6 +162,42 @@ def decayed_usage(con, at: dt.datetime, half_life_days: float, basis: str = "gpu
                    FROM jobs WHERE start IS NOT NULL AND start < $at AND coalesce("end", $hz) > $s AND billing > 0)
         SELECT cluster, team, account, sum({integral.format(w='billing')}) AS decayed FROM p WHERE z > a GROUP BY ALL"""
     return timeline.frame(con, sql, {"s": since, "at": at, "h": h, "hz": hz})
+
+
+_DECAY_INTEGRAL = "(p.gpus * $h / ln(2) * (pow(2, -(epoch($at) - epoch(z)) / $h) - pow(2, -(epoch($at) - epoch(a)) / $h)))"
+
+
+def _decayed_gpu(con, since: dt.datetime, at: dt.datetime, h: float) -> pl.DataFrame:
+    """GPU-seconds decayed to ``at`` per (cluster, gpu_type, team, account): whole days from tl_decay_daily when
+    it was rolled up at this half-life (a day's value x 2^(-(at - day) / h)), the part-days at both ends from
+    the timeline's pieces."""
+    keys = ["cluster", "gpu_type", "team", "account"]
+    day = lambda t: t.replace(hour=0, minute=0, second=0, microsecond=0)   # noqa: E731
+    d0, d1 = day(since) + (dt.timedelta(days=1) if since != day(since) else dt.timedelta(0)), day(at)
+    if d1 <= d0 or not timeline.has_table(con, "tl_decay_daily") or con.execute(
+            "SELECT count(*) FILTER (WHERE half_life_s IS DISTINCT FROM ?) FROM tl_clusters", [h]).fetchall()[0][0]:
+        return _decayed_pieces(con, since, at, at, h)
+    days = timeline.frame(con, """
+        SELECT cluster, pool AS gpu_type, team, account,
+               sum(decayed_s * pow(2, -(epoch($at) - epoch(day)) / $h)) AS decayed
+        FROM tl_decay_daily WHERE day >= $d0 AND day < $d1 GROUP BY ALL""", {"at": at, "h": h, "d0": d0, "d1": d1})
+    parts = [p.select(*keys, "decayed") for p in (_decayed_pieces(con, since, d0, at, h), days,
+                                                  _decayed_pieces(con, d1, at, at, h)) if p.height]
+    if not parts:
+        return days
+    return pl.concat(parts, how="vertical_relaxed").group_by(keys).agg(pl.col("decayed").sum())
+
+
+def _decayed_pieces(con, s: dt.datetime, e: dt.datetime, at: dt.datetime, h: float) -> pl.DataFrame:
+    """The timeline's pieces inside [s, e), decayed to ``at``, per (cluster, gpu_type, team, account)."""
+    # the integral adds up over any split of a piece, so pieces are used whole (clipped) and joined to their
+    # jobs directly (about one piece per job: grouping by job first only added a pass)
+    return timeline.frame(con, f"""
+        WITH p AS (SELECT job_uid, cluster, gpu_type, gpus, greatest(t0, $s) AS a, least(t1, $e) AS z
+                   FROM tl_job_alloc WHERE t1 > $s AND t0 < $e AND gpus > 0)
+        SELECT p.cluster, coalesce(p.gpu_type, j.gpu_type, '{cost.UNTYPED}') AS gpu_type,
+               coalesce(j.team, '(unmapped)') AS team, j.account, sum({_DECAY_INTEGRAL}) AS decayed
+        FROM p JOIN jobs j USING (job_uid) GROUP BY ALL""", {"s": s, "e": e, "at": at, "h": h})
 
 
 # ---------------------------------------------------------------- the association tree (sshare view)
@@ -208,17 +245,10 @@ def report(con, windows: list[tuple[str, dt.datetime, dt.datetime]], policy: cos
 
 def _window_teams(con, policy, label, start, end, hl) -> pl.DataFrame:
     keys = ["cluster", "pool", "team"]
-    con.register("_fair_alloc", cost.job_allocations(con, start, end).to_arrow())
-    try:
-        use = con.sql(f"""
-            SELECT a.cluster, coalesce(a.gpu_type, j.gpu_type, '{cost.UNTYPED}') AS pool,
-                   coalesce(j.team, '(unmapped)') AS team, sum(a.gpu_s) / 3600 AS usage_gpu_h
-            FROM _fair_alloc a JOIN jobs j USING (job_uid) GROUP BY ALL""").pl()
-    finally:
-        con.unregister("_fair_alloc")
+    use = _usage(con, start, end)
     ent = (cost.entitled_gpu_seconds(con, policy, start, end).rename({"gpu_type": "pool"})
            .with_columns((pl.col("entitled_s") / 3600).alias("entitled_gpu_h")).drop("entitled_s"))
-    pend = queue.pending_demand(con, start, end).rename({"gpu_type": "pool"}).drop("pending_jobs")
+    pend = queue.pending_gpu_hours(con, start, end).rename({"gpu_type": "pool"})
     dec = (decayed_usage(con, end, hl, "gpu").rename({"gpu_type": "pool"})
            .group_by(keys).agg((pl.col("decayed").sum() / 3600).alias("decayed_gpu_h")))
     frames = [use, ent, pend.filter(pl.col("pool") != "(any)"), dec]
@@ -231,6 +261,26 @@ def _window_teams(con, policy, label, start, end, hl) -> pl.DataFrame:
     out = _derive(out).with_columns(window=pl.lit(label), window_start=pl.lit(start, pl.Datetime("us")),
                                     window_end=pl.lit(end, pl.Datetime("us")))
     return out.select(list(_TEAM_SCHEMA)).cast(_TEAM_SCHEMA).sort("window", "cluster", "pool", "team")
+
+
+def _usage(con, start: dt.datetime, end: dt.datetime) -> pl.DataFrame:
+    """Allocated GPU-hours per (cluster, pool, team) in [start, end): the node's pool, else the job's GPU type.
+    Whole days from the daily demand rollup (tl_demand_daily) unless a node there has no pool; else the job
+    pieces of the window."""
+    w = timeline.whole_days(con, start, end)
+    if w is not None and not con.execute("""SELECT count(*) FROM tl_demand_daily
+                                            WHERE day >= $w0 AND day < $w1 AND gpu_type IS NULL""", w).fetchall()[0][0]:
+        return timeline.frame(con, """
+            SELECT cluster, gpu_type AS pool, coalesce(team, '(unmapped)') AS team, sum(gpu_s) / 3600 AS usage_gpu_h
+            FROM tl_demand_daily WHERE day >= $w0 AND day < $w1 GROUP BY ALL""", w)
+    con.register("_fair_alloc", cost.job_allocations(con, start, end).to_arrow())
+    try:
+        return con.sql(f"""
+            SELECT a.cluster, coalesce(a.gpu_type, j.gpu_type, '{cost.UNTYPED}') AS pool,
+                   coalesce(j.team, '(unmapped)') AS team, sum(a.gpu_s) / 3600 AS usage_gpu_h
+            FROM _fair_alloc a JOIN jobs j USING (job_uid) GROUP BY ALL""").pl()
+    finally:
+        con.unregister("_fair_alloc")
 
 
 def _outer(frames: list[pl.DataFrame], keys: list[str]) -> pl.DataFrame:

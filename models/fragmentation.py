@@ -362,18 +362,9 @@ def _ceil_day(t: dt.datetime) -> dt.datetime:
 
 
 def mart_bounds(con, win, table: str) -> dict | None:
-    """The day range [w0, w1) of a daily mart ``table`` that sums to the window ``win``, or None when a bound
-    inside the data span is not a UTC midnight (or the warehouse predates the mart)."""
-    try:
-        lo, hi = con.sql("SELECT min(data_start), max(horizon) FROM tl_clusters").fetchall()[0]
-        con.sql(f"SELECT 1 FROM {table} LIMIT 0")
-    except duckdb.CatalogException:
-        return None
-    midnight = lambda t: t == _floor_day(t)   # noqa: E731
-    if lo is None or not (win[0] <= lo or midnight(win[0])) or not (win[1] >= hi or midnight(win[1])):
-        return None
-    # a start before the data span takes its first day whole
-    return {"w0": _floor_day(win[0]), "w1": win[1]}
+    """The day range [w0, w1) of a daily mart ``table`` that sums to the window ``win`` (see
+    :func:`models.timeline.whole_days`), or None (also when the warehouse predates the mart)."""
+    return timeline.whole_days(con, win[0], win[1]) if timeline.has_table(con, table) else None
 
 
 def _from_mart(con, win, dims: list[str], bucket: str, k_max: int):

@@ -26,16 +26,18 @@ _SIZE_SQL = """CASE WHEN g <= 0 THEN '0' WHEN g <= 1 THEN '1' WHEN g <= 4 THEN '
                     WHEN g <= 15 THEN '9-15' ELSE '16+' END"""
 #: A job's requested GPUs, its queue-entry time, its team label and its pool: the allocated GPU type, else the
 #: type it requested (ReqTRES gres/gpu:TYPE), else the one GPU type of its partition's nodes, else '(any)'.
-_JOB_SQL = """
+#: The one GPU type of each partition's current nodes (NULL when they have several).
+PARTITION_POOL_SQL = """
+    SELECT cluster, trim(p) AS partition, CASE WHEN count(DISTINCT gpu_type) = 1 THEN min(gpu_type) END AS pool
+    FROM (SELECT cluster, gpu_type, unnest(string_split(partitions, ',')) AS p FROM nodes
+          WHERE valid_to IS NULL AND gpus > 0) GROUP BY ALL"""
+_JOB_SQL = f"""
     SELECT j.job_uid, j.cluster, j.job_id, coalesce(j.team, '(unmapped)') AS team, j.account, j."user", j.partition,
            coalesce(j.qos, '(none)') AS qos, j.state,
            coalesce(j.gpu_type, nullif(regexp_extract(j.req_tres, 'gres/gpu:([^=,]+)=', 1), ''), pp.pool, '(any)') AS pool,
            coalesce(nullif(j.req_gpus, 0), j.ngpus, 0) AS g, coalesce(j.eligible, j.submit) AS q, j.start, j."end",
            coalesce(j.elapsed_s, epoch(j."end" - j.start)) AS run_s
-    FROM jobs j LEFT JOIN (
-        SELECT cluster, trim(p) AS partition, CASE WHEN count(DISTINCT gpu_type) = 1 THEN min(gpu_type) END AS pool
-        FROM (SELECT cluster, gpu_type, unnest(string_split(partitions, ',')) AS p FROM nodes
-              WHERE valid_to IS NULL AND gpus > 0) GROUP BY ALL) pp
+    FROM jobs j LEFT JOIN ({PARTITION_POOL_SQL}) pp
       ON pp.cluster = j.cluster AND pp.partition = j.partition
     WHERE coalesce(j.eligible, j.submit) IS NOT NULL"""
 #: Pending at $t: eligible before it and not started by it (a job that ended without starting stops pending then).
@@ -104,14 +106,39 @@ def starvation(con, start: dt.datetime, end: dt.datetime, threshold_hours: float
             .with_columns(pl.col("gpus_pending_over_threshold").fill_null(0.0)).sort("team"))
 
 
+_PENDING_STATES = "('PENDING', 'REQUEUED', 'REQUEUE_HOLD', 'REQUEUE_FED', 'RESV_DEL_HOLD')"
+
+
 def pending_demand(con, start: dt.datetime, end: dt.datetime) -> pl.DataFrame:
     """Per (cluster, pool, team): requested GPU-hours spent pending inside [start, end), and pending jobs."""
     return _frame(con, f"""
         WITH j AS (SELECT *, greatest(q, $s) AS a,
                           -- least() skips NULLs: a job that left the queue at an unknown time stays NULL
                           CASE WHEN start IS NOT NULL OR "end" IS NOT NULL THEN least(coalesce(start, "end"), $e)
-                               WHEN state IN ('PENDING', 'REQUEUED', 'REQUEUE_HOLD', 'REQUEUE_FED', 'RESV_DEL_HOLD')
-                               THEN $e END AS z FROM ({_JOB_SQL}))
+                               WHEN state IN {_PENDING_STATES} THEN $e END AS z FROM ({_JOB_SQL}))
         SELECT cluster, pool AS gpu_type, team, sum(g * epoch(z - a)) / 3600 AS pending_gpu_h,
                count(*) AS pending_jobs
         FROM j WHERE z > a AND g > 0 GROUP BY ALL ORDER BY ALL""", {"s": start, "e": end})
+
+
+#: Pending intervals of cluster $c's GPU jobs from $H on, up to the horizon $hz, for the daily rollup
+#: (``tl_pending_team_daily``, models/timeline_rollups.py): (k, pool, team, t0, t1 in epoch microseconds, GPUs).
+PENDING_INTERVALS_SQL = f"""
+    SELECT hash(pool, team) AS k, pool, team, epoch_us(greatest(q, $H)) AS t0, epoch_us(z) AS t1, g AS v
+    FROM (SELECT *, CASE WHEN start IS NOT NULL OR "end" IS NOT NULL THEN least(coalesce(start, "end"), $hz)
+                         WHEN state IN {_PENDING_STATES} THEN $hz END AS z
+          FROM ({_JOB_SQL}) WHERE cluster = $c)
+    WHERE z > greatest(q, $H) AND g > 0"""
+
+
+def pending_gpu_hours(con, start: dt.datetime, end: dt.datetime) -> pl.DataFrame:
+    """:func:`pending_demand`'s pending GPU-hours per (cluster, gpu_type = pool, team), without the job counts:
+    summed from ``tl_pending_team_daily`` when [start, end) is whole UTC days inside every cluster's rollup
+    (or ends at the one horizon), else computed from the jobs (the same numbers)."""
+    w = timeline.whole_days(con, start, end, clip_start=False, past_horizon=False)
+    if w is None or not timeline.has_table(con, "tl_pending_team_daily"):
+        return pending_demand(con, start, end).drop("pending_jobs")
+    return _frame(con, """
+        SELECT cluster, pool AS gpu_type, team, sum(pend_s) / 3600 AS pending_gpu_h
+        FROM tl_pending_team_daily WHERE day >= $w0 AND day < $w1
+        GROUP BY ALL HAVING sum(pend_s) > 0 ORDER BY ALL""", w)

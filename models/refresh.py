@@ -23,6 +23,7 @@ def mart_builders() -> list[tuple[str, MartBuilder]]:
         ("timeline", timeline.build),  # occupancy timeline: the base of utilization, fragmentation, cost
         ("efficiency", _efficiency_build),  # GPU efficiency per job and hour, from telemetry (models/efficiency.py)
         ("demand", _demand_build),  # daily demand per pool/partition/team (models/demand.py), read by forecasts
+        ("open statements", _statement_build),  # the newest open months' statements (models/statement_mart.py)
     ]
 
 
@@ -63,3 +64,8 @@ def _efficiency_build(con: duckdb.DuckDBPyConnection, full: bool) -> None:
 def _demand_build(con: duckdb.DuckDBPyConnection, full: bool) -> None:
     from models import demand
     demand.build(con, full)
+
+
+def _statement_build(con: duckdb.DuckDBPyConnection, full: bool) -> None:
+    from models import statement_mart
+    statement_mart.build(con, full)

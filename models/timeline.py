@@ -115,6 +115,39 @@ def resolve_window(con, start=None, end=None) -> tuple[dt.datetime, dt.datetime]
     return s, e
 
 
+def _midnight(t: dt.datetime) -> dt.datetime:
+    return t.replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def whole_days(con, start, end, clip_start: bool = True, past_horizon: bool = True) -> dict | None:
+    """The UTC days {w0, w1} whose daily rollup rows sum exactly to the window [start, end), or None.
+
+    Daily rollups hold each cluster's days from its data start's midnight to its horizon (the last day partial).
+    A bound must be a UTC midnight, or lie where the rollup and the computation it replaces agree anyway:
+    ``clip_start`` - the quantity has nothing before the data start (allocations), so any start at or before
+    it will do (else the start must be a midnight at or after every cluster's first day: waits before the data
+    start are counted by the computation but not rolled up); ``past_horizon`` - nothing after the horizon
+    either, so any end at or after the last horizon will do (else the end must not pass the first horizon:
+    jobs still pending at the horizon are counted to the window's end by the computation)."""
+    spans = con.sql("SELECT data_start, horizon FROM tl_clusters WHERE horizon IS NOT NULL").fetchall()
+    s, e = parse_time(start), parse_time(end)
+    if not spans or s is None or e is None:
+        return None
+    lo, hi = min(a for a, _ in spans), max(b for _, b in spans)
+    first_days, horizons = max(_midnight(a) for a, _ in spans), {b for _, b in spans}
+    ok_start = (clip_start and s <= lo) or (s == _midnight(s) and (clip_start or s >= first_days))
+    if past_horizon:
+        ok_end = e >= hi or e == _midnight(e)
+    else:
+        ok_end = e <= min(horizons) and (e == _midnight(e) or horizons == {e})
+    return {"w0": _midnight(s), "w1": e} if ok_start and ok_end else None
+
+
+def has_table(con, name: str) -> bool:
+    """True when the warehouse has table ``name`` (a migration newer than the file may not have run)."""
+    return bool(con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [name]).fetchall()[0][0])
+
+
 def normalise_dims(by: str | Iterable[str] | None, allowed: Sequence[str]) -> list[str]:
     """'team,gpu_type' or a list -> validated list (aliases: pool = gpu_type)."""
     if by is None:

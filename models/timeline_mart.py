@@ -318,24 +318,26 @@ def build(con: duckdb.DuckDBPyConnection, full: bool = False) -> dict[str, dict]
     last_run = con.sql("SELECT coalesce(max(run_id), 0) FROM ingest_runs").fetchall()[0][0]
     spans = compute_spans(con)
     old = {r[0]: r[1:] for r in con.sql(
-        "SELECT cluster, data_start, horizon, last_run_id, team_fp FROM tl_clusters").fetchall()}
+        "SELECT cluster, data_start, horizon, last_run_id, team_fp, fair_fp FROM tl_clusters").fetchall()}
+    half_life_s = _half_life_s(con)
     report = {}
     try:
         with warehouse.transaction(con):
             for gone in set(old) - set(spans):
                 for t in ("tl_node_state", "tl_job_alloc", "tl_node_segments", "tl_hourly", "tl_demand_daily",
-                          "tl_pending_hourly", "tl_blocked_daily", "tl_frag_state_daily", "tl_frag_partial_daily",
-                          "tl_frag_workload_daily", "tl_clusters"):
+                          "tl_pending_hourly", "tl_blocked_daily", "tl_pending_team_daily", "tl_decay_daily",
+                          "tl_frag_state_daily", "tl_frag_partial_daily", "tl_frag_workload_daily", "tl_clusters"):
                     con.execute(f"DELETE FROM {t} WHERE cluster = ?", [gone])
             for cluster, (ds, hz) in sorted(spans.items()):
-                report[cluster] = _build_cluster(con, cluster, ds, hz, None if full else old.get(cluster), last_run)
+                report[cluster] = _build_cluster(con, cluster, ds, hz, None if full else old.get(cluster), last_run,
+                                                 half_life_s)
     finally:
         for t in ("_ns_raw", "_ns", "_classes", "_changed", "_rb", "_ja_new", "_st"):
             con.execute(f"DROP TABLE IF EXISTS {t}")
     return report
 
 
-def _build_cluster(con, c: str, ds, hz, old, last_run: int) -> dict:
+def _build_cluster(con, c: str, ds, hz, old, last_run: int, half_life_s: float | None) -> dict:
     p = {"c": c, "ds": ds, "hz": hz}
     build_node_state(con, c, ds, hz)
     incremental = old is not None and old[0] == ds and old[1] is not None and hz >= old[1]
@@ -358,7 +360,8 @@ def _build_cluster(con, c: str, ds, hz, old, last_run: int) -> dict:
         T = ds
         _ex(con, "CREATE OR REPLACE TEMP TABLE _changed AS SELECT job_uid FROM jobs WHERE false")
         for t in ("tl_node_state", "tl_job_alloc", "tl_node_segments", "tl_hourly", "tl_blocked_daily",
-                  "tl_frag_state_daily", "tl_frag_partial_daily", "tl_frag_workload_daily"):
+                  "tl_pending_team_daily", "tl_decay_daily", "tl_frag_state_daily", "tl_frag_partial_daily",
+                  "tl_frag_workload_daily"):
             _ex(con, f"DELETE FROM {t} WHERE cluster = ?", [c])
     p["T"] = T
     register_ids(con, c)
@@ -383,19 +386,29 @@ def _build_cluster(con, c: str, ds, hz, old, last_run: int) -> dict:
     # from the earliest start of a changed job, waits from the earliest eligibility (or everything when
     # governance re-mapped teams).
     team_fp = timeline_rollups.team_fingerprint(con, c)
-    t_start, t_elig = _ex(con, """SELECT min(start), min(coalesce(eligible, submit)) FROM jobs
-                                  WHERE job_uid IN (SELECT job_uid FROM _changed)""").fetchall()[0]
+    t_start, t_elig, t_submit = _ex(con, """SELECT min(start), min(coalesce(eligible, submit)), min(submit) FROM jobs
+                                            WHERE job_uid IN (SELECT job_uid FROM _changed)""").fetchall()[0]
     demand_from = T if t_start is None else min(T, max(t_start, ds))
     if incremental and old[3] != team_fp:
         demand_from = ds
     timeline_rollups.demand_rollup(con, c, demand_from.replace(hour=0, minute=0, second=0, microsecond=0))
     timeline_rollups.pending_rollup(con, c, _hour(T if t_elig is None else min(T, max(t_elig, ds))), ds, hz)
-    _ex(con, """INSERT INTO tl_clusters (cluster, data_start, horizon, last_run_id, refreshed_at, team_fp)
-                   VALUES ($c, $ds, $hz, $r, $now, $fp)
+    # fairness inputs: allocations change from T or a changed job's start, waits from a changed job's submit
+    # (its eligibility may have moved later); the partition pools, the half-life or the teams: everything
+    fair_fp = timeline_rollups.fairness_fingerprint(con, c, half_life_s)
+    fair_from = ds
+    if incremental and old[3] == team_fp and old[4] == fair_fp:
+        fair_from = min([T] + [max(t, ds) for t in (t_start, t_submit) if t is not None])
+    timeline_rollups.fairness_rollup(con, c, fair_from.replace(hour=0, minute=0, second=0, microsecond=0), hz,
+                                     half_life_s)
+    _ex(con, """INSERT INTO tl_clusters (cluster, data_start, horizon, last_run_id, refreshed_at, team_fp, fair_fp,
+                                         half_life_s)
+                   VALUES ($c, $ds, $hz, $r, $now, $fp, $ffp, $hl)
                    ON CONFLICT (cluster) DO UPDATE SET data_start = excluded.data_start, horizon = excluded.horizon,
                      last_run_id = excluded.last_run_id, refreshed_at = excluded.refreshed_at,
-                     team_fp = excluded.team_fp""",
-                {"c": c, "ds": ds, "hz": hz, "r": last_run, "now": warehouse.utcnow(), "fp": team_fp})
+                     team_fp = excluded.team_fp, fair_fp = excluded.fair_fp, half_life_s = excluded.half_life_s""",
+                {"c": c, "ds": ds, "hz": hz, "r": last_run, "now": warehouse.utcnow(), "fp": team_fp, "ffp": fair_fp,
+                 "hl": half_life_s})
     _blocked_rollup(con, c, ds, T, t_elig, incremental and old[3] == team_fp)
     _fragmentation_rollup(con, c, (T if incremental else ds).replace(hour=0, minute=0, second=0, microsecond=0),
                           T, incremental)
@@ -428,6 +441,15 @@ def _fragmentation_rollup(con, c: str, D: dt.datetime, T: dt.datetime, increment
                                                                         OR (gpu_type IS NULL AND start >= $T))""",
                 {"c": c, "T": T}).fetchall()[0][0]
     fragmentation.rollup(con, c, D, None if W is None else W.replace(hour=0, minute=0, second=0, microsecond=0))
+
+
+def _half_life_s(con) -> float | None:
+    """The governance's fair-share half-life in seconds, or None before a governance file is loaded."""
+    from models import cost
+    try:
+        return cost.current_policy(con).half_life_days * 86400.0
+    except cost.CostError:
+        return None
 
 
 def _hour(t: dt.datetime) -> dt.datetime:

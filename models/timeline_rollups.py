@@ -2,7 +2,10 @@
 
 - ``tl_demand_daily``: GPU-seconds held per UTC day, node class and job attributes (team, account, user, job
   partition, QOS) — what slurmdbd's association usage tables are to sreport's per-account reports;
-- ``tl_pending_hourly``: GPU-seconds of eligible waits per hour and request (partitions named, typed GPU).
+- ``tl_pending_hourly``: GPU-seconds of eligible waits per hour and request (partitions named, typed GPU);
+- ``tl_pending_team_daily``, ``tl_decay_daily``: the fairness report's pending demand per pool and team, and
+  allocated GPU-seconds decayed to each day's start at the governance's half-life (SQL owned by
+  :mod:`models.queue` and :mod:`models.fairness`).
 
 Both are rebuilt from a given day / hour on. Intervals are integrated period by period in numpy
 (:func:`models.intervals.hour_integrals`): one row per job piece or wait, never one per hour it lasted.
@@ -14,7 +17,7 @@ import datetime as dt
 import numpy as np
 import polars as pl
 
-from models.intervals import DAY_US, HOUR_US, hour_integrals
+from models.intervals import DAY_US, HOUR_US, decayed_day_integrals, hour_integrals
 
 DEMAND_KEYS = ("gpu_type", "partitions", "team", "account", "user", "job_partition", "qos")
 PENDING_KEYS = ("partition", "gpu_type")
@@ -72,6 +75,44 @@ def pending_rollup(con, c: str, H: dt.datetime, ds: dt.datetime, hz: dt.datetime
     """Rebuild tl_pending_hourly of cluster ``c`` from hour ``H`` on."""
     _rollup(con, c, H, PENDING_WAITS_SQL, PENDING_KEYS, "pend_s", "tl_pending_hourly",
             {"c": c, "H": H, "ds": ds, "hz": hz}, "hour")
+
+
+def fairness_rollup(con, c: str, D: dt.datetime, hz: dt.datetime, half_life_s: float | None) -> None:
+    """Rebuild cluster ``c``'s tl_pending_team_daily and tl_decay_daily from UTC midnight ``D`` on (tl_job_alloc
+    must be current); without a half-life (no governance loaded) there is nothing to decay."""
+    from models import fairness, queue   # they read the timeline this step builds
+    _rollup(con, c, D, queue.PENDING_INTERVALS_SQL, ("pool", "team"), "pend_s", "tl_pending_team_daily",
+            {"c": c, "H": D, "hz": hz}, "day")
+    con.execute("DELETE FROM tl_decay_daily WHERE cluster = $c AND day >= $H", {"c": c, "H": D})
+    if half_life_s is None:
+        return
+    con.execute("CREATE OR REPLACE TEMP TABLE _rollup_in AS " + fairness.DECAY_PIECES_SQL, {"c": c, "H": D})
+    try:
+        arr = con.sql("SELECT k, t0, t1, v FROM _rollup_in").fetchnumpy()
+        if not len(arr["k"]):
+            return
+        uk, gid = np.unique(arr["k"], return_inverse=True)
+        g, day, val = decayed_day_integrals(gid.astype(np.int64), arr["t0"], arr["t1"], arr["v"].astype(float),
+                                            half_life_s)
+        con.register("_rollup_out", pl.DataFrame({"k": uk[g], "day": pl.Series(day).cast(pl.Datetime("us")),
+                                                  "decayed_s": val}))
+        con.execute("""INSERT INTO tl_decay_daily (cluster, day, pool, team, account, decayed_s)
+                       SELECT $c, f.day, n.pool, n.team, n.account, f.decayed_s
+                       FROM _rollup_out f JOIN (SELECT DISTINCT k, pool, team, account FROM _rollup_in) n
+                         ON n.k = f.k ORDER BY f.day""", {"c": c})
+        con.unregister("_rollup_out")
+    finally:
+        con.execute("DROP TABLE IF EXISTS _rollup_in")
+
+
+def fairness_fingerprint(con, c: str, half_life_s: float | None) -> int:
+    """A hash of what the fairness rollups depend on besides the jobs: each partition's pool from the current
+    inventory (queue's pool of an untyped request) and the half-life. A change rebuilds them whole."""
+    from models import queue
+    return con.execute(f"""SELECT ((coalesce(sum(hash(partition || '|' || coalesce(pool, '<none>'))), 0)
+                                    + hash(coalesce($h, -1.0))) % 18446744073709551557)::UBIGINT
+                           FROM ({queue.PARTITION_POOL_SQL}) WHERE cluster = $c""",
+                       {"c": c, "h": half_life_s}).fetchall()[0][0]
 
 
 def team_fingerprint(con, c: str) -> int:

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from cost_helpers import Job, T, build
 from models import fairness
@@ -287,3 +289,69 @@ def test_whole_cluster_uses_slurm_style_fairshare_down_the_tree(tmp_path):
         assert got["nlp"]["entitled_gpu_h"] == pytest.approx(480) and got["nlp"]["gap"] == pytest.approx(0.5)
     finally:
         con.close()
+
+
+# ---------------------------------------------------------------- the daily rollups = the jobs
+
+def _without_rollups():
+    """Force every fairness input to be computed from the jobs and the timeline's pieces."""
+    from unittest import mock
+    from models import timeline
+    return mock.patch.multiple(timeline, whole_days=lambda *a, **k: None, has_table=lambda *a, **k: False)
+
+
+def _same_frames(a: pl.DataFrame, b: pl.DataFrame, keys: list[str]) -> None:
+    assert a.columns == b.columns and a.height == b.height
+    for x, y in zip(a.sort(keys).iter_rows(), b.sort(keys).iter_rows()):
+        for u, v in zip(x, y):
+            assert u == (pytest.approx(v, rel=1e-9, abs=1e-9, nan_ok=True) if isinstance(v, float) else v)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.integers(-3, 12), st.integers(1, 14), st.sampled_from([0, 0, 1, 13]))
+def test_report_from_the_rollups_equals_the_report_from_the_jobs(fcon, first, days, hours):
+    """Whole-day windows read tl_demand_daily, tl_pending_team_daily and tl_decay_daily; others (and ends past
+    the horizon, where pending jobs count to the window's end) compute from the jobs: the same numbers."""
+    start = T(1) + dt.timedelta(days=first)
+    end = start + dt.timedelta(days=days, hours=hours)
+    fast = fairness.report(fcon, [("w", start, end)])
+    with _without_rollups():
+        slow = fairness.report(fcon, [("w", start, end)])
+    _same_frames(fast["teams"], slow["teams"], ["cluster", "pool", "team"])
+    _same_frames(fast["pools"], slow["pools"], ["cluster", "pool"])
+
+
+def test_decayed_usage_from_the_rollup_at_any_time(fcon):
+    for at in (T(11), T(11, 1), T(9, 13), T(20), T(2, 5)):
+        fast = fairness.decayed_usage(fcon, at, 7.0, "gpu")
+        with _without_rollups():
+            slow = fairness.decayed_usage(fcon, at, 7.0, "gpu")
+        _same_frames(fast, slow, ["cluster", "gpu_type", "team", "account"])
+    # rolled up at the governance's half-life only: another one is computed from the pieces
+    other = fairness.decayed_usage(fcon, T(11), 3.0, "gpu")
+    h = 3 * 24.0
+    assert other.filter(pl.col("team") == "vision")["decayed"].sum() / 3600 == pytest.approx(
+        4 * h / math.log(2) * (1 - 2 ** (-240 / h)))
+
+
+def test_fairness_rollups_after_a_late_export_equal_a_full_rebuild(tmp_path):
+    """The pending job finishes in a later export (a changed job), and a new job arrives: the incremental
+    refresh rebuilds the rollups from the right day."""
+    from ingest import warehouse
+    from models import refresh, timeline
+    from cost_helpers import add_jobs
+    con = warehouse.connect(tmp_path / "w.duckdb")
+    build(con, tmp_path, JOBS, NODES, GOV)
+    add_jobs(con, tmp_path, [Job(3, "nlp", 4, T(11, 1), T(12), node="h1", submit=T(6)),
+                             Job(5, "idle", 2, T(11, 6), T(13), node="h2", submit=T(10))], name="later.psv")
+    refresh.run(con, tmp_path / "unused.duckdb", publish=False)
+
+    def rows():
+        return {t: [tuple(round(v, 4) if isinstance(v, float) else v for v in r)
+                    for r in con.sql(f"SELECT * FROM {t} ORDER BY ALL").fetchall()]
+                for t in ("tl_pending_team_daily", "tl_decay_daily")}
+    incremental = rows()
+    assert incremental["tl_decay_daily"] and incremental["tl_pending_team_daily"]
+    timeline.build(con, full=True)
+    assert rows() == incremental
+    con.close()

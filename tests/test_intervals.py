@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -46,3 +47,21 @@ def test_hour_integrals_conserve_and_stay_in_hours(rows):
         for a, b in zip(t0[group == k], t1[group == k]):
             want |= set(range(int(a // H), int((b - 1) // H) + 1))
         assert set((hour[g == k] // H).tolist()) == want
+
+
+def test_decayed_day_integrals_split_at_midnight_and_decay_exactly():
+    """A 2-GPU piece from 18:00 to 06:00 next day, half-life 1 day: per day ∫ 2^((t - D)/h) dt, in seconds."""
+    import math
+    from models.intervals import DAY_US, decayed_day_integrals
+    h = 86400.0
+    d0 = 19_000 * DAY_US
+    g, day, val = decayed_day_integrals(np.array([5]), np.array([d0 + 18 * 3600 * 10**6]),
+                                        np.array([d0 + DAY_US + 6 * 3600 * 10**6]), np.array([2.0]), h)
+    k = math.log(2) / h
+    assert g.tolist() == [5, 5] and day.tolist() == [d0, d0 + DAY_US]
+    assert val[0] == pytest.approx(2 * (2 ** 1 - 2 ** 0.75) / k, rel=1e-12)
+    assert val[1] == pytest.approx(2 * (2 ** 0.25 - 1) / k, rel=1e-12)
+    # decayed to 06:00 of the second day, the two days give the integral over the whole piece
+    at = 1.25 * h
+    whole = 2 * (1 - 2 ** -0.5) / k
+    assert val[0] * 2 ** (-at / h) + val[1] * 2 ** (-(at - h) / h) == pytest.approx(whole, rel=1e-12)

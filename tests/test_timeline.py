@@ -151,6 +151,10 @@ def _marts(con) -> dict:
         "frag_state": con.sql("SELECT * FROM tl_frag_state_daily ORDER BY ALL").fetchall(),
         "frag_partial": con.sql("SELECT * FROM tl_frag_partial_daily ORDER BY ALL").fetchall(),
         "frag_workload": con.sql("SELECT * FROM tl_frag_workload_daily ORDER BY ALL").fetchall(),
+        "pending_team": [tuple(round(v, 4) if isinstance(v, float) else v for v in r)
+                         for r in con.sql("SELECT * FROM tl_pending_team_daily ORDER BY ALL").fetchall()],
+        "decay": [tuple(round(v, 4) if isinstance(v, float) else v for v in r)
+                  for r in con.sql("SELECT * FROM tl_decay_daily ORDER BY ALL").fetchall()],
     }
 
 
