@@ -40,7 +40,7 @@ def hour_integrals(group: np.ndarray, t0: np.ndarray, t1: np.ndarray, rates: dic
         return np.zeros(0, np.int64), np.zeros(0, np.int64), {k: np.zeros(0) for k in rates}
     hours = int((t1.max() - 1) // period_us - t0.min() // period_us) + 2
     per_batch = max(1, MAX_CELLS // hours)
-    if len(np.unique(group)) <= per_batch:
+    if len(dense_unique(group)[0]) <= per_batch:
         return _period_integrals(group, t0, t1, rates, period_us)
     order = np.argsort(group, kind="stable")
     group, t0, t1 = group[order], t0[order], t1[order]
@@ -53,11 +53,21 @@ def hour_integrals(group: np.ndarray, t0: np.ndarray, t1: np.ndarray, rates: dic
             {k: np.concatenate([p[2][k] for p in parts]) for k in rates})
 
 
+def dense_unique(group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(group, return_inverse=True)`` for non-negative integers: by counting when they are dense (a
+    sort of millions of rows costs more than the integration it feeds), else by sorting."""
+    top = int(group.max()) + 1 if len(group) else 0
+    if top > 4 * len(group) + 1_000_000:
+        return np.unique(group, return_inverse=True)
+    present = np.bincount(group, minlength=top) > 0
+    return np.flatnonzero(present), (np.cumsum(present) - 1)[group]
+
+
 def _period_integrals(group, t0, t1, rates, period):
     base = int(t0.min()) // period
     h0, h1 = t0 // period - base, (t1 - 1) // period - base
     nh = int(h1.max()) + 2
-    ugroup, grow = np.unique(group, return_inverse=True)
+    ugroup, grow = dense_unique(group)
     key0, key1 = grow * nh + h0, grow * nh + h1
     same = h0 == h1
     first = np.where(same, t1, (h0 + base + 1) * period) - t0          # microseconds in the first period
@@ -101,5 +111,5 @@ def decayed_day_integrals(group: np.ndarray, t0: np.ndarray, t1: np.ndarray, w: 
     val = w[idx] * np.exp(k * a) * np.expm1(k * (z - a)) / k
     dmin = int(day.min())
     span = int(day.max()) - dmin + 1
-    key, inv = np.unique(group[idx].astype(np.int64) * span + (day - dmin), return_inverse=True)
+    key, inv = dense_unique(group[idx].astype(np.int64) * span + (day - dmin))
     return key // span, (key % span + dmin) * DAY_US, np.bincount(inv, val, len(key))

@@ -48,22 +48,38 @@ def _rollup(con, c: str, H: dt.datetime, sql: str, keys: tuple[str, ...], value:
     con.execute(f"DELETE FROM {table} WHERE cluster = $c AND {period} >= $H", {"c": c, "H": H})
     con.execute("CREATE OR REPLACE TEMP TABLE _rollup_in AS " + sql, params)
     try:
-        arr = con.sql("SELECT k, t0, t1, v FROM _rollup_in").fetchnumpy()
-        if not len(arr["k"]):
+        arr = _numbered(con, keys)
+        if not len(arr["gid"]):
             return
-        uk, gid = np.unique(arr["k"], return_inverse=True)
-        g, when, out = hour_integrals(gid.astype(np.int64), arr["t0"], arr["t1"], {value: arr["v"].astype(float)},
+        g, when, out = hour_integrals(arr["gid"], arr["t0"], arr["t1"], {value: arr["v"].astype(float)},
                                       DAY_US if period == "day" else HOUR_US)
-        frame = pl.DataFrame({"k": uk[g], "t": pl.Series(when).cast(pl.Datetime("us")), value: out[value]})
-        con.register("_rollup_out", frame)
-        cols = ", ".join(f'n."{k}"' for k in keys)
-        con.execute(f"""INSERT INTO {table} (cluster, {period}, {', '.join(f'"{k}"' for k in keys)}, {value})
-                        SELECT $c, f.t, {cols}, f.{value}
-                        FROM _rollup_out f JOIN (SELECT DISTINCT k, {', '.join(f'"{k}"' for k in keys)}
-                                                 FROM _rollup_in) n ON n.k = f.k""", {"c": c})
-        con.unregister("_rollup_out")
+        _insert(con, c, table, period, keys, pl.DataFrame({"gid": g, "t": pl.Series(when).cast(pl.Datetime("us")),
+                                                           value: out[value]}))
     finally:
         con.execute("DROP TABLE IF EXISTS _rollup_in")
+        con.execute("DROP TABLE IF EXISTS _rollup_keys")
+
+
+def _numbered(con, keys: tuple[str, ...]) -> dict[str, np.ndarray]:
+    """The intervals of ``_rollup_in`` with a dense group number ``gid`` per key tuple, numbered by DuckDB's hash
+    aggregate into ``_rollup_keys`` (a numpy sort of millions of hashes cost seconds)."""
+    cols = ", ".join(f'"{k}"' for k in keys)
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE _rollup_keys AS
+                    SELECT (row_number() OVER () - 1)::BIGINT AS gid, * FROM (SELECT DISTINCT k, {cols} FROM _rollup_in)""")
+    return con.sql("SELECT g.gid, r.t0, r.t1, r.v FROM _rollup_in r JOIN _rollup_keys g USING (k)").fetchnumpy()
+
+
+def _insert(con, c: str, table: str, period: str, keys: tuple[str, ...], frame: pl.DataFrame) -> None:
+    """Insert per-group results (``gid``, ``t``, value columns) into ``table`` with the group's key columns."""
+    cols = [f'"{k}"' for k in keys]
+    values = [v for v in frame.columns if v not in ("gid", "t")]
+    con.register("_rollup_out", frame)
+    try:
+        con.execute(f"""INSERT INTO {table} (cluster, {period}, {', '.join(cols + values)})
+                        SELECT $c, f.t, {', '.join('n.' + k for k in cols)}, {', '.join('f.' + v for v in values)}
+                        FROM _rollup_out f JOIN _rollup_keys n USING (gid) ORDER BY f.t""", {"c": c})
+    finally:
+        con.unregister("_rollup_out")
 
 
 def demand_rollup(con, c: str, D: dt.datetime) -> None:
@@ -88,21 +104,16 @@ def fairness_rollup(con, c: str, D: dt.datetime, hz: dt.datetime, half_life_s: f
         return
     con.execute("CREATE OR REPLACE TEMP TABLE _rollup_in AS " + fairness.DECAY_PIECES_SQL, {"c": c, "H": D})
     try:
-        arr = con.sql("SELECT k, t0, t1, v FROM _rollup_in").fetchnumpy()
-        if not len(arr["k"]):
+        keys = ("pool", "team", "account")
+        arr = _numbered(con, keys)
+        if not len(arr["gid"]):
             return
-        uk, gid = np.unique(arr["k"], return_inverse=True)
-        g, day, val = decayed_day_integrals(gid.astype(np.int64), arr["t0"], arr["t1"], arr["v"].astype(float),
-                                            half_life_s)
-        con.register("_rollup_out", pl.DataFrame({"k": uk[g], "day": pl.Series(day).cast(pl.Datetime("us")),
-                                                  "decayed_s": val}))
-        con.execute("""INSERT INTO tl_decay_daily (cluster, day, pool, team, account, decayed_s)
-                       SELECT $c, f.day, n.pool, n.team, n.account, f.decayed_s
-                       FROM _rollup_out f JOIN (SELECT DISTINCT k, pool, team, account FROM _rollup_in) n
-                         ON n.k = f.k ORDER BY f.day""", {"c": c})
-        con.unregister("_rollup_out")
+        g, day, val = decayed_day_integrals(arr["gid"], arr["t0"], arr["t1"], arr["v"].astype(float), half_life_s)
+        _insert(con, c, "tl_decay_daily", "day", keys,
+                pl.DataFrame({"gid": g, "t": pl.Series(day).cast(pl.Datetime("us")), "decayed_s": val}))
     finally:
         con.execute("DROP TABLE IF EXISTS _rollup_in")
+        con.execute("DROP TABLE IF EXISTS _rollup_keys")
 
 
 def fairness_fingerprint(con, c: str, half_life_s: float | None) -> int:
