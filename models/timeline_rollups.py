@@ -127,9 +127,12 @@ def fairness_fingerprint(con, c: str, half_life_s: float | None) -> int:
 
 
 def team_fingerprint(con, c: str) -> int:
-    """A hash of every job's team in cluster ``c``: when governance re-maps teams, demand rows are rebuilt."""
-    # a sum of per-job hashes of one string (DuckDB combines multi-argument hashes by xor, which an xor
-    # aggregate would cancel for any two jobs sharing a team)
-    return con.execute("""SELECT (coalesce(sum(hash(job_uid::VARCHAR || '|' || coalesce(team, '<unmapped>'))), 0)
-                                  % 18446744073709551557)::UBIGINT FROM jobs WHERE cluster = ?""",
-                       [c]).fetchall()[0][0]
+    """A hash of cluster ``c``'s team mapping as the jobs carry it (each account and user with its team): when
+    governance re-maps teams, the rollups keyed by team are rebuilt whole. New jobs of known accounts and users
+    leave it unchanged (their rows are rebuilt from their own times); a new account or user changes it."""
+    # a sum of hashes of one string per combination (DuckDB combines multi-argument hashes by xor, which would
+    # cancel for two combinations sharing a team)
+    return con.execute("""SELECT (coalesce(sum(hash(s)), 0) % 18446744073709551557)::UBIGINT
+                          FROM (SELECT DISTINCT coalesce(account, '<none>') || '|' || coalesce("user", '<none>')
+                                                || '|' || coalesce(team, '<unmapped>') AS s
+                                FROM jobs WHERE cluster = ?)""", [c]).fetchall()[0][0]
