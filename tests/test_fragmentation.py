@@ -300,7 +300,7 @@ def _share_first_job(con) -> None:
         con.execute("UPDATE job_nodes SET gpus_on_node = 0.5 WHERE job_uid = ?", [uid])
 
 
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tf.clusters(), st.booleans(), st.integers(0, 2))
 def test_daily_mart_equals_the_sample_grid(cluster, sharing, first_day):
     nodes, jobs, events = cluster
