@@ -253,24 +253,27 @@ def _hours_in(by: list[str], grain: str | None = "hour", only: str | None = None
     if "gpu_type" not in by:
         return _all_hours(grain, only, ", e.metric" + cols)
     # GPU type: Slurm's typed GRES, else the node's pool in the inventory, else the model the exporter reports
-    # (looked up only for the jobs in the window)
+    # (looked up only for the jobs in the window without a typed GRES: job_nodes is as long as the job table)
     return f"""
         WITH _h_all AS ({_all_hours(grain, only, ", e.metric" + cols)})
         SELECT h.* EXCLUDE (_job_gpu_type), coalesce(h._job_gpu_type, gt.gpu_type, gm.model, 'unknown') AS gpu_type
         FROM _h_all h
         LEFT JOIN (SELECT jn.job_uid, min(n.gpu_type) AS gpu_type FROM job_nodes jn
                    JOIN nodes n ON n.cluster = jn.cluster AND n.node = jn.node
-                   WHERE jn.job_uid IN (SELECT job_uid FROM _h_all) GROUP BY 1) gt USING (job_uid)
+                   WHERE jn.job_uid IN (SELECT job_uid FROM _h_all WHERE _job_gpu_type IS NULL) GROUP BY 1) gt
+          USING (job_uid)
         LEFT JOIN (SELECT jn.job_uid, min(d.model) AS model FROM job_nodes jn
                    JOIN gpu_devices d ON d.cluster = jn.cluster AND d.node = jn.node
-                   WHERE jn.job_uid IN (SELECT job_uid FROM _h_all) GROUP BY 1) gm USING (job_uid)"""
+                   WHERE jn.job_uid IN (SELECT job_uid FROM _h_all WHERE _job_gpu_type IS NULL) GROUP BY 1) gm
+          USING (job_uid)"""
 
 
 def _all_hours(grain: str | None = "hour", only: str | None = None, extra: str = "") -> str:
     """Mart hours in [$lo, $hi), plus the hours of jobs without telemetry, which the mart does not store: all
     allocation (ngpus x the job's seconds in the hour), nothing covered. With a coarser ``grain`` those come as
     one row per job and bucket (None: per job; ``hour`` then holds the bucket start, or $lo), the sum of the
-    job's hours in it; a job has a row wherever it has an hour. ``only``: SQL selecting the job_uids to keep;
+    job's hours in it; a job has a row wherever it has an hour (``from_mart`` false: already one row per job and
+    bucket, so readers group only the mart's rows by job). ``only``: SQL selecting the job_uids to keep;
     ``extra``: more columns of the job's ``gpu_efficiency_job e`` and ``jobs j`` rows (", e.metric, j.team")."""
     keep = f" AND job_uid IN ({only})" if only else ""
     first = "greatest(date_trunc('hour', e.window_start), $lo::TIMESTAMP)"    # the job's first hour in the window
@@ -291,11 +294,11 @@ def _all_hours(grain: str | None = "hour", only: str | None = None, extra: str =
             "gpu_efficiency_job_hour h JOIN gpu_efficiency_job e USING (job_uid) JOIN jobs j USING (job_uid)")
     return f"""
     SELECT h.job_uid, h.cluster, h.hour, h.alloc_gpu_s, h.telemetry_gpu_s, h.active_gpu_s, h.idle_alloc_gpu_s,
-           h.fb_max_mib, h.energy_j, h.label_gpu_s, h.index_gpu_s, h.share_gpu_s, h.hist{extra}
+           h.fb_max_mib, h.energy_j, h.label_gpu_s, h.index_gpu_s, h.share_gpu_s, h.hist, true AS from_mart{extra}
     FROM {mart} WHERE h.hour >= $lo AND h.hour < $hi{keep.replace(' job_uid IN', ' h.job_uid IN', 1)}
     UNION ALL
     SELECT job_uid, cluster, hour, ngpus * epoch({hi} - {lo}),
-           0.0, 0.0, 0.0, NULL, NULL, 0.0, 0.0, 0.0, NULL{names}
+           0.0, 0.0, 0.0, NULL, NULL, 0.0, 0.0, 0.0, NULL, false{names}
     FROM (SELECT e.job_uid, e.cluster, e.window_start, e.window_end, j.ngpus{extra}, {piece} AS hour
           FROM gpu_efficiency_job e JOIN jobs j USING (job_uid)
           WHERE e.telemetry_gpu_s = 0 AND e.window_start < $hi AND e.window_end > $lo
@@ -348,7 +351,11 @@ def by_group(con: duckdb.DuckDBPyConnection, date_from: dt.datetime | None = Non
                sum(telemetry_gpu_s) AS tel, sum(active_gpu_s) AS act, sum(idle_alloc_gpu_s) AS idle,
                max(fb_max_mib) AS fb, sum(energy_j) AS energy, sum(label_gpu_s) AS lab, sum(index_gpu_s) AS idx,
                sum(share_gpu_s) AS shr
-        FROM h GROUP BY ALL),
+        FROM h WHERE from_mart GROUP BY ALL
+        UNION ALL   -- jobs without telemetry: one row per job and bucket already (most jobs of a large site)
+        SELECT {gsel + ', ' if gsel else ''}job_uid, metric, alloc_gpu_s, telemetry_gpu_s, active_gpu_s,
+               idle_alloc_gpu_s, fb_max_mib, energy_j, label_gpu_s, index_gpu_s, share_gpu_s
+        FROM h WHERE NOT from_mart),
     g AS (
         SELECT {sel}count(*) AS jobs, count(*) FILTER (WHERE tel = 0) AS jobs_without_telemetry,
                sum(alloc) AS alloc, sum(tel) AS tel, sum(act) AS act, sum(idle) AS idle, max(fb) AS fb,
@@ -446,7 +453,10 @@ def summary(con: duckdb.DuckDBPyConnection, date_from: dt.datetime | None = None
         WITH h AS ({_hours_in([], None)}),
         pj AS (SELECT job_uid, any_value(metric) AS metric, sum(alloc_gpu_s) AS alloc, sum(telemetry_gpu_s) AS tel,
                       sum(label_gpu_s) AS lab, sum(index_gpu_s) AS idx, sum(share_gpu_s) AS shr
-               FROM h GROUP BY job_uid)
+               FROM h WHERE from_mart GROUP BY job_uid
+               UNION ALL
+               SELECT job_uid, metric, alloc_gpu_s, telemetry_gpu_s, label_gpu_s, index_gpu_s, share_gpu_s
+               FROM h WHERE NOT from_mart)
         SELECT count(*), count(*) FILTER (WHERE tel = 0), coalesce(sum(alloc) FILTER (WHERE tel = 0), 0) / 3600,
                coalesce(sum(alloc), 0) / 3600, coalesce(sum(tel), 0) / 3600, coalesce(sum(lab), 0) / 3600,
                coalesce(sum(idx), 0) / 3600, coalesce(sum(shr), 0) / 3600,
