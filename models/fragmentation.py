@@ -25,6 +25,8 @@ few rows per day and cell instead of sweeping the year's samples (0.6 s -> 0.07 
 """
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import datetime as dt
 from typing import Iterable
 
@@ -109,8 +111,42 @@ def _segments_sql(dims: list[str]) -> str:
 STATE_COUNTERS = ("nodes_up", "free_gpus", "partial_milli", "whole_free_nodes", "whole_free_gpus")
 
 
+#: While the timeline build's rollups run (:func:`shared_grids`): one cluster's (pool x partition) grids, each
+#: computed by the blocked-wait rollup and handed to the fragmentation rollup, which sweeps the same months.
+_GRIDS: contextvars.ContextVar[dict | None] = contextvars.ContextVar("fragmentation_grids", default=None)
+SHARED_DIMS = ("gpu_type", "partition")
+_SHARED_BYTES = 1 << 30   # beyond this, grids are recomputed rather than held
+
+
+@contextlib.contextmanager
+def shared_grids():
+    """Within the block, each (pool x partition) sample grid of a cluster is computed once and given to its
+    second reader, then dropped (the full year's grids cost ~5 s to sweep again on a 2,000-node site)."""
+    token = _GRIDS.set({})
+    try:
+        yield
+    finally:
+        _GRIDS.reset(token)
+
+
 def sample_grid(con, dims: list[str], k_max: int, p: dict,
                 cluster: str | None = None) -> tuple[pl.DataFrame, dict[str, np.ndarray]]:
+    """:func:`_sample_grid`, shared between the rollups inside :func:`shared_grids`."""
+    memo = _GRIDS.get()
+    if memo is None or cluster is None or tuple(dims) != SHARED_DIMS:
+        return _sample_grid(con, dims, k_max, p, cluster)
+    key = (cluster, k_max, p["i0"], p["i1"], p["iv_us"])
+    if key in memo:
+        return memo.pop(key)
+    out = _sample_grid(con, dims, k_max, p, cluster)
+    held = sum(a.nbytes for grid in memo.values() for a in grid[1].values())
+    if held + sum(a.nbytes for a in out[1].values()) <= _SHARED_BYTES:
+        memo[key] = out
+    return out
+
+
+def _sample_grid(con, dims: list[str], k_max: int, p: dict,
+                 cluster: str | None = None) -> tuple[pl.DataFrame, dict[str, np.ndarray]]:
     """The per-sample state of every cell (of ``cluster``, or all) for sample indices [$i0, $i1), inside each
     cluster's data span.
 

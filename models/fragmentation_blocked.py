@@ -130,7 +130,9 @@ def _pending(con, p: dict, cluster: str | None = None) -> tuple[pl.DataFrame, pl
 def _counts(con, win, iv: int, A: np.ndarray, B: np.ndarray, shape_of: np.ndarray, shapes: pl.DataFrame,
             cluster: str | None = None) -> dict[str, np.ndarray]:
     """Placeable / fragmentation / capacity samples of each interval [A, B), month by month."""
-    k_max = fragmentation.max_gpus_per_node(con)
+    # a request larger than the cluster's largest node is capacity-bound whatever k_max is: the cluster's own
+    # lets the fragmentation rollup reuse the same grids (fragmentation.shared_grids)
+    k_max = fragmentation.max_gpus_per_node(con, cluster)
     counts = {c: np.zeros(len(A), np.int64) for c in CLASSES[:3]}
     shape_rows = shapes.sort("_shape").to_dicts()
     for ca, cb in fragmentation._chunks(*win):

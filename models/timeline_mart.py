@@ -409,9 +409,11 @@ def _build_cluster(con, c: str, ds, hz, old, last_run: int, half_life_s: float |
                      team_fp = excluded.team_fp, fair_fp = excluded.fair_fp, half_life_s = excluded.half_life_s""",
                 {"c": c, "ds": ds, "hz": hz, "r": last_run, "now": warehouse.utcnow(), "fp": team_fp, "ffp": fair_fp,
                  "hl": half_life_s})
-    _blocked_rollup(con, c, ds, T, t_elig, incremental and old[3] == team_fp)
-    _fragmentation_rollup(con, c, (T if incremental else ds).replace(hour=0, minute=0, second=0, microsecond=0),
-                          T, incremental)
+    from models import fragmentation   # it reads the timeline this module builds
+    with fragmentation.shared_grids():      # both rollups sweep the same (pool x partition) grid
+        _blocked_rollup(con, c, ds, T, t_elig, incremental and old[3] == team_fp)
+        _fragmentation_rollup(con, c, (T if incremental else ds).replace(hour=0, minute=0, second=0, microsecond=0),
+                              T, incremental)
     n_jobs = con.sql("SELECT count(*) FROM _rb").fetchall()[0][0]
     return {"from": T, "full": not incremental, "jobs": n_jobs}
 
