@@ -7,7 +7,8 @@ path and cached). On a private copy it measures (medians of --repeat runs, secon
 2. incremental refresh after one more day  (target <= 5 s)    the last day's jobs arrive (new, started, ended)
 3. daily utilization by team over the year (target <= 5 s)
 4. fragmentation at 5-minute samples over the year, per day, pool and partition (target <= 120 s)
-5. queue wait blocked by fragmentation over the year, per team and size class (same sweep; reported)
+5. queue wait blocked by fragmentation over the year, per team and size class (reported)
+(4 and 5 sum the daily rollups the timeline build keeps; their sweep of the 5-minute grid is part of 1 and 2)
 and the peak RSS of the process (target <= 8 GB), plus each time as a ratio to a baseline run in the same
 process: one full scan summing every job's GPU-seconds (what any answer must at least read).
 
