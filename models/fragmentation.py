@@ -89,6 +89,15 @@ def _cells_sql(dims: list[str]) -> str:
     return f"SELECT cluster{''.join(', ' + d for d in dims)}, max(gpus) AS max_gpus FROM ({src}) GROUP BY ALL"
 
 
+def cells_fingerprint(con, c: str) -> int:
+    """A hash of cluster ``c``'s (pool x partition) cells and their largest node: the sample grid of every day
+    depends on them (a cell with inventory at any time is known, and big enough, on all days), so the daily
+    rollups that read it are rebuilt whole when they change."""
+    return con.execute(f"""SELECT (coalesce(sum(hash(coalesce(gpu_type, '') || '|' || coalesce(partition, '')
+                                                   || '|' || max_gpus)), 0) % 18446744073709551557)::UBIGINT
+                           FROM ({_cells_sql(['gpu_type', 'partition'])}) WHERE cluster = ?""", [c]).fetchall()[0][0]
+
+
 def _sample_index(col: str) -> str:
     """Index of the first sample time at or after ``col`` (samples at multiples of $iv_us since the epoch)."""
     return f"((epoch_us({col}) + $iv_us - 1) // $iv_us)"

@@ -170,10 +170,6 @@ def per_job(con: duckdb.DuckDBPyConnection, start=None, end=None,
     )
 
 
-_JOB_COLS = ["job_uid", "cluster", "job_id", "team", "account", "user", "partition", "gpu_type", "gpus", "nnodes",
-             "size_class"]
-
-
 def _compute(con, win, iv: int) -> pl.DataFrame:
     """Per job: its attributes and pending samples in ``win`` (samples, placeable, fragmentation, capacity)."""
     jobs, shapes = _pending(con, fragmentation.chunk_params(*win, iv))

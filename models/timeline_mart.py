@@ -318,7 +318,7 @@ def build(con: duckdb.DuckDBPyConnection, full: bool = False) -> dict[str, dict]
     last_run = con.sql("SELECT coalesce(max(run_id), 0) FROM ingest_runs").fetchall()[0][0]
     spans = compute_spans(con)
     old = {r[0]: r[1:] for r in con.sql(
-        "SELECT cluster, data_start, horizon, last_run_id, team_fp, fair_fp FROM tl_clusters").fetchall()}
+        "SELECT cluster, data_start, horizon, last_run_id, team_fp, fair_fp, cells_fp FROM tl_clusters").fetchall()}
     half_life_s = _half_life_s(con)
     report = {}
     try:
@@ -396,23 +396,26 @@ def _build_cluster(con, c: str, ds, hz, old, last_run: int, half_life_s: float |
     # fairness inputs: allocations change from T or a changed job's start, waits from a changed job's submit
     # (its eligibility may have moved later); the partition pools, the half-life or the teams: everything
     fair_fp = timeline_rollups.fairness_fingerprint(con, c, half_life_s)
+    from models import fragmentation   # it reads the timeline this module builds
+    cells_fp = fragmentation.cells_fingerprint(con, c)
+    same_cells = incremental and old[5] == cells_fp
     fair_from = ds
     if incremental and old[3] == team_fp and old[4] == fair_fp:
         fair_from = min([T] + [max(t, ds) for t in (t_start, t_submit) if t is not None])
     timeline_rollups.fairness_rollup(con, c, fair_from.replace(hour=0, minute=0, second=0, microsecond=0), hz,
                                      half_life_s)
     _ex(con, """INSERT INTO tl_clusters (cluster, data_start, horizon, last_run_id, refreshed_at, team_fp, fair_fp,
-                                         half_life_s)
-                   VALUES ($c, $ds, $hz, $r, $now, $fp, $ffp, $hl)
+                                         half_life_s, cells_fp)
+                   VALUES ($c, $ds, $hz, $r, $now, $fp, $ffp, $hl, $cfp)
                    ON CONFLICT (cluster) DO UPDATE SET data_start = excluded.data_start, horizon = excluded.horizon,
                      last_run_id = excluded.last_run_id, refreshed_at = excluded.refreshed_at,
-                     team_fp = excluded.team_fp, fair_fp = excluded.fair_fp, half_life_s = excluded.half_life_s""",
+                     team_fp = excluded.team_fp, fair_fp = excluded.fair_fp, half_life_s = excluded.half_life_s,
+                     cells_fp = excluded.cells_fp""",
                 {"c": c, "ds": ds, "hz": hz, "r": last_run, "now": warehouse.utcnow(), "fp": team_fp, "ffp": fair_fp,
-                 "hl": half_life_s})
-    from models import fragmentation   # it reads the timeline this module builds
+                 "hl": half_life_s, "cfp": cells_fp})
     with fragmentation.shared_grids():      # both rollups sweep the same (pool x partition) grid
-        _blocked_rollup(con, c, ds, T, t_elig, incremental and old[3] == team_fp)
-        _fragmentation_rollup(con, c, (T if incremental else ds).replace(hour=0, minute=0, second=0, microsecond=0),
+        _blocked_rollup(con, c, ds, T, t_elig, same_cells and old[3] == team_fp)
+        _fragmentation_rollup(con, c, (T if same_cells else ds).replace(hour=0, minute=0, second=0, microsecond=0),
                               T, incremental)
     n_jobs = con.sql("SELECT count(*) FROM _rb").fetchall()[0][0]
     return {"from": T, "full": not incremental, "jobs": n_jobs}
@@ -420,7 +423,7 @@ def _build_cluster(con, c: str, ds, hz, old, last_run: int, half_life_s: float |
 
 def _blocked_rollup(con, c: str, ds: dt.datetime, T: dt.datetime, t_elig: dt.datetime | None, keep: bool) -> None:
     """Blocked-by-fragmentation per job and day, from the first day where the free GPUs (T), a changed job's
-    wait (its eligibility now, its rows before) or, unless ``keep``, the teams could differ. Runs after
+    wait (its eligibility now, its rows before) or, unless ``keep``, the teams or the grid's cells could differ. Runs after
     tl_clusters holds the new horizon: the sample grid is clipped to it."""
     from models import fragmentation_blocked   # it reads the timeline this module builds
     D = ds

@@ -329,26 +329,30 @@ def test_daily_mart_equals_the_sample_grid(cluster, sharing, first_day):
 
 
 @pytest.mark.parametrize("later", [[("n1", 8, "a100", "p1"), ("n2", 4, "h100", "p1")],
-                                   [("n1", 8, "a100", "p1,p2")]])
+                                   [("n1", 8, "a100", "p1,p2")],
+                                   [("n1", 8, "a100", "p1"), ("n2", 8, "a100", "p1"), ("n3", 16, "a100", "p1")]])
 def test_daily_mart_incremental_equals_full(later):
     """Second export: job 3 ends, job 5 (untyped, waiting since day 1) ran on day 3. With pools a100 + h100 in
     p1, job 5's pool is where it ran: its day-1 workload changes while the free GPUs change from day 2. With n1
-    put in p2 as well on day 3, cell (a100, p2) exists on every day. The incremental refresh's mart rows = a
-    full rebuild's, and report() = the grid."""
+    put in p2 as well on day 3, cell (a100, p2) exists on every day. With a 16-GPU node arriving on day 3 beside
+    two 8-GPU ones, a node of job 6's cell is big enough on every day (12 GPUs on one node, waiting from day 1):
+    blocked by fragmentation where 12 GPUs were free, not by capacity. The incremental refresh's mart rows (and
+    the blocked-wait rollup's) = a full rebuild's, and report() = the grid."""
     con = warehouse.connect(":memory:")
     try:
         first = [Job(1, "a", "x", "p1", 2, ["n1"], submit=T("03-01 01:00"), start=T("03-01 02:00"),
                      end=T("03-02 12:00")),
                  Job(2, "a", "x", "p1", 4, submit=T("03-01 05:00")),
                  Job(3, "a", "x", "p1", 1, ["n1"], submit=T("03-01 06:00"), start=T("03-01 07:00")),
-                 Job(5, "a", "x", "p1", 8, submit=T("03-01 10:00"))]
+                 Job(5, "a", "x", "p1", 8, submit=T("03-01 10:00")),
+                 Job(6, "a", "x", "p1", 12, submit=T("03-01 00:30"))]
         tf.load(con, "c", first, [n for n in later if n[0] == "n2"] + [("n1", 8, "a100", "p1")])
         second = [Job(3, "a", "x", "p1", 1, ["n1"], submit=T("03-01 06:00"), start=T("03-01 07:00"),
                       end=T("03-03 03:00")),
                   Job(5, "a", "x", "p1", 8, ["n1"], submit=T("03-01 10:00"), start=T("03-03 04:00"),
                       end=T("03-03 08:00"))]
         tf.load(con, "c", second, later, as_of="2024-03-03T04:00:00")
-        marts = ("tl_frag_state_daily", "tl_frag_partial_daily", "tl_frag_workload_daily")
+        marts = ("tl_frag_state_daily", "tl_frag_partial_daily", "tl_frag_workload_daily", "tl_blocked_daily")
         incremental = {t: con.sql(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in marts}
         timeline.build(con, full=True)
         assert incremental == {t: con.sql(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in marts}

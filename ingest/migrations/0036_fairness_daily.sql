@@ -24,5 +24,6 @@ CREATE TABLE tl_decay_daily (
 
 ALTER TABLE tl_clusters ADD COLUMN fair_fp UBIGINT;      -- fingerprint of what the rollups depend on besides jobs
 ALTER TABLE tl_clusters ADD COLUMN half_life_s DOUBLE;   -- half-life of tl_decay_daily (NULL: no governance)
+ALTER TABLE tl_clusters ADD COLUMN cells_fp UBIGINT;     -- fingerprint of the sample grid's cells (blocked, fragmentation)
 
 DELETE FROM tl_clusters;
