@@ -25,6 +25,7 @@ import math
 import polars as pl
 
 from models import cost, queue, timeline
+from models.intervals import ceil_day, floor_day
 
 ALL_POOLS = "(all)"
 #: Usage older than this many half-lives weighs < 1e-6 and is not read.
@@ -172,8 +173,7 @@ def _decayed_gpu(con, since: dt.datetime, at: dt.datetime, h: float) -> pl.DataF
     it was rolled up at this half-life (a day's value x 2^(-(at - day) / h)), the part-days at both ends from
     the timeline's pieces."""
     keys = ["cluster", "gpu_type", "team", "account"]
-    day = lambda t: t.replace(hour=0, minute=0, second=0, microsecond=0)   # noqa: E731
-    d0, d1 = day(since) + (dt.timedelta(days=1) if since != day(since) else dt.timedelta(0)), day(at)
+    d0, d1 = ceil_day(since), floor_day(at)
     if d1 <= d0 or not timeline.has_table(con, "tl_decay_daily") or con.execute(
             "SELECT count(*) FILTER (WHERE half_life_s IS DISTINCT FROM ?) FROM tl_clusters", [h]).fetchall()[0][0]:
         return _decayed_pieces(con, since, at, at, h)
@@ -265,14 +265,17 @@ def _window_teams(con, policy, label, start, end, hl) -> pl.DataFrame:
 
 def _usage(con, start: dt.datetime, end: dt.datetime) -> pl.DataFrame:
     """Allocated GPU-hours per (cluster, pool, team) in [start, end): the node's pool, else the job's GPU type.
-    Whole days from the daily demand rollup (tl_demand_daily) unless a node there has no pool; else the job
-    pieces of the window."""
-    w = timeline.whole_days(con, start, end)
-    if w is not None and not con.execute("""SELECT count(*) FROM tl_demand_daily
-                                            WHERE day >= $w0 AND day < $w1 AND gpu_type IS NULL""", w).fetchall()[0][0]:
-        return timeline.frame(con, """
-            SELECT cluster, gpu_type AS pool, coalesce(team, '(unmapped)') AS team, sum(gpu_s) / 3600 AS usage_gpu_h
-            FROM tl_demand_daily WHERE day >= $w0 AND day < $w1 GROUP BY ALL""", w)
+    From the daily demand rollup (timeline.demand_sql: whole days rolled up, part-days from the pieces) unless a
+    node there has no pool, whose jobs' own GPU type only the pieces carry."""
+    sql, params = timeline.demand_sql(start, end)
+    use = timeline.frame(con, f"""
+        SELECT cluster, gpu_type AS pool, coalesce(team, '(unmapped)') AS team, sum(gpu_s) / 3600 AS usage_gpu_h
+        FROM ({sql}) GROUP BY ALL""", params)
+    return use if use["pool"].null_count() == 0 else _usage_from_pieces(con, start, end)
+
+
+def _usage_from_pieces(con, start: dt.datetime, end: dt.datetime) -> pl.DataFrame:
+    """:func:`_usage` from the jobs' pieces in the window."""
     con.register("_fair_alloc", cost.job_allocations(con, start, end).to_arrow())
     try:
         return con.sql(f"""

@@ -35,7 +35,7 @@ import numpy as np
 import polars as pl
 
 from models import timeline
-from models.intervals import group_cumsum
+from models.intervals import ceil_day, floor_day, group_cumsum
 
 DEFAULT_INTERVAL_S = 300
 CELL_DIMS = ("gpu_type", "partition")
@@ -398,24 +398,10 @@ def report(con: duckdb.DuckDBPyConnection, start=None, end=None, bucket: str = "
 MART_DIMS = {("gpu_type",): "gpu_type", ("gpu_type", "partition"): "gpu_type,partition"}
 
 
-def _floor_day(t: dt.datetime) -> dt.datetime:
-    return t.replace(hour=0, minute=0, second=0, microsecond=0)
-
-
-def _ceil_day(t: dt.datetime) -> dt.datetime:
-    return t if t == _floor_day(t) else _floor_day(t) + dt.timedelta(days=1)
-
-
-def mart_bounds(con, win, table: str) -> dict | None:
-    """The day range [w0, w1) of a daily mart ``table`` that sums to the window ``win`` (see
-    :func:`models.timeline.whole_days`), or None (also when the warehouse predates the mart)."""
-    return timeline.whole_days(con, win[0], win[1]) if timeline.has_table(con, table) else None
-
-
 def _from_mart(con, win, dims: list[str], bucket: str, k_max: int):
     """(state sums, partial-GPU histogram, workload) per bucket and cell as :func:`report` computes them from
     the sample grid, summed from the daily mart; None when the window does not fall on its days."""
-    bounds = mart_bounds(con, win, "tl_frag_state_daily")
+    bounds = timeline.whole_days(con, *win, "tl_frag_state_daily")
     if bounds is None:
         return None
     b = timeline.bucket_sql(bucket, "day")
@@ -440,8 +426,8 @@ def _from_mart(con, win, dims: list[str], bucket: str, k_max: int):
 
 def _workload_from_mart(con, win, dims: list[str], bucket: str) -> pl.DataFrame:
     """:func:`workload_sql` over ``win``: the mart's whole days, the jobs of partial days at either end."""
-    d0 = min(_ceil_day(win[0]), win[1])
-    d1 = max(_floor_day(win[1]), d0)
+    d0 = min(ceil_day(win[0]), win[1])
+    d1 = max(floor_day(win[1]), d0)
     parts = ["SELECT cluster, day AS t, partition, pool, k, q, jobs FROM tl_frag_workload_daily "
              "WHERE day >= $d0 AND day < $d1"]
     for lo, hi, keep in (("$ws", "$d0", win[0] < d0), ("$d1", "$we", d1 < win[1])):
@@ -459,32 +445,18 @@ def rollup(con: duckdb.DuckDBPyConnection, c: str, D: dt.datetime, workload_from
     if not span:
         return
     ds, hz = span[0]
-    if _cells_changed(con, c, D):
-        D = _floor_day(ds)   # every day of the span has a row per cell, even one not installed yet
     _rollup_state(con, c, D, hz)
     W = D if workload_from is None else min(D, workload_from)
-    if W <= _floor_day(ds):
+    if W <= floor_day(ds):
         # the workload counts jobs by submit time: the first day of the span may be preceded by submits
         first = con.execute("SELECT min(submit) FROM jobs WHERE cluster = ?", [c]).fetchall()[0][0]
-        W = min(W, _floor_day(first)) if first is not None else W
+        W = min(W, floor_day(first)) if first is not None else W
     con.execute("DELETE FROM tl_frag_workload_daily WHERE cluster = ? AND day >= ?", [c, W])
     timeline.execute(con, f"""
         INSERT INTO tl_frag_workload_daily
         SELECT cluster, date_trunc('day', submit) AS day, partition, pool, k, q, count(*) AS jobs
         FROM ({_workload_jobs_sql(cluster=True)}) GROUP BY ALL ORDER BY day""",
                      {"c": c, "ws": W, "we": hz + dt.timedelta(days=1)})
-
-
-def _cells_changed(con, c: str, D: dt.datetime) -> bool:
-    """Whether the cells of cluster ``c`` stored before day ``D`` differ from its inventory's cells now."""
-    now = (f"SELECT 'gpu_type' AS dims, gpu_type, NULL::VARCHAR AS partition FROM ({_cells_sql(['gpu_type'])}) "
-           f"WHERE cluster = $c UNION ALL SELECT 'gpu_type,partition', gpu_type, partition "
-           f"FROM ({_cells_sql(['gpu_type', 'partition'])}) WHERE cluster = $c")
-    stored = ("SELECT dims, gpu_type, partition FROM tl_frag_state_daily WHERE cluster = $c AND day = "
-              "(SELECT max(day) FROM tl_frag_state_daily WHERE cluster = $c AND day < $D)")
-    return timeline.frame(con, f"""SELECT EXISTS ({stored}) AND (EXISTS (({now}) EXCEPT ({stored}))
-                                                    OR EXISTS (({stored}) EXCEPT ({now}))) AS changed""",
-                          {"c": c, "D": D})["changed"][0]
 
 
 def _rollup_state(con, c: str, D: dt.datetime, hz: dt.datetime) -> None:

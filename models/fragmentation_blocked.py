@@ -182,14 +182,9 @@ def _compute(con, win, iv: int) -> pl.DataFrame:
                              pl.col("nn").alias("nnodes"))
 
 
-def _mart_bounds(con, win) -> dict | None:
-    """The day range of ``tl_blocked_daily`` that sums to the window ``win`` ({w0, w1}), or None."""
-    return fragmentation.mart_bounds(con, win, "tl_blocked_daily")
-
-
 def _from_mart(con, win) -> pl.DataFrame | None:
     """:func:`_compute` summed from ``tl_blocked_daily``, or None when the window does not fall on its days."""
-    bounds = _mart_bounds(con, win)
+    bounds = timeline.whole_days(con, *win, "tl_blocked_daily")
     if bounds is None:
         return None
     return timeline.frame(con, """
@@ -283,7 +278,7 @@ def _groups(jobs: pl.DataFrame, dims: list[str]) -> pl.DataFrame | None:
 def _groups_from_mart(con, win, dims: list[str]) -> pl.DataFrame | None:
     """:func:`_groups` summed in SQL from ``tl_blocked_daily`` (a job's attributes are the same on all its
     days, so it counts once per group); None when the window does not fall on the mart's days."""
-    bounds = _mart_bounds(con, win)
+    bounds = timeline.whole_days(con, *win, "tl_blocked_daily")
     if bounds is None:
         return None
     h = fragmentation.DEFAULT_INTERVAL_S / 3600

@@ -5,6 +5,7 @@ microseconds a row in DuckDB; these are linear passes over arrays. Times are epo
 """
 from __future__ import annotations
 
+import datetime as dt
 import math
 
 import numpy as np
@@ -24,6 +25,17 @@ def group_cumsum(x: np.ndarray, starts: np.ndarray) -> np.ndarray:
 MAX_CELLS = 4_000_000
 
 
+def floor_day(t: dt.datetime) -> dt.datetime:
+    """The UTC midnight at or before ``t`` (naive UTC)."""
+    return t.replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+def ceil_day(t: dt.datetime) -> dt.datetime:
+    """The UTC midnight at or after ``t``."""
+    f = floor_day(t)
+    return f if f == t else f + dt.timedelta(days=1)
+
+
 def hour_integrals(group: np.ndarray, t0: np.ndarray, t1: np.ndarray, rates: dict[str, np.ndarray],
                    period_us: int = HOUR_US) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
     """Integrate rates held on intervals [t0, t1) (epoch microseconds) per group and UTC hour (or another
@@ -40,8 +52,9 @@ def hour_integrals(group: np.ndarray, t0: np.ndarray, t1: np.ndarray, rates: dic
         return np.zeros(0, np.int64), np.zeros(0, np.int64), {k: np.zeros(0) for k in rates}
     hours = int((t1.max() - 1) // period_us - t0.min() // period_us) + 2
     per_batch = max(1, MAX_CELLS // hours)
-    if len(dense_unique(group)[0]) <= per_batch:
-        return _period_integrals(group, t0, t1, rates, period_us)
+    dense = dense_unique(group)
+    if len(dense[0]) <= per_batch:
+        return _period_integrals(group, t0, t1, rates, period_us, dense)
     order = np.argsort(group, kind="stable")
     group, t0, t1 = group[order], t0[order], t1[order]
     rates = {k: v[order] for k, v in rates.items()}
@@ -63,11 +76,11 @@ def dense_unique(group: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.flatnonzero(present), (np.cumsum(present) - 1)[group]
 
 
-def _period_integrals(group, t0, t1, rates, period):
+def _period_integrals(group, t0, t1, rates, period, dense=None):
     base = int(t0.min()) // period
     h0, h1 = t0 // period - base, (t1 - 1) // period - base
     nh = int(h1.max()) + 2
-    ugroup, grow = dense_unique(group)
+    ugroup, grow = dense if dense is not None else dense_unique(group)
     key0, key1 = grow * nh + h0, grow * nh + h1
     same = h0 == h1
     first = np.where(same, t1, (h0 + base + 1) * period) - t0          # microseconds in the first period

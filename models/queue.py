@@ -135,8 +135,8 @@ def pending_gpu_hours(con, start: dt.datetime, end: dt.datetime) -> pl.DataFrame
     """:func:`pending_demand`'s pending GPU-hours per (cluster, gpu_type = pool, team), without the job counts:
     summed from ``tl_pending_team_daily`` when [start, end) is whole UTC days inside every cluster's rollup
     (or ends at the one horizon), else computed from the jobs (the same numbers)."""
-    w = timeline.whole_days(con, start, end, clip_start=False, past_horizon=False)
-    if w is None or not timeline.has_table(con, "tl_pending_team_daily"):
+    w = timeline.whole_days(con, start, end, "tl_pending_team_daily", clip_start=False, past_horizon=False)
+    if w is None:
         return pending_demand(con, start, end).drop("pending_jobs")
     return _frame(con, """
         SELECT cluster, pool AS gpu_type, team, sum(pend_s) / 3600 AS pending_gpu_h

@@ -29,6 +29,7 @@ import duckdb
 import polars as pl
 
 from models import timeline_mart
+from models.intervals import ceil_day, floor_day
 
 BUCKETS = ("hour", "day", "week", "month")
 #: Grouping columns that describe capacity (node properties) and their SQL over tl_* rows.
@@ -115,11 +116,7 @@ def resolve_window(con, start=None, end=None) -> tuple[dt.datetime, dt.datetime]
     return s, e
 
 
-def _midnight(t: dt.datetime) -> dt.datetime:
-    return t.replace(hour=0, minute=0, second=0, microsecond=0)
-
-
-def whole_days(con, start, end, clip_start: bool = True, past_horizon: bool = True) -> dict | None:
+def whole_days(con, start, end, table: str, clip_start: bool = True, past_horizon: bool = True) -> dict | None:
     """The UTC days {w0, w1} whose daily rollup rows sum exactly to the window [start, end), or None.
 
     Daily rollups hold each cluster's days from its data start's midnight to its horizon (the last day partial).
@@ -128,19 +125,22 @@ def whole_days(con, start, end, clip_start: bool = True, past_horizon: bool = Tr
     it will do (else the start must be a midnight at or after every cluster's first day: waits before the data
     start are counted by the computation but not rolled up); ``past_horizon`` - nothing after the horizon
     either, so any end at or after the last horizon will do (else the end must not pass the first horizon:
-    jobs still pending at the horizon are counted to the window's end by the computation)."""
+    jobs still pending at the horizon are counted to the window's end by the computation). None also when the
+    warehouse has no ``table`` (the rollup) yet."""
+    if not has_table(con, table):
+        return None
     spans = con.sql("SELECT data_start, horizon FROM tl_clusters WHERE horizon IS NOT NULL").fetchall()
     s, e = parse_time(start), parse_time(end)
     if not spans or s is None or e is None:
         return None
     lo, hi = min(a for a, _ in spans), max(b for _, b in spans)
-    first_days, horizons = max(_midnight(a) for a, _ in spans), {b for _, b in spans}
-    ok_start = (clip_start and s <= lo) or (s == _midnight(s) and (clip_start or s >= first_days))
+    first_days, horizons = max(floor_day(a) for a, _ in spans), {b for _, b in spans}
+    ok_start = (clip_start and s <= lo) or (s == floor_day(s) and (clip_start or s >= first_days))
     if past_horizon:
-        ok_end = e >= hi or e == _midnight(e)
+        ok_end = e >= hi or e == floor_day(e)
     else:
-        ok_end = e <= min(horizons) and (e == _midnight(e) or horizons == {e})
-    return {"w0": _midnight(s), "w1": e} if ok_start and ok_end else None
+        ok_end = e <= min(horizons) and (e == floor_day(e) or horizons == {e})
+    return {"w0": floor_day(s), "w1": e} if ok_start and ok_end else None
 
 
 def has_table(con, name: str) -> bool:
@@ -216,8 +216,8 @@ def demand_sql(start: dt.datetime, end: dt.datetime, bucket: str = "day") -> tup
         d0 = d1 = _floor_hour(start)
         edges = [(start, end, "hour")]
     else:
-        d0 = _ceil_day(start)
-        d1 = max(_floor_day(end), d0)
+        d0 = ceil_day(start)
+        d1 = max(floor_day(end), d0)
         edges = [(start, min(d0, end), "day"), (max(d1, start), end, "day")]
     params = {"dd0": d0, "dd1": d1}
     parts = ['SELECT cluster, day AS hour, gpu_type, partitions, team, account, "user", job_partition, qos, gpu_s '
@@ -256,15 +256,6 @@ def pending_sql(start: dt.datetime, end: dt.datetime) -> tuple[str, dict]:
     sql = ("SELECT cluster, hour, partition, gpu_type, pend_s FROM tl_pending_hourly "
            f"WHERE hour >= $ph0 AND hour < $ph1 UNION ALL {edge(1)} UNION ALL {edge(2)}")
     return sql, params
-
-
-def _floor_day(t: dt.datetime) -> dt.datetime:
-    return t.replace(hour=0, minute=0, second=0, microsecond=0)
-
-
-def _ceil_day(t: dt.datetime) -> dt.datetime:
-    f = _floor_day(t)
-    return f if f == t else f + dt.timedelta(days=1)
 
 
 def _floor_hour(t: dt.datetime) -> dt.datetime:

@@ -24,7 +24,7 @@ import polars as pl
 
 from ingest import warehouse
 from models import timeline_rollups
-from models.intervals import group_cumsum, hour_integrals
+from models.intervals import floor_day, group_cumsum, hour_integrals
 
 #: Job states in which a NULL end means "still running" (counted up to the horizon).
 RUNNING_STATES = ("RUNNING", "SUSPENDED", "COMPLETING", "CONFIGURING", "RESIZING", "STAGE_OUT", "SIGNALING",
@@ -391,7 +391,7 @@ def _build_cluster(con, c: str, ds, hz, old, last_run: int, half_life_s: float |
     demand_from = T if t_start is None else min(T, max(t_start, ds))
     if incremental and old[3] != team_fp:
         demand_from = ds
-    timeline_rollups.demand_rollup(con, c, demand_from.replace(hour=0, minute=0, second=0, microsecond=0))
+    timeline_rollups.demand_rollup(con, c, floor_day(demand_from))
     timeline_rollups.pending_rollup(con, c, _hour(T if t_elig is None else min(T, max(t_elig, ds))), ds, hz)
     # fairness inputs: allocations change from T or a changed job's start, waits from a changed job's submit
     # (its eligibility may have moved later); the partition pools, the half-life or the teams: everything
@@ -402,7 +402,7 @@ def _build_cluster(con, c: str, ds, hz, old, last_run: int, half_life_s: float |
     fair_from = ds
     if incremental and old[3] == team_fp and old[4] == fair_fp:
         fair_from = min([T] + [max(t, ds) for t in (t_start, t_submit) if t is not None])
-    timeline_rollups.fairness_rollup(con, c, fair_from.replace(hour=0, minute=0, second=0, microsecond=0), hz,
+    timeline_rollups.fairness_rollup(con, c, floor_day(fair_from), hz,
                                      half_life_s)
     _ex(con, """INSERT INTO tl_clusters (cluster, data_start, horizon, last_run_id, refreshed_at, team_fp, fair_fp,
                                          half_life_s, cells_fp)
@@ -415,7 +415,7 @@ def _build_cluster(con, c: str, ds, hz, old, last_run: int, half_life_s: float |
                  "hl": half_life_s, "cfp": cells_fp})
     with fragmentation.shared_grids():      # both rollups sweep the same (pool x partition) grid
         _blocked_rollup(con, c, ds, T, t_elig, same_cells and old[3] == team_fp)
-        _fragmentation_rollup(con, c, (T if same_cells else ds).replace(hour=0, minute=0, second=0, microsecond=0),
+        _fragmentation_rollup(con, c, floor_day(T if same_cells else ds),
                               T, incremental)
     n_jobs = con.sql("SELECT count(*) FROM _rb").fetchall()[0][0]
     return {"from": T, "full": not incremental, "jobs": n_jobs}
@@ -432,7 +432,7 @@ def _blocked_rollup(con, c: str, ds: dt.datetime, T: dt.datetime, t_elig: dt.dat
                                WHERE cluster = $c AND job_uid IN (SELECT job_uid FROM _changed)""",
                        {"c": c}).fetchall()[0][0]
         D = min(t for t in (T, None if t_elig is None else max(t_elig, ds), old_rows) if t is not None)
-    fragmentation_blocked.rollup(con, c, D.replace(hour=0, minute=0, second=0, microsecond=0))
+    fragmentation_blocked.rollup(con, c, floor_day(D))
 
 
 def _fragmentation_rollup(con, c: str, D: dt.datetime, T: dt.datetime, incremental: bool) -> None:
@@ -445,7 +445,7 @@ def _fragmentation_rollup(con, c: str, D: dt.datetime, T: dt.datetime, increment
         W = _ex(con, """SELECT min(submit) FROM jobs WHERE cluster = $c AND (job_uid IN (SELECT job_uid FROM _changed)
                                                                         OR (gpu_type IS NULL AND start >= $T))""",
                 {"c": c, "T": T}).fetchall()[0][0]
-    fragmentation.rollup(con, c, D, None if W is None else W.replace(hour=0, minute=0, second=0, microsecond=0))
+    fragmentation.rollup(con, c, D, None if W is None else floor_day(W))
 
 
 def _half_life_s(con) -> float | None:

@@ -2,6 +2,7 @@
 output and a real Slurm's `sshare -l`; Jain and Gini; the fairness report on a small cluster, hand-computed."""
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import math
 from pathlib import Path
@@ -293,11 +294,14 @@ def test_whole_cluster_uses_slurm_style_fairshare_down_the_tree(tmp_path):
 
 # ---------------------------------------------------------------- the daily rollups = the jobs
 
+@contextlib.contextmanager
 def _without_rollups():
     """Force every fairness input to be computed from the jobs and the timeline's pieces."""
     from unittest import mock
     from models import timeline
-    return mock.patch.multiple(timeline, whole_days=lambda *a, **k: None, has_table=lambda *a, **k: False)
+    with mock.patch.multiple(timeline, whole_days=lambda *a, **k: None, has_table=lambda *a, **k: False), \
+         mock.patch.object(fairness, "_usage", fairness._usage_from_pieces):
+        yield
 
 
 def _same_frames(a: pl.DataFrame, b: pl.DataFrame, keys: list[str]) -> None:
