@@ -43,9 +43,12 @@ def _say(args, msg: str) -> None:
         print(msg, file=sys.stderr)
 
 
-def _not_yet(command: str, issue: int) -> int:
-    print(f"gpuledger {command}: not available yet (lands with issue #{issue})", file=sys.stderr)
-    return EXIT_USAGE
+def _freshness(args, con) -> None:
+    """Say when the marts a report read are older than the accounting (reads never rebuild them)."""
+    from models.metrics import freshness
+    note = freshness.note(con)
+    if note:
+        _say(args, note)
 
 
 def emit(df, fmt: str | None, out: str | None) -> None:
@@ -112,7 +115,7 @@ def _after_ingest(args, con) -> None:
     """Ingest keeps the marts and the serving snapshot current (``--no-refresh`` to batch several)."""
     if getattr(args, "no_refresh", False):
         return
-    from models import refresh
+    from models.pipeline import refresh
     if sys.stderr.isatty() and not getattr(args, "quiet", False):
         print("refreshing marts and the dashboard snapshot ...", file=sys.stderr, flush=True)
     refresh.run(con, _db_path(args))
@@ -246,7 +249,7 @@ def cmd_ingest_governance(args) -> int:
     """Validate the governance TOML, then (unless --check) replace the governance state and re-map jobs."""
     from ingest import governance
     from ingest.errors import InputError
-    from models import cost
+    from models.metrics import cost
     try:
         if args.check:
             gov = governance.parse(Path(args.file).read_text(encoding="utf-8"), args.file)
@@ -274,7 +277,7 @@ def cmd_ingest_governance(args) -> int:
 # ---------------------------------------------------------------- marts, reports, finance
 
 def cmd_refresh(args) -> int:
-    from models import refresh
+    from models.pipeline import refresh
     con = _open(args)
     done = refresh.run(con, _db_path(args), full=args.full)
     for name, secs in done:
@@ -283,8 +286,8 @@ def cmd_refresh(args) -> int:
 
 
 def cmd_report_utilization(args) -> int:
-    from models import utilization
-    con = _open(args)
+    from models.metrics import utilization
+    con = _open(args, read_only=True)
     try:
         df = utilization.by_bucket(con, args.date_from, args.date_to, args.bucket, args.by or "cluster")
     except ValueError as exc:
@@ -297,12 +300,13 @@ def cmd_report_utilization(args) -> int:
         _say(args, f"note: {beyond:,.2f} GPU-hours were held on nodes the inventory lacks or lists with fewer GPUs "
                    "(beyond_capacity_gpu_h); ingest `scontrol show node` snapshots to count their capacity")
     emit(df, args.format, args.out)
+    _freshness(args, con)
     return EXIT_OK
 
 
 def cmd_report_fragmentation(args) -> int:
-    from models import fragmentation, fragmentation_blocked
-    con = _open(args)
+    from models.metrics import fragmentation, blocked as fragmentation_blocked
+    con = _open(args, read_only=True)
     try:
         if args.view == "summary":
             df = fragmentation.report(con, args.date_from, args.date_to, args.bucket, args.by or "gpu_type,partition",
@@ -318,6 +322,7 @@ def cmd_report_fragmentation(args) -> int:
         _say(args, "report fragmentation: nothing to report in this window (no accounting, or no pending jobs)")
         return EXIT_OK
     emit(df, args.format, args.out)
+    _freshness(args, con)
     return EXIT_OK
 
 
@@ -350,14 +355,12 @@ def _fragmentation_options(p: argparse.ArgumentParser) -> None:
 
 def cmd_report_efficiency(args) -> int:
     """Efficiency per group and bucket, per job (--by job), or the worst offenders (--worst N)."""
-    from ingest import telemetry_store
-    from ingest.errors import InputError
-    from models import efficiency
-    con = _open(args)
+    from models.definitions.times import parse_window
+    from models.metrics import efficiency
+    con = _open(args, read_only=True)
     try:
-        lo = telemetry_store.parse_time(args.date_from, "--from") if args.date_from else None
-        hi = telemetry_store.parse_time(args.date_to, "--to") if args.date_to else None
-    except InputError as exc:
+        lo, hi = parse_window(args.date_from, args.date_to)
+    except ValueError as exc:
         raise UsageError(f"report efficiency: {exc}") from exc
     by = [c.strip() for c in (args.by or "").split(",") if c.strip()]
     if not con.sql("SELECT count(*) FROM gpu_efficiency_job").fetchall()[0][0]:
@@ -390,17 +393,15 @@ def _efficiency_footer(args, con, s: dict) -> None:
     _say(args, f"{s['jobs_without_telemetry']} of {s['jobs']} GPU jobs had no telemetry "
                f"({s['gpu_h_without_telemetry']:,.2f} of {s['alloc_gpu_h']:,.2f} allocated GPU-h): shown as "
                "'no telemetry', not as idle")
-    stale = con.sql("""SELECT (SELECT coalesce(max(run_id), 0) FROM ingest_runs) >
-                              (SELECT coalesce(max(last_run_id), 0) FROM gpu_mart_state WHERE mart = 'efficiency')""")
-    if stale.fetchall()[0][0]:
-        _say(args, "note: data were ingested after the last refresh; run `gpuledger refresh` to include them")
+    _freshness(args, con)
 
 
 def _governance_windows(args, con, default_days):
     """--from/--to as one window, else --windows (default: the governance's, 7 and 30 days) ending at the horizon."""
-    from models import fairness, timeline
+    from ingest.warehouse import parse_time
+    from models.metrics import fairness, timeline
     try:
-        lo, hi = timeline.parse_time(args.date_from), timeline.parse_time(args.date_to)
+        lo, hi = parse_time(args.date_from, "--from"), parse_time(args.date_to, "--to")
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
     if lo or hi:
@@ -428,18 +429,21 @@ def _print_views(args, views: dict, default: str, compact: dict | None = None) -
 
 def cmd_report_fairness(args) -> int:
     """Usage against entitlement per team and pool, Slurm fair-share factors, Jain and Gini, entitlement gap."""
-    from models import cost, fairness, timeline
-    con = _open(args)
+    from ingest.warehouse import parse_time
+    from models.definitions.policy import CostError, current_policy
+    from models.metrics import cost, fairness
+    con = _open(args, read_only=True)
     try:
-        policy = cost.current_policy(con)
+        policy = current_policy(con)
         windows = _governance_windows(args, con, policy.windows_days)
         if not windows:
             raise CliError("report fairness: no jobs in the warehouse yet (run `gpuledger ingest sacct ...`)")
         rep = fairness.report(con, windows, policy, half_life_days=args.half_life, pool=args.pool)
         views = {"pools": rep["pools"], "teams": rep["teams"]}
         if args.view == "sshare":
-            views["sshare"] = fairness.sshare(con, timeline.parse_time(args.as_of), args.half_life, args.basis, policy)
-    except (cost.CostError, ValueError) as exc:
+            views["sshare"] = fairness.sshare(con, parse_time(args.as_of, "--as-of"), args.half_life, args.basis,
+                                              policy)
+    except (CostError, ValueError) as exc:
         raise CliError(str(exc)) from exc
     _print_views(args, views, "teams", {"teams": [
         "window", "cluster", "pool", "team", "usage_gpu_h", "usage_share", "entitlement_share", "share_ratio",
@@ -448,17 +452,19 @@ def cmd_report_fairness(args) -> int:
     if unmapped.height:
         _say(args, f"{unmapped.height} accounts map to no team; their jobs count as '(unmapped)': "
                    + ", ".join(f"{r['cluster']}/{r['account']}" for r in unmapped.head(8).iter_rows(named=True)))
+    _freshness(args, con)
     return EXIT_OK
 
 
 def cmd_report_queue(args) -> int:
     """Queue waits per team x size class and per QOS, bounded slowdown, starvation, jobs pending now."""
     import polars as pl
-    from models import cost, queue
-    con = _open(args)
+    from models.definitions.policy import CostError, current_policy
+    from models.metrics import queue
+    con = _open(args, read_only=True)
     try:
-        policy = cost.current_policy(con)
-    except cost.CostError:
+        policy = current_policy(con)
+    except CostError:
         policy = None   # waits need no governance; teams then show as (unmapped)
     thr = args.threshold_hours or (policy.starvation_hours if policy else 24.0)
     tau = args.tau_minutes or (policy.bsld_tau_minutes if policy else 10.0)
@@ -478,24 +484,28 @@ def cmd_report_queue(args) -> int:
         "pending": queue.pending_at(con, windows[0][2]),
     }
     _print_views(args, views, "waits")
+    _freshness(args, con)
     return EXIT_OK
 
 
 def cmd_chargeback(args) -> int:
     """Compute (or, for a closed period, re-read) the month's statement; export it; --close freezes it."""
-    from models import chargeback
-    from models.cost import CostError
-    con = _open(args)
+    from models.definitions.policy import CostError
+    from models.metrics import chargeback
+    from models.pipeline import close, refresh
+    con = _open(args, read_only=not args.close)
     try:
         if args.close and args.period in chargeback.closed_periods(con):
             _say(args, f"{args.period} is already closed; nothing changed (showing the frozen statement)")
             st = chargeback.statement(con, args.period)
         elif args.close:
-            st = chargeback.close_period(con, args.period)
+            st = close.close_period(con, args.period)
             _say(args, f"closed {args.period} at {st.closed_at:%Y-%m-%d %H:%M:%S} UTC, sha256 {st.content_hash}")
+            refresh.run(con, _db_path(args))   # the open statements and the dashboard's snapshot know it now
         else:
             st = chargeback.statement(con, args.period)
-    except CostError as exc:
+            _freshness(args, con)
+    except (CostError, ValueError) as exc:
         raise CliError(str(exc)) from exc
     t = st.total_row
     _say(args, f"{args.period} ({st.status}): cluster cost {t['cluster_cost']:.{st.policy.minor_units}f} "
@@ -539,7 +549,8 @@ def _export_statement(args, st, views) -> int:
 
 def cmd_forecast(args) -> int:
     from ingest.errors import InputError
-    from models import capacity, demand, forecast
+    from models.forecasting import capacity, forecast
+    from models.metrics import demand
     if args.horizon < 1:
         raise UsageError("forecast: --horizon must be at least 1 period")
     progress = _progress(args, "forecasting series")
@@ -591,7 +602,7 @@ def _progress(args, what: str):
 
 def _forecast_capacity(items: list[str]) -> dict:
     """--capacity POOL=GPUS (repeatable) or a bare GPUS for every series."""
-    from models import capacity
+    from models.forecasting import capacity
     bare = [i for i in items if "=" not in i]
     out = capacity.parse_capacity([i for i in items if "=" in i])
     for item in bare:
@@ -603,8 +614,9 @@ def _forecast_capacity(items: list[str]) -> dict:
 
 
 def _forecast_csv(args, caps: dict, progress) -> dict:
-    from ingest import series_csv
-    from models import capacity, demand, forecast
+    from models.forecasting import series_csv
+    from models.forecasting import capacity, forecast
+    from models.metrics import demand
     keys = [c.strip() for c in (args.by or "").split(",") if c.strip()]
     raw = series_csv.read_series(args.series, keys)
     freq = args.freq or forecast.infer_freq(raw.get_column("ts").to_numpy())
@@ -645,7 +657,7 @@ def _pool_counts(items: list[str], flag: str) -> dict[str, int]:
 
 
 def _sim_policy(args):
-    from models.simulate import Policy
+    from models.simulation.simulate import Policy
     try:
         return Policy.parse(args.policy, placement=args.placement, bf_max_job_test=args.bf_max_job_test,
                             bf_interval_s=args.bf_interval, seed=args.seed)
@@ -654,7 +666,7 @@ def _sim_policy(args):
 
 
 def _sim_inputs(args):
-    from models import whatif
+    from models.simulation import whatif
     con = _open(args, read_only=True)
     try:
         return whatif.load_inputs(con, args.date_from, args.date_to, args.cluster)
@@ -674,7 +686,7 @@ def _duration_h(text: str) -> float:
 
 def cmd_simulate(args) -> int:
     """What-if replay: p50/p95 wait (overall, per team, per size class), utilization, fragmentation."""
-    from models import whatif
+    from models.simulation import whatif
     policy = _sim_policy(args)
     sc = whatif.Scenario(add=_pool_counts(args.add, "--add"), remove=_pool_counts(args.remove, "--remove"),
                          demand_scale=args.demand_scale, runtime_scale=args.runtime_scale, policy=policy,
@@ -704,7 +716,7 @@ def cmd_simulate(args) -> int:
 
 def cmd_simulate_placement(args) -> int:
     """The FGD paper's placement protocol on an Alibaba openb trace."""
-    from models import placement
+    from models.simulation import placement
     policies = placement.POLICIES if args.policy.lower() == "all" else [p.strip() for p in args.policy.split(",")]
     for p in policies:
         if p not in placement.POLICIES:
@@ -721,7 +733,7 @@ def cmd_simulate_placement(args) -> int:
         emit(curves, None, args.out)
         _say(args, f"wrote {curves.height} rows to {args.out}")
     if args.plot:
-        from models import sim_figures
+        from dashboards import placement_charts as sim_figures
         sim_figures.write_placement_html({Path(args.trace).stem: curves}, args.plot)
         _say(args, f"wrote {args.plot}")
     emit(placement.summary_at(curves, 130), args.format if not args.out else None, None)
@@ -730,7 +742,7 @@ def cmd_simulate_placement(args) -> int:
 
 def cmd_plan(args) -> int:
     """Smallest node count of a pool whose p95 wait meets the target (grid sweep with replications)."""
-    from models import whatif
+    from models.simulation import whatif
     target = _duration_h(args.target_p95_wait)
     sc = whatif.Scenario(add=_pool_counts(args.add, "--add"), remove=_pool_counts(args.remove, "--remove"),
                          demand_scale=args.demand_scale, runtime_scale=args.runtime_scale,
@@ -782,7 +794,7 @@ DEMO_DB = Path("data") / "demo.duckdb"
 
 def cmd_demo(args) -> int:
     """Build the demo warehouse from the synthetic cluster (unless it is already up to date), then serve it."""
-    from ingest.synthetic import build, config
+    from models.demo import build, config
     db = Path(args.db) if args.db else DEMO_DB
     try:
         cfg = config.for_scale(args.scale, seed=args.seed, **({"days": args.days} if args.days else {}))

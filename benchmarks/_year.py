@@ -35,7 +35,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from ingest import warehouse  # noqa: E402
-from ingest.synthetic import build, config  # noqa: E402
+from models.demo import build, config  # noqa: E402
 
 CACHE = Path(os.environ.get("GPULEDGER_BENCH_CACHE", "/tmp/gpuledger-bench"))
 YEAR_SCALE = config.YEAR_SCALE          # 2,000 nodes
@@ -86,7 +86,7 @@ def year_warehouse(seed: int = 1, scale: float = YEAR_SCALE, marts: bool = False
             _log(f"refreshing marts into {target}")
             tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
             shutil.copyfile(base, tmp)
-            from models import refresh
+            from models.pipeline import refresh
             con = warehouse.connect(tmp)
             try:
                 for name, secs in refresh.run(con, tmp, full=True, publish=False):

@@ -33,7 +33,12 @@ if str(ROOT) not in sys.path:
 from benchmarks import _year  # noqa: E402
 from dashboards import exports  # noqa: E402
 from ingest import warehouse  # noqa: E402
-from models import chargeback, cost, fairness, queue, timeline  # noqa: E402
+from models.metrics import chargeback, cost, fairness, queue
+from models.metrics import timeline  # noqa: E402
+from models.marts import timeline as timeline_mart  # noqa: E402
+from models.pipeline import close  # noqa: E402
+from models.definitions import times as tdefs  # noqa: E402
+from models.definitions import policy  # noqa: E402
 
 TARGETS = {"statement + slowest export": 10.0, "fairness report, 30 days": 5.0}
 
@@ -172,10 +177,10 @@ def main(argv: list[str] | None = None) -> int:
         con = warehouse.connect(db)
         # Only the timeline mart is needed (no telemetry in the year: waste shows as unavailable).
         t = time.perf_counter()
-        timeline.build(con, full=True)
+        timeline_mart.build(con, full=True)
         print(f"setup: timeline mart built in {time.perf_counter() - t:.1f} s (not part of any measurement)")
         period = busiest_month(con)
-        start, end = cost.period_bounds(period, cost.current_policy(con).period_timezone)
+        start, end = tdefs.period_bounds(period, policy.current_policy(con).period_timezone)
         jobs = con.execute("SELECT count(*) FROM jobs WHERE start < ? AND coalesce(\"end\", start) >= ?",
                            [end, start]).fetchall()[0][0]
         print(f"warehouse: {con.sql('SELECT count(*) FROM jobs').fetchall()[0][0]:,} jobs; month {period}: "
@@ -192,7 +197,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"statement {period}: {st.lines.height} lines, {st.jobs.height:,} job rows, reconciliation: "
               + dict(st.header)["Reconciliation"] + f"; residue {st.total_row['rounding_residue']}")
         t = time.perf_counter()
-        closed = chargeback.close_period(con, period)
+        closed = close.close_period(con, period)
         res["close"] = time.perf_counter() - t
         first = (tmp / "closed1").mkdir() or tmp / "closed1"
         second = (tmp / "closed2").mkdir() or tmp / "closed2"

@@ -136,7 +136,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     db = Path(a.db)
     if not db.exists():
-        from ingest.synthetic import build, config
+        from models.demo import build, config
         build.build(db, config.for_scale(1.0), progress=lambda m: print(m, file=sys.stderr))
     con = duckdb.connect(str(db), read_only=True)
     ours = figures(con)

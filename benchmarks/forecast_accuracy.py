@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 TRACES = Path(os.environ.get("GPULEDGER_SHARED", ROOT.parent / "shared")) / "traces"
 
-from models import forecast as F  # noqa: E402
+from models.forecasting import forecast as F  # noqa: E402
 
 OURS = ("ours", "SeasonalNaive", "ETS", "Theta", "Combination")
 THEIRS = ("AutoETS", "AutoARIMA", "AutoTheta", "sf.SeasonalNaive")
@@ -97,7 +97,7 @@ def dlrm(freq: str) -> np.ndarray:
 
 def demo_series(db: str) -> dict[str, tuple[str, np.ndarray]]:
     from ingest import warehouse
-    from models import demand
+    from models.metrics import demand
     con = warehouse.connect(db, read_only=True)
     s = demand.series(con, "demanded", "day", ["pool"])
     out = {}

@@ -22,7 +22,7 @@ import numpy as np
 import polars as pl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from models import forecast as F  # noqa: E402
+from models.forecasting import forecast as F  # noqa: E402
 
 
 def synthetic(n_series: int, days: int, seed: int = 7) -> pl.DataFrame:
@@ -61,7 +61,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.db:
         from ingest import warehouse
-        from models import demand
+        from models.metrics import demand
         con = warehouse.connect(args.db, read_only=True)
         t0 = time.perf_counter()
         df = demand.series(con, "demanded", "day", ["team", "pool"])

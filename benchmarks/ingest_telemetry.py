@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from models.marts import efficiency as efficiency_mart
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -183,9 +184,9 @@ def load_files(db: Path, work: Path) -> tuple[float, float, int, object]:
 
 
 def attribution_time(con) -> tuple[float, dict]:
-    from models import efficiency
+    from models.metrics import efficiency
     t0, c0 = time.perf_counter(), time.process_time()
-    efficiency.build(con, full=True)
+    efficiency_mart.build(con, full=True)
     wall = time.perf_counter() - t0
     print(f"    attribution CPU {time.process_time() - c0:.1f} s")
     row = con.sql("""SELECT count(*), count(*) FILTER (WHERE method <> 'none'), sum(alloc_gpu_s) / 3600,

@@ -36,7 +36,9 @@ if str(ROOT) not in sys.path:
 
 from benchmarks import _year  # noqa: E402
 from ingest import warehouse  # noqa: E402
-from models import fragmentation, fragmentation_blocked, timeline, timeline_mart, utilization  # noqa: E402
+from models.metrics import fragmentation, blocked as fragmentation_blocked, timeline
+from models.marts import timeline as timeline_mart
+from models.metrics import utilization  # noqa: E402
 
 TARGETS = {"full refresh": 60, "incremental refresh (+1 day)": 5, "utilization daily by team": 5,
            "fragmentation year, 5-min": 120}
@@ -207,12 +209,12 @@ def main(argv: list[str] | None = None) -> int:
         horizon = max(h for _, h in span.values())
         cut = horizon - dt.timedelta(days=1)
         hold_back(con, cut)
-        res["full refresh"], _ = timed(lambda: timeline.build(con, full=True), a.heavy_repeat)
+        res["full refresh"], _ = timed(lambda: timeline_mart.build(con, full=True), a.heavy_repeat)
         print(f"full refresh: {res['full refresh']:.1f} s  (peak RSS so far {peak_rss_gb():.2f} GB)", flush=True)
 
         def cycle():   # back to the day before (refreshed, untimed), so each timed run adds the same day
             hold_back(con, cut)
-            timeline.build(con)
+            timeline_mart.build(con)
             add_day(con)
         add_day(con)
         res["incremental refresh (+1 day)"], rep = timed(lambda: timeline_mart.build(con), 1)
@@ -221,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
             more, _ = timed(lambda: timeline_mart.build(con), a.repeat - 1, setup=cycle)
             res["incremental refresh (+1 day)"] = statistics.median([res["incremental refresh (+1 day)"], more])
         inc = mart_totals(con)
-        timeline.build(con, full=True)
+        timeline_mart.build(con, full=True)
         same = inc == mart_totals(con)
         print(f"incremental refresh: {res['incremental refresh (+1 day)']:.2f} s, rebuilt from {info['from']} "
               f"re-placing {info['jobs']:,} jobs; equals a full rebuild: {same}", flush=True)

@@ -21,7 +21,7 @@ import polars as pl
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from models import placement  # noqa: E402
+from models.simulation import placement  # noqa: E402
 
 TRACES = ["default", "cpu050", "gpushare100", "gpuspec33", "multigpu50"]
 TRACE_DIR = ROOT.parent / "shared" / "traces" / "alibaba-gpu-v2023-openb"
@@ -77,7 +77,7 @@ def main() -> None:
     mean.select("trace", "policy", "arrived_pct", pl.col("alloc_pct").round(3), pl.col("frag_rate_pct").round(3)) \
         .sort("trace", "policy", "arrived_pct").write_csv(out / "simulator_openb_curves.csv")
     if not args.no_figures:
-        from models import sim_figures
+        from dashboards import placement_charts as sim_figures
         sim_figures.write_placement_png(curves, out / "simulator_openb_alloc.png", "alloc_pct")
         sim_figures.write_placement_png(curves, out / "simulator_openb_frag.png", "frag_rate_pct")
     print(table_130(curves))

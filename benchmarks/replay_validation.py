@@ -28,8 +28,8 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from ingest import sacct, slurm_events, slurm_nodes, warehouse  # noqa: E402
-from models import whatif  # noqa: E402
-from models.simulate import Cluster, Policy  # noqa: E402
+from models.simulation import whatif  # noqa: E402
+from models.simulation.simulate import Cluster, Policy  # noqa: E402
 
 COLS = ["size_class", "jobs", "median_abs_err_h", "mean_abs_err_h", "p90_abs_err_h", "observed_p50_h",
         "simulated_p50_h", "observed_p95_h", "simulated_p95_h", "observed_mean_h", "simulated_mean_h"]

@@ -22,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from models.simulate import Cluster, Policy, Workload, simulate  # noqa: E402
+from models.simulation.simulate import Cluster, Policy, Workload, simulate  # noqa: E402
 
 
 def synthetic(n_jobs: int, n_nodes: int, gpus: int, load: float, seed: int) -> tuple[Cluster, Workload]:
@@ -68,7 +68,7 @@ def bench_replay(args) -> None:
 
 
 def bench_placement(args) -> None:
-    from models import placement
+    from models.simulation import placement
     trace = Path(args.trace)
     nodes, pods = placement.load_trace(trace)
     t0 = time.perf_counter()

@@ -21,7 +21,7 @@ if str(ROOT) not in sys.path:
 
 import numpy as np  # noqa: E402
 
-from ingest.synthetic import config, faults, layout, sacct_writer, scheduler, workload  # noqa: E402
+from models.demo import config, faults, layout, sacct_writer, scheduler, workload  # noqa: E402
 
 
 def one_run(cfg) -> dict:

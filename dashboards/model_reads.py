@@ -1,45 +1,29 @@
 """The model outputs each page shows, cached per snapshot version and filter set.
 
-Each function calls the library function of the model that owns the figure (models/*), on a read-only
-cursor of the serving snapshot, and returns None while that model has not landed, so a page can say so
-instead of inventing numbers. No business SQL lives here: only the mapping from the sidebar's filters to
+Each function calls the library function of the model that owns the figure (models/metrics, forecasting,
+simulation), on a read-only cursor of the serving snapshot. No business SQL lives here: only the mapping from the sidebar's filters to
 the model's parameters, and sums of the model's additive columns (GPU-hours) over the groups a filter
 keeps, with ratios recomputed from those sums.
 """
 from __future__ import annotations
 
 import datetime as dt
-import importlib
-import importlib.util
 import os
 from concurrent.futures import ThreadPoolExecutor
-from types import ModuleType
 
 import polars as pl
 import streamlit as st
 
-from dashboards import queries
+from dashboards import exports, queries
 from dashboards.filters import Filters
 from dashboards.queries import CACHE
-from dashboards.theme import UNMAPPED
-
-
-def _model(name: str, *functions: str) -> ModuleType | None:
-    try:
-        mod = importlib.import_module(f"models.{name}")
-    except ImportError:
-        return None
-    return mod if all(hasattr(mod, f) for f in functions) else None
-
-
-def landed(name: str, *functions: str) -> bool:
-    """True when ``models.<name>`` exists with every function the dashboard calls."""
-    return _model(name, *functions) is not None
-
-
-def present(name: str) -> bool:
-    """True when ``models.<name>`` exists, without importing it (the simulator compiles on first import)."""
-    return importlib.util.find_spec(f"models.{name}") is not None
+from models.definitions.labels import ALL, UNMAPPED
+from models.definitions.policy import CostError, current_policy
+from models.forecasting import capacity as capacity_mod
+from models.metrics import blocked as blocked_mod, chargeback as chargeback_mod, efficiency as efficiency_mod
+from models.metrics import fairness as fairness_mod, fragmentation as fragmentation_mod, queue as queue_mod
+from models.metrics import timeline, utilization as utilization_mod
+from models.simulation import simulate as simulate_mod, whatif as whatif_mod
 
 
 def _cursor():
@@ -99,9 +83,7 @@ def utilization(version: str, f: Filters, bucket: str, group: str | None = None)
     the rest, so allocated + other + idle + unavailable = capacity still holds. ``allocation_ratio`` is the
     (selected) allocation inside capacity over available capacity, recomputed from the sums.
     """
-    mod = _model("utilization", "by_bucket")
-    if mod is None:
-        return None
+    mod = utilization_mod
     by = _capacity_by(f, group)
     if f.teams:
         by.append("team")
@@ -139,9 +121,7 @@ def _team_rows(df: pl.DataFrame, f: Filters, total_label: str) -> pl.DataFrame:
 @st.cache_data(**CACHE)
 def allocation_by_team(version: str, f: Filters, bucket: str) -> pl.DataFrame | None:
     """Allocated GPU-hours per bucket and team (teams the filter keeps; unmapped jobs as UNMAPPED)."""
-    mod = _model("utilization", "by_bucket")
-    if mod is None:
-        return None
+    mod = utilization_mod
     by = _capacity_by(f, None) + ["team"]
     df = mod.by_bucket(_cursor(), f.t0, f.t1, bucket, by=by)
     if df.height == 0:
@@ -172,20 +152,16 @@ def window_totals(df: pl.DataFrame | None, f: Filters) -> dict[str, float | None
 @st.cache_data(**CACHE)
 def currency(version: str) -> str | None:
     """The governance currency, or None before a governance file is loaded (or before the cost model lands)."""
-    mod = _model("cost", "current_policy")
-    if mod is None:
-        return None
     try:
-        return mod.current_policy(_cursor()).currency
-    except Exception:  # no governance loaded yet: amounts are simply not shown
+        return current_policy(_cursor()).currency
+    except CostError:  # no governance loaded yet: amounts are simply not shown
         return None
 
 
 @st.cache_data(**CACHE)
 def chargeback_periods(version: str, first: dt.date | None, last: dt.date | None) -> tuple[list[str], list[str]]:
     """(every month the data touches, newest first; the months closed so far)."""
-    mod = _model("chargeback", "closed_periods")
-    closed = mod.closed_periods(_cursor()) if mod is not None and "statements" in queries.current().tables() else []
+    closed = chargeback_mod.closed_periods(_cursor())
     months = set(closed)
     if first and last:
         y, m = first.year, first.month
@@ -201,15 +177,11 @@ def statement(version: str, period: str, detail: bool = True):
     unless ``detail``) and its views; CostError text if it cannot be.
 
     Cached as a resource (not copied per view): the statement of a big month carries every job."""
-    mod = _model("chargeback", "statement", "views")
-    if mod is None:
-        return None
-    from models.cost import CostError
     try:
-        st_ = mod.statement(_cursor(), period, detail=detail)
+        st_ = chargeback_mod.statement(_cursor(), period, detail=detail)
     except CostError as exc:
         return str(exc)
-    return st_, mod.views(st_)
+    return st_, chargeback_mod.views(st_)
 
 
 @st.cache_data(max_entries=4, show_spinner=False)
@@ -218,7 +190,6 @@ def statement_xlsx(version: str, period: str) -> bytes:
 
     Stamped with the close time, or for an open period with the snapshot's publication time, so one snapshot
     always gives the same bytes."""
-    from dashboards import exports
     stmt, views = statement(version, period)
     created = stmt.closed_at or queries.published_at(version)
     return exports.xlsx_bytes(views, title=f"GPU chargeback {stmt.period}", created=created)
@@ -232,10 +203,7 @@ def forecast(version: str, measure: str, horizon: int, target_util: float, band:
     """capacity.forecast_warehouse's answer (history, forecast with intervals, model summary, capacity answers).
 
     Cached as a resource per snapshot and settings: fitting and backtesting every series takes seconds."""
-    mod = _model("capacity", "forecast_warehouse")
-    if mod is None:
-        return None
-    return mod.forecast_warehouse(_cursor(), horizon, by=by, freq="day", measure=measure, cluster=cluster,
+    return capacity_mod.forecast_warehouse(_cursor(), horizon, by=by, freq="day", measure=measure, cluster=cluster,
                                   target_util=target_util, band=band)
 
 
@@ -245,11 +213,8 @@ def forecast(version: str, measure: str, horizon: int, target_util: float, band:
 def whatif_inputs(version: str, t0: dt.datetime, t1: dt.datetime, cluster: str | None):
     """The simulator's inputs for the window (capacity at its start, its jobs and outages), or the reason
     there are none as a string."""
-    mod = _model("whatif", "load_inputs", "run_whatif", "Scenario")
-    if mod is None:
-        return None
     try:
-        return mod.load_inputs(_cursor(), t0.isoformat(), t1.isoformat(), cluster)
+        return whatif_mod.load_inputs(_cursor(), t0.isoformat(), t1.isoformat(), cluster)
     except ValueError as exc:
         return str(exc)
 
@@ -259,10 +224,7 @@ def whatif(version: str, t0: dt.datetime, t1: dt.datetime, cluster: str | None, 
            demand_scale: float, policy: str, replications: int, seed: int = 0) -> pl.DataFrame | str | None:
     """Metrics of one scenario (p50/p95 wait overall, per team, per size class, per pool; utilization;
     fragmentation), each a mean with its 95 % interval over ``replications`` bootstrapped replications."""
-    mod = _model("whatif", "load_inputs", "run_whatif", "Scenario")
-    sim = _model("simulate", "Policy")
-    if mod is None or sim is None:
-        return None
+    mod, sim = whatif_mod, simulate_mod
     inp = whatif_inputs(version, t0, t1, cluster)
     if inp is None or isinstance(inp, str):
         return None
@@ -294,9 +256,7 @@ def efficiency(version: str, f: Filters, group: str | None = None, bucket: str |
 
     Groups the model splits further only to apply a filter are summed back (GPU-hours) and the percentages
     recomputed from the sums; the p95 cannot be summed and is kept only when no such split happened."""
-    mod = _model("efficiency", "by_group")
-    if mod is None:
-        return None
+    mod = efficiency_mod
     extra = [col for name, col in _EFF_FILTERS.items() if f.dimensions()[name] and col != group]
     by = ([group] if group else []) + extra
     df = mod.by_group(_cursor(), f.t0, f.t1, by=by, bucket=bucket)
@@ -314,9 +274,7 @@ def efficiency(version: str, f: Filters, group: str | None = None, bucket: str |
 @st.cache_data(**CACHE)
 def efficiency_jobs(version: str, f: Filters, n: int = 25) -> pl.DataFrame | None:
     """The worst offenders: jobs with the most idle-allocated GPU-hours in the window, for the filters."""
-    mod = _model("efficiency", "per_job")
-    if mod is None:
-        return None
+    mod = efficiency_mod
     filtered = any(f.dimensions().values())
     df = mod.per_job(_cursor(), f.t0, f.t1, order="idle", limit=None if filtered else n)
     df = f.apply(df.with_columns(pl.col("team").fill_null(UNMAPPED)))
@@ -326,8 +284,7 @@ def efficiency_jobs(version: str, f: Filters, n: int = 25) -> pl.DataFrame | Non
 @st.cache_data(**CACHE)
 def efficiency_methods(version: str, f: Filters) -> pl.DataFrame | None:
     """Share of telemetry GPU-hours attributed exactly (exporter label, GPU index) or by node share (window)."""
-    mod = _model("efficiency", "method_shares")
-    return None if mod is None else mod.method_shares(_cursor(), f.t0, f.t1)
+    return efficiency_mod.method_shares(_cursor(), f.t0, f.t1)
 
 
 # ---------------------------------------------------------------- fragmentation (models/fragmentation*.py, issue 5)
@@ -338,9 +295,7 @@ def fragmentation(version: str, f: Filters, bucket: str) -> pl.DataFrame | None:
     (nodes, free and stranded GPUs add up over cells sampled at the same times), FGD rate recomputed.
 
     Partitions are split only when filtered on (a node in several partitions would count in each)."""
-    mod = _model("fragmentation", "report")
-    if mod is None:
-        return None
+    mod = fragmentation_mod
     by = ("gpu_type", "partition") if f.partitions else ("gpu_type",)
     df = mod.report(_cursor(), f.t0, f.t1, bucket, by=by)
     if df.height == 0:
@@ -375,16 +330,14 @@ BLOCKED_SUMS = ["jobs", "wait_h", "wait_gpu_h", "placeable_gpu_h", "fragmentatio
 def blocked(version: str, f: Filters) -> pl.DataFrame | None:
     """Queue wait GPU-hours of the jobs the filters keep, per team and size class, split into placeable /
     fragmentation / capacity / unknown (one model run per filter set; pages sum the groups they show)."""
-    mod = _model("fragmentation_blocked", "blocked")
-    if mod is None:
-        return None
+    mod = blocked_mod
     by = ["team", "size_class"]
     extra = [col for name, col in _EFF_FILTERS.items() if f.dimensions()[name] and col not in by]
     df = mod.blocked(_cursor(), f.t0, f.t1, by=by + extra)
     if df.height == 0:
         return pl.DataFrame(schema={"team": pl.String, "size_class": pl.String,
                                     **{c: pl.Float64 for c in BLOCKED_SUMS}})
-    df = f.apply(df.filter(pl.all_horizontal(pl.col(c) != "(all)" for c in by + extra)))
+    df = f.apply(df.filter(pl.all_horizontal(pl.col(c) != ALL for c in by + extra)))
     return df.group_by(by).agg([pl.col(c).sum() for c in BLOCKED_SUMS])
 
 
@@ -401,20 +354,14 @@ def blocked_by(df: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
 @st.cache_data(**CACHE)
 def fairness(version: str, f: Filters) -> dict[str, pl.DataFrame] | str | None:
     """fairness.report over the window (clipped to the data horizon): per team and pool, and per pool."""
-    mod = _model("fairness", "report")
-    tl = _model("timeline", "horizon")
-    if mod is None or tl is None:
-        return None
     cur = _cursor()
-    end = min(f.t1, tl.horizon(cur) or f.t1)
+    end = min(f.t1, timeline.horizon(cur) or f.t1)
     if end <= f.t0:
         return {"teams": pl.DataFrame(), "pools": pl.DataFrame()}
     try:
-        rep = mod.report(cur, [("window", f.t0, end)])
-    except Exception as exc:   # cost.CostError: no governance loaded (entitlements are what fairness is about)
-        if type(exc).__name__ == "CostError":
-            return str(exc)
-        raise
+        rep = fairness_mod.report(cur, [("window", f.t0, end)])
+    except CostError as exc:   # no governance loaded (entitlements are what fairness is about)
+        return str(exc)
     teams = f.apply(rep["teams"], skip=("pools", "partitions"))
     pools = f.apply(rep["pools"], skip=("pools", "partitions", "teams"))
     return {"teams": teams, "pools": pools}
@@ -424,9 +371,7 @@ def fairness(version: str, f: Filters) -> dict[str, pl.DataFrame] | str | None:
 def waits(version: str, f: Filters, by: tuple[str, ...] = ("team", "size_class")) -> pl.DataFrame | None:
     """Queue wait percentiles (hours) of jobs that started in the window, per ``by`` plus the filtered dims
     (percentiles cannot be merged: a filter with several values keeps its column)."""
-    mod = _model("queue", "waits")
-    if mod is None:
-        return None
+    mod = queue_mod
     dims = {"clusters": "cluster", "pools": "pool", "partitions": "partition", "teams": "team"}
     extra = tuple(col for name, col in dims.items() if f.dimensions()[name] and col not in by)
     df = mod.waits(_cursor(), f.t0, f.t1, by=by + extra)
@@ -437,12 +382,9 @@ def waits(version: str, f: Filters, by: tuple[str, ...] = ("team", "size_class")
 def starvation(version: str, f: Filters, threshold_hours: float) -> tuple[pl.DataFrame, pl.DataFrame] | None:
     """(per team: starved and pending-too-long counts, oldest pending age; the jobs pending longer than the
     threshold at the end of the window), for the team, pool and cluster filters."""
-    mod = _model("queue", "starvation", "pending_at")
-    tl = _model("timeline", "horizon")
-    if mod is None or tl is None:
-        return None
+    mod = queue_mod
     cur = _cursor()
-    end = min(f.t1, tl.horizon(cur) or f.t1)
+    end = min(f.t1, timeline.horizon(cur) or f.t1)
     per_team = f.apply(mod.starvation(cur, f.t0, end, threshold_hours), skip=("pools", "partitions"))
     pending = mod.pending_at(cur, end)
     pending = f.apply(pending, skip=("partitions",)).filter(pl.col("pending_h") > threshold_hours)

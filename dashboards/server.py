@@ -16,6 +16,7 @@ import urllib.request
 from pathlib import Path
 
 from dashboards import theme
+from ingest import warehouse
 
 APP = Path(__file__).resolve().parent / "app.py"
 
@@ -80,7 +81,6 @@ def _raise_interrupt(signum, frame):
 
 def serve(db_path: str | os.PathLike, port: int = 8501, host: str = "127.0.0.1") -> int:
     """Serve the dashboards for ``db_path`` until interrupted; prints the address. Returns the exit status."""
-    from ingest import warehouse
     proc = start(db_path, port, host)
     # A SIGTERM (service manager, test harness) must stop the Streamlit child too, not orphan it.
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)

@@ -1,13 +1,13 @@
-"""Page furniture shared by every page: the page context, headers, KPI tiles, tables with CSV download,
-and the plain notice a page shows when its model has not landed (never invented numbers)."""
+"""Page furniture shared by every page: the page context, headers, KPI tiles, tables with CSV download, and
+what a page says when a model cannot compute on this snapshot (never invented numbers)."""
 from __future__ import annotations
 
 import datetime as dt
-import importlib
+import traceback
 from contextlib import contextmanager
 from dataclasses import dataclass
-from types import ModuleType
 
+import duckdb
 import polars as pl
 import streamlit as st
 
@@ -59,29 +59,13 @@ def header(title: str, question: str, ctx: Context, deltas: bool = True) -> None
     st.caption(f.describe() + against)
 
 
-def model(module: str, *names: str) -> ModuleType | None:
-    """The model module if it has landed with every function a page needs, else None."""
-    try:
-        mod = importlib.import_module(module)
-    except ImportError:
-        return None
-    return mod if all(hasattr(mod, n) for n in names) else None
-
-
-def not_landed(what: str, module: str, issue: int) -> None:
-    """Say plainly that a model is missing; show no numbers in its place."""
-    st.info(f"**{what} is not available yet.** It needs `{module}`, which lands with issue #{issue}. "
-            "This section shows no figures until then, rather than estimates.", icon=":material/hourglass_empty:")
-
-
 FAILED_TEXT = "could not be computed"
 
 
 def page_failed(title: str, exc: Exception) -> None:
     """A model raised on this snapshot: one clear line for the manager, the traceback for the admin."""
-    import traceback
     hint = ""
-    if type(exc).__name__ == "CatalogException":   # a mart this version reads is missing from the snapshot
+    if isinstance(exc, duckdb.CatalogException):   # a mart this version reads is missing from the snapshot
         hint = (" If gpuledger was upgraded since the last ingest, `gpuledger refresh` rebuilds the marts and "
                 "republishes the snapshot.")
     st.error(f"**{title} {FAILED_TEXT}** from this snapshot: {type(exc).__name__}: {str(exc).splitlines()[0]}"

@@ -26,6 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ingest import warehouse
+from ingest.errors import InputError
 
 #: Exporter metric -> (gpu_samples column, scale to the stored unit, lowest and highest plausible raw value).
 METRICS: dict[str, tuple[str, float, float, float]] = {
@@ -468,25 +469,12 @@ def prune_raw(con: duckdb.DuckDBPyConnection, keep_days: float) -> int:
 # ---------------------------------------------------------------- shared input helpers
 
 def parse_time(text: str, what: str = "time", tz: str | None = None) -> dt.datetime:
-    """A user-given time as naive UTC: epoch seconds, or ISO 8601 (``2026-07-14``, ``2026-07-14T08:12:53Z``,
-    ``2026-07-14 08:12:53+02:00``); a time without an offset is read in ``tz`` (default UTC)."""
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
-
-    from ingest.errors import InputError
-    s = text.strip()
-    if re.fullmatch(r"\d{9,11}(\.\d+)?", s):
-        return dt.datetime.fromtimestamp(float(s), dt.timezone.utc).replace(tzinfo=None)
+    """A user-given time as naive UTC (the one parser, ingest/warehouse/times.py); an unreadable time or zone is an
+    InputError naming ``what``."""
     try:
-        t = dt.datetime.fromisoformat(s)
-    except ValueError:
-        raise InputError(what, f"not a time: {text!r} (use ISO 8601 like 2026-07-14T08:00:00Z, or epoch seconds)"
-                         ) from None
-    if t.tzinfo is None:
-        try:
-            t = t.replace(tzinfo=ZoneInfo(tz or "UTC"))
-        except (ZoneInfoNotFoundError, ValueError):
-            raise InputError("--tz", f"unknown time zone {tz!r}") from None
-    return t.astimezone(dt.timezone.utc).replace(tzinfo=None)
+        return warehouse.parse_time(text, what, tz)
+    except warehouse.TimeParseError as exc:
+        raise InputError(what, str(exc).split(": ", 1)[-1]) from None
 
 
 def summary(con: duckdb.DuckDBPyConnection, run: warehouse.IngestRun) -> dict:

@@ -76,7 +76,7 @@ def build(con, tmp: Path, jobs: list[Job], nodes: list[tuple], governance: str |
     """Ingest ``nodes`` ((name, gpus, gpu_type[, partitions])) and ``jobs`` into ``con``, load ``governance``
     (TOML text) if given, and build the timeline marts."""
     from ingest import slurm_nodes
-    from models import refresh
+    from models.pipeline import refresh
     tmp.mkdir(parents=True, exist_ok=True)
     nf = tmp / "nodes.txt"
     nf.write_text("\n".join(node_line(*n) for n in nodes) + "\n")
@@ -102,7 +102,7 @@ def load_governance(con, tmp: Path, text: str) -> dict:
 
 
 def refresh(con, tmp: Path) -> None:
-    from models import refresh as r
+    from models.pipeline import refresh as r
     r.run(con, tmp / "unused.duckdb", publish=False)
 
 

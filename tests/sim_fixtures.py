@@ -6,7 +6,7 @@ from datetime import datetime
 import numpy as np
 import polars as pl
 
-from models.simulate import Cluster, Policy, Workload, simulate
+from models.simulation.simulate import Cluster, Policy, Workload, simulate
 
 T0 = datetime(2026, 3, 2)
 

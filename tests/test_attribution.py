@@ -5,13 +5,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from models import efficiency
+from models.metrics import efficiency
 
 from telemetry_fixtures import add_jobs, at, busy, load_readings, readings
+from models.marts import efficiency as efficiency_mart
 
 
 def _eff(con):
-    efficiency.build(con, full=True)
+    efficiency_mart.build(con, full=True)
     return {r[0]: r[1:] for r in con.sql("""
         SELECT j.job_id, e.method, e.telemetry_gpu_s / 60, e.active_gpu_s / 60, e.idle_alloc_gpu_s / 60,
                e.label_gpu_s / 60, e.index_gpu_s / 60, e.share_gpu_s / 60, e.n_devices
@@ -110,12 +111,12 @@ util_strategy = st.lists(st.lists(st.sampled_from([0, 0, 10, 50, 100]), min_size
 @given(jobs=job_strategy, utils=util_strategy)
 def test_shares_never_exceed_allocation_or_readings(con, tmp_path, jobs, utils):
     for t in ("jobs", "job_nodes", "gpu_samples", "gpu_samples_5m", "gpu_efficiency_job", "gpu_efficiency_job_hour",
-              "gpu_mart_state"):
+              "mart_state"):
         con.execute(f"DELETE FROM {t}")
     add_jobs(con, tmp_path, [dict(id=700 + i, start=s, end=s + d, gpus=g, nodes="h1")
                              for i, (s, d, g) in enumerate(jobs)])
     load_readings(con, readings({("h1", g): dict(enumerate(u)) for g, u in enumerate(utils)}))
-    efficiency.build(con, full=True)
+    efficiency_mart.build(con, full=True)
     per_job = con.sql("SELECT alloc_gpu_s, telemetry_gpu_s, active_gpu_s, idle_alloc_gpu_s FROM gpu_efficiency_job"
                       ).fetchall()
     for alloc, tel, act, idle in per_job:
@@ -127,7 +128,7 @@ def test_shares_never_exceed_allocation_or_readings(con, tmp_path, jobs, utils):
 
 def test_node_groups_give_the_same_answer_as_one_pass(con, tmp_path, monkeypatch):
     """The mart is built node group by node group; a multi-node job keeps its nodes in one group."""
-    from models import attribution
+    from models.kernels import attribution
     add_jobs(con, tmp_path, [dict(id=800, start=0, end=30, gpus=2, nodes="k1"),
                              dict(id=801, start=10, end=40, gpus=4, nodes="k[2-3]", nnodes=2),
                              dict(id=802, start=0, end=40, gpus=1, nodes="k4"),

@@ -10,7 +10,7 @@ import polars as pl
 import pytest
 
 import timeline_fixtures as tf
-from models import capacity
+from models.forecasting import capacity
 
 
 def _frames(hist_vals, fc_vals, width=10.0):
@@ -88,7 +88,7 @@ def test_forecast_warehouse_gives_pool_answers_for_team_series(con):
     notes = dict(zip(res["summary"]["team"], res["summary"]["notes"]))
     assert notes["product"] == ("only 2 period(s) of history: last value carried forward, "
                                 "no interval can be estimated")
-    assert notes["unmapped"].startswith("history starts 2024-03-02, the first non-zero period")
+    assert notes["(unmapped)"].startswith("history starts 2024-03-02, the first non-zero period")
 
 
 # ----------------------------------------------------------------------------- the CLI

@@ -24,8 +24,9 @@ import polars as pl
 import pytest
 
 from cost_helpers import Job, T, add_jobs, build, clone, load_governance, refresh, template
-from models import chargeback
-from models.cost import CostError
+from models.metrics import chargeback
+from models.definitions.policy import CostError
+from models.pipeline import close
 
 NODES = [("h1", 4, "h100", "gpu,preempt"), ("h2", 4, "h100", "gpu,preempt"), ("a1", 8, "a100", "gpu")]
 JOBS = [
@@ -256,12 +257,12 @@ def test_period_in_a_time_zone_uses_local_month_edges(make):
 
 def test_close_freezes_and_a_late_job_becomes_an_adjustment_next_period(make, tmp_path):
     con = make(gov("proportional_usage"))
-    closed = chargeback.close_period(con, "2026-03", now=dt.datetime(2026, 4, 3, 9, 30))
+    closed = close.close_period(con, "2026-03", now=dt.datetime(2026, 4, 3, 9, 30))
     assert closed.status == "closed" and len(closed.content_hash) == 64
     assert closed.closed_at == dt.datetime(2026, 4, 3, 9, 30)
     before = chargeback.statement(con, "2026-03")
     with pytest.raises(CostError, match="already closed"):
-        chargeback.close_period(con, "2026-03")
+        close.close_period(con, "2026-03")
     # a March job arrives after the close (and April continues, so April is the next open period)
     add_jobs(con, tmp_path, [Job(7, "nlp", 1, T(25), T(26), node="h2"),
                              Job(8, "nlp", 1, T(3, month=4), T(4, month=4), node="h2")], name="late.psv")
@@ -293,7 +294,7 @@ def test_close_freezes_and_a_late_job_becomes_an_adjustment_next_period(make, tm
     # once April closes with its adjustment, the late job is accounted for and not adjusted again
     add_jobs(con, tmp_path, [Job(9, "nlp", 1, T(1, month=5), T(2, month=5), node="h2")], name="may.psv")
     refresh(con, tmp_path)
-    chargeback.close_period(con, "2026-04")
+    close.close_period(con, "2026-04")
     may = chargeback.compute(con, "2026-05")
     assert may.lines.filter(pl.col("kind") == "adjustment").height == 0
 
@@ -301,13 +302,13 @@ def test_close_freezes_and_a_late_job_becomes_an_adjustment_next_period(make, tm
 def test_a_provisional_period_cannot_be_closed(cluster):
     con, _ = cluster
     with pytest.raises(CostError, match="cannot close 2026-04: the accounting does not reach the end"):
-        chargeback.close_period(con, "2026-04")
+        close.close_period(con, "2026-04")
     assert chargeback.compute(con, "2026-04").status == "provisional"
 
 
 def test_tampering_with_a_closed_statement_is_detected(cluster):
     con, _ = cluster
-    chargeback.close_period(con, "2026-03")
+    close.close_period(con, "2026-03")
     con.execute("UPDATE statement_lines SET total = total + 1 WHERE period = '2026-03' AND line_no = 1")
     with pytest.raises(CostError, match="does not match its content hash"):
         chargeback.statement(con, "2026-03")

@@ -12,8 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cost_helpers import Job, T, add_jobs, clone, load_governance, refresh, template
-from models import chargeback, cost
-from models.cost import Policy, Rate
+from models.metrics import chargeback, cost
+from models.definitions.policy import Policy, Rate
+from models.definitions import times
+from models.definitions import policy as policy_defs
 
 DAY = dt.timedelta(days=1)
 
@@ -36,13 +38,13 @@ def rate(pool, price, start, end=None, partition=None, cluster=None) -> Rate:
     ("2026-10", "America/New_York", dt.datetime(2026, 10, 1, 4), dt.datetime(2026, 11, 1, 4)),
 ])
 def test_period_bounds_are_the_local_month_in_utc(period, tz, start, end):
-    assert cost.period_bounds(period, tz) == (start, end)
+    assert times.period_bounds(period, tz) == (start, end)
 
 
 def test_next_period_and_bad_periods():
-    assert cost.next_period("2026-12") == "2027-01" and cost.next_period("2026-01", -1) == "2025-12"
-    with pytest.raises(cost.CostError, match="expected YYYY-MM"):
-        cost.period_bounds("March")
+    assert times.next_period("2026-12") == "2027-01" and times.next_period("2026-01", -1) == "2025-12"
+    with pytest.raises(ValueError, match="expected YYYY-MM"):
+        times.period_bounds("March")
 
 
 def test_rate_card_resolves_dates_partitions_clusters_and_wildcards():
@@ -52,7 +54,7 @@ def test_rate_card_resolves_dates_partitions_clusters_and_wildcards():
                       rate("h100", "3.00", dt.datetime(2026, 3, 20), cluster="c2"),
                       rate("h100", "1.00", dt.datetime(2026, 3, 10), dt.datetime(2026, 3, 25), partition="preempt"),
                       rate("*", "0.50", dt.datetime(2026, 1, 1))])
-    iv = cost.rate_intervals(p, [("c1", "h100"), ("c2", "h100"), ("c1", "(untyped)")], s, e)
+    iv = policy_defs.rate_intervals(p, [("c1", "h100"), ("c2", "h100"), ("c1", "(untyped)")], s, e)
     def at(cluster, pool, pkey, t):
         r = iv.filter((pl.col("cluster") == cluster) & (pl.col("gpu_type") == pool) & pl.col("pkey").eq_missing(pkey)
                       & (pl.col("t0") <= t) & (pl.col("t1") > t))
@@ -65,7 +67,7 @@ def test_rate_card_resolves_dates_partitions_clusters_and_wildcards():
     assert at("c1", "h100", "preempt", dt.datetime(2026, 3, 30)) == (D("2.50"), D("2.50"))   # after it ends
     assert at("c2", "h100", None, dt.datetime(2026, 3, 21)) == (D("3.00"), D("3.00"))        # cluster-specific wins
     assert at("c1", "(untyped)", None, dt.datetime(2026, 3, 21)) == (D("0.50"), D("0.50"))   # only '*' matches
-    gap = cost.rate_intervals(policy(rates=[rate("h100", "2", dt.datetime(2026, 3, 10))]), [("c1", "h100")], s, e)
+    gap = policy_defs.rate_intervals(policy(rates=[rate("h100", "2", dt.datetime(2026, 3, 10))]), [("c1", "h100")], s, e)
     assert gap.filter(pl.col("t0") == s)["base_rate"].to_list() == [None]
 
 

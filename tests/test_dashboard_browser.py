@@ -44,7 +44,7 @@ def warehouse_db(tmp_path_factory) -> Path:
     if os.environ.get("GPULEDGER_BROWSER_DB"):
         return Path(os.environ["GPULEDGER_BROWSER_DB"])
     try:
-        from ingest.synthetic import build, config
+        from models.demo import build, config
     except ImportError:
         return dfx.build_lab(tmp_path_factory.mktemp("lab"))
     db = tmp_path_factory.mktemp("demo") / "demo.duckdb"

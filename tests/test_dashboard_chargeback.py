@@ -7,7 +7,7 @@ import pytest
 import dashboard_fixtures as dfx
 from dashboard_fixtures import lab_db  # noqa: F401 (fixture)
 from dashboards.snapshot import Snapshot
-from models import chargeback
+from models.metrics import chargeback
 
 
 @pytest.fixture(scope="module")

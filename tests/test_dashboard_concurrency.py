@@ -30,13 +30,14 @@ READER = textwrap.dedent("""
     at.run()
     at.switch_page("views/data_health.py")
     while True:
+        last = stop.exists()   # one more run after the stop: it starts after every ingest has published
         t0 = time.time()
         at.run()
         runs = [m.value for m in at.metric if m.label == "Runs"]
         print(json.dumps({"t0": t0, "t1": time.time(), "version": queries.current().version,
                           "runs": runs[0] if runs else None, "exceptions": [e.value for e in at.exception],
                           "errors": [e.value for e in at.error]}), flush=True)
-        if stop.exists():
+        if last:
             break
 """)
 

@@ -41,7 +41,7 @@ def test_telemetry_gaps_match_the_efficiency_model(lab_db, monkeypatch):
 
     import polars as pl
     import pytest
-    from models import efficiency
+    from models.metrics import efficiency
     at = dfx.open_page(dfx.app(lab_db, monkeypatch), "data_health")
     daily = efficiency.by_group(Snapshot(lab_db).cursor(), dt.datetime(2026, 9, 21), dt.datetime(2026, 10, 21),
                                 by=["gpu_type"], bucket="day")

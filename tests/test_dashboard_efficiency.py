@@ -9,7 +9,7 @@ import pytest
 import dashboard_fixtures as dfx
 from dashboard_fixtures import lab_db  # noqa: F401 (fixture)
 from dashboards.snapshot import Snapshot
-from models import efficiency
+from models.metrics import efficiency
 
 DAY = {"f_dates": (dt.date(2026, 10, 12), dt.date(2026, 10, 12))}   # the day the fixture has DCGM telemetry for
 T0, T1 = dt.datetime(2026, 10, 12), dt.datetime(2026, 10, 13)

@@ -9,7 +9,7 @@ import pytest
 import dashboard_fixtures as dfx
 from dashboard_fixtures import lab_db  # noqa: F401 (fixture)
 from dashboards.snapshot import Snapshot
-from models import fairness, queue, timeline
+from models.metrics import fairness, queue, timeline
 
 T0 = dt.datetime(2026, 9, 21)
 

@@ -7,7 +7,7 @@ import pytest
 import dashboard_fixtures as dfx
 from dashboard_fixtures import lab_db  # noqa: F401 (fixture)
 from dashboards.snapshot import Snapshot
-from models import capacity
+from models.forecasting import capacity
 
 
 def test_forecasts_and_exhaustion_dates_match_the_model(lab_db, monkeypatch):
@@ -31,12 +31,12 @@ def test_forecasts_and_exhaustion_dates_match_the_model(lab_db, monkeypatch):
     summary = res["summary"].filter(pl.col("pool").is_in(["a100", "h100"]))
     assert list(table["Model chosen"]) == summary["model"].to_list()
     # the pseudo-pool of jobs that never ran (no GPU type) is not offered as a pool to plan for
-    assert "unknown" not in set(table["Pool (GPU type)"])
+    assert "(any)" not in set(table["Pool (GPU type)"])
 
 
 @pytest.mark.slow
 def test_whatif_runs_the_simulator_and_compares_p95_wait(lab_db, monkeypatch):
-    from models import simulate, whatif
+    from models.simulation import simulate, whatif
     at = dfx.open_page(dfx.app(lab_db, monkeypatch, timeout=600), "forecast",
                        **{"wi_add_h100": 2, "wi_reps": 3})
     at.button[0].click().run()

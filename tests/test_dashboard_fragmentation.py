@@ -9,7 +9,7 @@ import pytest
 import dashboard_fixtures as dfx
 from dashboard_fixtures import lab_db  # noqa: F401 (fixture)
 from dashboards.snapshot import Snapshot
-from models import fragmentation, fragmentation_blocked
+from models.metrics import fragmentation, blocked as fragmentation_blocked
 
 WEEK = {"f_dates": (dt.date(2026, 10, 5), dt.date(2026, 10, 11))}
 T0, T1 = dt.datetime(2026, 10, 5), dt.datetime(2026, 10, 12)

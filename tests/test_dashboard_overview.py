@@ -9,7 +9,8 @@ import pytest
 import dashboard_fixtures as dfx
 from dashboard_fixtures import lab_db  # noqa: F401 (fixture)
 from dashboards.snapshot import Snapshot
-from models import capacity, chargeback, utilization
+from models.forecasting import capacity
+from models.metrics import chargeback, utilization
 
 
 def test_headline_figures_match_the_models(lab_db, monkeypatch):

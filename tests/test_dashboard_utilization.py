@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import dashboard_fixtures as dfx
 from dashboard_fixtures import lab_db  # noqa: F401 (fixture)
 from dashboards.snapshot import Snapshot
-from models import utilization
+from models.metrics import utilization
 
 T0, T1 = dt.datetime(2026, 9, 21), dt.datetime(2026, 10, 21)   # the default window: 2026-09-21 .. 2026-10-20
 

@@ -15,7 +15,8 @@ import polars as pl
 import pytest
 
 import timeline_fixtures as tf
-from models import demand
+from models.metrics import demand
+from models.marts import timeline as timeline_mart
 
 
 @pytest.fixture(scope="module")
@@ -53,7 +54,7 @@ def test_daily_by_team_and_total(hand):
     t = demand.demand_table(hand, "day", ["team"])
     assert _rows(t.filter(pl.col("team") == "product"), "served_gpu_hours", "demanded_gpu_hours", "peak_gpus") == [
         (16.0, 64.0, 20.0), (48.0, 0.0, 20.0)]       # job2 16 / job2 32 + job4 32; job4 pending 16 + job2 4
-    assert _rows(t.filter(pl.col("team") == "unmapped"), "served_gpu_hours", "demanded_gpu_hours") == [
+    assert _rows(t.filter(pl.col("team") == "(unmapped)"), "served_gpu_hours", "demanded_gpu_hours") == [
         (0.0, 0.0), (1.0, 1.0)]                      # frank's hour, reported, never dropped
     total = demand.demand_table(hand, "day", [])
     assert total["served_gpu_hours"].to_list() == [148.0, 97.0]
@@ -61,7 +62,7 @@ def test_daily_by_team_and_total(hand):
 
 
 def test_served_agrees_with_the_timeline(hand):
-    from models import timeline
+    from models.metrics import timeline
     t = demand.demand_table(hand, "day", [])
     alloc = timeline.job_gpu_seconds(hand)["gpu_seconds"].sum() / 3600
     assert t["served_gpu_hours"].sum() == pytest.approx(alloc)
@@ -95,8 +96,8 @@ def test_pending_array_record_counts_every_task(con):
             "billing=1,cpu=4,gres/gpu=1,mem=16G,node=1|gpu02\n")
     from ingest import sacct
     sacct.ingest_bytes(con, line.encode(), "arr.psv", sacct.SacctOptions(cluster="tc"))
-    from models import timeline
-    timeline.build(con)
+    from models.metrics import timeline
+    timeline_mart.build(con)
     t = demand.demand_table(con, "hour", [])
     at = {r["ts"]: r for r in t.iter_rows(named=True)}
     # 4 tasks x 1 GPU pending from 06:00; median finished run time = (4 h + 1 h) / 2 = 2.5 h
@@ -137,7 +138,7 @@ OTHER = [tf.Job(11, "gina", "ml", "a100", 8, ["gpu01"], start=tf.T("02-29 20:00"
 def two_clusters(db_path):
     """The hand cluster 'tc' and OTHER on 'td', refreshed (marts built) and published."""
     from ingest import warehouse
-    from models import refresh
+    from models.pipeline import refresh
     c = warehouse.connect(db_path)
     tf.load_hand_cluster(c)
     tf.load(c, "td", OTHER, tf.NODES, team_map=tf.TEAMS)

@@ -6,9 +6,10 @@ import datetime as dt
 
 import pytest
 
-from models import efficiency
+from models.metrics import efficiency
 
 from telemetry_fixtures import add_jobs, at, busy, load_readings, readings
+from models.marts import efficiency as efficiency_mart
 
 
 def _job(con, job_id):
@@ -25,7 +26,7 @@ def test_idle_stretches_of_five_minutes_count_four_do_not(con, tmp_path):
                              dict(id=2, start=0, end=20, gpus=1, nodes="a2")])
     load_readings(con, readings({("a1", 0): {m: 0 if 3 <= m < 8 else 70 for m in range(20)},
                                  ("a2", 0): {m: 0 if 3 <= m < 7 or 10 <= m < 14 else 70 for m in range(20)}}))
-    efficiency.build(con)
+    efficiency_mart.build(con)
     assert _job(con, 1)[4] == pytest.approx(5) and _job(con, 1)[2] == pytest.approx(70 * 15 / 20 / 100)
     assert _job(con, 2)[4] == 0
 
@@ -34,7 +35,7 @@ def test_a_stretch_counts_only_while_the_job_holds_the_gpu(con, tmp_path):
     """The GPU is idle 10:00-10:10; job 3 starts at 10:07: its 3 idle minutes are a stretch shorter than 5."""
     add_jobs(con, tmp_path, [dict(id=3, start=7, end=20, gpus=1, nodes="b1")])
     load_readings(con, readings({("b1", 0): {m: 0 if m < 10 else 40 for m in range(20)}}))
-    efficiency.build(con)
+    efficiency_mart.build(con)
     assert _job(con, 3)[4] == 0
 
 
@@ -46,7 +47,7 @@ def test_a_stretch_counts_only_while_the_job_holds_the_gpu(con, tmp_path):
 def test_metric_preference(con, tmp_path, have, expect):
     add_jobs(con, tmp_path, [dict(id=4, start=0, end=10, gpus=1, nodes="c1")])
     load_readings(con, readings({("c1", 0, None, m): busy(range(10), v) for m, v in have.items()}))
-    efficiency.build(con)
+    efficiency_mart.build(con)
     metric, tel, mean, *_ = _job(con, 4)
     scale = 100 if expect == "GPU_UTIL" else 1
     key = {"SM_ACTIVE": "DCGM_FI_PROF_SM_ACTIVE", "GR_ENGINE_ACTIVE": "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
@@ -58,7 +59,7 @@ def test_sparse_sm_active_gives_way_to_the_better_covered_metric(con, tmp_path):
     add_jobs(con, tmp_path, [dict(id=5, start=0, end=20, gpus=1, nodes="d1")])
     load_readings(con, readings({("d1", 0, None, "DCGM_FI_PROF_SM_ACTIVE"): busy(range(5), 0.2),
                                  ("d1", 0, None, "DCGM_FI_PROF_GR_ENGINE_ACTIVE"): busy(range(20), 0.5)}))
-    efficiency.build(con)
+    efficiency_mart.build(con)
     assert _job(con, 5)[:3] == ("GR_ENGINE_ACTIVE", 20, pytest.approx(0.5))
 
 
@@ -66,7 +67,7 @@ def test_job_without_telemetry_is_shown_as_such(con, tmp_path, run_cli):
     add_jobs(con, tmp_path, [dict(id=6, start=0, end=60, gpus=2, nodes="dark1", user="dora"),
                              dict(id=7, start=0, end=60, gpus=1, nodes="lit1", user="eve")])
     load_readings(con, readings({("lit1", 0): busy(range(60), 0)}))
-    efficiency.build(con)
+    efficiency_mart.build(con)
     assert _job(con, 6) == (None, 0, None, None, 0, None, None, "none")
     df = efficiency.by_group(con, by=["user"], bucket=None)
     dora = df.filter(df["user"] == "dora").to_dicts()[0]
@@ -84,7 +85,7 @@ def test_jobs_without_telemetry_are_allocation_by_the_hour_without_mart_rows(con
     add_jobs(con, tmp_path, [dict(id=60, start=30, end=135, gpus=2, nodes="dark2"),
                              dict(id=61, start=0, end=60, gpus=1, nodes="lit2")])
     load_readings(con, readings({("lit2", 0): busy(range(60), 40)}))
-    efficiency.build(con)
+    efficiency_mart.build(con)
     assert con.sql("SELECT count(*), count(DISTINCT job_uid) FROM gpu_efficiency_job_hour").fetchall() == [(1, 1)]
     hourly = efficiency.by_group(con, bucket="hour")
     assert hourly["alloc_gpu_h"].to_list() == pytest.approx([2, 2, 0.5])
@@ -103,7 +104,7 @@ def test_hours_split_jobs_and_add_up(con, tmp_path):
                                  for g in (0, 1) for m, v in (("DCGM_FI_DEV_GPU_UTIL", 50),
                                                               ("DCGM_FI_DEV_POWER_USAGE", 300),
                                                               ("DCGM_FI_DEV_FB_USED", 1000 + g))}))
-    efficiency.build(con)
+    efficiency_mart.build(con)
     hours = con.sql("""SELECT hour, alloc_gpu_s / 60, telemetry_gpu_s / 60, active_gpu_s / 60, energy_j
                        FROM gpu_efficiency_job_hour ORDER BY hour""").fetchall()
     assert hours == [(at(0), 60, 60, 30, 60 * 60 * 300), (at(60), 120, 120, 60, 120 * 60 * 300),
@@ -118,17 +119,17 @@ def test_incremental_refresh_matches_a_full_rebuild(con, tmp_path):
     add_jobs(con, tmp_path, [dict(id=10, start=0, end=40, gpus=2, nodes="f1"),
                              dict(id=11, start=20, end=60, gpus=1, nodes="f1")])
     load_readings(con, readings({("f1", g): {m: (g * 30 + m) % 100 for m in range(30)} for g in range(3)}), "a.om")
-    efficiency.build(con)
+    efficiency_mart.build(con)
     # more telemetry, then a new job on the same node: both change the earlier jobs' shares
     load_readings(con, readings({("f1", g): {m: (g * 30 + m) % 100 for m in range(30, 60)} for g in range(3)}),
                   "b.om")
-    efficiency.build(con)
+    efficiency_mart.build(con)
     add_jobs(con, tmp_path, [dict(id=12, start=10, end=50, gpus=1, nodes="f1")], name="more.psv")
-    efficiency.build(con)
+    efficiency_mart.build(con)
     cols = "job_uid, alloc_gpu_s, telemetry_gpu_s, active_gpu_s, idle_alloc_gpu_s, act_p95, method"
     incremental = con.sql(f"SELECT {cols} FROM gpu_efficiency_job ORDER BY 1").fetchall()
     hours_inc = con.sql("SELECT * EXCLUDE (hist) FROM gpu_efficiency_job_hour ORDER BY ALL").fetchall()
-    efficiency.build(con, full=True)
+    efficiency_mart.build(con, full=True)
     assert con.sql(f"SELECT {cols} FROM gpu_efficiency_job ORDER BY 1").fetchall() == incremental
     assert con.sql("SELECT * EXCLUDE (hist) FROM gpu_efficiency_job_hour ORDER BY ALL").fetchall() == hours_inc
     assert len(incremental) == 3
@@ -141,7 +142,7 @@ def test_group_report_and_p95_bins(con, tmp_path):
     # ben: 60 minutes at 42 % -> 95 % of the way through the 40-45 % bin
     load_readings(con, readings({("g1", 0): {m: 10 if m < 54 else 97 for m in range(60)},
                                  ("g2", 0): busy(range(60), 42)}))
-    efficiency.build(con)
+    efficiency_mart.build(con)
     df = efficiency.by_group(con, dt.datetime(2026, 7, 14), dt.datetime(2026, 7, 15), by=["account", "user"],
                              bucket="hour")
     rows = {r["user"]: r for r in df.to_dicts()}
@@ -180,7 +181,8 @@ def test_report_cli(run_cli, db_path, tmp_path):
 def test_allocated_gpu_hours_agree_with_the_timeline(con, db_path, tmp_path):
     """Efficiency's allocated GPU-seconds per job are the occupancy timeline's (so utilization and efficiency
     reports add up), including a running job counted to the horizon and a two-node job."""
-    from models import refresh, timeline
+    from models.pipeline import refresh
+    from models.metrics import timeline
     add_jobs(con, tmp_path, [dict(id=40, start=0, end=95, gpus=2, nodes="t1"),
                              dict(id=41, start=30, end=None, gpus=1, nodes="t2"),
                              dict(id=42, start=10, end=70, gpus=4, nodes="t[3-4]", nnodes=2)])
@@ -203,7 +205,7 @@ def test_reports_at_any_grain_equal_the_hour_by_hour_sums(con, tmp_path):
                              dict(id=74, start=15, end=15, gpus=4, nodes="dark4")])
     load_readings(con, readings({("lit3", 0): busy(range(60), 0),
                                  ("lit4", 0): {m: 0 if m < 30 else 50 for m in range(120)}}))
-    efficiency.build(con)
+    efficiency_mart.build(con)
     day = efficiency.by_group(con, bucket="day")
     d = dt.datetime
     assert day["bucket"].to_list() == [d(2026, 7, 14), d(2026, 7, 15), d(2026, 7, 16)]
@@ -245,7 +247,7 @@ def test_worst_offenders_with_a_limit_equal_the_head_of_the_full_list(con, tmp_p
     load_readings(con, readings({("w0", 0): busy(range(60), 80), ("w1", 0): busy(range(60), 0),
                                  ("w2", 0): busy(range(60), 0),
                                  ("w3", 0): {m: 0 if m < 30 else 50 for m in range(60)}}))
-    efficiency.build(con)
+    efficiency_mart.build(con)
     full = efficiency.per_job(con, order="idle")
     assert full["job_id"].to_list() == ["81", "82", "83", "80", "84", "85"]
     assert full["idle_alloc_gpu_h"].to_list() == pytest.approx([1, 1, 0.5, 0, 0, 0])

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.signal import lfilter
 
-from models import ets as E
+from models.forecasting import ets as E
 
 
 def _fit(form, m=1, alpha=0.5, beta=0.0, gamma=0.0, phi=1.0, level=0.0, slope=0.0, season=None, sigma2=1.0):

@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from cost_helpers import Job, T, build
-from models import fairness
+from models.metrics import fairness
+from models.marts import timeline as timeline_mart
 
 FIX = Path(__file__).resolve().parent / "fixtures"
 
@@ -164,7 +165,7 @@ def test_raw_usage_from_accounting_matches_real_sshare(tmp_path):
     Slurm accrues usage in whole seconds at each PriorityCalcPeriod tick (1 minute here) and prints it truncated,
     so a job of a few seconds can gain a second or two: we allow 5 %."""
     from ingest import sacct, warehouse
-    from models import refresh
+    from models.pipeline import refresh
     rows = _real_sshare()
     cmd = (SLURM / "sshare-l.psv.cmd").read_text()
     at = dt.datetime.strptime(cmd.split("captured ")[1][:20], "%Y-%m-%dT%H:%M:%SZ")
@@ -298,7 +299,7 @@ def test_whole_cluster_uses_slurm_style_fairshare_down_the_tree(tmp_path):
 def _without_rollups():
     """Force every fairness input to be computed from the jobs and the timeline's pieces."""
     from unittest import mock
-    from models import timeline
+    from models.metrics import timeline
     with mock.patch.multiple(timeline, whole_days=lambda *a, **k: None, has_table=lambda *a, **k: False), \
          mock.patch.object(fairness, "_usage", fairness._usage_from_pieces):
         yield
@@ -342,7 +343,8 @@ def test_fairness_rollups_after_a_late_export_equal_a_full_rebuild(tmp_path):
     """The pending job finishes in a later export (a changed job), and a new job arrives: the incremental
     refresh rebuilds the rollups from the right day."""
     from ingest import warehouse
-    from models import refresh, timeline
+    from models.pipeline import refresh
+    from models.metrics import timeline
     from cost_helpers import add_jobs
     con = warehouse.connect(tmp_path / "w.duckdb")
     build(con, tmp_path, JOBS, NODES, GOV)
@@ -356,6 +358,6 @@ def test_fairness_rollups_after_a_late_export_equal_a_full_rebuild(tmp_path):
                 for t in ("tl_pending_team_daily", "tl_decay_daily")}
     incremental = rows()
     assert incremental["tl_decay_daily"] and incremental["tl_pending_team_daily"]
-    timeline.build(con, full=True)
+    timeline_mart.build(con, full=True)
     assert rows() == incremental
     con.close()

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from models import forecast as F
+from models.forecasting import forecast as F
 
 
 def test_seasonal_naive_by_hand():

@@ -12,12 +12,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ingest import warehouse
-from models import fragmentation as fr
-from models import fragmentation_blocked as fb
-from models import timeline, utilization
+from models.metrics import fragmentation as fr
+from models.metrics import blocked as fb
+from models.metrics import timeline, utilization
 
 import timeline_fixtures as tf
 from timeline_fixtures import T, Job
+from models.marts import timeline as timeline_mart
+from models.definitions import times
 
 
 def r6(v):
@@ -136,8 +138,8 @@ def test_blocked_per_job_scenario_f(scen_f):
     jobs = fb.per_job(scen_f)
     assert rows(jobs.sort("job_id"), "job_id", "team", "size_class", "wait_h", "placeable_h", "fragmentation_h",
                 "capacity_h", "unknown_h", "wait_gpu_h", "fragmentation_gpu_h") == [
-        ("3", "research", "8", 2.0, 0.0, 2.0, 0.0, 0.0, 16.0, 16.0),         # 4 + 4 free, no node with 8
-        ("4", "product", "multi-node", 4.0, 0.0, 0.0, 4.0, 0.0, 64.0, 0.0),  # never 16 free in total
+        ("3", "research", "5-8", 2.0, 0.0, 2.0, 0.0, 0.0, 16.0, 16.0),         # 4 + 4 free, no node with 8
+        ("4", "product", "9-16", 4.0, 0.0, 0.0, 4.0, 0.0, 64.0, 0.0),  # never 16 free in total
         ("5", "product", "1", 0.5, 0.5, 0.0, 0.0, 0.0, 0.5, 0.0),           # n1 had 4 free: not GPUs
     ]
 
@@ -147,8 +149,8 @@ def test_blocked_by_team_and_size_class(scen_f):
     assert rows(df, "team", "size_class", "jobs", "wait_gpu_h", "placeable_gpu_h", "fragmentation_gpu_h",
                 "capacity_gpu_h", "fragmentation_share", "fragmentation_share_of_all_wait") == [
         ("product", "1", 1, 0.5, 0.5, 0.0, 0.0, 0.0, 0.0),
-        ("product", "multi-node", 1, 64.0, 0.0, 0.0, 64.0, 0.0, 0.0),
-        ("research", "8", 1, 16.0, 0.0, 16.0, 0.0, 1.0, r6(16 / 80.5)),
+        ("product", "9-16", 1, 64.0, 0.0, 0.0, 64.0, 0.0, 0.0),
+        ("research", "5-8", 1, 16.0, 0.0, 16.0, 0.0, 1.0, r6(16 / 80.5)),
         ("(all)", "(all)", 3, 80.5, 0.5, 16.0, 64.0, r6(16 / 80.5), r6(16 / 80.5)),
     ]
 
@@ -187,7 +189,7 @@ def test_fractional_gpus(con):
         uid = con.execute("SELECT job_uid FROM jobs WHERE job_id = ?", [job_id]).fetchall()[0][0]
         con.execute("UPDATE jobs SET gpu_milli = ?, ngpus = ? / 1000 WHERE job_uid = ?", [milli, milli, uid])
         con.execute("UPDATE job_nodes SET gpus_on_node = ? / 1000 WHERE job_uid = ?", [milli, uid])
-    timeline.build(con)
+    timeline_mart.build(con)
     df = fr.report(con, bucket="hour", by="pool")
     # whole 2 + one shared GPU (800 milli used) -> f = 5, r = 200; tasks (1, 500), (1, 300), (2, 1000) at 1/3:
     # F = 200 [200 < 500] + 200 [200 < 300] + (200 + 0) over 3 = 200 milli; FREE = 5200
@@ -197,13 +199,13 @@ def test_fractional_gpus(con):
 
 
 def test_bad_arguments(hand):
-    with pytest.raises(ValueError, match="cannot read interval"):
+    with pytest.raises(ValueError, match="cannot read duration"):
         fr.report(hand, interval="soon")
     with pytest.raises(ValueError, match="cannot group by 'team'"):
         fr.report(hand, by="team")
     with pytest.raises(ValueError, match="cannot group by 'colour'"):
         fb.blocked(hand, by="colour")
-    assert fr.parse_interval("5m") == 300 and fr.parse_interval("1h") == 3600 and fr.parse_interval(60) == 60
+    assert times.parse_duration("5m") == 300 and times.parse_duration("1h") == 3600 and times.parse_duration(60) == 60
 
 
 # ---------------------------------------------------------------- invariants
@@ -309,7 +311,7 @@ def test_daily_mart_equals_the_sample_grid(cluster, sharing, first_day):
         tf.load(con, "hc", jobs, nodes, events, refresh=False)
         if sharing:
             _share_first_job(con)
-        timeline.build(con)
+        timeline_mart.build(con)
         lo, hi = con.sql("SELECT min(data_start), max(horizon) FROM tl_clusters").fetchall()[0]
         if lo is None:
             return
@@ -354,7 +356,7 @@ def test_daily_mart_incremental_equals_full(later):
         tf.load(con, "c", second, later, as_of="2024-03-03T04:00:00")
         marts = ("tl_frag_state_daily", "tl_frag_partial_daily", "tl_frag_workload_daily", "tl_blocked_daily")
         incremental = {t: con.sql(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in marts}
-        timeline.build(con, full=True)
+        timeline_mart.build(con, full=True)
         assert incremental == {t: con.sql(f"SELECT * FROM {t} ORDER BY ALL").fetchall() for t in marts}
         _same_reports(con, (None, None))
     finally:
@@ -387,6 +389,6 @@ def test_cli_views(f_db, run_cli, tmp_path):
 
 def test_cli_bad_usage(f_db, run_cli):
     code, out, err = run_cli("report", "fragmentation", "--interval", "7x")
-    assert code == 2 and "cannot read interval" in err
+    assert code == 2 and "cannot read duration" in err
     code, out, err = run_cli("report", "fragmentation", "--by", "team")
     assert code == 2 and "cannot group by 'team'" in err

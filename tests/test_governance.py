@@ -46,7 +46,7 @@ def test_tco_with_cost_of_capital_uses_the_capital_recovery_factor():
 
 
 def test_jobs_are_mapped_by_pattern_user_and_priority_and_unmapped_reported(con, tmp_path):
-    from models import cost
+    from models.metrics import cost
     add_jobs(con, tmp_path, [
         Job(1, "vision", 1, T(1), T(2), cluster="demo"), Job(2, "vision-x", 1, T(1), T(2), cluster="demo"),
         Job(3, "llm-7b", 1, T(1), T(2), cluster="demo"), Job(4, "physics", 1, T(1), T(2), user="alice", cluster="demo"),

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from models.intervals import HOUR_US, group_cumsum, hour_integrals
+from models.kernels.intervals import HOUR_US, group_cumsum, hour_integrals
 
 H = HOUR_US
 T0 = 1_709_251_200 * 1_000_000          # 2024-03-01 00:00 UTC
@@ -52,7 +52,7 @@ def test_hour_integrals_conserve_and_stay_in_hours(rows):
 def test_decayed_day_integrals_split_at_midnight_and_decay_exactly():
     """A 2-GPU piece from 18:00 to 06:00 next day, half-life 1 day: per day ∫ 2^((t - D)/h) dt, in seconds."""
     import math
-    from models.intervals import DAY_US, decayed_day_integrals
+    from models.kernels.intervals import DAY_US, decayed_day_integrals
     h = 86400.0
     d0 = 19_000 * DAY_US
     g, day, val = decayed_day_integrals(np.array([5]), np.array([d0 + 18 * 3600 * 10**6]),

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from models import placement as P
+from models.simulation import placement as P
 
 FIX = "tests/fixtures/openb"
 

@@ -6,7 +6,7 @@ import datetime as dt
 import pytest
 
 from cost_helpers import Job, T, build
-from models import queue
+from models.metrics import queue
 
 NODES = [("h1", 8, "h100"), ("h2", 8, "h100"), ("h3", 8, "h100")]
 JOBS = [
@@ -71,10 +71,10 @@ def test_waits_per_qos_and_parity(qcon):
 
 def test_size_classes_cover_every_request():
     import duckdb
-    got = duckdb.sql(f"SELECT g, {queue.size_class_sql('g')} FROM range(0, 40) t(g)").fetchall()
+    got = duckdb.sql(f"SELECT g, {queue.size_class_sql('g')} FROM range(0, 140) t(g)").fetchall()
     classes = {g: c for g, c in got}
-    assert [classes[g] for g in (0, 1, 2, 4, 5, 8, 9, 15, 16, 39)] == ["0", "1", "2-4", "2-4", "5-8", "5-8",
-                                                                        "9-15", "9-15", "16+", "16+"]
+    assert [classes[g] for g in (0, 1, 2, 4, 5, 8, 9, 15, 16, 17, 39, 64, 65, 129)] == [
+        "0", "1", "2-4", "2-4", "5-8", "5-8", "9-16", "9-16", "9-16", "17-32", "33-64", "33-64", "65-128", "129+"]
 
 
 def test_pending_at_a_time(qcon):

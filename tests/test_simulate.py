@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from models.simulate import Cluster, Policy, Workload, inject_failures, node_events, simulate
+from models.simulation.simulate import Cluster, Policy, Workload, inject_failures, node_events, simulate
 
 
 def _starts(res):

@@ -1,4 +1,4 @@
-"""models/statement_mart.py: the stored statements of the newest open months are exactly what chargeback
+"""models/pipeline/open_statements.py: the stored statements of the newest open months are exactly what chargeback
 computes, and are used only while they still are (no ingest since, same governance, same closed periods)."""
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ import pytest
 
 import test_chargeback as tc
 from cost_helpers import Job, T, add_jobs, clone, refresh, template
-from models import chargeback, statement_mart
+from models.metrics import chargeback, freshness
+from models.pipeline import open_statements as statement_mart
+from models.pipeline import close
 
 
 @pytest.fixture(scope="module")
@@ -33,11 +35,11 @@ def test_refresh_stores_the_horizon_month_and_the_one_before(con):
     # the horizon is in April (J6 runs Apr 1 - Apr 2): April and March are stored
     assert con.sql("SELECT period FROM open_statements ORDER BY 1").fetchall() == [("2026-03",), ("2026-04",)]
     for period in ("2026-03", "2026-04"):
-        stored = statement_mart.read(con, period)
+        stored = chargeback.stored_open(con, period)
         assert stored is not None and not stored.detail and stored.jobs.height == 0
         _same(stored, chargeback.compute(con, period, detail=False))
         assert chargeback.statement(con, period, detail=False) is not None
-    assert statement_mart.read(con, "2026-02") is None            # not stored: computed when asked for
+    assert chargeback.stored_open(con, "2026-02") is None            # not stored: computed when asked for
     # with job-level detail the statement is always computed
     assert chargeback.statement(con, "2026-03").jobs.height > 0
 
@@ -47,18 +49,22 @@ def _nlp_gpu_hours(st: chargeback.Statement):
 
 
 def test_a_newer_ingest_makes_it_stale_until_the_next_refresh(con, tmp_path):
-    before = statement_mart.read(con, "2026-03")
+    before = chargeback.stored_open(con, "2026-03")
     add_jobs(con, tmp_path, [Job(7, "nlp", 1, T(25), T(26), node="h2")], name="late.psv")
-    assert statement_mart.read(con, "2026-03") is None
-    fresh = chargeback.statement(con, "2026-03", detail=False)
-    assert _nlp_gpu_hours(fresh) - _nlp_gpu_hours(before) == 24
+    assert chargeback.stored_open(con, "2026-03") is None
+    # reads never rebuild: until the refresh the statement is computed from the marts as they are, and says so
+    _same(chargeback.statement(con, "2026-03", detail=False), before)
+    assert freshness.note(con) is not None
     refresh(con, tmp_path)
-    _same(statement_mart.read(con, "2026-03"), fresh)
+    fresh = chargeback.statement(con, "2026-03", detail=False)
+    assert _nlp_gpu_hours(fresh) - _nlp_gpu_hours(before) == 24 and freshness.note(con) is None
+    _same(chargeback.stored_open(con, "2026-03"), fresh)
+    _same(chargeback.compute(con, "2026-03", detail=False), fresh)
 
 
 def test_closing_a_period_makes_the_next_one_stale(con):
-    chargeback.close_period(con, "2026-03")
-    assert statement_mart.read(con, "2026-04") is None and statement_mart.read(con, "2026-03") is None
+    close.close_period(con, "2026-03")
+    assert chargeback.stored_open(con, "2026-04") is None and chargeback.stored_open(con, "2026-03") is None
     _same(chargeback.statement(con, "2026-04", detail=False), chargeback.compute(con, "2026-04", detail=False))
     assert chargeback.statement(con, "2026-03", detail=False).status == "closed"
 

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ingest import governance, sacct, slurm_events, slurm_nodes
-from ingest.synthetic import build, config, faults, layout, sacct_writer, scheduler, slurm_writers, workload
-from ingest.synthetic.config import GPUS_PER_NODE
+from models.demo import build, config, faults, layout, sacct_writer, scheduler, slurm_writers, workload
+from models.demo.config import GPUS_PER_NODE
 
 
 def tiny(**kw) -> config.Config:
@@ -224,7 +224,7 @@ def test_node_snapshots_and_events_load_and_show_the_capacity_addition(syn, con)
 
 
 def test_governance_file_is_valid_and_maps_every_account(syn, con):
-    from ingest.synthetic import governance_writer
+    from models.demo import governance_writer
     text = governance_writer.governance_toml(syn.cfg, dt.date(2026, 2, 1))
     gov = governance.parse(text, "governance.toml")
     assert {t[0] for t in gov.teams} == {t.name for t in syn.cfg.teams}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from models import theta as T
+from models.forecasting import theta as T
 
 # x = 1, 3, 2, 4: the least-squares line through t = 1..4 has B = (12·29 - 6·5·10)/(4·15) = 0.8 and
 # A = 2.5 - 0.8·2.5 = 0.5. With alpha = 0.5, theta = 2 (c = 1/2), l_0 = 1, by hand:

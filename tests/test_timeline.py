@@ -9,7 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ingest import warehouse
-from models import refresh, timeline, timeline_mart
+from models.pipeline import refresh
+from models.metrics import freshness, timeline
+from models.marts import timeline as timeline_mart
 
 import timeline_fixtures as tf
 from timeline_fixtures import T
@@ -78,7 +80,7 @@ def test_a_job_on_a_node_missing_from_the_inventory_is_beyond_capacity(con):
             tf.Job(2, "a", "x", "p", 2, ["ghost"], start=T("03-01 02:00"), end=T("03-01 04:00")),
             tf.Job(3, "a", "x", "p", 8, ["n1"], start=T("03-01 05:00"), end=T("03-01 06:00"))]  # 4 + 8 > 8
     tf.load(con, "c", jobs, nodes=[("n1", 8, "a100", "p")])
-    from models import utilization
+    from models.metrics import utilization
     df = utilization.by_bucket(con, bucket="day")
     r = df.row(0, named=True)
     assert (r["capacity_gpu_h"], r["allocated_gpu_h"], r["beyond_capacity_gpu_h"], r["idle_gpu_h"]) == (
@@ -91,7 +93,7 @@ def test_a_job_on_a_node_missing_from_the_inventory_is_beyond_capacity(con):
 def test_team_remap_rebuilds_demand_rows(con):
     """Governance can re-map teams without touching placements: the next refresh notices (team fingerprint)."""
     from ingest import jobs_store
-    from models import utilization
+    from models.metrics import utilization
     tf.load(con, "tc", tf.JOBS, tf.NODES, tf.EVENTS, tf.TEAMS)
     before = utilization.by_bucket(con, "2024-03-01", "2024-03-02", by="team")
     assert sorted(before["team"].to_list()) == ["(all)", "product", "research"]
@@ -99,6 +101,9 @@ def test_team_remap_rebuilds_demand_rows(con):
     jobs_store.assign_teams(con)
     con.execute("""INSERT INTO ingest_runs (run_id, source, input_name, started_at, status)
                    VALUES (nextval('seq_ingest_run'), 'governance', 'g.toml', now()::TIMESTAMP, 'ok')""")
+    unchanged = utilization.by_bucket(con, "2024-03-01", "2024-03-02", by="team")   # reads never rebuild
+    assert sorted(unchanged["team"].to_list()) == ["(all)", "product", "research"]
+    timeline_mart.build(con)
     after = utilization.by_bucket(con, "2024-03-01", "2024-03-02", by="team")
     assert dict(zip(after["team"], after["allocated_gpu_h"])) == {"(all)": 148.0, "research": 132.0, "vision": 16.0}
 
@@ -115,13 +120,14 @@ def test_event_classes():
 def test_refresh_runs_the_timeline_and_publishes(db_path):
     con = warehouse.connect(db_path)
     tf.load(con, "tc", tf.JOBS, tf.NODES, tf.EVENTS, refresh=False)
-    assert timeline_mart.is_stale(con)
+    assert not freshness.freshness(con).current
+    assert "run `gpuledger refresh`" in freshness.note(con)
     done = dict(refresh.run(con, db_path))
-    assert "timeline" in done and not timeline_mart.is_stale(con)
+    assert "timeline" in done and freshness.freshness(con).current and freshness.note(con) is None
     con.close()
     snap = warehouse.connect(warehouse.serving_path(db_path), read_only=True)
     assert snap.sql("SELECT count(*) FROM tl_hourly").fetchall()[0][0] > 0
-    timeline.ensure_current(snap)   # read-only snapshot: served as is
+    assert freshness.note(snap) is None   # the snapshot carries the mart state it was published with
     snap.close()
 
 
@@ -196,7 +202,7 @@ def test_incremental_refresh_equals_full_rebuild(hist):
         tf.load(con, "c", first, [("n1", 8, "a100", "p"), ("n2", 4, "h100", "p")])
         tf.load(con, "c", second, events=ev)          # incremental refresh after the second export
         incremental = _marts(con)
-        timeline.build(con, full=True)
+        timeline_mart.build(con, full=True)
         rebuilt = _marts(con)
         for k in incremental:
             assert incremental[k] == rebuilt[k], k

@@ -27,7 +27,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ingest import warehouse
-from models import timeline, utilization
+from models.metrics import timeline, utilization
 
 import timeline_fixtures as tf
 
@@ -247,4 +247,4 @@ def test_cli_bad_usage_exits_2(hand_db, run_cli):
     code, out, err = run_cli("report", "utilization", "--by", "colour")
     assert code == 2 and "cannot group by 'colour'" in err
     code, out, err = run_cli("report", "utilization", "--from", "yesterday")
-    assert code == 2 and "cannot read time 'yesterday'" in err
+    assert code == 2 and "--from: not a time: 'yesterday'" in err

@@ -31,7 +31,7 @@ def test_migrations_apply_once_and_in_order(db_path):
 
 
 def test_read_only_open_of_missing_file_is_a_clear_error(tmp_path):
-    with pytest.raises(warehouse.WarehouseError, match="no warehouse here yet"):
+    with pytest.raises(warehouse.WarehouseError, match="no warehouse here"):
         warehouse.connect(tmp_path / "nope.duckdb", read_only=True)
 
 

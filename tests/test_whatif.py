@@ -10,9 +10,9 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from sim_fixtures import build_warehouse, synthetic_jobs  # noqa: E402
 
-from models import sim_workload as sw  # noqa: E402
-from models import whatif  # noqa: E402
-from models.simulate import Cluster, Policy  # noqa: E402
+from models.simulation import workload as sw  # noqa: E402
+from models.simulation import whatif  # noqa: E402
+from models.simulation.simulate import Cluster, Policy  # noqa: E402
 
 POLICY = Policy.parse("fifo-backfill", placement="first-fit")
 
@@ -125,7 +125,7 @@ def test_replay_of_the_demo_generators_schedule(tmp_path):
     waits (mean within 20 %, mean absolute error under 6 minutes); without backfill it cannot."""
     import duckdb
 
-    from ingest.synthetic import build, config
+    from models.demo import build, config
     db = tmp_path / "demo.duckdb"
     build.build(db, config.for_scale(0.25, seed=7, days=14, telemetry_days=0))
     con = duckdb.connect(str(db), read_only=True)

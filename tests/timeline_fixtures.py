@@ -9,6 +9,7 @@ from pathlib import Path
 from hypothesis import strategies as st
 
 from ingest import jobs_store, sacct, slurm_events, slurm_nodes
+from models.marts import timeline as timeline_mart
 
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 SACCT_HEADER = ("JobID|JobIDRaw|Cluster|Partition|Account|User|State|Submit|Eligible|Start|End|Elapsed|NNodes|NCPUS|"
@@ -101,8 +102,8 @@ def load(con, cluster: str, jobs: list[Job], nodes=(), events=(), team_map=(), a
     if team_map:
         jobs_store.assign_teams(con)
     if refresh:
-        from models import timeline
-        timeline.build(con)
+        from models.metrics import timeline
+        timeline_mart.build(con)
 
 
 # ---------------------------------------------------------------- the hand-computed cluster

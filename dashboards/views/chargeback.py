@@ -13,9 +13,6 @@ f = ctx.filters
 st.title("Chargeback")
 st.markdown("**What did each team cost, and does it add up to what the cluster cost?**")
 
-if not mr.landed("chargeback", "statement", "views", "closed_periods"):
-    ui.not_landed("Chargeback", "models.chargeback", 6)
-    st.stop()
 
 periods, closed = mr.chargeback_periods(ctx.version, ctx.cat.first_day, ctx.cat.last_day)
 default = f"{f.end - dt.timedelta(days=1):%Y-%m}"

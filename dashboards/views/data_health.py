@@ -78,28 +78,25 @@ else:
 
 # ---------------------------------------------------------------- telemetry gaps
 st.subheader("Telemetry gaps")
-if not model_reads.landed("efficiency", "by_group"):
-    ui.not_landed("Telemetry coverage", "models.efficiency", 3)
+daily = model_reads.efficiency(ctx.version, f, "gpu_type", "day")
+gaps = (daily.with_columns((pl.col("alloc_gpu_h") - pl.col("telemetry_gpu_h")).clip(0).alias("untracked_gpu_h"))
+        if daily is not None and daily.height else pl.DataFrame())
+if gaps.height == 0 or gaps["untracked_gpu_h"].sum() < 0.005:
+    st.success("Every allocated GPU-hour in the window has telemetry.", icon=":material/check_circle:")
 else:
-    daily = model_reads.efficiency(ctx.version, f, "gpu_type", "day")
-    gaps = (daily.with_columns((pl.col("alloc_gpu_h") - pl.col("telemetry_gpu_h")).clip(0).alias("untracked_gpu_h"))
-            if daily is not None and daily.height else pl.DataFrame())
-    if gaps.height == 0 or gaps["untracked_gpu_h"].sum() < 0.005:
-        st.success("Every allocated GPU-hour in the window has telemetry.", icon=":material/check_circle:")
-    else:
-        st.plotly_chart(charts.heatmap(gaps.with_columns(pl.col("coverage_pct").fill_null(0.0)), "bucket", "gpu_type",
-                                       "coverage_pct", z_title="Coverage (%)", y_title="Pool (GPU type)",
-                                       colorscale="RdYlGn", z_format=".0f",
-                                       title="Share of allocated GPU-hours with telemetry, per day and pool",
-                                       height=max(220, 120 + 40 * gaps["gpu_type"].n_unique())), key="gaps_chart")
-        shown = gaps.filter(pl.col("untracked_gpu_h") > 0.005).sort("untracked_gpu_h", descending=True)
-        ui.table(ui.period_column(shown, "day"), key="gaps", file_stem="telemetry_gaps", ctx=ctx,
-                 columns={"bucket": "Day (UTC)", "gpu_type": "Pool (GPU type)", "jobs": "Jobs",
-                          "jobs_without_telemetry": "Jobs without telemetry", "alloc_gpu_h": "Allocated (GPU-hours)",
-                          "untracked_gpu_h": "Without telemetry (GPU-hours)", "coverage_pct": "Coverage (%)"},
-                 formats={"alloc_gpu_h": "%.1f", "untracked_gpu_h": "%.1f", "coverage_pct": "%.1f"},
-                 caption="GPU-hours jobs held with no DCGM/nvidia-smi reading attributed to them: a missing "
-                         "exporter, a scrape gap, or telemetry not ingested for the period. Largest gaps first.")
+    st.plotly_chart(charts.heatmap(gaps.with_columns(pl.col("coverage_pct").fill_null(0.0)), "bucket", "gpu_type",
+                                   "coverage_pct", z_title="Coverage (%)", y_title="Pool (GPU type)",
+                                   colorscale="RdYlGn", z_format=".0f",
+                                   title="Share of allocated GPU-hours with telemetry, per day and pool",
+                                   height=max(220, 120 + 40 * gaps["gpu_type"].n_unique())), key="gaps_chart")
+    shown = gaps.filter(pl.col("untracked_gpu_h") > 0.005).sort("untracked_gpu_h", descending=True)
+    ui.table(ui.period_column(shown, "day"), key="gaps", file_stem="telemetry_gaps", ctx=ctx,
+             columns={"bucket": "Day (UTC)", "gpu_type": "Pool (GPU type)", "jobs": "Jobs",
+                      "jobs_without_telemetry": "Jobs without telemetry", "alloc_gpu_h": "Allocated (GPU-hours)",
+                      "untracked_gpu_h": "Without telemetry (GPU-hours)", "coverage_pct": "Coverage (%)"},
+             formats={"alloc_gpu_h": "%.1f", "untracked_gpu_h": "%.1f", "coverage_pct": "%.1f"},
+             caption="GPU-hours jobs held with no DCGM/nvidia-smi reading attributed to them: a missing "
+                     "exporter, a scrape gap, or telemetry not ingested for the period. Largest gaps first.")
 
 # ---------------------------------------------------------------- unmapped accounts
 st.subheader("Unmapped accounts")

@@ -10,9 +10,6 @@ ctx = ui.context()
 f = ctx.filters
 ui.header("Efficiency", "Were allocated GPUs actually busy, and who leaves them idle?", ctx)
 
-if not mr.landed("efficiency", "by_group", "per_job", "method_shares"):
-    ui.not_landed("GPU efficiency", "models.efficiency", 3)
-    st.stop()
 
 mr.prefetch([lambda: mr.efficiency(ctx.version, f, "gpu_type", mr.auto_bucket(f)),
              lambda: mr.efficiency(ctx.version, f), lambda: mr.efficiency(ctx.version, f.previous()),

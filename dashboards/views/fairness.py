@@ -10,9 +10,6 @@ ctx = ui.context()
 f = ctx.filters
 ui.header("Fairness & queues", "Does each team get its share, and who waits too long?", ctx)
 
-if not mr.landed("fairness", "report") or not mr.landed("queue", "waits", "starvation", "pending_at"):
-    ui.not_landed("Fairness", "models.fairness and models.queue", 6)
-    st.stop()
 
 threshold = st.session_state.get("fq_threshold", 24)
 mr.prefetch([lambda: mr.fairness(ctx.version, f), lambda: mr.fairness(ctx.version, f.previous()),

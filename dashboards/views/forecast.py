@@ -7,6 +7,7 @@ import polars as pl
 import streamlit as st
 
 from dashboards import charts, model_reads as mr, theme, ui
+from models.definitions.labels import ANY_POOL
 
 ctx = ui.context()
 f = ctx.filters
@@ -17,94 +18,88 @@ MEASURE_HELP = ("Demanded: GPU-hours of work submitted each day, which a full cl
                 "series for buying). Served: allocated GPU-hours, capped by capacity, so it understates demand "
                 "when queues are long. Peak: the most GPUs running + pending at any instant of the day.")
 
-if not mr.landed("capacity", "forecast_warehouse"):
-    ui.not_landed("Forecasting", "models.forecast / models.capacity", 7)
+c = st.columns([3, 2, 2, 2])
+measure_label = c[0].selectbox("Series", list(MEASURES), index=0, key="fc_measure", help=MEASURE_HELP)
+measure = MEASURES[measure_label]
+horizon = c[1].selectbox("Horizon (days)", [30, 60, 90, 180], index=2, key="fc_horizon")
+target = c[2].slider("Target utilization (%)", 50, 100, 85, 5, key="fc_target",
+                     help="A pool is exhausted when smoothed forecast demand exceeds capacity x this.")
+band = c[3].selectbox("Plan for", ["median", "upper 80 %"], index=1, key="fc_band",
+                      help="Which forecast the GPUs-needed figures use.")
+cluster = f.clusters[0] if len(f.clusters) == 1 else None
+with st.spinner("Fitting and backtesting the forecast models..."):
+    res = mr.forecast(ctx.version, measure, horizon, target / 100, "80" if band != "median" else "median",
+                      ("pool",), cluster)
+hist, fc, summary, cap = res["history"], res["forecast"], res["summary"], res["capacity"]
+unit, per_hour = res["unit"], res["per_hour"]
+pools = [p for p in (cap["pool"].to_list() if cap is not None else sorted(set(fc["pool"].to_list())))
+         if p and p != ANY_POOL and (not f.pools or p in f.pools)]
+if len(f.clusters) > 1:
+    st.caption("Forecasts cover all clusters together when several are selected; pick one cluster to split.")
+if f.teams or f.partitions:
+    st.caption("Capacity answers are per pool: the team and partition filters do not apply on this page.")
+if not pools:
+    ui.no_data("forecastable pools")
 else:
-    c = st.columns([3, 2, 2, 2])
-    measure_label = c[0].selectbox("Series", list(MEASURES), index=0, key="fc_measure", help=MEASURE_HELP)
-    measure = MEASURES[measure_label]
-    horizon = c[1].selectbox("Horizon (days)", [30, 60, 90, 180], index=2, key="fc_horizon")
-    target = c[2].slider("Target utilization (%)", 50, 100, 85, 5, key="fc_target",
-                         help="A pool is exhausted when smoothed forecast demand exceeds capacity x this.")
-    band = c[3].selectbox("Plan for", ["median", "upper 80 %"], index=1, key="fc_band",
-                          help="Which forecast the GPUs-needed figures use.")
-    cluster = f.clusters[0] if len(f.clusters) == 1 else None
-    with st.spinner("Fitting and backtesting the forecast models..."):
-        res = mr.forecast(ctx.version, measure, horizon, target / 100, "80" if band != "median" else "median",
-                          ("pool",), cluster)
-    hist, fc, summary, cap = res["history"], res["forecast"], res["summary"], res["capacity"]
-    unit, per_hour = res["unit"], res["per_hour"]
-    pools = [p for p in (cap["pool"].to_list() if cap is not None else sorted(set(fc["pool"].to_list())))
-             if p and p != "unknown" and (not f.pools or p in f.pools)]
-    if len(f.clusters) > 1:
-        st.caption("Forecasts cover all clusters together when several are selected; pick one cluster to split.")
-    if f.teams or f.partitions:
-        st.caption("Capacity answers are per pool: the team and partition filters do not apply on this page.")
-    if not pools:
-        ui.no_data("forecastable pools")
-    else:
-        y_title = f"{'GPUs' if measure == 'peak' else 'GPU-hours per day'}"
-        k = st.columns(max(1, len(pools)))
-        for col, p in zip(k, pools):
-            row = cap.filter(pl.col("pool") == p).row(0, named=True) if cap is not None else {}
-            ex = row.get("exhausted_upper80" if band != "median" else "exhausted_median")
-            ui.kpi(col, f"{p}: capacity reached", f"{ex:%Y-%m-%d}" if ex else f"not within {horizon} days",
-                   f"{row.get('capacity_gpus', 0):,.0f} GPUs installed" if row.get("capacity_gpus") else None,
-                   delta_color="off", arrow=False,
-                   help=f"First day the {band} forecast (smoothed) exceeds {target} % of installed capacity.")
-        grid = st.columns(2)
-        for i, p in enumerate(pools):
-            h = hist.filter((pl.col("pool") == p) & (pl.col("ts") >= f.t0 - dt.timedelta(days=f.days)))
-            fp = fc.filter(pl.col("pool") == p)
-            row = cap.filter(pl.col("pool") == p).row(0, named=True) if cap is not None else {}
-            ex = row.get("exhausted_upper80" if band != "median" else "exhausted_median")
-            limit = None
-            if row.get("capacity_gpus") and measure != "served":
-                level = row["capacity_gpus"] * target / 100 * (per_hour if measure != "peak" else 1.0)
-                xs = [h["ts"].min() if h.height else fp["ts"].min(), fp["ts"].max()]
-                limit = pl.DataFrame({"ts": xs, "cap": [level, level]})
-            fig = charts.forecast_band(h, fp, x="ts", y="value", mean="forecast", lo80="lo80", hi80="hi80",
-                                       lo95="lo95", hi95="hi95", colour=ctx.pool_colours.get(p, theme.PRIMARY),
-                                       y_title=y_title, title=f"{p}: {measure_label}, history and forecast",
-                                       capacity=limit, capacity_col="cap", exhaustion=ex, height=360)
-            grid[i % 2].plotly_chart(fig, key=f"fc_{p}")
-        st.caption(f"Dotted red: {target} % of installed capacity, in the series' units. Bands: 80 % and 95 % "
-                   "prediction intervals, calibrated on the backtest's errors.")
+    y_title = f"{'GPUs' if measure == 'peak' else 'GPU-hours per day'}"
+    k = st.columns(max(1, len(pools)))
+    for col, p in zip(k, pools):
+        row = cap.filter(pl.col("pool") == p).row(0, named=True) if cap is not None else {}
+        ex = row.get("exhausted_upper80" if band != "median" else "exhausted_median")
+        ui.kpi(col, f"{p}: capacity reached", f"{ex:%Y-%m-%d}" if ex else f"not within {horizon} days",
+               f"{row.get('capacity_gpus', 0):,.0f} GPUs installed" if row.get("capacity_gpus") else None,
+               delta_color="off", arrow=False,
+               help=f"First day the {band} forecast (smoothed) exceeds {target} % of installed capacity.")
+    grid = st.columns(2)
+    for i, p in enumerate(pools):
+        h = hist.filter((pl.col("pool") == p) & (pl.col("ts") >= f.t0 - dt.timedelta(days=f.days)))
+        fp = fc.filter(pl.col("pool") == p)
+        row = cap.filter(pl.col("pool") == p).row(0, named=True) if cap is not None else {}
+        ex = row.get("exhausted_upper80" if band != "median" else "exhausted_median")
+        limit = None
+        if row.get("capacity_gpus") and measure != "served":
+            level = row["capacity_gpus"] * target / 100 * (per_hour if measure != "peak" else 1.0)
+            xs = [h["ts"].min() if h.height else fp["ts"].min(), fp["ts"].max()]
+            limit = pl.DataFrame({"ts": xs, "cap": [level, level]})
+        fig = charts.forecast_band(h, fp, x="ts", y="value", mean="forecast", lo80="lo80", hi80="hi80",
+                                   lo95="lo95", hi95="hi95", colour=ctx.pool_colours.get(p, theme.PRIMARY),
+                                   y_title=y_title, title=f"{p}: {measure_label}, history and forecast",
+                                   capacity=limit, capacity_col="cap", exhaustion=ex, height=360)
+        grid[i % 2].plotly_chart(fig, key=f"fc_{p}")
+    st.caption(f"Dotted red: {target} % of installed capacity, in the series' units. Bands: 80 % and 95 % "
+               "prediction intervals, calibrated on the backtest's errors.")
 
-        st.subheader("Models and capacity answers")
-        table = summary.filter(pl.col("pool").is_in(pools))
-        if cap is not None:
-            table = table.join(cap.drop("note"), on="pool", how="left")
-        need = f"gpus_needed_h{horizon}"
-        cols = {"pool": "Pool (GPU type)", "model": "Model chosen", "model_detail": "Model detail",
-                "history_periods": "History (days)", "backtest_mase": "Backtest MASE",
-                "coverage80": "80 % interval coverage (%)", "coverage95": "95 % interval coverage (%)",
-                "capacity_gpus": "Installed (GPUs)", "recent_gpus": "Recent demand (GPUs)",
-                "exhausted_median": "Capacity reached, median (UTC)",
-                "exhausted_upper80": "Capacity reached, upper 80 % (UTC)",
-                need: f"GPUs needed in {horizon} days", f"shortfall_h{horizon}": f"Shortfall in {horizon} days (GPUs)",
-                "notes": "Notes"}
-        for cov in ("coverage80", "coverage95"):
-            if cov in table.columns:
-                table = table.with_columns(pl.col(cov) * 100)
-        ui.table(table, key="fc_summary", file_stem="forecast_models", ctx=ctx, columns=cols,
-                 formats={"backtest_mase": "%.2f", "coverage80": "%.0f", "coverage95": "%.0f",
-                          "capacity_gpus": "%.0f", "recent_gpus": "%.1f"},
-                 caption="MASE below 1 beats the seasonal naive forecast in the rolling-origin backtest.")
-        with st.expander("Forecast values"):
-            ui.table(fc.filter(pl.col("pool").is_in(pools)), key="fc_values", file_stem=f"forecast_{measure}", ctx=ctx,
-                     columns={"pool": "Pool (GPU type)", "ts": "Day (UTC)", "forecast": f"Forecast ({unit})",
-                              "lo80": "80 % low", "hi80": "80 % high", "lo95": "95 % low", "hi95": "95 % high",
-                              "model": "Model"},
-                     formats={c: "%.1f" for c in ("forecast", "lo80", "hi80", "lo95", "hi95")})
+    st.subheader("Models and capacity answers")
+    table = summary.filter(pl.col("pool").is_in(pools))
+    if cap is not None:
+        table = table.join(cap.drop("note"), on="pool", how="left")
+    need = f"gpus_needed_h{horizon}"
+    cols = {"pool": "Pool (GPU type)", "model": "Model chosen", "model_detail": "Model detail",
+            "history_periods": "History (days)", "backtest_mase": "Backtest MASE",
+            "coverage80": "80 % interval coverage (%)", "coverage95": "95 % interval coverage (%)",
+            "capacity_gpus": "Installed (GPUs)", "recent_gpus": "Recent demand (GPUs)",
+            "exhausted_median": "Capacity reached, median (UTC)",
+            "exhausted_upper80": "Capacity reached, upper 80 % (UTC)",
+            need: f"GPUs needed in {horizon} days", f"shortfall_h{horizon}": f"Shortfall in {horizon} days (GPUs)",
+            "notes": "Notes"}
+    for cov in ("coverage80", "coverage95"):
+        if cov in table.columns:
+            table = table.with_columns(pl.col(cov) * 100)
+    ui.table(table, key="fc_summary", file_stem="forecast_models", ctx=ctx, columns=cols,
+             formats={"backtest_mase": "%.2f", "coverage80": "%.0f", "coverage95": "%.0f",
+                      "capacity_gpus": "%.0f", "recent_gpus": "%.1f"},
+             caption="MASE below 1 beats the seasonal naive forecast in the rolling-origin backtest.")
+    with st.expander("Forecast values"):
+        ui.table(fc.filter(pl.col("pool").is_in(pools)), key="fc_values", file_stem=f"forecast_{measure}", ctx=ctx,
+                 columns={"pool": "Pool (GPU type)", "ts": "Day (UTC)", "forecast": f"Forecast ({unit})",
+                          "lo80": "80 % low", "hi80": "80 % high", "lo95": "95 % low", "hi95": "95 % high",
+                          "model": "Model"},
+                 formats={c: "%.1f" for c in ("forecast", "lo80", "hi80", "lo95", "hi95")})
 
 # ---------------------------------------------------------------- what-if
 st.subheader("What if?")
 st.markdown("Replay the window's workload through the scheduler simulator with more nodes, more demand or "
             "another policy, and compare the p95 queue wait with today's.")
-if not (mr.present("whatif") and mr.present("simulate")):
-    ui.not_landed("The what-if simulator", "models.whatif", 8)
-    st.stop()
 
 cluster = f.clusters[0] if len(f.clusters) == 1 else None
 with st.form("whatif"):

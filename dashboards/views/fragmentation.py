@@ -10,9 +10,6 @@ ctx = ui.context()
 f = ctx.filters
 ui.header("Fragmentation", "Why do jobs wait while GPUs sit free?", ctx)
 
-if not mr.landed("fragmentation", "report"):
-    ui.not_landed("Fragmentation", "models.fragmentation", 5)
-    st.stop()
 
 bucket = mr.auto_bucket(f)
 mr.prefetch([lambda: mr.blocked(ctx.version, f), lambda: mr.fragmentation(ctx.version, f, bucket),
@@ -81,48 +78,45 @@ st.plotly_chart(charts.lines(frag.with_columns(pl.col("fgd_rate") * 100), "bucke
 
 # ---------------------------------------------------------------- blocked by fragmentation
 st.subheader("Queue wait blocked by fragmentation")
-if blocked_all is None:
-    ui.not_landed("Blocked-by-fragmentation waits", "models.fragmentation_blocked", 5)
-else:
-    by_team = mr.blocked_by(blocked_rows, ["team"]).filter(pl.col("wait_gpu_h") > 0)
-    by_size = mr.blocked_by(blocked_rows, ["size_class"]).filter(pl.col("wait_gpu_h") > 0)
-    CLASSES = {"fragmentation_gpu_h": "Fragmentation", "capacity_gpu_h": "Too few free GPUs",
-               "placeable_gpu_h": "Placeable", "unknown_gpu_h": "Unknown"}
-    colours = {"Fragmentation": theme.BAD, "Too few free GPUs": "#F2A541", "Placeable": "#A5B8CF",
-               "Unknown": "#D5D9DE"}
+by_team = mr.blocked_by(blocked_rows, ["team"]).filter(pl.col("wait_gpu_h") > 0)
+by_size = mr.blocked_by(blocked_rows, ["size_class"]).filter(pl.col("wait_gpu_h") > 0)
+CLASSES = {"fragmentation_gpu_h": "Fragmentation", "capacity_gpu_h": "Too few free GPUs",
+           "placeable_gpu_h": "Placeable", "unknown_gpu_h": "Unknown"}
+colours = {"Fragmentation": theme.BAD, "Too few free GPUs": "#F2A541", "Placeable": "#A5B8CF",
+           "Unknown": "#D5D9DE"}
 
-    def _classes(df: pl.DataFrame, key: str) -> pl.DataFrame:
-        return (df.select(key, *CLASSES).unpivot(index=key, variable_name="why", value_name="gpu_h")
-                .with_columns(pl.col("why").replace_strict(CLASSES), pl.col(key).cast(pl.String)))
+def _classes(df: pl.DataFrame, key: str) -> pl.DataFrame:
+    return (df.select(key, *CLASSES).unpivot(index=key, variable_name="why", value_name="gpu_h")
+            .with_columns(pl.col("why").replace_strict(CLASSES), pl.col(key).cast(pl.String)))
 
-    l2, r2 = st.columns(2)
-    if by_team is not None and by_team.height:
-        order = by_team.sort("wait_gpu_h", descending=True)["team"].to_list()
-        l2.plotly_chart(charts.bars(_classes(by_team, "team"), "team", "gpu_h", color="why", category_order=order,
-            colours=colours, horizontal=True, y_title="Queue wait (GPU-hours)", x_title="Team",
-            title="Why each team's jobs waited", height=max(300, 110 + 34 * len(order))), key="frag_blocked_team")
-    if by_size is not None and by_size.height:
-        size_key = (pl.when(pl.col("size_class") == "fractional").then(0)
-                    .when(pl.col("size_class") == "multi-node").then(10**6)
-                    .otherwise(pl.col("size_class").cast(pl.Int64, strict=False)))
-        r2.plotly_chart(charts.bars(_classes(by_size, "size_class"), "size_class", "gpu_h", color="why",
-                                    category_order=by_size.sort(size_key)["size_class"].to_list(),
-                                    colours=colours, y_title="Queue wait (GPU-hours)", x_title="Request size class",
-                                    title="Why jobs of each size waited", height=380), key="frag_blocked_size")
-    st.caption("Each 5-minute sample of a job's wait is classed: **fragmentation** when its partitions had enough "
-               "free GPUs in total but no node (or set of whole nodes) could take it; **too few free GPUs**; "
-               "**placeable** when GPUs were there and priority, limits or backfill order held it; **unknown** "
-               "without a node inventory for the time.")
-    if by_team is not None and by_team.height:
-        ui.table(by_team.with_columns(pl.col("fragmentation_share") * 100).sort("wait_gpu_h", descending=True),
-                 key="frag_blocked", file_stem="blocked_by_fragmentation", ctx=ctx,
-                 columns={"team": "Team", "jobs": "Jobs that waited", "wait_gpu_h": "Queue wait (GPU-hours)",
-                          "fragmentation_gpu_h": "Blocked by fragmentation (GPU-hours)",
-                          "capacity_gpu_h": "Not enough free GPUs (GPU-hours)",
-                          "placeable_gpu_h": "Placeable (GPU-hours)",
-                          "fragmentation_share": "Share of wait blocked by fragmentation (%)"},
-                 formats={c: "%.1f" for c in ("wait_gpu_h", "fragmentation_gpu_h", "capacity_gpu_h",
-                                              "placeable_gpu_h", "fragmentation_share")})
+l2, r2 = st.columns(2)
+if by_team is not None and by_team.height:
+    order = by_team.sort("wait_gpu_h", descending=True)["team"].to_list()
+    l2.plotly_chart(charts.bars(_classes(by_team, "team"), "team", "gpu_h", color="why", category_order=order,
+        colours=colours, horizontal=True, y_title="Queue wait (GPU-hours)", x_title="Team",
+        title="Why each team's jobs waited", height=max(300, 110 + 34 * len(order))), key="frag_blocked_team")
+if by_size is not None and by_size.height:
+    size_key = (pl.when(pl.col("size_class") == "fractional").then(0)
+                .when(pl.col("size_class") == "multi-node").then(10**6)
+                .otherwise(pl.col("size_class").cast(pl.Int64, strict=False)))
+    r2.plotly_chart(charts.bars(_classes(by_size, "size_class"), "size_class", "gpu_h", color="why",
+                                category_order=by_size.sort(size_key)["size_class"].to_list(),
+                                colours=colours, y_title="Queue wait (GPU-hours)", x_title="Request size class",
+                                title="Why jobs of each size waited", height=380), key="frag_blocked_size")
+st.caption("Each 5-minute sample of a job's wait is classed: **fragmentation** when its partitions had enough "
+           "free GPUs in total but no node (or set of whole nodes) could take it; **too few free GPUs**; "
+           "**placeable** when GPUs were there and priority, limits or backfill order held it; **unknown** "
+           "without a node inventory for the time.")
+if by_team is not None and by_team.height:
+    ui.table(by_team.with_columns(pl.col("fragmentation_share") * 100).sort("wait_gpu_h", descending=True),
+             key="frag_blocked", file_stem="blocked_by_fragmentation", ctx=ctx,
+             columns={"team": "Team", "jobs": "Jobs that waited", "wait_gpu_h": "Queue wait (GPU-hours)",
+                      "fragmentation_gpu_h": "Blocked by fragmentation (GPU-hours)",
+                      "capacity_gpu_h": "Not enough free GPUs (GPU-hours)",
+                      "placeable_gpu_h": "Placeable (GPU-hours)",
+                      "fragmentation_share": "Share of wait blocked by fragmentation (%)"},
+             formats={c: "%.1f" for c in ("wait_gpu_h", "fragmentation_gpu_h", "capacity_gpu_h",
+                                          "placeable_gpu_h", "fragmentation_share")})
 
 st.subheader(f"By {bucket} and pool")
 table_cols = {"bucket": f"Period ({bucket}, UTC)", "gpu_type": "Pool (GPU type)", "nodes_up": "Available nodes (mean)",

@@ -32,8 +32,6 @@ def _fmt_value(x) -> str | None:
 
 
 def _allocation(col) -> None:
-    if not mr.landed("utilization", "by_bucket"):
-        return ui.kpi(col, "Allocation ratio", None, missing="utilization model not landed (issue #5)")
     a = mr.window_totals(mr.utilization(ctx.version, f, "month"), f).get("allocation_ratio")
     b = mr.window_totals(mr.utilization(ctx.version, prev, "month"), prev).get("allocation_ratio")
     ui.kpi(col, "Allocation ratio", ui.pct(a), ui.pp_delta(a, b), help="Allocated / available GPU-hours.")
@@ -41,8 +39,6 @@ def _allocation(col) -> None:
 
 
 def _efficiency(col) -> None:
-    if not mr.landed("efficiency", "by_group"):
-        return ui.kpi(col, "GPU efficiency", None, missing="efficiency model not landed (issue #3)")
     now, before = mr.efficiency(ctx.version, f), mr.efficiency(ctx.version, prev)
     e = now.row(0, named=True)["mean_pct"] if now.height else None
     eb = before.row(0, named=True)["mean_pct"] if before.height else None
@@ -54,8 +50,6 @@ def _efficiency(col) -> None:
 
 
 def _fragmentation(col) -> None:
-    if not mr.landed("fragmentation", "report"):
-        return ui.kpi(col, "Fragmentation rate", None, missing="fragmentation model not landed (issue #5)")
     fr = mr.fgd_rate(mr.fragmentation(ctx.version, f, "month"))
     frb = mr.fgd_rate(mr.fragmentation(ctx.version, prev, "month"))
     ui.kpi(col, "Fragmentation rate", ui.pct(fr), ui.pp_delta(fr, frb), delta_color="inverse",
@@ -64,8 +58,6 @@ def _fragmentation(col) -> None:
 
 
 def _blocked(col) -> None:
-    if not mr.landed("fragmentation_blocked", "blocked"):
-        return ui.kpi(col, "Waiting blocked by fragmentation", None, missing="model not landed (issue #5)")
     s = mr.blocked_by(mr.blocked(ctx.version, f), [])["fragmentation_share"][0]
     sb = mr.blocked_by(mr.blocked(ctx.version, prev), [])["fragmentation_share"][0]
     ui.kpi(col, "Waiting blocked by fragmentation", ui.pct(s), ui.pp_delta(s, sb), delta_color="inverse",
@@ -81,10 +73,9 @@ def _jain(rep) -> float | None:
 
 
 def _fairness(col) -> None:
-    fair = mr.fairness(ctx.version, f) if mr.landed("fairness", "report") else None
+    fair = mr.fairness(ctx.version, f)
     if not isinstance(fair, dict):
-        return ui.kpi(col, "Fairness (Jain index)", None,
-                      missing="needs a governance file" if isinstance(fair, str) else "fairness model not landed (issue #6)")
+        return ui.kpi(col, "Fairness (Jain index)", None, missing=fair)
     j, jb = _jain(fair), _jain(mr.fairness(ctx.version, prev))
     ui.kpi(col, "Fairness (Jain index)", None if j is None else f"{j:.2f}",
            None if j is None or jb is None else f"{j - jb:+.2f}",
@@ -104,9 +95,6 @@ def _month_lines(month: str) -> tuple | None:
 
 
 def _cost(col) -> tuple | None:
-    if not mr.landed("chargeback", "statement", "views"):
-        ui.kpi(col, "Cost this month", None, missing="chargeback model not landed (issue #6)")
-        return None
     month = f"{f.end - dt.timedelta(days=1):%Y-%m}"
     now = _month_lines(month)
     if now is None:
@@ -128,8 +116,6 @@ def _cost(col) -> tuple | None:
 
 
 def _capacity(col) -> None:
-    if not mr.landed("capacity", "forecast_warehouse"):
-        return ui.kpi(col, "Capacity reached (forecast)", None, missing="forecast model not landed (issue #7)")
     cluster = f.clusters[0] if len(f.clusters) == 1 else None
     cap = mr.forecast(ctx.version, "demanded", 90, 0.85, "80", ("pool",), cluster)["capacity"]
     if cap is None or cap.height == 0:
@@ -147,8 +133,6 @@ def _capacity(col) -> None:
 
 
 def _wait(col) -> None:
-    if not mr.landed("queue", "waits"):
-        return ui.kpi(col, "p95 queue wait", None, missing="queue model not landed (issue #6)")
     w, wb = mr.waits(ctx.version, f, ("cluster",)), mr.waits(ctx.version, prev, ("cluster",))
     p95 = w["wait_p95_h"].max() if w.height else None
     p95b = wb["wait_p95_h"].max() if wb.height else None
@@ -165,24 +149,16 @@ def _prefetch() -> None:
     last_month = f"{y - (m == 1):04d}-{12 if m == 1 else m - 1:02d}"
     cluster = f.clusters[0] if len(f.clusters) == 1 else None
     calls = []
-    if mr.landed("fairness", "report"):
-        calls += [lambda: mr.fairness(ctx.version, f), lambda: mr.fairness(ctx.version, prev)]
-    if mr.landed("chargeback", "statement", "views"):
-        calls += [lambda: mr.statement(ctx.version, month, detail=False),
-                  lambda: mr.statement(ctx.version, last_month, detail=False)]
-    if mr.landed("fragmentation_blocked", "blocked"):
-        calls += [lambda: mr.blocked(ctx.version, f), lambda: mr.blocked(ctx.version, prev)]
-    if mr.landed("fragmentation", "report"):
-        calls += [lambda: mr.fragmentation(ctx.version, f, "month"), lambda: mr.fragmentation(ctx.version, prev, "month")]
-    if mr.landed("efficiency", "by_group"):
-        calls += [lambda: mr.efficiency(ctx.version, f), lambda: mr.efficiency(ctx.version, prev)]
-    if mr.landed("utilization", "by_bucket"):
-        calls += [lambda: mr.utilization(ctx.version, f, "month"), lambda: mr.utilization(ctx.version, prev, "month"),
-                  lambda: mr.utilization(ctx.version, f, mr.auto_bucket(f), "gpu_type")]
-    if mr.landed("capacity", "forecast_warehouse"):
-        calls.append(lambda: mr.forecast(ctx.version, "demanded", 90, 0.85, "80", ("pool",), cluster))
-    if mr.landed("queue", "waits"):
-        calls += [lambda: mr.waits(ctx.version, f, ("cluster",)), lambda: mr.waits(ctx.version, prev, ("cluster",))]
+    calls += [lambda: mr.fairness(ctx.version, f), lambda: mr.fairness(ctx.version, prev)]
+    calls += [lambda: mr.statement(ctx.version, month, detail=False),
+              lambda: mr.statement(ctx.version, last_month, detail=False)]
+    calls += [lambda: mr.blocked(ctx.version, f), lambda: mr.blocked(ctx.version, prev)]
+    calls += [lambda: mr.fragmentation(ctx.version, f, "month"), lambda: mr.fragmentation(ctx.version, prev, "month")]
+    calls += [lambda: mr.efficiency(ctx.version, f), lambda: mr.efficiency(ctx.version, prev)]
+    calls += [lambda: mr.utilization(ctx.version, f, "month"), lambda: mr.utilization(ctx.version, prev, "month"),
+              lambda: mr.utilization(ctx.version, f, mr.auto_bucket(f), "gpu_type")]
+    calls.append(lambda: mr.forecast(ctx.version, "demanded", 90, 0.85, "80", ("pool",), cluster))
+    calls += [lambda: mr.waits(ctx.version, f, ("cluster",)), lambda: mr.waits(ctx.version, prev, ("cluster",))]
     mr.prefetch(calls)
 
 
@@ -201,13 +177,12 @@ with ui.guarded(r2[1], "Cost this month"):
 
 # ---------------------------------------------------------------- trends
 left, right = st.columns(2)
-if mr.landed("utilization", "by_bucket"):
-    bucket = mr.auto_bucket(f)
-    pools = mr.utilization(ctx.version, f, bucket, "gpu_type")
-    if pools is not None and pools.height:
-        left.plotly_chart(charts.lines(pools.with_columns(pl.col("allocation_ratio") * 100), "bucket", "allocation_ratio",
-                                       color="gpu_type", colours=ctx.pool_colours, y_title="Allocation ratio (%)",
-                                       title=f"Allocation ratio by pool per {bucket}", height=340), key="ov_alloc")
+bucket = mr.auto_bucket(f)
+pools = mr.utilization(ctx.version, f, bucket, "gpu_type")
+if pools is not None and pools.height:
+    left.plotly_chart(charts.lines(pools.with_columns(pl.col("allocation_ratio") * 100), "bucket", "allocation_ratio",
+                                   color="gpu_type", colours=ctx.pool_colours, y_title="Allocation ratio (%)",
+                                   title=f"Allocation ratio by pool per {bucket}", height=340), key="ov_alloc")
 if cost is not None:
     month, stmt, lines = cost
     per_team = lines.group_by("team").agg(pl.col("total").cast(pl.Float64).sum()).sort("total", descending=True)

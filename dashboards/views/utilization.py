@@ -10,9 +10,6 @@ ctx = ui.context()
 f = ctx.filters
 ui.header("Utilization", "How much of the GPU capacity we own was allocated, idle or unavailable?", ctx)
 
-if not mr.landed("utilization", "by_bucket"):
-    ui.not_landed("Utilization", "models.utilization", 5)
-    st.stop()
 
 BUCKETS = {"Hour": "hour", "Day": "day", "Week": "week", "Month": "month"}
 auto = mr.auto_bucket(f)

@@ -17,7 +17,7 @@ import pyarrow as pa
 
 from ingest import telemetry_store as store
 from ingest.errors import InputError
-from ingest.traces import common
+import ingest.traces.common as common
 
 KIND = "alibaba-genai"
 DEFAULT_CLUSTER = "genai"

@@ -18,7 +18,7 @@ from pathlib import Path
 import polars as pl
 
 from ingest.errors import InputError
-from ingest.traces import common
+import ingest.traces.common as common
 
 KIND = "alibaba-openb"
 DEFAULT_START = dt.datetime(2023, 1, 2)

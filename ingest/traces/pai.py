@@ -19,7 +19,8 @@ from pathlib import Path
 import polars as pl
 
 from ingest.errors import InputError
-from ingest.traces import common
+import ingest.traces.common as common
+from ingest import hostlist
 
 KIND = "alibaba-pai-2020"
 DEFAULT_CLUSTER = "pai"
@@ -155,7 +156,6 @@ def _instance_placement(d: Path) -> pl.DataFrame | None:
     f = _file(d, "pai_instance_table")
     if f is None:
         return None
-    from ingest import hostlist
     i = common.read_csv(f, common.read_bytes(f), columns=_columns(f, "pai_instance_table"))
     return i.filter(pl.col("machine").is_not_null()).group_by("job_name").agg(
         inst_start=pl.col("start_time").cast(pl.Float64, strict=False).min(),

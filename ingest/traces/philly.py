@@ -27,7 +27,7 @@ import polars as pl
 
 from ingest import hostlist
 from ingest.errors import InputError
-from ingest.traces import common
+import ingest.traces.common as common
 
 KIND = "philly"
 DEFAULT_CLUSTER = "philly"

@@ -16,7 +16,7 @@ import polars as pl
 
 from ingest import hostlist
 from ingest.errors import InputError
-from ingest.traces import common
+import ingest.traces.common as common
 
 KIND = "mit-supercloud"
 DEFAULT_CLUSTER = "supercloud"

@@ -1,0 +1,29 @@
+"""Running SQL with named ``$parameters``: DuckDB rejects parameters a statement does not use, so these pass
+only the ones it names (the models build statements from fragments that need different subsets)."""
+from __future__ import annotations
+
+import re
+
+import duckdb
+import polars as pl
+
+
+def used_params(sql: str, params: dict | None) -> dict:
+    """The entries of ``params`` that ``sql`` names as ``$name``."""
+    names = set(re.findall(r"\$(\w+)", sql))
+    return {k: v for k, v in (params or {}).items() if k in names}
+
+
+def frame(con: duckdb.DuckDBPyConnection, sql: str, params: dict | None = None) -> pl.DataFrame:
+    """Run ``sql`` with the named $parameters it uses and return a Polars DataFrame."""
+    return con.sql(sql, params=used_params(sql, params)).pl()
+
+
+def execute(con: duckdb.DuckDBPyConnection, sql: str, params: dict | None = None):
+    """Execute a statement with the named $parameters it uses; returns the connection's result."""
+    return con.execute(sql, used_params(sql, params))
+
+
+def has_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
+    """True when the database has table ``name`` (a migration newer than the file may not have run)."""
+    return bool(con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [name]).fetchall()[0][0])

@@ -1,0 +1,152 @@
+"""Capacity answers from demand forecasts: when does a pool run out, and how many GPUs does it need?
+
+Demand is compared in GPUs: a GPU-hour series is divided by the bucket's hours (mean GPUs busy, the offered
+load), and smoothed by a trailing window (default one week of daily buckets) because planners buy for sustained
+demand, not for one busy day. The window starts with the last actual values so the first forecast days are
+averaged like the rest. Averaging the daily upper bounds gives an upper bound for the window's mean (errors of
+one forecast path are positively correlated), so the upper-band answers are conservative.
+
+A pool is exhausted on the first forecast day where smoothed demand exceeds capacity × target utilisation
+(default 85 %). GPUs needed for a band at a horizon = ⌈smoothed demand / target⌉; the shortfall is what is
+needed beyond installed capacity.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import math
+
+import duckdb
+import polars as pl
+
+from models.metrics import demand, timeline
+from models.forecasting import forecast
+
+BANDS = {"median": "forecast", "80": "hi80", "95": "hi95"}
+
+
+def pool_capacity(con: duckdb.DuckDBPyConnection, by_cluster: bool = False) -> pl.DataFrame:
+    """Installed GPUs per pool at the data horizon, from the timeline's capacity (the inventory with validity):
+    ((cluster,) pool, capacity_gpus, available_gpus), available = not down, drained or in maintenance."""
+    hz = timeline.horizon(con)
+    dims = ("cluster", "gpu_type") if by_cluster else ("gpu_type",)
+    empty = pl.DataFrame(schema={**({"cluster": pl.String} if by_cluster else {}), "pool": pl.String,
+                                 "capacity_gpus": pl.Float64, "available_gpus": pl.Float64})
+    if hz is None:
+        return empty
+    cap = timeline.capacity(con, hz - dt.timedelta(hours=1), hz, "hour", by=dims)
+    if cap.is_empty():
+        return empty
+    return cap.filter(pl.col("gpu_type").is_not_null() & (pl.col("capacity_gpu_h") > 0)).select(
+        *(["cluster"] if by_cluster else []), pl.col("gpu_type").alias("pool"),
+        pl.col("capacity_gpu_h").alias("capacity_gpus"), pl.col("available_gpu_h").alias("available_gpus"))
+
+
+def parse_capacity(items: list[str]) -> dict[str, float]:
+    """['a100=512', 'h100=256'] → {'a100': 512.0, ...} (--capacity overrides)."""
+    out = {}
+    for item in items:
+        pool, sep, n = item.partition("=")
+        try:
+            if not sep or not pool.strip():
+                raise ValueError
+            out[pool.strip()] = float(n)
+        except ValueError:
+            raise ValueError(f"--capacity {item!r}: expected POOL=GPUS, e.g. a100=512") from None
+    return out
+
+
+def smoothed(history: pl.DataFrame, forecast: pl.DataFrame, keys: list[str], window: int,
+             per_hour: float) -> pl.DataFrame:
+    """Forecast rows with forecast/hi80/hi95 in GPUs, as trailing means over ``window`` periods that start
+    with the last actual values. ``per_hour``: hours per bucket for GPU-hour series, 1 for GPU series."""
+    cols = list(BANDS.values())
+    tail = (history.sort([*keys, "ts"]).group_by(keys, maintain_order=True).tail(max(window - 1, 0))
+            .with_columns(*(pl.col("value").alias(c) for c in cols)).select([*keys, "ts", *cols]))
+    fut = forecast.select([*keys, "ts", *cols]).with_columns(pl.lit(True).alias("future"))
+    both = pl.concat([tail.with_columns(pl.lit(False).alias("future")), fut], how="vertical_relaxed").sort([*keys, "ts"])
+    roll = [(pl.col(c).rolling_mean(window, min_samples=1) / per_hour) for c in cols]
+    if keys:
+        roll = [r.over(keys) for r in roll]
+    return both.with_columns(roll).filter(pl.col("future")).drop("future")
+
+
+def exhaustion(history: pl.DataFrame, forecast: pl.DataFrame, capacity: dict, keys: list[str],
+               target_util: float = 0.85, band: str = "80", window: int = 7, per_hour: float = 24.0,
+               horizons: tuple[int, ...] = (30, 90, 180, 365)) -> pl.DataFrame:
+    """Per pool (keys end with 'pool'): capacity, target, exhaustion dates for the median and the upper 80 %
+    band, and GPUs needed / shortfall at each horizon (in periods) for ``band``. ``capacity`` maps a key tuple
+    (or a pool name) to installed GPUs."""
+    if band not in BANDS:
+        raise ValueError(f"--band: {band!r} is not one of {', '.join(BANDS)}")
+    if not 0 < target_util <= 1:
+        raise ValueError(f"--target-util {target_util}: must be in (0, 1]")
+    sm = smoothed(history, forecast, keys, window, per_hour)
+    recent = history.sort([*keys, "ts"]).group_by(keys, maintain_order=True).agg(
+        (pl.col("value").tail(window).mean() / per_hour).alias("recent"))
+    recent = {tuple(r[:-1]): r[-1] for r in recent.iter_rows()}
+    parts = sm.partition_by(keys, as_dict=True, maintain_order=True) if keys else {(): sm}
+    rows = []
+    for kv, part in parts.items():
+        cap = capacity.get(tuple(kv), capacity.get(kv[-1] if kv else None, capacity.get("*")))
+        rows.append(_pool_row(dict(zip(keys, kv)), part.sort("ts"), cap, recent.get(tuple(kv)),
+                              target_util, band, horizons))
+    return pl.DataFrame(rows, infer_schema_length=None)
+
+
+def _first_over(part: pl.DataFrame, col: str, limit: float):
+    hit = part.filter(pl.col(col).is_not_nan() & (pl.col(col) > limit))   # NaN: no interval, not "over"
+    return hit.get_column("ts")[0] if hit.height else None
+
+
+def _pool_row(key: dict, part: pl.DataFrame, cap, recent, target_util: float, band: str, horizons) -> dict:
+    row = {**key, "capacity_gpus": cap, "target_gpus": None if cap is None else cap * target_util,
+           "recent_gpus": recent, "exhausted_median": None, "exhausted_upper80": None}
+    if cap is not None:
+        row["exhausted_median"] = _first_over(part, "forecast", cap * target_util)
+        row["exhausted_upper80"] = _first_over(part, "hi80", cap * target_util)
+    col = BANDS[band]
+    for h in sorted({x for x in horizons if x <= part.height} | {part.height}):
+        demand = part.get_column(col)[h - 1]
+        need = None if demand is None or math.isnan(demand) else math.ceil(demand / target_util - 1e-9)
+        row[f"gpus_needed_h{h}"] = need
+        row[f"shortfall_h{h}"] = None if cap is None or need is None else max(0, need - int(cap))
+    no_band = part.height == 0 or part.get_column("hi80").is_nan().all()
+    row["note"] = ("no installed capacity known for this pool: pass --capacity POOL=GPUS" if cap is None else
+                   "history too short for intervals: upper-band answers unknown" if no_band else
+                   ("" if row["exhausted_upper80"] else "not exhausted within the horizon"))
+    return row
+
+
+def forecast_warehouse(con: duckdb.DuckDBPyConnection, horizon: int, by=("pool",), freq: str = "day",
+                       measure: str = "demanded", cluster: str | None = None, overrides: dict | None = None,
+                       target_util: float = 0.85, band: str = "80", window: int | None = None,
+                       shifts: bool = True, progress=None) -> dict:
+    """Demand forecasts for the ``by`` groups and, per pool, the capacity answers, from the warehouse.
+
+    Returns {"history", "forecast", "summary", "capacity", "keys", "title"}. Capacity answers need pool-level
+    forecasts (group forecasts and their intervals do not add up to a pool's), so unless ``by`` is the pool
+    itself, pools are forecast separately. Pools are split by cluster when the warehouse has several;
+    ``overrides`` maps pool → installed GPUs and replaces the inventory's figure."""
+    by = demand.parse_by(by)
+    hist = demand.series(con, measure, freq, by, cluster)
+    fc, summary = forecast.forecast_table(hist, by, freq, horizon, shifts=shifts, progress=progress)
+    unit = "GPUs" if measure == "peak" else "GPU-hours"
+    per_hour = 1.0 if measure == "peak" else demand.FREQS[freq]
+    out = {"history": hist, "forecast": fc, "summary": summary, "keys": by, "capacity": None,
+           "per_hour": per_hour, "unit": unit,
+           "title": f"{measure} {unit} per {freq} by {', '.join(by) or 'total'}: {horizon}-{freq} forecast"}
+    if fc.is_empty():
+        return out
+    multi = con.sql("SELECT count(DISTINCT cluster) FROM jobs").fetchall()[0][0] > 1
+    pool_keys = ["cluster", "pool"] if multi else ["pool"]
+    if by == pool_keys:
+        phist, pfc = hist, fc
+    else:
+        phist = demand.series(con, measure, freq, pool_keys, cluster)
+        pfc, _ = forecast.forecast_table(phist, pool_keys, freq, horizon, shifts=shifts)
+    overrides = overrides or {}
+    caps = {tuple(r[:-2]): overrides.get(r[-3], r[-2]) for r in pool_capacity(con, multi).iter_rows()}
+    caps.update(overrides)
+    out["capacity"] = exhaustion(phist, pfc, caps, pool_keys, target_util, band, window or forecast.SEASON[freq],
+                                 per_hour)
+    return out

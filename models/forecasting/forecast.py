@@ -1,0 +1,522 @@
+"""Demand forecasts with honest uncertainty: seasonal naive, ETS, Theta and their combination.
+
+numpy and scipy only. One series at a time (`forecast_series`) or a long table of many (`forecast_table`).
+For each series the model is chosen by a rolling-origin backtest (mean MASE over horizons 1..H), its 80 % and
+95 % prediction intervals are calibrated on the backtest's standardised errors, and the backtest coverage of
+those intervals (leave-one-origin-out, so not in-sample) is reported beside them. Gaps, zeros, short histories
+and level shifts are handled and explained in ``notes``. Equations and sources: docs/FORECAST.md, which
+follows ../shared/METRICS.md §4 (FPP3 §8, Hyndman et al. 2008 Table 6.1, statsmodels' ETS log-likelihood,
+the M4 Theta benchmark code). Units are those of the input series (GPU-hours per bucket, GPUs, ...).
+"""
+from __future__ import annotations
+
+import math
+import multiprocessing
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.stats import t as student_t
+
+from models.forecasting.ets import ETS_FORMS, ets_detail, ets_point, ets_sd, ets_states, ets_theta, fit_ets_forms
+from models.forecasting.theta import theta_paths
+
+Z = {80: 1.2815515655446004, 95: 1.959963984540054}
+LEVELS = (80, 95)
+# Season length per frequency: weekly cycle for daily data, daily cycle for hourly data (METRICS.md §4).
+SEASON = {"hour": 24, "day": 7, "week": 52, "month": 12}
+STEP = {"hour": np.timedelta64(1, "h"), "day": np.timedelta64(1, "D"), "week": np.timedelta64(7, "D")}
+
+
+# ----------------------------------------------------------------------------- seasonal naive
+
+def snaive(y: np.ndarray, m: int, h: int) -> tuple[np.ndarray, np.ndarray]:
+    """ŷ_{T+j} = y_{T+j-m(k+1)}, k = ⌊(j-1)/m⌋; sd_j = sigma·√(k+1), sigma² the mean squared seasonal
+    difference (FPP3 §5.5). With fewer than m+1 points it is the naive (last value) method."""
+    if len(y) <= m:
+        m = 1
+    j = np.arange(1, h + 1)
+    point = y[len(y) - m + (j - 1) % m]
+    diffs = y[m:] - y[:-m]
+    sigma = math.sqrt(float(np.mean(diffs * diffs))) if len(diffs) else float("nan")
+    return point, sigma * np.sqrt((j - 1) // m + 1)
+
+
+# ----------------------------------------------------------------------------- errors
+
+def mase_scale(y: np.ndarray, m: int) -> float:
+    """In-sample mean absolute seasonal difference (M4's MASE denominator); lag 1 when the history is shorter
+    than a season or flat at lag m; the mean level, then 1, when the series is constant."""
+    for lag in (m, 1):
+        if len(y) > lag:
+            s = float(np.mean(np.abs(y[lag:] - y[:-lag])))
+            if s > 0:
+                return s
+    s = float(np.mean(np.abs(y))) if len(y) else 0.0
+    return s if s > 0 else 1.0
+
+
+def smape(actual: np.ndarray, point: np.ndarray) -> np.ndarray:
+    """200·|y - ŷ| / (|y| + |ŷ|), defined as 0 where both are 0 (zero demand forecast as zero is exact)."""
+    den = np.abs(actual) + np.abs(point)
+    return np.where(den > 0, 200 * np.abs(actual - point) / np.where(den > 0, den, 1), 0.0)
+
+
+# ----------------------------------------------------------------------------- candidates
+
+CANDIDATES = ("SeasonalNaive", "ETS", "Theta", "Combination")
+COMBINED = ("ETS", "Theta")             # the combination: equal-weight mean of these
+DEFAULT = "Theta"                       # kept unless another candidate clearly beats it in the backtest
+SWITCH_LEVEL = 0.95                     # one-sided confidence that the other candidate is better
+MIN_ORIGINS = 12
+
+
+@dataclass
+class Paths:
+    """Forecasts of one candidate from K origins: point and model sd, each (K, h); for ETS, the form chosen
+    by AICc at the first origin and its parameters (the final refit starts from them)."""
+    point: np.ndarray
+    sd: np.ndarray
+    detail: str = ""
+    warm: dict = field(default_factory=dict)
+
+
+def _clip(paths: Paths, nonneg: bool) -> Paths:
+    if nonneg:
+        paths.point = np.maximum(paths.point, 0.0)
+    return paths
+
+
+def candidate_paths(y: np.ndarray, m: int, origins: list[int], h: int,
+                    only: tuple[str, ...] = CANDIDATES, warm: dict | None = None) -> dict[str, Paths]:
+    """Every candidate's forecasts from each origin (forecast of y[o:o+h] from y[:o]); ``only`` limits the set.
+
+    Seasonal naive and Theta are refitted at every origin (Theta for all origins at once, `models.theta`). ETS
+    is chosen by AICc and fitted at the first origin, then its states are updated through later data with
+    those parameters ("rolling origin with updating", Tashman 2000), which keeps 200 series within the speed
+    budget. With one origin at len(y) this is the final forecast; ``warm`` (a backtest's ETS form and
+    parameters) makes it refit that form only, starting from them."""
+    want = set(only) | (set(COMBINED) if "Combination" in only else set())
+    out: dict[str, Paths] = {}
+    if "SeasonalNaive" in want:
+        sn = [snaive(y[:o], m, h) for o in origins]
+        short = "naive: history shorter than a season" if origins[0] <= m else ""
+        out["SeasonalNaive"] = Paths(np.array([p for p, _ in sn]), np.array([s for _, s in sn]), short)
+    forms = ETS_FORMS if not warm else tuple(warm)
+    fits = fit_ets_forms(y[:origins[0]], m, forms, warm=warm) if "ETS" in want else {}
+    if fits:
+        fit = min(fits.values(), key=lambda f: f.aicc)
+        states = ets_states(fit, y, origins)
+        out["ETS"] = Paths(np.array([ets_point(fit, s, h) for s in states]),
+                           np.tile(ets_sd(fit, h), (len(origins), 1)), ets_detail(fit), {fit.form: ets_theta(fit)})
+    th = theta_paths(y, m, origins, h) if "Theta" in want else None
+    if th is not None:
+        out["Theta"] = Paths(th.point, th.sd, th.detail[-1])
+    members = [c for c in COMBINED if c in out]
+    if "Combination" in only and len(members) == len(COMBINED):
+        out["Combination"] = combine({c: out[c] for c in members})
+    nonneg = bool(len(y) and y.min() >= 0)
+    return {k: _clip(v, nonneg) for k, v in out.items() if k in only}
+
+
+def combine(members: dict[str, Paths]) -> Paths:
+    """Equal-weight mean of the members' forecasts and of their sds (combination weights estimated from a few
+    backtest origins lose to equal ones more often than not: the "forecast combination puzzle")."""
+    point = np.mean([p.point for p in members.values()], axis=0)
+    sd = np.mean([p.sd for p in members.values()], axis=0)
+    details = "; ".join(f"{c}: {p.detail}" for c, p in members.items() if p.detail)
+    return Paths(point, sd, f"mean of {', '.join(members)}" + (f" ({details})" if details else ""))
+
+
+# ----------------------------------------------------------------------------- backtest, selection, calibration
+
+@dataclass
+class Backtest:
+    """Rolling-origin backtest of every candidate on the series' own history.
+
+    ``coverage`` is that of the calibrated intervals, each origin calibrated on the other origins only
+    (leave-one-origin-out), so it is an out-of-sample estimate; ``coverage_raw`` is the model-based interval's."""
+    horizon: int
+    origins: list[int]
+    mase: dict[str, float]
+    mase_by_h: dict[str, np.ndarray]
+    smape: dict[str, float]
+    coverage: dict[str, dict[int, float]]
+    coverage_raw: dict[str, dict[int, float]]
+    scale: dict[str, dict[int, float]]
+    warm: dict = field(default_factory=dict)
+    mase_o: dict[str, np.ndarray] = field(default_factory=dict)    # per origin: mean MASE over horizons 1..hb
+    step: int = 1                                                 # periods between origins
+
+
+def backtest_origins(n: int, m: int, h: int, max_origins: int = 28) -> tuple[list[int], int]:
+    """Origins (training lengths) and the backtest horizon hb = min(h, what the history allows).
+
+    Origins step by min(hb, m) back from n - hb, at least max(6, ⌈4m/hb⌉) of them (so short horizons still
+    see a few seasons of errors), each keeping at least two seasons of training data."""
+    min_train = max(2 * m, 8)
+    hb = min(h, n - min_train)
+    if hb < 1:
+        return [], 0
+    k = min(max_origins, max(MIN_ORIGINS, math.ceil(4 * m / hb)))
+    step = max(1, min(hb, m))
+    last = n - hb
+    return sorted(last - i * step for i in range(k) if last - i * step >= min_train), hb
+
+
+def _calibrate(absu: np.ndarray) -> tuple[dict[int, float], dict[int, float], dict[int, float]]:
+    """Scale factors c_L = quantile_L(|u|)/z_L of the standardised errors u = e/sd (rows = origins), the
+    raw coverage, and the leave-one-origin-out coverage of the calibrated intervals."""
+    scale, cov, raw = {}, {}, {}
+    k = absu.shape[0]
+    # row i: the errors of every origin but i (leave-one-origin-out), for all origins at once
+    others = np.broadcast_to(absu, (k, *absu.shape))[~np.eye(k, dtype=bool)].reshape(k, -1) if k >= 3 else None
+    for lv in LEVELS:
+        raw[lv] = float(np.mean(absu <= Z[lv]))
+        if k < 3 or absu.size < 10:
+            scale[lv], cov[lv] = 1.0, raw[lv]
+            continue
+        scale[lv] = float(np.quantile(absu, lv / 100)) / Z[lv]
+        cov[lv] = float(np.mean(absu <= np.quantile(others, lv / 100, axis=1)[:, None]))
+    return scale, cov, raw
+
+
+def backtest(y: np.ndarray, m: int, h: int, max_origins: int = 28) -> Backtest | None:
+    origins, hb = backtest_origins(len(y), m, h, max_origins)
+    if len(origins) < 2:
+        return None
+    paths = candidate_paths(y, m, origins, hb)
+    actual = np.array([y[o:o + hb] for o in origins])
+    scales = np.array([mase_scale(y[:o], m) for o in origins])[:, None]
+    bt = Backtest(hb, origins, {}, {}, {}, {}, {}, {}, paths["ETS"].warm if "ETS" in paths else {},
+                  step=origins[1] - origins[0])
+    for name, p in paths.items():
+        err = actual - p.point
+        mase_oh = np.abs(err) / scales
+        bt.mase_by_h[name] = mase_oh.mean(axis=0)
+        bt.mase_o[name] = mase_oh.mean(axis=1)
+        bt.mase[name] = float(mase_oh.mean())
+        bt.smape[name] = float(smape(actual, p.point).mean())
+        with np.errstate(divide="ignore", invalid="ignore"):
+            absu = np.where(p.sd > 0, np.abs(err) / p.sd, np.where(err == 0, 0.0, 1e12))
+        absu = np.nan_to_num(absu, nan=1e12)
+        bt.scale[name], bt.coverage[name], bt.coverage_raw[name] = _calibrate(absu)
+    return bt
+
+
+def choose(bt: Backtest) -> tuple[str, str]:
+    """The model to forecast with, and why: Theta unless another candidate beats it clearly in the backtest.
+
+    "Clearly": the mean of the per-origin MASE differences d_i = MASE_Theta,i - MASE_c,i is above zero with
+    one-sided confidence SWITCH_LEVEL (paired t-test). Forecast windows of successive origins overlap when the
+    backtest horizon exceeds the step between them, so the test counts only n_eff = K·step/hb independent
+    origins. With a few origins the lowest backtest MASE is mostly noise: picking it cost accuracy on the real
+    series of benchmarks/forecast_accuracy.py, while Theta is the strongest single method on them (and in the
+    M3/M4 competitions); a clear win is still taken. Among several clear winners the lowest MASE wins."""
+    default = DEFAULT if DEFAULT in bt.mase_o else min(bt.mase, key=lambda c: (bt.mase[c], CANDIDATES.index(c)))
+    base = bt.mase_o[default]
+    k = len(base)
+    n_eff = min(k, k * bt.step / bt.horizon)
+    best, why = default, f"{default} (default; no candidate beat it clearly in the backtest)"
+    if n_eff < 2:
+        return default, f"{default} (default; too few independent backtest origins to test the others)"
+    crit = float(student_t.ppf(SWITCH_LEVEL, n_eff - 1))
+    for cand, v in bt.mase_o.items():
+        d = base - v
+        sd = float(np.std(d, ddof=1))
+        t = float(np.mean(d)) / (sd / math.sqrt(n_eff)) if sd > 0 else (math.inf if np.mean(d) > 0 else 0.0)
+        if cand != default and t > crit and bt.mase[cand] < bt.mase[best]:
+            best = cand
+            why = (f"{cand}: beat {default} in the backtest (MASE {bt.mase[cand]:.3g} vs {bt.mase[default]:.3g}, "
+                   f"t = {t:.2f} > {crit:.2f} on {n_eff:.3g} independent origins)")
+    return best, why
+
+
+# ----------------------------------------------------------------------------- one clean series
+
+@dataclass
+class Result:
+    """Forecast of h periods after the history: point and interval bounds per level, in the series' unit."""
+    point: np.ndarray
+    lo: dict[int, np.ndarray]
+    hi: dict[int, np.ndarray]
+    model: str
+    detail: str = ""
+    backtest: Backtest | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def _flat(value: float, h: int, model: str, note: str, width: float = float("nan")) -> Result:
+    point = np.full(h, value)
+    return Result(point, {lv: point - width for lv in LEVELS}, {lv: point + width for lv in LEVELS},
+                  model, notes=[note])
+
+
+def forecast_values(y: np.ndarray, m: int, h: int, max_origins: int = 28, force: str | None = None,
+                    bt: Backtest | None = None) -> Result:
+    """Forecast a regular, gap-free history y (oldest first) h periods ahead with the backtest-chosen model
+    (or the candidate ``force`` names, still calibrated on the backtest; ``bt`` reuses a backtest of this same
+    y, m and h: the benchmark uses both)."""
+    y = np.asarray(y, dtype=float)
+    n = len(y)
+    if n == 0:
+        return _flat(float("nan"), h, "none", "no history: nothing to forecast")
+    if not np.any(y):
+        return _flat(0.0, h, "Zero", f"all {n} periods are zero: forecast 0", 0.0)
+    if n < 3:
+        return _flat(float(y[-1]), h, "Naive", f"only {n} period(s) of history: last value carried forward, "
+                                               "no interval can be estimated")
+    notes = []
+    if n < 2 * m:
+        notes.append(f"short history ({n} periods < two seasons of {m}): no seasonal ETS, Theta not deseasonalised")
+    bt = bt or backtest(y, m, h, max_origins)
+    if bt is None:
+        chosen = force or DEFAULT
+        notes.append(f"history too short to backtest ({n} periods): {chosen} chosen by default, "
+                     "intervals model-based (not calibrated), coverage unknown")
+    else:
+        chosen = force if force in bt.mase else None
+        if chosen is None:
+            chosen, why = choose(bt)
+            if chosen != DEFAULT:
+                notes.append(f"model {why}")
+        if bt.horizon < h:
+            notes.append(f"backtest covers horizons 1..{bt.horizon} of {h}; beyond it the model's own "
+                         "variance growth is used, scaled by the backtest calibration")
+    final = candidate_paths(y, m, [n], h, only=(chosen,), warm=bt.warm if bt else None).get(chosen)
+    if final is None:                        # the chosen model cannot be fitted on this history
+        chosen, final = "SeasonalNaive", candidate_paths(y, m, [n], h, only=("SeasonalNaive",))["SeasonalNaive"]
+    point, sd = final.point[0], final.sd[0]
+    scale = bt.scale[chosen] if bt else {lv: 1.0 for lv in LEVELS}
+    nonneg = y.min() >= 0
+    lo, hi = {}, {}
+    for lv in LEVELS:
+        half = Z[lv] * scale[lv] * sd
+        lo[lv] = np.maximum(point - half, 0.0) if nonneg else point - half
+        hi[lv] = point + half
+    if nonneg and np.any(point - Z[95] * scale[95] * sd < 0):
+        notes.append("lower bounds clipped at 0 (demand cannot be negative)")
+    return Result(point, lo, hi, chosen, final.detail, bt, notes)
+
+
+# ----------------------------------------------------------------------------- level shifts
+
+def detect_level_shift(y: np.ndarray, m: int, ratio: float = 8.0, rel: float = 0.3) -> tuple[int, float, float] | None:
+    """The largest abrupt level change: (index of the first period at the new level, mean before, mean after).
+
+    Compares the means of the w = max(m, 7) periods before and after each point (a whole season, so the
+    seasonal pattern cancels). A shift is reported when the largest jump is ``ratio`` times the median jump
+    (abrupt against the series' own drift) and changes the level by at least ``rel`` (30 %)."""
+    w = max(m, 7)
+    n = len(y)
+    if n < 4 * w:
+        return None
+    c = np.r_[0.0, np.cumsum(y)]
+    t = np.arange(w, n - w + 1)
+    before = (c[t] - c[t - w]) / w
+    after = (c[t + w] - c[t]) / w
+    jump = np.abs(after - before)
+    i = int(np.argmax(jump))
+    typical = float(np.median(jump))
+    big = max(abs(before[i]), abs(after[i]))
+    if big == 0 or jump[i] < rel * big or (typical > 0 and jump[i] < ratio * typical):
+        return None
+    return int(t[i]), float(before[i]), float(after[i])
+
+
+# ----------------------------------------------------------------------------- timestamps, gaps, many series
+
+EVERY = {"hour": "1h", "day": "1d", "week": "1w", "month": "1mo"}
+
+
+def infer_freq(ts: np.ndarray) -> str:
+    """hour, day, week or month from the median spacing of sorted distinct timestamps (finer data → hour)."""
+    u = np.unique(ts.astype("datetime64[s]"))
+    if len(u) < 2:
+        return "day"
+    step = float(np.median(np.diff(u).astype(np.int64)))
+    for name, secs in (("hour", 3600 * 1.5), ("day", 86400 * 1.5), ("week", 86400 * 10)):
+        if step <= secs:
+            return name
+    return "month"
+
+
+def future_index(last: np.datetime64, freq: str, h: int) -> np.ndarray:
+    if freq == "month":
+        start = last.astype("datetime64[M]")
+        return (start + np.arange(1, h + 1)).astype("datetime64[us]")
+    return (last.astype("datetime64[us]") + STEP[freq] * np.arange(1, h + 1)).astype("datetime64[us]")
+
+
+def fill_gaps(y: np.ndarray, m: int) -> tuple[np.ndarray, int, int]:
+    """Fill NaNs with the value one season earlier when known, else by linear interpolation (ends: nearest).
+    Returns (filled, number filled, longest run)."""
+    miss = np.isnan(y)
+    if not miss.any():
+        return y, 0, 0
+    out = y.copy()
+    for i in np.flatnonzero(miss):
+        if m > 1 and i >= m and not np.isnan(out[i - m]):
+            out[i] = out[i - m]
+    rest = np.isnan(out)
+    if rest.any() and (~rest).any():
+        idx = np.arange(len(out))
+        out[rest] = np.interp(idx[rest], idx[~rest], out[~rest])
+    runs = np.diff(np.r_[0, miss.astype(int), 0])
+    longest = int((np.flatnonzero(runs == -1) - np.flatnonzero(runs == 1)).max())
+    return out, int(miss.sum()), longest
+
+
+@dataclass
+class Prepared:
+    """The history a forecast is fitted on, and what was done to get it (``notes``)."""
+    ts: np.ndarray
+    y: np.ndarray
+    freq: str
+    notes: list[str]
+
+
+def _day(t) -> str:
+    return str(np.datetime64(t, "m")).replace("T00:00", "").replace("T", " ")
+
+
+def backtest_span(m: int, h: int, max_origins: int = 28) -> int:
+    """Periods a history needs for the full backtest (`backtest_origins`) at horizon min(h, 4m): two seasons
+    of training, the horizon, and the origins min(hb, m) apart."""
+    hb = min(h, 4 * m)
+    k = min(max_origins, max(MIN_ORIGINS, math.ceil(4 * m / hb)))
+    return max(2 * m, 8) + hb + (k - 1) * max(1, min(hb, m))
+
+
+def prepare(ts: np.ndarray, y: np.ndarray, freq: str, shifts: bool = True, h: int | None = None) -> Prepared:
+    """Regular history (NaN = missing period) → gap-filled, leading zeros dropped, cut at a level shift when
+    enough history follows it to backtest the models at horizon h (``backtest_span``; without h, two seasons)."""
+    m = SEASON[freq]
+    min_after = max(2 * m, 14) if h is None else max(2 * m, 14, backtest_span(m, h))
+    notes: list[str] = []
+    y, filled, longest = fill_gaps(np.asarray(y, dtype=float), m)
+    if filled:
+        notes.append(f"{filled} missing period(s) filled (longest gap {longest}) from one season earlier "
+                     "or by interpolation")
+    nz = np.flatnonzero(y != 0)
+    if len(nz) and nz[0] > 0:
+        notes.append(f"history starts {_day(ts[nz[0]])}, the first non-zero period ({nz[0]} leading zero "
+                     "periods dropped)")
+        ts, y = ts[nz[0]:], y[nz[0]:]
+    cut = 0
+    while shifts:
+        found = detect_level_shift(y[cut:], m)
+        if found is None:
+            break
+        at, before, after = found
+        since = len(y) - cut - at
+        if since < min_after:
+            notes.append(f"level shift on {_day(ts[cut + at])} (mean {before:.4g} → {after:.4g}), only {since} "
+                         f"periods since (< {min_after} to backtest on them): fitted on the whole history, which "
+                         "the trend may follow, and intervals may be too narrow")
+            break
+        notes.append(f"level shift on {_day(ts[cut + at])} (mean {before:.4g} → {after:.4g}): fitted on the "
+                     f"{since} periods since")
+        cut += at
+    return Prepared(ts[cut:], y[cut:], freq, notes)
+
+
+def forecast_series(ts: np.ndarray, y: np.ndarray, freq: str, h: int, shifts: bool = True,
+                    max_origins: int = 28) -> tuple[Prepared, Result, np.ndarray]:
+    """Forecast one regular series (timestamps at bucket starts, NaN = missing); returns what was fitted,
+    the result, and the future timestamps."""
+    prep = prepare(np.asarray(ts).astype("datetime64[us]"), y, freq, shifts, h)
+    res = forecast_values(prep.y, SEASON[freq], h, max_origins)
+    res.notes = prep.notes + res.notes
+    last = prep.ts[-1] if len(prep.ts) else np.asarray(ts).astype("datetime64[us]")[-1]
+    return prep, res, future_index(last, freq, h)
+
+
+def regularise(df, keys: list[str], freq: str, ts_col: str = "ts", value_col: str = "value", agg: str = "mean"):
+    """Bucket timestamps to ``freq`` (mean or sum of the values in a bucket) and insert missing buckets as
+    nulls, per series. Returns a Polars frame (keys..., ts, value) sorted by keys then ts."""
+    import polars as pl
+    reduce = pl.col(value_col).mean() if agg == "mean" else pl.col(value_col).sum()
+    out = (df.with_columns(pl.col(ts_col).cast(pl.Datetime("us")).dt.truncate(EVERY[freq]))
+             .group_by([*keys, ts_col]).agg(reduce.cast(pl.Float64)).sort([*keys, ts_col]))
+    if out.height:
+        out = out.upsample(ts_col, every=EVERY[freq], group_by=keys or None, maintain_order=True)
+        out = out.with_columns(pl.col(k).forward_fill() for k in keys) if keys else out
+    return out.select([*keys, pl.col(ts_col).alias("ts"), pl.col(value_col).alias("value")])
+
+
+def _summary_row(key: dict, prep: Prepared, res: Result) -> dict:
+    bt, c = res.backtest, res.model
+    row = {**key, "model": c, "model_detail": res.detail,
+           "history_from": prep.ts[0].item() if len(prep.ts) else None,
+           "history_to": prep.ts[-1].item() if len(prep.ts) else None, "history_periods": len(prep.y),
+           "backtest_horizon": bt.horizon if bt else None, "backtest_origins": len(bt.origins) if bt else None,
+           "backtest_mase": bt.mase.get(c) if bt else None, "backtest_smape": bt.smape.get(c) if bt else None,
+           "coverage80": bt.coverage[c][80] if bt and c in bt.coverage else None,
+           "coverage95": bt.coverage[c][95] if bt and c in bt.coverage else None}
+    for cand in CANDIDATES:
+        row[f"mase_{cand.lower()}"] = bt.mase.get(cand) if bt else None
+    row["notes"] = "; ".join(res.notes)
+    return row
+
+
+def _forecast_job(job):
+    ts, y, freq, horizon, shifts, max_origins = job
+    return forecast_series(ts, y, freq, horizon, shifts, max_origins)
+
+
+def _workers(n_series: int) -> int:
+    """Processes for many series: $GPULEDGER_FORECAST_WORKERS, else both cores from 16 series up."""
+    env = os.environ.get("GPULEDGER_FORECAST_WORKERS")
+    if env:
+        return max(1, int(env))
+    return min(2, os.cpu_count() or 1) if n_series >= 16 else 1
+
+
+def _run_jobs(jobs: list, progress=None):
+    """forecast_series over jobs, in order; in spawned worker processes when there are many (each series is
+    independent, so two cores halve the time)."""
+    workers = _workers(len(jobs))
+    if workers == 1:
+        for i, job in enumerate(jobs):
+            yield _forecast_job(job)
+            if progress:
+                progress(i + 1, len(jobs))
+        return
+    ctx = multiprocessing.get_context("spawn")     # not fork: the parent runs Polars/DuckDB threads
+    with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
+        for i, out in enumerate(pool.map(_forecast_job, jobs, chunksize=max(1, len(jobs) // (8 * workers)))):
+            yield out
+            if progress:
+                progress(i + 1, len(jobs))
+
+
+def forecast_table(df, keys: list[str], freq: str, horizon: int, shifts: bool = True, max_origins: int = 28,
+                   progress=None):
+    """Forecast every series of a long table (keys..., ts, value; regular grid, null = missing).
+
+    Returns (forecast, summary): forecast has one row per series and future period with the point forecast,
+    80 %/95 % bounds, the chosen model and its backtest MASE and coverage; summary has one row per series
+    with the backtest of every candidate and the notes. Values keep the input's unit."""
+    import polars as pl
+    parts = df.sort([*keys, "ts"]).partition_by(keys, as_dict=True, maintain_order=True) if keys else {(): df.sort("ts")}
+    frows, srows = [], []
+    jobs = []
+    for part in parts.values():
+        y = part.get_column("value").cast(pl.Float64).to_numpy()
+        jobs.append((part.get_column("ts").to_numpy(), np.where(np.isfinite(y), y, np.nan), freq, horizon,
+                     shifts, max_origins))
+    for (kv, part), (prep, res, fut) in zip(parts.items(), _run_jobs(jobs, progress)):
+        key = dict(zip(keys, kv))
+        srow = _summary_row(key, prep, res)
+        srows.append(srow)
+        frows.append(pl.DataFrame({
+            **{k: [v] * horizon for k, v in key.items()}, "ts": fut, "forecast": res.point,
+            "lo80": res.lo[80], "hi80": res.hi[80], "lo95": res.lo[95], "hi95": res.hi[95],
+            "model": [res.model] * horizon, "backtest_mase": [srow["backtest_mase"]] * horizon,
+            "coverage80": [srow["coverage80"]] * horizon, "coverage95": [srow["coverage95"]] * horizon,
+        }, schema_overrides={k: part.schema[k] for k in keys} | {
+            "backtest_mase": pl.Float64, "coverage80": pl.Float64, "coverage95": pl.Float64}))
+    forecast = pl.concat(frows) if frows else pl.DataFrame()
+    return forecast, pl.DataFrame(srows, infer_schema_length=None)

@@ -1,0 +1,219 @@
+"""The efficiency marts (``gpu_efficiency_job``, ``gpu_efficiency_job_hour``): telemetry attributed to jobs
+(models/kernels/attribution.py), per job and UTC hour; rebuilt incrementally by `gpuledger refresh` for the
+jobs that changed, their node neighbours and the jobs under new telemetry. Definitions and the reports that
+read them: models/metrics/efficiency.py.
+"""
+from __future__ import annotations
+
+import datetime as dt
+
+import duckdb
+
+from ingest import warehouse
+from models.definitions.marts import EFFICIENCY as MART
+from models.kernels import attribution
+from models.kernels.attribution import IDLE_STRETCH_S, N_BINS
+
+
+def _targets(con: duckdb.DuckDBPyConnection, full: bool) -> int:
+    """``_eff_targets``: GPU jobs to (re)compute; returns the run id the refresh will be current to."""
+    newest = con.sql("SELECT coalesce(max(run_id), 0) FROM ingest_runs").fetchall()[0][0]
+    last = warehouse.mart_run(con, MART)
+    if full or last is None:
+        con.execute("""CREATE OR REPLACE TEMP TABLE _eff_targets AS
+                       SELECT job_uid FROM jobs WHERE ngpus > 0 AND start IS NOT NULL""")
+        return newest
+    con.execute("""
+        CREATE OR REPLACE TEMP TABLE _eff_dirty AS
+        SELECT job_uid FROM jobs WHERE ngpus > 0 AND start IS NOT NULL
+          AND (coalesce(updated_run_id, ingest_run_id) > $last OR "end" IS NULL)
+        UNION SELECT job_uid FROM job_gpu_indices WHERE ingest_run_id > $last
+        UNION SELECT j.job_uid FROM jobs j ANTI JOIN gpu_efficiency_job e USING (job_uid)
+              WHERE j.ngpus > 0 AND j.start IS NOT NULL""", {"last": last})
+    # neighbours share nodes with changed jobs (their node-share changes), or sit under new telemetry
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE _eff_targets AS
+        WITH h AS ({attribution.horizon_sql()}),
+        win AS (SELECT jn.cluster, jn.node, j.start AS lo, {attribution.end_sql()} AS hi
+                FROM _eff_dirty d JOIN jobs j USING (job_uid) JOIN job_nodes jn USING (job_uid) JOIN h ON h.cluster = j.cluster
+                UNION ALL
+                SELECT cluster, node, min_ts, max_ts FROM gpu_ingest_ranges WHERE run_id > $last)
+        SELECT job_uid FROM _eff_dirty
+        UNION
+        SELECT DISTINCT j.job_uid FROM win JOIN job_nodes jn ON jn.cluster = win.cluster AND jn.node = win.node
+            JOIN jobs j ON j.job_uid = jn.job_uid JOIN h ON h.cluster = j.cluster
+        WHERE j.ngpus > 0 AND j.start IS NOT NULL AND j.start < win.hi AND {attribution.end_sql()} > win.lo""",
+                {"last": last})
+    return newest
+
+
+def _metric_choice(con: duckdb.DuckDBPyConnection) -> None:
+    """``_eff_metric``: per job the activity metric (0 SM_ACTIVE, 1 GR_ENGINE_ACTIVE, 2 GPU_UTIL): the first in
+    that order covering at least half as many of the job's GPU-seconds as the best-covered one."""
+    con.execute("""
+        CREATE OR REPLACE TEMP TABLE _eff_metric AS
+        WITH c AS (SELECT job_uid, sum(share) FILTER (WHERE sm IS NOT NULL) AS c0,
+                          sum(share) FILTER (WHERE gr IS NOT NULL) AS c1,
+                          sum(share) FILTER (WHERE gu IS NOT NULL) AS c2
+                   FROM _att JOIN _pc USING (dev, mi) GROUP BY job_uid),
+        b AS (SELECT *, list_max([c0, c1, c2]) AS best FROM c)
+        SELECT job_uid, CASE WHEN c0 >= 0.5 * best THEN 0 WHEN c1 >= 0.5 * best THEN 1
+                             WHEN c2 >= 0.5 * best THEN 2 END::TINYINT AS metric FROM b WHERE best > 0""")
+
+
+def _scored(con: duckdb.DuckDBPyConnection) -> None:
+    """``_eff_px``: attributed device-minutes with the job's activity, idle flag, histogram bin and hour.
+
+    Idle: the device read zero (< 0.5 %) for a stretch that, cut to the job's window, lasts >= 5 minutes."""
+    eps = attribution.IDLE_EPSILON
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE _eff_px AS
+        WITH a AS (
+            SELECT t.job_uid, t.dev, t.mi, t.share * 60 AS cov, t.meth, p.rolled, p.fb, p.pw, e.metric,
+                   CASE e.metric WHEN 0 THEN p.sm WHEN 1 THEN p.gr ELSE p.gu END AS act,
+                   CASE e.metric WHEN 0 THEN p.sm_x WHEN 1 THEN p.gr_x ELSE p.gu_x END AS act_x
+            FROM _att t JOIN _pc p USING (dev, mi) JOIN _eff_metric e USING (job_uid)),
+        z AS (SELECT z.dev, z.metric, z.mi, r.rs, r.re FROM _zr z JOIN _runs r USING (dev, metric, run))
+        SELECT a.job_uid, a.dev, a.mi, a.cov, a.meth, a.rolled, a.fb, a.pw, a.act, a.mi // 60 AS hr,
+               CASE WHEN a.act < {eps} THEN 0 ELSE least(20, floor(a.act * 20)::INTEGER + 1) END AS bin,
+               z.rs IS NOT NULL AND least(z.re * 60, w.we_s) - greatest(z.rs * 60, w.ws_s) >= {IDLE_STRETCH_S} AS idle
+        FROM a JOIN (SELECT job_uid, epoch(ws) AS ws_s, epoch(we) AS we_s FROM _jwc) w USING (job_uid)
+        LEFT JOIN z ON z.dev = a.dev AND z.mi = a.mi AND z.metric = a.metric AND a.act_x < {eps}
+        WHERE a.act IS NOT NULL""")
+
+
+def _hours(con: duckdb.DuckDBPyConnection) -> None:
+    """``_eff_hour``: per job with telemetry and UTC hour, allocated and telemetry figures (+ histogram).
+
+    A job no reading reached gets no hour rows: its hours are all allocation, which the readers derive from its
+    window (:func:`_hours_in`). Expanding them here would store a row per hour of every job of a site without
+    telemetry (and of every runaway job accounting still shows RUNNING), for nothing."""
+    hist = ", ".join(f"coalesce(sum(s) FILTER (WHERE bin = {b}), 0)" for b in range(N_BINS))
+    by_method = ", ".join(f"coalesce(sum(cov) FILTER (WHERE meth = {i + 1}), 0) AS {col}"
+                          for i, col in enumerate(("label_gpu_s", "index_gpu_s", "share_gpu_s")))
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE _eff_hour AS
+        WITH alloc AS (
+            SELECT job_uid, cluster, hour,
+                   ngpus * epoch(least(we, hour + INTERVAL 1 HOUR) - greatest(ws, hour)) AS alloc_gpu_s
+            FROM (SELECT *, unnest(generate_series(date_trunc('hour', ws), we - INTERVAL 1 MICROSECOND,
+                                                   INTERVAL 1 HOUR)) AS hour
+                  FROM _jwc SEMI JOIN (SELECT DISTINCT job_uid FROM _eff_px) USING (job_uid))),
+        tel AS (
+            SELECT job_uid, hr, sum(cov) AS telemetry_gpu_s, sum(cov * act) AS active_gpu_s,
+                   coalesce(sum(cov) FILTER (WHERE idle), 0) AS idle_alloc_gpu_s,
+                   max(fb) AS fb_max_mib, sum(cov * pw) AS energy_j, {by_method},
+                   coalesce(sum(cov) FILTER (WHERE rolled), 0) AS rollup_gpu_s
+            FROM _eff_px GROUP BY job_uid, hr),
+        hb AS (SELECT job_uid, hr, bin, sum(cov) AS s FROM _eff_px GROUP BY ALL),
+        h AS (SELECT job_uid, hr, [{hist}] AS hist FROM hb GROUP BY job_uid, hr)
+        SELECT a.job_uid, a.cluster, a.hour, a.alloc_gpu_s, coalesce(t.telemetry_gpu_s, 0) AS telemetry_gpu_s,
+               coalesce(t.active_gpu_s, 0) AS active_gpu_s, coalesce(t.idle_alloc_gpu_s, 0) AS idle_alloc_gpu_s,
+               t.fb_max_mib, t.energy_j, coalesce(t.label_gpu_s, 0) AS label_gpu_s,
+               coalesce(t.index_gpu_s, 0) AS index_gpu_s, coalesce(t.share_gpu_s, 0) AS share_gpu_s,
+               coalesce(t.rollup_gpu_s, 0) AS rollup_gpu_s, h.hist
+        FROM alloc a LEFT JOIN tel t ON t.job_uid = a.job_uid AND t.hr = epoch(a.hour) // 3600
+        LEFT JOIN h ON h.job_uid = a.job_uid AND h.hr = epoch(a.hour) // 3600""")
+
+
+def _jobs(con: duckdb.DuckDBPyConnection, now: dt.datetime) -> None:
+    """``_eff_job``: the per-job row, with the exact GPU-second-weighted p95."""
+    con.execute("""
+        CREATE OR REPLACE TEMP TABLE _eff_job AS
+        WITH t AS (
+            SELECT job_uid, sum(telemetry_gpu_s) AS telemetry_gpu_s, sum(active_gpu_s) AS active_gpu_s,
+                   sum(idle_alloc_gpu_s) AS idle_alloc_gpu_s, max(fb_max_mib) AS fb_max_mib, sum(energy_j) AS energy_j,
+                   sum(label_gpu_s) AS label_gpu_s, sum(index_gpu_s) AS index_gpu_s, sum(share_gpu_s) AS share_gpu_s,
+                   sum(rollup_gpu_s) AS rollup_gpu_s
+            FROM _eff_hour GROUP BY job_uid),
+        s AS (   -- every job of the chunk; allocation from its window (= the sum of its hours where it has them)
+            SELECT w.job_uid, w.cluster, w.ngpus * epoch(w.we - w.ws) AS alloc_gpu_s,
+                   coalesce(t.telemetry_gpu_s, 0) AS telemetry_gpu_s, coalesce(t.active_gpu_s, 0) AS active_gpu_s,
+                   coalesce(t.idle_alloc_gpu_s, 0) AS idle_alloc_gpu_s, t.fb_max_mib, t.energy_j,
+                   coalesce(t.label_gpu_s, 0) AS label_gpu_s, coalesce(t.index_gpu_s, 0) AS index_gpu_s,
+                   coalesce(t.share_gpu_s, 0) AS share_gpu_s, coalesce(t.rollup_gpu_s, 0) AS rollup_gpu_s
+            FROM _jwc w LEFT JOIN t USING (job_uid)),
+        v AS (SELECT job_uid, act, sum(cov) AS w FROM _eff_px GROUP BY job_uid, act),
+        q AS (
+            SELECT job_uid, min(act) FILTER (WHERE cum >= 0.95 * tot) AS act_p95
+            FROM (SELECT job_uid, act, sum(w) OVER (PARTITION BY job_uid) AS tot,
+                         sum(w) OVER (PARTITION BY job_uid ORDER BY act ROWS UNBOUNDED PRECEDING) AS cum FROM v)
+            GROUP BY job_uid),
+        nd AS (SELECT job_uid, count(DISTINCT dev) AS n_devices FROM _eff_px GROUP BY job_uid)
+        SELECT s.job_uid, s.cluster, w.ws AS window_start, w.we AS window_end, s.alloc_gpu_s,
+               s.telemetry_gpu_s, s.active_gpu_s, s.idle_alloc_gpu_s,
+               CASE WHEN s.telemetry_gpu_s > 0 THEN ['SM_ACTIVE', 'GR_ENGINE_ACTIVE', 'GPU_UTIL'][e.metric + 1] END
+                   AS metric,
+               CASE WHEN s.telemetry_gpu_s > 0 THEN s.active_gpu_s / s.telemetry_gpu_s END AS act_mean,
+               q.act_p95, s.fb_max_mib, s.energy_j,
+               CASE WHEN s.telemetry_gpu_s = 0 THEN 'none'
+                    WHEN s.label_gpu_s >= s.index_gpu_s AND s.label_gpu_s >= s.share_gpu_s THEN 'exporter-label'
+                    WHEN s.index_gpu_s >= s.share_gpu_s THEN 'gpu-index' ELSE 'node-share' END AS method,
+               s.label_gpu_s, s.index_gpu_s, s.share_gpu_s, s.rollup_gpu_s,
+               coalesce(nd.n_devices, 0)::INTEGER AS n_devices, $now AS computed_at
+        FROM s JOIN _jwc w USING (job_uid) LEFT JOIN _eff_metric e USING (job_uid) LEFT JOIN q USING (job_uid)
+        LEFT JOIN nd USING (job_uid)""", {"now": now})
+
+
+def _chunk(con: duckdb.DuckDBPyConnection, now: dt.datetime) -> None:
+    """The efficiency rows of the current chunk's jobs (``_jwc``, attributed in ``_att``), appended to
+    ``_eff_job_all`` / ``_eff_hour_all``."""
+    _metric_choice(con)
+    _scored(con)
+    _hours(con)
+    _jobs(con, now)
+    for part in ("hour", "job"):
+        con.execute(f"CREATE TEMP TABLE IF NOT EXISTS _eff_{part}_all AS SELECT * FROM _eff_{part} LIMIT 0")
+        con.execute(f"INSERT INTO _eff_{part}_all SELECT * FROM _eff_{part}")
+
+
+def _empty_attribution(con: duckdb.DuckDBPyConnection) -> None:
+    """An empty attribution for jobs that ran on no node telemetry could cover (no placement known)."""
+    con.execute("""CREATE OR REPLACE TEMP TABLE _att (job_uid BIGINT, dev INTEGER, mi BIGINT, ov_s DOUBLE,
+                   share DOUBLE, meth TINYINT)""")
+    con.execute("""CREATE OR REPLACE TEMP TABLE _pc (dev INTEGER, nid INTEGER, mi BIGINT, sm DOUBLE, gr DOUBLE,
+                   gu DOUBLE, sm_x DOUBLE, gr_x DOUBLE, gu_x DOUBLE, fb DOUBLE, pw DOUBLE, hpc_jobs VARCHAR,
+                   rolled BOOLEAN)""")
+    con.execute("CREATE OR REPLACE TEMP TABLE _zr (dev INTEGER, metric INTEGER, mi BIGINT, run BIGINT)")
+    con.execute("CREATE OR REPLACE TEMP TABLE _runs (dev INTEGER, metric INTEGER, run BIGINT, rs BIGINT, re BIGINT)")
+
+
+def build(con: duckdb.DuckDBPyConnection, full: bool = False) -> None:
+    """Mart builder for models/pipeline/refresh.py: recompute the changed jobs' rows of both efficiency marts.
+
+    Node group by node group (:func:`models.kernels.attribution.node_chunks`), so memory stays bounded on any range."""
+    now = warehouse.utcnow()
+    newest = _targets(con, full)
+    for t in ("_eff_hour_all", "_eff_job_all"):
+        con.execute(f"DROP TABLE IF EXISTS {t}")
+    attribution.prepare(con, "_eff_targets")
+    done = False
+    for nids in attribution.node_chunks(con):
+        attribution.attribute_chunk(con, nids)
+        _chunk(con, now)
+        done = True
+    # jobs no node group holds (no placement known): allocated GPU-hours only, "no telemetry"
+    con.execute("CREATE OR REPLACE TEMP TABLE _jwc AS SELECT * FROM _jw" + (
+        " WHERE job_uid NOT IN (SELECT job_uid FROM _eff_job_all)" if done else ""))
+    _empty_attribution(con)
+    _chunk(con, now)
+    with warehouse.transaction(con):
+        if full:
+            con.execute("DELETE FROM gpu_efficiency_job")
+            con.execute("DELETE FROM gpu_efficiency_job_hour")
+        else:
+            con.execute("DELETE FROM gpu_efficiency_job WHERE job_uid IN (SELECT job_uid FROM _eff_targets)")
+            con.execute("DELETE FROM gpu_efficiency_job_hour WHERE job_uid IN (SELECT job_uid FROM _eff_targets)")
+            # jobs that stopped being GPU jobs (or vanished) leave the marts
+            for t in ("gpu_efficiency_job", "gpu_efficiency_job_hour"):
+                con.execute(f"""DELETE FROM {t} WHERE job_uid NOT IN
+                                (SELECT job_uid FROM jobs WHERE ngpus > 0 AND start IS NOT NULL)""")
+        con.execute("INSERT INTO gpu_efficiency_job BY NAME SELECT * FROM _eff_job_all")
+        con.execute("INSERT INTO gpu_efficiency_job_hour BY NAME SELECT * EXCLUDE (rollup_gpu_s) FROM _eff_hour_all "
+                    "ORDER BY hour, job_uid")
+        warehouse.record_mart(con, MART, newest)
+    for t in ("_eff_targets", "_eff_dirty", "_eff_metric", "_eff_px", "_eff_hour", "_eff_job", "_eff_hour_all",
+              "_eff_job_all", "_att", "_jw", "_jwc", "_jn", "_nodes", "_nodes_all", "_dev", "_pc", "_zr", "_runs"):
+        con.execute(f"DROP TABLE IF EXISTS {t}")
+
+

@@ -1,0 +1,212 @@
+"""What-if questions answered by simulation: replay validation, capacity/demand/policy scenarios with
+intervals from replications, and the capacity plan sweep.
+
+All functions take an open warehouse connection and return Polars frames. Waits are in hours in the
+outputs; utilization and fragmentation in %; intervals are 95 % t-intervals over replications (each
+replication resamples whole days of the observed workload with its own seed).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import duckdb
+import numpy as np
+import polars as pl
+from scipy import stats
+
+from models.definitions.labels import SIZE_CLASSES, size_class_expr
+from models.simulation import workload as sw
+from models.simulation.simulate import EVENT_KINDS, Cluster, Policy, SimResult, node_events, simulate
+
+
+@dataclass
+class Scenario:
+    """A what-if: capacity changes per pool (nodes), demand and run-time scale, scheduler policy."""
+    add: dict[str, int] = field(default_factory=dict)
+    remove: dict[str, int] = field(default_factory=dict)
+    demand_scale: float = 1.0
+    runtime_scale: float = 1.0
+    policy: Policy = field(default_factory=Policy)
+    replay_events: bool = True
+    # The observed workload already holds what outages did to it: a job killed by a node failure ran its
+    # truncated time, and its requeued instance is a job of its own. So by default a job the simulation puts
+    # on a failing node ends there too instead of starting again from scratch.
+    requeue_killed: bool = False
+
+
+@dataclass
+class Inputs:
+    """What the warehouse says about the window: the nodes that exist in it (with ``absent``: drain/up events
+    for the times a node was not installed yet or already retired), the jobs, the outages (``events``)."""
+    t0: object
+    t1: object
+    cluster: Cluster
+    jobs: pl.DataFrame
+    events: np.ndarray
+    absent: np.ndarray = field(default_factory=lambda: node_events(Cluster.from_arrays([]), []))
+
+    @property
+    def days(self) -> int:
+        return max(1, int(np.ceil((self.t1 - self.t0).total_seconds() / sw.DAY)))
+
+
+def load_inputs(con: duckdb.DuckDBPyConnection, date_from: str | None = None, date_to: str | None = None,
+                cluster: str | None = None) -> Inputs:
+    t0, t1 = sw.window(con, date_from, date_to, cluster)
+    cl, absent = sw.load_cluster(con, t0, t1, cluster)
+    jobs = sw.load_jobs(con, t0, t1, cluster)
+    if jobs.height == 0:
+        raise ValueError(f"no GPU jobs were submitted in [{t0}, {t1})")
+    return Inputs(t0, t1, cl, jobs, sw.load_events(con, cl, t0, t1, cluster), absent)
+
+
+def _events(inp: Inputs, sc: Scenario, cl: Cluster) -> np.ndarray:
+    """Node availability (always) and observed outages (unless ``replay_events`` is off), on ``cl``'s node
+    list: after --add/--remove, events of nodes that still exist, re-indexed."""
+    ev = np.concatenate([inp.absent, inp.events]) if sc.replay_events else inp.absent
+    if cl is inp.cluster or not ev.size:
+        return np.sort(ev, order=["t", "kind"])
+    idx = {n: i for i, n in enumerate(cl.node_names)}
+    inv = {v: k for k, v in EVENT_KINDS.items()}
+    return node_events(cl, [(float(t), idx[inp.cluster.node_names[n]], inv[k]) for t, n, k in ev.tolist()
+                            if inp.cluster.node_names[n] in idx])
+
+
+def _run(inp: Inputs, sc: Scenario, jobs: pl.DataFrame, seed: int) -> tuple[SimResult, pl.DataFrame]:
+    cl = inp.cluster.with_nodes(sc.add, sc.remove) if (sc.add or sc.remove) else inp.cluster
+    events = _events(inp, sc, cl)
+    work = sw.to_workload(jobs, runtime_scale=sc.runtime_scale)
+    horizon = inp.days * sw.DAY
+    pol = Policy(**{**sc.policy.__dict__, "seed": seed, "requeue_on_failure": sc.requeue_killed})
+    res = simulate(cl, work, pol, events, sample_window=(0.0, horizon))
+    out = res.jobs.join(jobs.select("job_uid", "observed_wait_s"), on="job_uid", how="left") \
+        if "observed_wait_s" in jobs.columns else res.jobs
+    return res, out
+
+
+def _metrics(res: SimResult, jobs: pl.DataFrame, horizon: float, by: list[str]) -> pl.DataFrame:
+    """One replication's metrics: p50/p95 wait (h) overall and per group, utilization and fragmentation."""
+    j = jobs.filter(pl.col("feasible") & (pl.col("submit_s") < horizon)).with_columns(
+        size_class_expr(pl.col("gpus")).alias("size_class"),
+        (pl.col("wait_s").fill_null(horizon - pl.col("submit_s")) / 3600).alias("wait_h"))  # never started: censored
+    rows = [("p50_wait_h", "all", j["wait_h"].quantile(0.5)), ("p95_wait_h", "all", j["wait_h"].quantile(0.95)),
+            ("jobs", "all", float(j.height))]
+    for col in by:
+        g = j.group_by(col).agg(pl.col("wait_h").quantile(0.5).alias("p50"),
+                                pl.col("wait_h").quantile(0.95).alias("p95"), pl.len().alias("n"))
+        for key, p50, p95, n in g.iter_rows():
+            scope = f"{col}={key}"
+            rows += [("p50_wait_h", scope, p50), ("p95_wait_h", scope, p95), ("jobs", scope, float(n))]
+    s = res.samples.filter(pl.col("t_s") < horizon)
+    for scope, d in [("all", s)] + [(f"pool={p}", s.filter(pl.col("pool") == p))
+                                    for p in sorted(set(s["pool"].to_list()))]:
+        cap = d["capacity_gpus"].sum()
+        alloc = d["allocated_gpus"].sum()
+        free = cap - alloc
+        rows.append(("utilization_pct", scope, 100.0 * alloc / cap if cap else None))
+        rows.append(("fragmentation_pct", scope, 100.0 * d["stranded_gpus"].sum() / free if free > 0 else 0.0))
+    return pl.DataFrame(rows, schema={"metric": pl.Utf8, "scope": pl.Utf8, "value": pl.Float64}, orient="row")
+
+
+def interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float, float]:
+    """Mean and t-interval of replication values (a single value: its own bounds)."""
+    v = values[~np.isnan(values)]
+    if v.size == 0:
+        return float("nan"), float("nan"), float("nan")
+    m = float(v.mean())
+    if v.size < 2:
+        return m, m, m
+    h = float(stats.t.ppf(0.5 + level / 2, v.size - 1) * v.std(ddof=1) / np.sqrt(v.size))
+    return m, m - h, m + h
+
+
+def _summarise(reps: list[pl.DataFrame]) -> pl.DataFrame:
+    allm = pl.concat([r.with_columns(pl.lit(i).alias("rep")) for i, r in enumerate(reps)])
+    rows = []
+    for (metric, scope), d in allm.group_by("metric", "scope", maintain_order=True):
+        m, lo, hi = interval(d["value"].cast(pl.Float64).fill_null(np.nan).to_numpy())
+        rows.append((metric, scope, m, max(lo, 0.0) if not np.isnan(lo) else lo, hi, d.height))
+    return pl.DataFrame(rows, schema={"metric": pl.Utf8, "scope": pl.Utf8, "mean": pl.Float64,
+                                      "ci_low": pl.Float64, "ci_high": pl.Float64, "replications": pl.Int64},
+                        orient="row").sort("metric", "scope")
+
+
+def run_whatif(inp: Inputs, sc: Scenario, replications: int = 10, seed: int = 0,
+               by: tuple[str, ...] = ("team", "size_class")) -> pl.DataFrame:
+    """Metrics of a scenario with intervals: each replication bootstraps whole days of the observed
+    workload (scaled by ``demand_scale``) and runs the simulator with its own seed.
+    Columns: metric, scope (all / team=X / size_class=Y / pool=P), mean, ci_low, ci_high, replications."""
+    horizon = inp.days * sw.DAY
+    reps = []
+    for r in range(replications):
+        jobs = sw.resample_days(inp.jobs, inp.days, sc.demand_scale, seed + r)
+        res, out = _run(inp, sc, jobs, seed + r)
+        reps.append(_metrics(res, out, horizon, list(by)))
+    return _summarise(reps)
+
+
+def validate_replay(inp: Inputs, policy: Policy) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """Simulate the observed workload on the observed capacity; compare per-job waits.
+    Returns (per-job frame, summary by size class: jobs, median / mean / p90 absolute error, p50 / p95 / mean
+    observed and simulated, in hours). Waits count from eligibility (see ``sim_workload.load_jobs``)."""
+    res, out = _run(inp, Scenario(policy=policy), inp.jobs, policy.seed)
+    j = out.filter(pl.col("feasible")).with_columns(
+        size_class_expr(pl.col("gpus")).alias("size_class"),
+        (pl.col("observed_wait_s") / 3600).alias("observed_wait_h"),
+        (pl.col("wait_s") / 3600).alias("simulated_wait_h"))
+    j = j.with_columns((pl.col("simulated_wait_h") - pl.col("observed_wait_h")).abs().alias("abs_err_h"))
+
+    def agg(d: pl.DataFrame, name: str):
+        return (name, d.height, d["abs_err_h"].median(), d["abs_err_h"].mean(), d["abs_err_h"].quantile(0.9),
+                d["observed_wait_h"].quantile(0.5), d["simulated_wait_h"].quantile(0.5),
+                d["observed_wait_h"].quantile(0.95), d["simulated_wait_h"].quantile(0.95),
+                d["observed_wait_h"].mean(), d["simulated_wait_h"].mean())
+    order = list(SIZE_CLASSES)
+    rows = [agg(j, "all")] + [agg(j.filter(pl.col("size_class") == c), c) for c in order
+                              if j.filter(pl.col("size_class") == c).height]
+    summary = pl.DataFrame(rows, schema={"size_class": pl.Utf8, "jobs": pl.Int64, "median_abs_err_h": pl.Float64,
+                                         "mean_abs_err_h": pl.Float64, "p90_abs_err_h": pl.Float64,
+                                         "observed_p50_h": pl.Float64, "simulated_p50_h": pl.Float64,
+                                         "observed_p95_h": pl.Float64, "simulated_p95_h": pl.Float64,
+                                         "observed_mean_h": pl.Float64, "simulated_mean_h": pl.Float64},
+                           orient="row")
+    return j, summary
+
+
+def plan_capacity(inp: Inputs, pool: str, target_p95_h: float, sc: Scenario | None = None,
+                  grid: list[int] | None = None, replications: int = 5, seed: int = 0
+                  ) -> tuple[pl.DataFrame, dict | None]:
+    """Sweep the number of nodes of ``pool`` over a grid (backfill is not monotone in capacity, so no
+    bisection) and return (grid table, answer). The answer is the smallest node count from which every
+    larger grid point also meets the target on the replication mean of the overall p95 wait; its interval
+    is reported. Scenario fields other than capacity (demand, run time, policy) apply to every point."""
+    sc = sc or Scenario()
+    if pool not in inp.cluster.pools:
+        raise ValueError(f"unknown pool {pool!r}; pools: {', '.join(inp.cluster.pools)}")
+    n0 = int((inp.cluster.node_pool == inp.cluster.pools.index(pool)).sum())
+    per_node = float(np.median(inp.cluster.node_gpus[inp.cluster.node_pool == inp.cluster.pools.index(pool)]))
+    if grid is None:
+        hi = max(2 * n0, n0 + 4)
+        grid = sorted({max(1, int(round(x))) for x in np.linspace(max(1, n0 // 2), hi, 13)})
+    rows = []
+    for n in grid:
+        d = n - n0
+        s2 = replace(sc, add={**sc.add, pool: d} if d > 0 else dict(sc.add),
+                     remove={**sc.remove, pool: -d} if d < 0 else dict(sc.remove))
+        m = run_whatif(inp, s2, replications, seed, by=())
+        p95 = m.filter((pl.col("metric") == "p95_wait_h") & (pl.col("scope") == "all")).row(0, named=True)
+        util = m.filter((pl.col("metric") == "utilization_pct") & (pl.col("scope") == f"pool={pool}"))
+        rows.append((n, n * per_node, p95["mean"], p95["ci_low"], p95["ci_high"],
+                     util["mean"][0] if util.height else None))
+    table = pl.DataFrame(rows, schema={"nodes": pl.Int64, "gpus": pl.Float64, "p95_wait_h": pl.Float64,
+                                       "ci_low": pl.Float64, "ci_high": pl.Float64,
+                                       "pool_utilization_pct": pl.Float64}, orient="row")
+    meets = (table["p95_wait_h"] <= target_p95_h).to_list()
+    answer = None
+    for i in range(len(meets)):
+        if all(meets[i:]):
+            r = table.row(i, named=True)
+            answer = {**r, "pool": pool, "current_nodes": n0, "target_p95_wait_h": target_p95_h,
+                      "meets_with_confidence": r["ci_high"] <= target_p95_h}
+            break
+    return table.with_columns(pl.Series("meets_target", meets)), answer
