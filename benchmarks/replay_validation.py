@@ -9,7 +9,7 @@
 2. The real Slurm 22.05 capture in tests/fixtures/slurm_real, ingested by the real ingestors: per job, in
    seconds.
 3. The demo warehouse (`gpuledger demo`): its history comes from the generator's own Slurm-like scheduler
-   (ingest/synthetic/scheduler.py), written as real sacct/scontrol/sacctmgr files and ingested.
+   (models/demo/scheduler.py), written as real sacct/scontrol/sacctmgr files and ingested.
 Prints markdown tables (waits in hours unless said otherwise).
 """
 from __future__ import annotations
