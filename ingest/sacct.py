@@ -20,7 +20,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from ingest import jobs_store, slurm_sql, textsplit, warehouse
+from ingest import jobs_store, plausible, slurm_sql, textsplit, warehouse
 from ingest.errors import InputError
 from ingest.inputs import read_input
 
@@ -118,6 +118,39 @@ def _checks(cols: list[str]) -> list[tuple[str, str, str]]:
     if "reqmem" in cols:
         out.append(("reqmem", "req_mem_bytes IS NULL AND NOT gl_is_null_token(c_reqmem)",
                     "'cannot read memory ' || c_reqmem"))
+    for name, raw in (("alloctres", "a_gpu"), ("reqtres", "q_gpu")):
+        if name in cols:
+            out.append((name, f"{raw} IS NOT NULL AND try_cast({raw} AS DOUBLE) IS NULL",
+                        f"'cannot read GPU count gres/gpu=' || {raw}"))
+    return out + _implausible(cols)
+
+
+def _implausible(cols: list[str]) -> list[tuple[str, str, str]]:
+    """(field, condition, reason SQL) for readable values that cannot be true (ingest/plausible.py): times outside
+    the window, End before Start, negative or overlong durations, negative or non-finite counts. Never stored."""
+    out = []
+    for name in ("submit", "eligible", "start", "end"):
+        if name in cols:
+            out.append((name, f"t_{name} NOT BETWEEN $win_lo AND $win_hi", plausible.sql_reason(f"c_{name}")))
+    if "start" in cols and "end" in cols:
+        out.append(("end", "t_end < t_start", "'End ' || c_end || ' is before Start ' || c_start"))
+    for name, typed in (("elapsed", "t_elapsed"), ("elapsedraw", "t_elapsed"), ("timelimit", "t_timelimit"),
+                        ("timelimitraw", "t_timelimit")):
+        if name in cols:
+            out.append((name, f"{typed} < 0", f"'negative duration: ' || c_{name}"))
+            out.append((name, f"{typed} > $win_max_s",
+                        f"'duration ' || c_{name} || ' is longer than the plausible window (${plausible.ENV_WINDOW})'"))
+    for name, typed in (("nnodes", "t_nnodes"), ("ncpus", "t_ncpus"), ("alloccpus", "t_ncpus"), ("reqcpus", "t_reqcpus")):
+        if name in cols:
+            out.append((name, f"try_cast(c_{name} AS BIGINT) < 0", f"'negative count: ' || c_{name}"))
+            out.append((name, f"{typed} IS NULL AND try_cast(c_{name} AS BIGINT) IS NOT NULL",
+                        f"'count too large: ' || c_{name}"))
+    for name, checks in (("alloctres", (("ngpus", "GPU count"), ("mem_bytes", "memory"), ("billing", "billing"))),
+                         ("reqtres", (("req_gpus", "GPU count"),)), ("reqmem", (("req_mem_bytes", "memory"),))):
+        if name in cols:
+            for col, what in checks:
+                out.append((name, f"{col} < 0 OR NOT isfinite({col})",
+                            f"'{what} must be a finite number >= 0, got ' || {col}"))
     return out
 
 
@@ -144,7 +177,7 @@ def _stage_sql(cols: list[str], hint: str) -> str:
     elapsed = ("gl_dur(c_elapsed)" if "elapsed" in known else
                "try_cast(c_elapsedraw AS BIGINT)" if "elapsedraw" in known else "NULL::BIGINT")
     timelimit = ("gl_dur(c_timelimit)" if "timelimit" in known else
-                 "try_cast(c_timelimitraw AS BIGINT) * 60" if "timelimitraw" in known else "NULL::BIGINT")
+                 "try_cast(try_cast(c_timelimitraw AS BIGINT) * 60.0 AS BIGINT)" if "timelimitraw" in known else "NULL::BIGINT")
     no_id = "jobid" not in known and "jobidraw" not in known
     shape_ok = f"nf = {ncols}" + (f" OR nf > {ncols}" if has_free else "")
     field_checks = " ".join(f"WHEN {cond} THEN 'reject{SEP}{name}{SEP}' || {msg}" for name, cond, msg in _checks(cols))
@@ -284,7 +317,7 @@ def _line_text(lines: textsplit.Lines, line_nos) -> pa.Array:
 
 
 def _stage_segment(con, run, lines, rows: np.ndarray, cols: list[str], opts: SacctOptions, cluster: str,
-                   source: str, hint: str, table: str) -> None:
+                   source: str, hint: str, table: str, window: plausible.Window) -> None:
     """Split, type and validate the lines ``rows`` with layout ``cols`` into temp table ``table``."""
     d = opts.delimiter.encode()
     free = next((f for f in FREE_TEXT if f in cols), None)
@@ -303,7 +336,8 @@ def _stage_segment(con, run, lines, rows: np.ndarray, cols: list[str], opts: Sac
     con.register("_seg", pa.table(arrays))
     try:
         sql = _stage_sql(cols, hint)
-        con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS {sql}", {"tz": opts.tz, "cluster": cluster, "source": source})
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS {sql}", {"tz": opts.tz, "cluster": cluster, "source": source,
+                                                                         **plausible.sql_params(window, sql)})
     finally:
         con.unregister("_seg")
     bad = con.execute(f"""SELECT line_no, nullif(split_part(verdict, $sep, 2), ''), split_part(verdict, $sep, 3)
@@ -359,8 +393,9 @@ def ingest_bytes(con: duckdb.DuckDBPyConnection, data: bytes, input_name: str, o
     _check_tz(con, opts.tz)
     default_cols = parse_fields(opts.fields) if opts.fields else list(XDMOD_FIELDS)
     slurm_sql.register(con)
+    window = plausible.window()
     options = {"delimiter": opts.delimiter, "tz": opts.tz, "fields": opts.fields, "cluster": cluster,
-               "non_utf8_bytes": bad_utf8}
+               "non_utf8_bytes": bad_utf8, "time_window": window.describe()}
     # hashlib releases the GIL: the digest of a large input is computed while it is split and typed
     digest = ThreadPoolExecutor(max_workers=1)
     sha = digest.submit(lambda: hashlib.sha256(data).hexdigest())
@@ -386,7 +421,7 @@ def ingest_bytes(con: duckdb.DuckDBPyConnection, data: bytes, input_name: str, o
                 continue
             hint = ("columns of the header line" if seg else
                     "the Open XDMoD default list; give --fields for other layouts" if not opts.fields else "--fields")
-            _stage_segment(con, run, lines, rows, cols, opts, cluster, source, hint, f"_stg_seg{seg}")
+            _stage_segment(con, run, lines, rows, cols, opts, cluster, source, hint, f"_stg_seg{seg}", window)
             staged.append(f"_stg_seg{seg}")
         _load_staged(con, run, lines, staged)
         examples = [f"{input_name}:{ln}: " + (f"field {fld}: " if fld else "") + reason
