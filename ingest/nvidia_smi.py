@@ -20,7 +20,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from ingest import dcgm, telemetry_store as store, warehouse
+from ingest import dcgm, lines, telemetry_store as store, warehouse
 from ingest.errors import InputError
 
 #: stored column -> nvidia-smi field names, first present wins
@@ -104,7 +104,7 @@ def _layouts(lines: list[str], fields: str | None, name: str) -> list[tuple[int,
 
 def ingest_bytes(con: duckdb.DuckDBPyConnection, data: bytes, name: str, opts: store.TelemetryOptions,
                  fields: str | None = None, tz: str | None = None) -> dict:
-    text_lines = dcgm.split_lines(data).to_pylist()
+    text_lines = lines.text_lines(data)
     segs = _layouts(text_lines, fields, name)
     cluster = opts.cluster or store.default_cluster(con)
     zone = tz or next(iter(r[0] for r in con.execute("SELECT tz FROM clusters WHERE cluster = ?",

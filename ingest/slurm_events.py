@@ -16,6 +16,7 @@ import pyarrow as pa
 from ingest import slurm_sql, warehouse
 from ingest.hostlist import HostlistError, expand
 from ingest.inputs import read_input
+from ingest.lines import text_lines
 from ingest.slurm_nodes import normalise_state
 
 #: header title (spaces removed, lower case) -> our field
@@ -56,7 +57,7 @@ def _rows(lines: list[str]):
 
 def ingest_bytes(con, data: bytes, name: str, cluster: str | None = None, tz: str | None = None) -> dict:
     """Load one sacctmgr event listing in one transaction; returns the run summary."""
-    lines = data.decode("utf-8", errors="replace").splitlines()
+    lines = text_lines(data)
     default_cluster = cluster or _only_cluster(con)
     zone = tz or _cluster_tz(con, default_cluster) or "UTC"
     slurm_sql.register(con)

@@ -22,6 +22,7 @@ from ingest import warehouse
 from ingest.errors import InputError
 from ingest.hostlist import HostlistError, expand
 from ingest.inputs import read_input
+from ingest.lines import text_lines
 
 #: Suffix characters sinfo appends to a state: * not responding, ~ powered off, # powering up, ! pending
 #: power down, % powering down, $ maintenance reservation, @ pending reboot, ^ rebooting, - planned.
@@ -293,8 +294,7 @@ def _parse_as_of(as_of: str | None) -> dt.datetime:
 def ingest_bytes(con, data: bytes, name: str, fmt: str = "auto", cluster: str | None = None,
                  as_of: str | None = None, retire_missing: bool = False) -> dict:
     """Load one node snapshot in one transaction; returns the run summary."""
-    text = data.decode("utf-8", errors="replace")
-    lines = text.splitlines()
+    lines = text_lines(data)
     when = _parse_as_of(as_of)
     if fmt == "auto":
         fmt = "scontrol" if any(l.lstrip().startswith("NodeName=") for l in lines[:200]) else "sinfo"

@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from ingest import jobs_store, warehouse
 from ingest.errors import InputError
+from ingest.lines import text_lines
 
 
 def read_bytes(path: str | Path) -> bytes:
@@ -54,7 +55,7 @@ def read_csv(path: str | Path, data: bytes, columns: list[str] | None = None,
 
 
 def raw_lines(data: bytes) -> list[str]:
-    return data.decode("utf-8", errors="replace").splitlines()
+    return text_lines(data)
 
 
 def open_run(con, kind: str, path: str | Path, data: bytes, cluster: str, options: dict | None = None
