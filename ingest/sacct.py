@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from ingest import jobs_store, plausible, slurm_sql, textsplit, warehouse
 from ingest.errors import InputError
-from ingest.inputs import read_input
+from ingest.inputs import check_zone, read_input
 
 #: Open XDMoD's field list: the default column order of headerless input and what --live asks for.
 XDMOD_FIELDS = ("jobid,jobidraw,cluster,partition,qos,account,group,gid,user,uid,submit,eligible,start,end,"
@@ -390,7 +390,7 @@ def ingest_bytes(con: duckdb.DuckDBPyConnection, data: bytes, input_name: str, o
     opts.delimiter = opts.delimiter or _detect_delimiter(lines)
     cluster = default_cluster(con, opts)
     opts.tz = opts.tz or _cluster_tz(con, cluster) or "UTC"
-    _check_tz(con, opts.tz)
+    check_zone(con, opts.tz)
     default_cols = parse_fields(opts.fields) if opts.fields else list(XDMOD_FIELDS)
     slurm_sql.register(con)
     window = plausible.window()
@@ -457,13 +457,6 @@ def _load_staged(con, run, lines, staged: list[str]) -> None:
     run.loaded = con.sql("SELECT count(*) FROM stg_jobs").fetchall()[0][0]
     jobs_store.merge_jobs(con, run, "stg_jobs")
     jobs_store.assign_teams(con, run.run_id)
-
-
-def _check_tz(con, tz: str) -> None:
-    try:
-        con.execute("SELECT timezone(?, TIMESTAMP '2000-01-01')", [tz]).fetchall()
-    except duckdb.Error as exc:
-        raise InputError("--tz", f"unknown time zone {tz!r}") from exc
 
 
 def ingest_path(con, path: str, opts: SacctOptions) -> dict:

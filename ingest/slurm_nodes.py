@@ -18,7 +18,7 @@ import re
 import pyarrow as pa
 from dataclasses import dataclass, field
 
-from ingest import warehouse
+from ingest import plausible, warehouse
 from ingest.errors import InputError
 from ingest.hostlist import HostlistError, expand
 from ingest.inputs import read_input
@@ -44,6 +44,14 @@ SINFO_HEADERS = {
     "memory": "memory", "reason": "reason", "cluster": "cluster", "allocmem": "allocmem",
     "features_act": "features", "active_features": "features", "features": "features",
 }
+
+
+class BadField(ValueError):
+    """A value of a node record that cannot be read, with the field it sits in."""
+
+    def __init__(self, field_name: str, message: str):
+        super().__init__(message)
+        self.field = field_name
 
 
 @dataclass
@@ -178,6 +186,8 @@ def _record_from_scontrol(line_no: int, n_lines: int, text: str) -> NodeRecord:
     if kv.get("Partitions"):
         rec.partitions = {p for p in kv["Partitions"].split(",") if p}
     if kv.get("CPUTot"):
+        if not re.fullmatch(r"\d{1,9}", kv["CPUTot"]):
+            raise BadField("CPUTot", f"not a CPU count: {kv['CPUTot']}")
         rec.cpus = int(kv["CPUTot"])
     rec.mem_bytes = _mem_mb(kv.get("RealMemory"))
     rec.features = kv.get("ActiveFeatures") or kv.get("AvailableFeatures") or None
@@ -288,7 +298,11 @@ def _parse_as_of(as_of: str | None) -> dt.datetime:
         t = dt.datetime.fromisoformat(as_of.replace("Z", "+00:00"))
     except ValueError as exc:
         raise InputError("--as-of", f"cannot read time {as_of!r} (use ISO 8601, UTC)") from exc
-    return t.astimezone(dt.timezone.utc).replace(tzinfo=None) if t.tzinfo else t
+    t = t.astimezone(dt.timezone.utc).replace(tzinfo=None) if t.tzinfo else t
+    window = plausible.window()
+    if not window.contains(t):
+        raise InputError("--as-of", window.reason(as_of))
+    return t
 
 
 def ingest_bytes(con, data: bytes, name: str, fmt: str = "auto", cluster: str | None = None,
@@ -307,8 +321,9 @@ def ingest_bytes(con, data: bytes, name: str, fmt: str = "auto", cluster: str | 
             covered.update(range(start, start + n))
             try:
                 recs.append(_record_from_scontrol(start, n, rec_text))
-            except (ValueError, KeyError) as exc:
-                rejected.extend((ln, "Gres", f"node record: {exc}") for ln in range(start, start + n))
+            except ValueError as exc:
+                field_name = exc.field if isinstance(exc, BadField) else "Gres"
+                rejected.extend((ln, field_name, f"node record: {exc}") for ln in range(start, start + n))
         for i, line in enumerate(lines, start=1):
             if i not in covered:
                 skipped.append((i, "blank line" if not line.strip() else "not part of a node record"))
@@ -319,6 +334,12 @@ def ingest_bytes(con, data: bytes, name: str, fmt: str = "auto", cluster: str | 
         except InputError as exc:
             raise InputError(name, exc.message) from exc
         loaded_lines = len({r.line_no for r in recs})
+    if default_cluster is None and any(r.cluster is None for r in recs):
+        known = [r[0] for r in con.sql("SELECT cluster FROM clusters UNION SELECT DISTINCT cluster FROM jobs "
+                                       "ORDER BY 1").fetchall()]
+        raise InputError("--cluster", f"{name} does not name its cluster and the warehouse knows "
+                                      f"{'several: ' + ', '.join(known) if known else 'none yet'}; "
+                                      "give --cluster NAME")
     for r in recs:
         r.cluster = r.cluster or default_cluster
     nodes = _merge_records(recs)
@@ -337,9 +358,10 @@ def ingest_bytes(con, data: bytes, name: str, fmt: str = "auto", cluster: str | 
     return summary
 
 
-def _only_cluster(con) -> str:
+def _only_cluster(con) -> str | None:
+    """The one cluster the warehouse knows, else None: nodes never land in a made-up cluster."""
     known = [r[0] for r in con.sql("SELECT DISTINCT cluster FROM jobs UNION SELECT cluster FROM clusters").fetchall()]
-    return known[0] if len(known) == 1 else "default"
+    return known[0] if len(known) == 1 else None
 
 
 def _apply_snapshot(con, run, nodes: list[NodeRecord], when: dt.datetime, retire_missing: bool) -> None:
