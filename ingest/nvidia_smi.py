@@ -96,6 +96,10 @@ def _layouts(lines: list[str], fields: str | None, name: str) -> list[tuple[int,
         if not fields:
             raise InputError(name, "no header line; give --fields with the --query-gpu list", line_no=1)
         segs.append((0, heads[0] if heads else len(lines) + 1, [f.strip().lower() for f in fields.split(",")]))
+    elif fields and [f.strip().lower() for f in fields.split(",")] != _names(lines[heads[0] - 1]):
+        # honoured or refused, never silently ignored: a header first leaves --fields no line to lay out
+        raise InputError("--fields", f"{name}:{heads[0]} is a header line naming the columns; --fields would apply "
+                                     "to no line: drop it (it is for output without a header)")
     for k, h in enumerate(heads):
         segs.append((h, heads[k + 1] if k + 1 < len(heads) else len(lines) + 1, _names(lines[h - 1])))
     for _, _, cols in segs:

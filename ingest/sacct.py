@@ -292,6 +292,30 @@ def _header_lines(con, lines: textsplit.Lines, nonblank: np.ndarray, delim: str)
     return out
 
 
+def _check_layout_options(lines: textsplit.Lines, headers: dict[int, list[str]], is_data: np.ndarray,
+                          opts: SacctOptions, given_delimiter: str | None, input_name: str) -> None:
+    """--fields and --delimiter are honoured or refused, never silently ignored (InputError naming the option).
+
+    --fields lays out the lines before the first header line; when a header comes first it names the columns
+    itself, and a different --fields would apply to no line. A given --delimiter that is not the header's is
+    refused too (every line would be rejected as having the wrong number of fields)."""
+    first = next((i for i in range(min(len(lines), 50)) if lines.ends[i] > lines.starts[i]), None)
+    if first is None:
+        return
+    if given_delimiter and first not in headers:
+        text = lines.line(first).decode("utf-8", "replace")
+        other = next((d for d in ("^|^", "|") if d != given_delimiter and _header_fields(text, d)), None)
+        if other:
+            raise InputError("--delimiter", f"{input_name}:{first + 1} is a header line delimited by {other!r}, "
+                                            f"not {given_delimiter!r}: drop --delimiter or give {other!r}")
+    if opts.fields and headers and not is_data[:min(headers)].any():
+        named = headers[min(headers)]
+        if named != parse_fields(opts.fields):
+            raise InputError("--fields", f"{input_name}:{min(headers) + 1} is a header line naming the columns "
+                                         f"({','.join(named)}); --fields ({opts.fields}) would apply to no line: "
+                                         "drop it (it is for headerless input)")
+
+
 def _detect_delimiter(lines: textsplit.Lines) -> str:
     for i in range(min(len(lines), 50)):
         s = lines.line(i)
@@ -387,6 +411,7 @@ def ingest_bytes(con: duckdb.DuckDBPyConnection, data: bytes, input_name: str, o
     if bad_utf8:
         buf = None
     lines = textsplit.split_lines(data, buf)
+    given_delimiter = opts.delimiter
     opts.delimiter = opts.delimiter or _detect_delimiter(lines)
     cluster = default_cluster(con, opts)
     opts.tz = opts.tz or _cluster_tz(con, cluster) or "UTC"
@@ -412,6 +437,7 @@ def ingest_bytes(con: duckdb.DuckDBPyConnection, data: bytes, input_name: str, o
         run.skip("header line", len(headers), min(headers) + 1 if headers else None)
         is_data = ~blank_mask
         is_data[list(headers)] = False
+        _check_layout_options(lines, headers, is_data, opts, given_delimiter, input_name)
         bounds = [-1] + sorted(headers) + [len(lines)]
         layouts = [default_cols] + [headers[h] for h in sorted(headers)]
         staged = []
