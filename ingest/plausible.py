@@ -10,8 +10,9 @@ line and field. The window is configurable in one place, ``$GPULEDGER_TIME_WINDO
     GPULEDGER_TIME_WINDOW="1990-01-01..now+6h"      # an older archive, a tighter future bound
     GPULEDGER_TIME_WINDOW="2026-01-01..2027-02-01"  # replaying data (e.g. a synthetic year) that runs ahead of the clock
 
-``now`` is read when an input is ingested. Durations (elapsed, time limits) may not exceed the window's width
-and counts (nodes, CPUs, GPUs, memory, billing) may not be negative.
+``now`` is read when an input is ingested. Durations (elapsed, time limits) may not exceed the window's width.
+Counts may not be negative, nor exceed :data:`MAX_COUNTS` (far beyond the largest machines: Fugaku has 158,976
+nodes and 7.6 million cores; the largest GPU clusters some 10^5 GPUs); memory and billing must be finite.
 """
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ EARLIEST = dt.datetime(2000, 1, 1)
 FUTURE_SKEW = dt.timedelta(days=1)
 DEFAULT = "2000-01-01..now+1d"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+#: The most nodes, CPUs and GPUs one job (or one node) can plausibly hold.
+MAX_COUNTS = {"nodes": 1_000_000, "cpus": 100_000_000, "gpus": 1_000_000}
 
 
 @dataclass(frozen=True)

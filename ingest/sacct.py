@@ -140,17 +140,18 @@ def _implausible(cols: list[str]) -> list[tuple[str, str, str]]:
             out.append((name, f"{typed} < 0", f"'negative duration: ' || c_{name}"))
             out.append((name, f"{typed} > $win_max_s",
                         f"'duration ' || c_{name} || ' is longer than the plausible window (${plausible.ENV_WINDOW})'"))
-    for name, typed in (("nnodes", "t_nnodes"), ("ncpus", "t_ncpus"), ("alloccpus", "t_ncpus"), ("reqcpus", "t_reqcpus")):
+    for name, kind in (("nnodes", "nodes"), ("ncpus", "cpus"), ("alloccpus", "cpus"), ("reqcpus", "cpus")):
         if name in cols:
-            out.append((name, f"try_cast(c_{name} AS BIGINT) < 0", f"'negative count: ' || c_{name}"))
-            out.append((name, f"{typed} IS NULL AND try_cast(c_{name} AS BIGINT) IS NOT NULL",
-                        f"'count too large: ' || c_{name}"))
-    for name, checks in (("alloctres", (("ngpus", "GPU count"), ("mem_bytes", "memory"), ("billing", "billing"))),
-                         ("reqtres", (("req_gpus", "GPU count"),)), ("reqmem", (("req_mem_bytes", "memory"),))):
+            out.append((name, f"try_cast(c_{name} AS BIGINT) NOT BETWEEN 0 AND {plausible.MAX_COUNTS[kind]}",
+                        f"'count out of the plausible range 0-{plausible.MAX_COUNTS[kind]}: ' || c_{name}"))
+    top = plausible.MAX_COUNTS["gpus"]
+    for name, checks in (("alloctres", (("ngpus", top), ("mem_bytes", None), ("billing", None))),
+                         ("reqtres", (("req_gpus", top),)), ("reqmem", (("req_mem_bytes", None),))):
         if name in cols:
-            for col, what in checks:
-                out.append((name, f"{col} < 0 OR NOT isfinite({col})",
-                            f"'{what} must be a finite number >= 0, got ' || {col}"))
+            for col, hi in checks:
+                what = {"ngpus": "GPU count", "req_gpus": "GPU count", "billing": "billing"}.get(col, "memory")
+                out.append((name, f"{col} < 0 OR NOT isfinite({col})" + (f" OR {col} > {hi}" if hi else ""),
+                            f"'{what} out of the plausible range ' || '{f'0-{hi}' if hi else '>= 0, finite'}: ' || {col}"))
     return out
 
 

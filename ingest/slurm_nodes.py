@@ -197,6 +197,7 @@ def _record_from_scontrol(line_no: int, n_lines: int, text: str) -> NodeRecord:
     used = parse_gres_used(kv.get("GresUsed"))
     alloc = re.search(r"(?:^|,)gres/gpu=(\d+)", kv.get("AllocTRES", ""))
     rec.gpus_alloc = used if used is not None else (int(alloc.group(1)) if alloc else 0 if "AllocTRES" in kv else None)
+    _check_counts(rec)
     return rec
 
 
@@ -252,6 +253,7 @@ def _sinfo_records(lines: list[str], fields: list[str] | None) -> tuple[list, li
         except ValueError as exc:
             rejected.append((i, "gres", str(exc)))
             continue
+        line_recs = []
         for h in hosts:
             rec = NodeRecord(line_no=i, n_lines=1, node=h, gres=row.get("gres"), gpus=gpus, gpu_type=gtype)
             if row.get("partition"):
@@ -267,8 +269,23 @@ def _sinfo_records(lines: list[str], fields: list[str] | None) -> tuple[list, li
             rec.gpus_alloc = parse_gres_used(row.get("gresused"))
             rec.features = row.get("features") if row.get("features") not in (None, "", "(null)") else None
             rec.cluster = row.get("cluster") or None
-            recs.append(rec)
+            line_recs.append(rec)
+        try:
+            _check_counts(line_recs[0])
+        except BadField as exc:
+            rejected.append((i, exc.field, str(exc)))
+            continue
+        recs.extend(line_recs)
     return recs, skipped, rejected
+
+
+def _check_counts(rec: NodeRecord) -> None:
+    """BadField when a record's counts cannot be true (ingest/plausible.py): never stored."""
+    top = plausible.MAX_COUNTS
+    for name, value, hi in (("Gres", rec.gpus, top["gpus"]), ("GresUsed", rec.gpus_alloc, top["gpus"]),
+                            ("CPUTot", rec.cpus, top["cpus"]), ("RealMemory", rec.mem_bytes, 1 << 62)):
+        if value is not None and not 0 <= value <= hi:
+            raise BadField(name, f"{value} is out of the plausible range 0-{hi}")
 
 
 # ---------------------------------------------------------------- merge into the inventory
