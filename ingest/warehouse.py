@@ -315,7 +315,7 @@ def nothing_loaded(run: IngestRun) -> str | None:
     data_skips = {r: c for r, (c, _) in run.skips.items() if r not in NO_DATA_SKIPS}
     if run.loaded or not (run.rejected or data_skips):
         return None
-    parts = ([f"{run.rejected} rejected"] if run.rejected else []) + [f"{c} skipped ({r})" for r, c in data_skips.items()]
+    parts = ([f"{run.rejected} rejected"] if run.rejected else []) + [f"{c} skipped ({r})" for r, c in sorted(data_skips.items())]
     msg = f"{run.input_name}: nothing loaded from {run.lines_read} lines: " + ", ".join(parts)
     first = run.con.execute("SELECT line_no, field, reason, raw FROM rejects WHERE run_id = ? ORDER BY line_no "
                             "LIMIT 1", [run.run_id]).fetchall()
