@@ -10,15 +10,18 @@ line and field. The window is configurable in one place, ``$GPULEDGER_TIME_WINDO
     GPULEDGER_TIME_WINDOW="1990-01-01..now+6h"      # an older archive, a tighter future bound
     GPULEDGER_TIME_WINDOW="2026-01-01..2027-02-01"  # replaying data (e.g. a synthetic year) that runs ahead of the clock
 
+A program that replays such data says so for its own ingests with ``with plausible.replaying("2026-01-05..2027-01-06"):``.
 ``now`` is read when an input is ingested. Durations (elapsed, time limits) may not exceed the window's width.
 Counts may not be negative, nor exceed :data:`MAX_COUNTS` (far beyond the largest machines: Fugaku has 158,976
 nodes and 7.6 million cores; the largest GPU clusters some 10^5 GPUs); memory and billing must be finite.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import os
 import re
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from ingest.errors import InputError
@@ -28,6 +31,7 @@ EARLIEST = dt.datetime(2000, 1, 1)
 FUTURE_SKEW = dt.timedelta(days=1)
 DEFAULT = "2000-01-01..now+1d"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_REPLAYING: ContextVar[str | None] = ContextVar("gpuledger_time_window", default=None)
 #: The most nodes, CPUs and GPUs one job (or one node) can plausibly hold.
 MAX_COUNTS = {"nodes": 1_000_000, "cpus": 100_000_000, "gpus": 1_000_000}
 
@@ -72,11 +76,24 @@ def _bound(text: str, now: dt.datetime, side: str) -> dt.datetime:
     return t.astimezone(dt.timezone.utc).replace(tzinfo=None) if t.tzinfo else t
 
 
+@contextlib.contextmanager
+def replaying(spec: str):
+    """Inside the block, the window is ``spec`` (``LOWER..UPPER``, as in the environment variable), whatever the
+    environment says: for a program that ingests data running ahead of the clock (a synthetic year)."""
+    token = _REPLAYING.set(spec)
+    try:
+        window()   # a bad spec fails here, at the caller, not at its first ingest
+        yield
+    finally:
+        _REPLAYING.reset(token)
+
+
 def window(now: dt.datetime | None = None) -> Window:
-    """The window in force: ``$GPULEDGER_TIME_WINDOW`` (``LOWER..UPPER``), else 2000-01-01 .. now + 1 day."""
+    """The window in force: :func:`replaying`'s, else ``$GPULEDGER_TIME_WINDOW`` (``LOWER..UPPER``), else
+    2000-01-01 .. now + 1 day."""
     if now is None:
         now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
-    spec = os.environ.get(ENV_WINDOW, "").strip() or DEFAULT
+    spec = _REPLAYING.get() or os.environ.get(ENV_WINDOW, "").strip() or DEFAULT
     if spec.count("..") != 1:
         raise InputError(f"${ENV_WINDOW}", f"expected LOWER..UPPER (like {DEFAULT}), got {spec!r}")
     lo_text, hi_text = spec.split("..")

@@ -140,9 +140,14 @@ def _implausible(cols: list[str]) -> list[tuple[str, str, str]]:
             out.append((name, f"{typed} < 0", f"'negative duration: ' || c_{name}"))
             out.append((name, f"{typed} > $win_max_s",
                         f"'duration ' || c_{name} || ' is longer than the plausible window (${plausible.ENV_WINDOW})'"))
-    for name, kind in (("nnodes", "nodes"), ("ncpus", "cpus"), ("alloccpus", "cpus"), ("reqcpus", "cpus")):
+    for name, typed, kind in (("nnodes", "t_nnodes", "nodes"), ("ncpus", "t_ncpus", "cpus"),
+                              ("alloccpus", "t_ncpus", "cpus"), ("reqcpus", "t_reqcpus", "cpus")):
         if name in cols:
-            out.append((name, f"try_cast(c_{name} AS BIGINT) NOT BETWEEN 0 AND {plausible.MAX_COUNTS[kind]}",
+            if name == "alloccpus" and "ncpus" in cols:   # t_ncpus is NCPUS then
+                typed = "try_cast(c_alloccpus AS INTEGER)"
+            # the typed value is NULL beyond INTEGER: only then is the text parsed again (AND short-circuits)
+            out.append((name, f"{typed} NOT BETWEEN 0 AND {plausible.MAX_COUNTS[kind]} OR "
+                              f"({typed} IS NULL AND try_cast(c_{name} AS BIGINT) IS NOT NULL)",
                         f"'count out of the plausible range 0-{plausible.MAX_COUNTS[kind]}: ' || c_{name}"))
     top = plausible.MAX_COUNTS["gpus"]
     for name, checks in (("alloctres", (("ngpus", top), ("mem_bytes", None), ("billing", None))),

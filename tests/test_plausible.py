@@ -71,3 +71,13 @@ def test_events_edges_of_a_configured_window(con, monkeypatch):
     s = slurm_events.ingest_bytes(con, text.encode(), "e.psv")
     assert (s["loaded"], s["rejected"]) == (3, 1)
     assert con.sql("SELECT line_no, field FROM rejects").fetchall() == [(4, "End")]
+
+
+def test_a_program_replaying_future_data_sets_its_own_window(monkeypatch):
+    monkeypatch.setenv(plausible.ENV_WINDOW, "2026-01-01..2026-02-01")
+    with plausible.replaying("2026-01-05..2027-01-06"):
+        assert plausible.window(NOW).hi == dt.datetime(2027, 1, 6)
+    assert plausible.window(NOW).hi == dt.datetime(2026, 2, 1)
+    with pytest.raises(InputError, match="cannot read the upper bound"):
+        with plausible.replaying("2026-01-05..soon"):
+            pass
