@@ -196,7 +196,8 @@ def _ingest_telemetry(args, load) -> int:
     except InputError as exc:
         raise CliError(str(exc)) from exc
     _after_ingest(args, con)
-    bad = any(s.get("error") for s in summaries) or getattr(args, "strict", False) and any(s["rejected"] for s in summaries)
+    strict = getattr(args, "strict", False)
+    bad = any(s.get("error") for s in summaries) or strict and any(s["rejected"] for s in summaries)
     return EXIT_ERROR if bad else EXIT_OK
 
 
