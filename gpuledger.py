@@ -98,7 +98,8 @@ def format_table(df) -> str:
     return "\n".join(rows) + "\n"
 
 
-def _print_ingest_summary(args, summary: dict) -> None:
+def _print_ingest_summary(args, summary: dict) -> bool:
+    """Print a run's counts and first rejects; True when the run is an error (it loaded nothing from data)."""
     reasons = ", ".join(f"{n} {r}" for r, n in sorted(summary.get("skip_reasons", {}).items()))
     _say(args, f"{summary['input']}: read {summary['read']} lines: loaded {summary['loaded']} "
                f"(new {summary['inserted']}, updated {summary['updated']}, unchanged {summary['unchanged']}), "
@@ -109,6 +110,9 @@ def _print_ingest_summary(args, summary: dict) -> None:
     more = summary["rejected"] - len(summary.get("reject_examples", []))
     if more > 0:
         _say(args, f"  ... and {more} more rejected lines: see `rejects` (run {summary['run_id']})")
+    if summary.get("error"):
+        print(f"gpuledger: {summary['error']}", file=sys.stderr)
+    return bool(summary.get("error"))
 
 
 def _after_ingest(args, con) -> None:
@@ -145,29 +149,31 @@ def cmd_ingest_sacct(args) -> int:
             _say(args, "  state changes since the last run: " + ", ".join(
                 f"{k} {v}" for k, v in summaries[0]["transitions"].items()))
     _after_ingest(args, con)
-    bad = args.strict and any(s["rejected"] for s in summaries)
+    bad = any(s.get("error") for s in summaries) or args.strict and any(s["rejected"] for s in summaries)
     return EXIT_ERROR if bad else EXIT_OK
 
 
 def cmd_ingest_nodes(args) -> int:
     from ingest import slurm_nodes
     con = _open(args)
+    failed = False
     for f in args.files:
         s = slurm_nodes.ingest_path(con, f, fmt=args.format, cluster=args.cluster, as_of=args.as_of,
                                     retire_missing=args.retire_missing)
-        _print_ingest_summary(args, s)
+        failed |= _print_ingest_summary(args, s)
     _after_ingest(args, con)
-    return EXIT_OK
+    return EXIT_ERROR if failed else EXIT_OK
 
 
 def cmd_ingest_events(args) -> int:
     from ingest import slurm_events
     con = _open(args)
+    failed = False
     for f in args.files:
         s = slurm_events.ingest_path(con, f, cluster=args.cluster, tz=args.tz)
-        _print_ingest_summary(args, s)
+        failed |= _print_ingest_summary(args, s)
     _after_ingest(args, con)
-    return EXIT_OK
+    return EXIT_ERROR if failed else EXIT_OK
 
 
 def _telemetry_options(args):
@@ -193,7 +199,9 @@ def _ingest_telemetry(args, load) -> int:
     except InputError as exc:
         raise CliError(str(exc)) from exc
     _after_ingest(args, con)
-    return EXIT_ERROR if getattr(args, "strict", False) and any(s["rejected"] for s in summaries) else EXIT_OK
+    strict = getattr(args, "strict", False)
+    bad = any(s.get("error") for s in summaries) or strict and any(s["rejected"] for s in summaries)
+    return EXIT_ERROR if bad else EXIT_OK
 
 
 def cmd_ingest_prometheus(args) -> int:
@@ -239,10 +247,11 @@ def cmd_ingest_trace(args) -> int:
                                   nodes=args.nodes)
     except InputError as exc:
         raise CliError(str(exc)) from exc
+    failed = False
     for s in summaries:
-        _print_ingest_summary(args, s)
+        failed |= _print_ingest_summary(args, s)
     _after_ingest(args, con)
-    return EXIT_OK
+    return EXIT_ERROR if failed else EXIT_OK
 
 
 def cmd_ingest_governance(args) -> int:
@@ -973,7 +982,8 @@ def build_parser() -> argparse.ArgumentParser:
     s = ising.add_parser("nodes", help="node inventory: `scontrol show node [-o]` or sinfo output with Gres")
     s.add_argument("files", nargs="+", metavar="FILE", help="'-' for stdin")
     s.add_argument("--format", choices=["auto", "scontrol", "sinfo"], default="auto")
-    s.add_argument("--cluster", default=None, help="cluster name (default: 'default' or the only one known)")
+    s.add_argument("--cluster", default=None, help="cluster name (default: the input's Cluster column, else the only "
+                                                   "cluster known; required otherwise)")
     s.add_argument("--as-of", metavar="TIME", help="when the snapshot was taken (UTC; default now)")
     s.add_argument("--retire-missing", action="store_true",
                    help="nodes absent from this snapshot leave the inventory as of --as-of")

@@ -25,11 +25,11 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.csv as pcsv
 
 from ingest import telemetry_store as store
 from ingest import warehouse
 from ingest.errors import InputError
+from ingest.lines import arrow_lines
 
 _SERIES = re.compile(r"([A-Za-z_:][A-Za-z0-9_:]*)\s*(?:\{(.*)\})?")
 SHAPE = "expected `metric{labels} value [timestamp]`"
@@ -56,30 +56,8 @@ def read_file(path: str, what: str = "metrics text") -> bytes:
 
 
 def split_lines(data: bytes) -> pa.Array:
-    """The lines of ``data`` (``\n`` or ``\r\n`` ends removed) as one Arrow string array.
-
-    Arrow's multi-threaded CSV reader cuts the lines (one column, no quoting, a delimiter that text never
-    holds); input it refuses (invalid UTF-8, a stray U+0001) is cut with numpy instead, invalid UTF-8 becoming
-    U+FFFD so that every line can still be shown in ``rejects``.
-    """
-    if not data:
-        return pa.array([], pa.string())
-    try:
-        table = pcsv.read_csv(pa.BufferReader(data), read_options=pcsv.ReadOptions(
-            column_names=["line"], block_size=1 << 24), parse_options=pcsv.ParseOptions(
-            delimiter="\x01", quote_char=False, escape_char=False, ignore_empty_lines=False),
-            convert_options=pcsv.ConvertOptions(column_types={"line": pa.string()}, strings_can_be_null=False))
-        return table.column(0).combine_chunks()
-    except (pa.ArrowInvalid, UnicodeDecodeError):
-        pass
-    data = data.decode("utf-8", errors="replace").encode("utf-8")
-    buf = np.frombuffer(data, np.uint8)
-    ends = np.flatnonzero(buf == 10) + 1
-    if ends.size == 0 or ends[-1] != len(data):
-        ends = np.append(ends, len(data))
-    offsets = np.concatenate([[0], ends]).astype(np.int64)
-    lines = pa.LargeStringArray.from_buffers(len(ends), pa.py_buffer(offsets), pa.py_buffer(data))
-    return pc.utf8_rtrim(lines, "\r\n").cast(pa.string())
+    """The lines of ``data`` as one Arrow string array (ingest/lines.py: the one definition of a line)."""
+    return arrow_lines(data)
 
 
 def _patch(base: pa.Array, idx: np.ndarray, repl: pa.Array) -> pa.Array:

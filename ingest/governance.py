@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ingest.errors import InputError
+from ingest.lines import BOM
 from ingest.jobs_store import assign_teams
 from ingest.warehouse import IngestRun, utcnow
 
@@ -72,7 +73,8 @@ class _Checker:
     """Raises InputError for a key path, with the line the key sits on when it can be found."""
 
     def __init__(self, source: str, text: str):
-        self.source, self.lines = source, text.splitlines()
+        # TOML counts lines at LF (tomllib's error positions too), as ingest/lines.py does
+        self.source, self.lines = source, [ln.removesuffix("\r") for ln in text.split("\n")]
 
     def fail(self, path: tuple, problem: str):
         exc = InputError(self.source, f"key {_key_name(path)}: {problem}", line_no=self._locate(path))
@@ -505,7 +507,7 @@ def ingest_path(con, path: str | Path) -> dict:
     except OSError as exc:
         raise InputError(str(p), f"cannot read: {exc.strerror or exc}") from None
     try:
-        text = data.decode("utf-8")
+        text = data.removeprefix(BOM).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise InputError(str(p), f"not UTF-8 text (byte {exc.start})") from None
     gov = parse(text, str(p))

@@ -9,7 +9,11 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
+from ingest.plausible import MAX_COUNTS
+
 EMPTY = frozenset({"", "None assigned", "(null)", "None", "N/A"})
+#: More hosts than one job (or one inventory line) can plausibly name (ingest/plausible.py).
+MAX_HOSTS = MAX_COUNTS["nodes"]
 
 
 class HostlistError(ValueError):
@@ -47,14 +51,18 @@ def _range(spec: str, expr: str) -> list[str]:
         lo, hi = m.group(1), m.group(2) or m.group(1)
         if int(hi) < int(lo):
             raise HostlistError(f"descending range {part!r} in {expr!r}")
-        if int(hi) - int(lo) > 1_000_000:
+        if int(hi) - int(lo) >= MAX_HOSTS:
             raise HostlistError(f"range {part!r} in {expr!r} is implausibly large")
         width = len(lo) if lo.startswith("0") and len(lo) > 1 else 0
         vals.extend(str(i).zfill(width) for i in range(int(lo), int(hi) + 1))
+        if len(vals) > MAX_HOSTS:
+            raise HostlistError(f"{expr!r} names more than {MAX_HOSTS} hosts")
     return vals
 
 
-def _expand_one(item: str, expr: str) -> list[str]:
+def _expand_one(item: str, expr: str, budget: int) -> list[str]:
+    """The hosts of one comma-free item; more than ``budget`` hosts is an error (checked before building them:
+    ``r[1-100000]n[1-100000]`` would be 10^10 strings)."""
     pieces = re.split(r"(\[[^\]]*\])", item)
     results = [""]
     for piece in pieces:
@@ -62,6 +70,8 @@ def _expand_one(item: str, expr: str) -> list[str]:
             continue
         if piece.startswith("["):
             options = _range(piece[1:-1], expr)
+            if len(results) * len(options) > budget:
+                raise HostlistError(f"{expr!r} names more than {MAX_HOSTS} hosts")
             results = [r + o for r in results for o in options]
         else:
             if "[" in piece or "]" in piece:
@@ -74,7 +84,7 @@ def _expand_one(item: str, expr: str) -> list[str]:
 def _expand_cached(expr: str) -> tuple[str, ...]:
     hosts: list[str] = []
     for item in _split_top(expr):
-        hosts.extend(_expand_one(item, expr))
+        hosts.extend(_expand_one(item, expr, MAX_HOSTS - len(hosts)))
     return tuple(hosts)
 
 

@@ -4,7 +4,17 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import duckdb
+
 from ingest.errors import InputError
+
+
+def check_zone(con, tz: str, option: str = "--tz") -> None:
+    """An InputError naming ``option`` unless DuckDB knows the time zone ``tz`` (it reads the local times)."""
+    try:
+        con.execute("SELECT timezone(?, TIMESTAMP '2000-01-01')", [tz]).fetchall()
+    except duckdb.Error:
+        raise InputError(option, f"unknown time zone {tz!r} (use an IANA name like Europe/Berlin)") from None
 
 
 def read_input(path: str) -> tuple[bytes, str]:

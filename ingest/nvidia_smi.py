@@ -20,8 +20,9 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from ingest import dcgm, telemetry_store as store, warehouse
+from ingest import dcgm, lines, plausible, telemetry_store as store, warehouse
 from ingest.errors import InputError
+from ingest.inputs import check_zone
 
 #: stored column -> nvidia-smi field names, first present wins
 FIELDS = {"gpu_util": ("utilization.gpu",), "fb_used_mib": ("memory.used",),
@@ -76,6 +77,8 @@ def _segment_sql(cols: list[str]) -> str:
     SELECT *, CASE
         WHEN nf <> {len(cols)} THEN 'reject||expected {len(cols)} comma-separated fields, found ' || nf
         WHEN ts_local IS NULL THEN 'reject|timestamp|not a time: ' || coalesce({cell('timestamp')}, '')
+        WHEN timezone('UTC', timezone($tz, ts_local)) NOT BETWEEN $win_lo AND $win_hi
+          THEN 'reject|timestamp|' || {plausible.sql_reason(cell('timestamp'))}
         WHEN idx IS NULL THEN 'reject|index|not a GPU index: ' || coalesce({cell('index')}, '')
         WHEN host IS NULL THEN 'reject|hostname|no hostname in the line and no --node given'
         {bad_num}
@@ -93,6 +96,10 @@ def _layouts(lines: list[str], fields: str | None, name: str) -> list[tuple[int,
         if not fields:
             raise InputError(name, "no header line; give --fields with the --query-gpu list", line_no=1)
         segs.append((0, heads[0] if heads else len(lines) + 1, [f.strip().lower() for f in fields.split(",")]))
+    elif fields and [f.strip().lower() for f in fields.split(",")] != _names(lines[heads[0] - 1]):
+        # honoured or refused, never silently ignored: a header first leaves --fields no line to lay out
+        raise InputError("--fields", f"{name}:{heads[0]} is a header line naming the columns; --fields would apply "
+                                     "to no line: drop it (it is for output without a header)")
     for k, h in enumerate(heads):
         segs.append((h, heads[k + 1] if k + 1 < len(heads) else len(lines) + 1, _names(lines[h - 1])))
     for _, _, cols in segs:
@@ -104,15 +111,12 @@ def _layouts(lines: list[str], fields: str | None, name: str) -> list[tuple[int,
 
 def ingest_bytes(con: duckdb.DuckDBPyConnection, data: bytes, name: str, opts: store.TelemetryOptions,
                  fields: str | None = None, tz: str | None = None) -> dict:
-    text_lines = dcgm.split_lines(data).to_pylist()
+    text_lines = lines.text_lines(data)
     segs = _layouts(text_lines, fields, name)
     cluster = opts.cluster or store.default_cluster(con)
     zone = tz or next(iter(r[0] for r in con.execute("SELECT tz FROM clusters WHERE cluster = ?",
                                                      [cluster]).fetchall()), "UTC")
-    try:
-        con.execute("SELECT timezone(?, TIMESTAMP '2000-01-01')", [zone]).fetchall()
-    except duckdb.Error:
-        raise InputError("--tz", f"unknown time zone {zone!r}") from None
+    check_zone(con, zone)
     if not opts.node and not any("hostname" in cols for _, _, cols in segs):
         raise InputError(name, "nvidia-smi output does not name the host (no hostname field); give --node NAME")
     run = warehouse.IngestRun(con, "nvidia-smi", name, sha256=hashlib.sha256(data).hexdigest(), nbytes=len(data),
@@ -129,10 +133,14 @@ def ingest_bytes(con: duckdb.DuckDBPyConnection, data: bytes, name: str, opts: s
         con.execute("CREATE OR REPLACE TEMP TABLE _smi (line_no BIGINT, verdict VARCHAR, host VARCHAR, idx INTEGER, "
                     "uuid VARCHAR, model VARCHAR, ts TIMESTAMP, gpu_util DOUBLE, fb_used_mib DOUBLE, power_w DOUBLE, "
                     "temp_c DOUBLE)")
+        window = plausible.window()
+        run.options["time_window"] = window.describe()
         for lo, hi, cols in segs:
+            sql = _segment_sql(cols)
             con.execute(f"""INSERT INTO _smi SELECT line_no, verdict, host, idx, uuid, model,
                                 timezone('UTC', timezone($tz, ts_local)), gpu_util, fb_used_mib, power_w, temp_c
-                            FROM ({_segment_sql(cols)})""", {"lo": lo, "hi": hi, "node": opts.node, "tz": zone})
+                            FROM ({sql})""", {"lo": lo, "hi": hi, "node": opts.node, "tz": zone,
+                                             **plausible.sql_params(window, sql)})
         named, total = con.sql("SELECT count(host), count(*) FROM _smi").fetchall()[0]
         if total and not named:
             raise InputError(name, "nvidia-smi output does not name the host (hostname is [N/A]); give --node NAME")

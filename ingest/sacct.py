@@ -20,9 +20,9 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from ingest import jobs_store, slurm_sql, textsplit, warehouse
+from ingest import jobs_store, plausible, slurm_sql, textsplit, warehouse
 from ingest.errors import InputError
-from ingest.inputs import read_input
+from ingest.inputs import check_zone, read_input
 
 #: Open XDMoD's field list: the default column order of headerless input and what --live asks for.
 XDMOD_FIELDS = ("jobid,jobidraw,cluster,partition,qos,account,group,gid,user,uid,submit,eligible,start,end,"
@@ -118,6 +118,45 @@ def _checks(cols: list[str]) -> list[tuple[str, str, str]]:
     if "reqmem" in cols:
         out.append(("reqmem", "req_mem_bytes IS NULL AND NOT gl_is_null_token(c_reqmem)",
                     "'cannot read memory ' || c_reqmem"))
+    for name, raw in (("alloctres", "a_gpu"), ("reqtres", "q_gpu")):
+        if name in cols:
+            out.append((name, f"{raw} IS NOT NULL AND try_cast({raw} AS DOUBLE) IS NULL",
+                        f"'cannot read GPU count gres/gpu=' || {raw}"))
+    return out + _implausible(cols)
+
+
+def _implausible(cols: list[str]) -> list[tuple[str, str, str]]:
+    """(field, condition, reason SQL) for readable values that cannot be true (ingest/plausible.py): times outside
+    the window, End before Start, negative or overlong durations, negative or non-finite counts. Never stored."""
+    out = []
+    for name in ("submit", "eligible", "start", "end"):
+        if name in cols:
+            out.append((name, f"t_{name} NOT BETWEEN $win_lo AND $win_hi", plausible.sql_reason(f"c_{name}")))
+    if "start" in cols and "end" in cols:
+        out.append(("end", "t_end < t_start", "'End ' || c_end || ' is before Start ' || c_start"))
+    for name, typed in (("elapsed", "t_elapsed"), ("elapsedraw", "t_elapsed"), ("timelimit", "t_timelimit"),
+                        ("timelimitraw", "t_timelimit")):
+        if name in cols:
+            out.append((name, f"{typed} < 0", f"'negative duration: ' || c_{name}"))
+            out.append((name, f"{typed} > $win_max_s",
+                        f"'duration ' || c_{name} || ' is longer than the plausible window (${plausible.ENV_WINDOW})'"))
+    for name, typed, kind in (("nnodes", "t_nnodes", "nodes"), ("ncpus", "t_ncpus", "cpus"),
+                              ("alloccpus", "t_ncpus", "cpus"), ("reqcpus", "t_reqcpus", "cpus")):
+        if name in cols:
+            if name == "alloccpus" and "ncpus" in cols:   # t_ncpus is NCPUS then
+                typed = "try_cast(c_alloccpus AS INTEGER)"
+            # the typed value is NULL beyond INTEGER: only then is the text parsed again (AND short-circuits)
+            out.append((name, f"{typed} NOT BETWEEN 0 AND {plausible.MAX_COUNTS[kind]} OR "
+                              f"({typed} IS NULL AND try_cast(c_{name} AS BIGINT) IS NOT NULL)",
+                        f"'count out of the plausible range 0-{plausible.MAX_COUNTS[kind]}: ' || c_{name}"))
+    top = plausible.MAX_COUNTS["gpus"]
+    for name, checks in (("alloctres", (("ngpus", top), ("mem_bytes", None), ("billing", None))),
+                         ("reqtres", (("req_gpus", top),)), ("reqmem", (("req_mem_bytes", None),))):
+        if name in cols:
+            for col, hi in checks:
+                what = {"ngpus": "GPU count", "req_gpus": "GPU count", "billing": "billing"}.get(col, "memory")
+                out.append((name, f"{col} < 0 OR NOT isfinite({col})" + (f" OR {col} > {hi}" if hi else ""),
+                            f"'{what} out of the plausible range ' || '{f'0-{hi}' if hi else '>= 0, finite'}: ' || {col}"))
     return out
 
 
@@ -144,7 +183,7 @@ def _stage_sql(cols: list[str], hint: str) -> str:
     elapsed = ("gl_dur(c_elapsed)" if "elapsed" in known else
                "try_cast(c_elapsedraw AS BIGINT)" if "elapsedraw" in known else "NULL::BIGINT")
     timelimit = ("gl_dur(c_timelimit)" if "timelimit" in known else
-                 "try_cast(c_timelimitraw AS BIGINT) * 60" if "timelimitraw" in known else "NULL::BIGINT")
+                 "try_cast(try_cast(c_timelimitraw AS BIGINT) * 60.0 AS BIGINT)" if "timelimitraw" in known else "NULL::BIGINT")
     no_id = "jobid" not in known and "jobidraw" not in known
     shape_ok = f"nf = {ncols}" + (f" OR nf > {ncols}" if has_free else "")
     field_checks = " ".join(f"WHEN {cond} THEN 'reject{SEP}{name}{SEP}' || {msg}" for name, cond, msg in _checks(cols))
@@ -259,6 +298,30 @@ def _header_lines(con, lines: textsplit.Lines, nonblank: np.ndarray, delim: str)
     return out
 
 
+def _check_layout_options(lines: textsplit.Lines, headers: dict[int, list[str]], is_data: np.ndarray,
+                          opts: SacctOptions, given_delimiter: str | None, input_name: str) -> None:
+    """--fields and --delimiter are honoured or refused, never silently ignored (InputError naming the option).
+
+    --fields lays out the lines before the first header line; when a header comes first it names the columns
+    itself, and a different --fields would apply to no line. A given --delimiter that is not the header's is
+    refused too (every line would be rejected as having the wrong number of fields)."""
+    first = next((i for i in range(min(len(lines), 50)) if lines.ends[i] > lines.starts[i]), None)
+    if first is None:
+        return
+    if given_delimiter and first not in headers:
+        text = lines.line(first).decode("utf-8", "replace")
+        other = next((d for d in ("^|^", "|") if d != given_delimiter and _header_fields(text, d)), None)
+        if other:
+            raise InputError("--delimiter", f"{input_name}:{first + 1} is a header line delimited by {other!r}, "
+                                            f"not {given_delimiter!r}: drop --delimiter or give {other!r}")
+    if opts.fields and headers and not is_data[:min(headers)].any():
+        named = headers[min(headers)]
+        if named != parse_fields(opts.fields):
+            raise InputError("--fields", f"{input_name}:{min(headers) + 1} is a header line naming the columns "
+                                         f"({','.join(named)}); --fields ({opts.fields}) would apply to no line: "
+                                         "drop it (it is for headerless input)")
+
+
 def _detect_delimiter(lines: textsplit.Lines) -> str:
     for i in range(min(len(lines), 50)):
         s = lines.line(i)
@@ -284,7 +347,7 @@ def _line_text(lines: textsplit.Lines, line_nos) -> pa.Array:
 
 
 def _stage_segment(con, run, lines, rows: np.ndarray, cols: list[str], opts: SacctOptions, cluster: str,
-                   source: str, hint: str, table: str) -> None:
+                   source: str, hint: str, table: str, window: plausible.Window) -> None:
     """Split, type and validate the lines ``rows`` with layout ``cols`` into temp table ``table``."""
     d = opts.delimiter.encode()
     free = next((f for f in FREE_TEXT if f in cols), None)
@@ -303,7 +366,8 @@ def _stage_segment(con, run, lines, rows: np.ndarray, cols: list[str], opts: Sac
     con.register("_seg", pa.table(arrays))
     try:
         sql = _stage_sql(cols, hint)
-        con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS {sql}", {"tz": opts.tz, "cluster": cluster, "source": source})
+        con.execute(f"CREATE OR REPLACE TEMP TABLE {table} AS {sql}", {"tz": opts.tz, "cluster": cluster, "source": source,
+                                                                         **plausible.sql_params(window, sql)})
     finally:
         con.unregister("_seg")
     bad = con.execute(f"""SELECT line_no, nullif(split_part(verdict, $sep, 2), ''), split_part(verdict, $sep, 3)
@@ -353,14 +417,16 @@ def ingest_bytes(con: duckdb.DuckDBPyConnection, data: bytes, input_name: str, o
     if bad_utf8:
         buf = None
     lines = textsplit.split_lines(data, buf)
+    given_delimiter = opts.delimiter
     opts.delimiter = opts.delimiter or _detect_delimiter(lines)
     cluster = default_cluster(con, opts)
     opts.tz = opts.tz or _cluster_tz(con, cluster) or "UTC"
-    _check_tz(con, opts.tz)
+    check_zone(con, opts.tz)
     default_cols = parse_fields(opts.fields) if opts.fields else list(XDMOD_FIELDS)
     slurm_sql.register(con)
+    window = plausible.window()
     options = {"delimiter": opts.delimiter, "tz": opts.tz, "fields": opts.fields, "cluster": cluster,
-               "non_utf8_bytes": bad_utf8}
+               "non_utf8_bytes": bad_utf8, "time_window": window.describe()}
     # hashlib releases the GIL: the digest of a large input is computed while it is split and typed
     digest = ThreadPoolExecutor(max_workers=1)
     sha = digest.submit(lambda: hashlib.sha256(data).hexdigest())
@@ -377,6 +443,7 @@ def ingest_bytes(con: duckdb.DuckDBPyConnection, data: bytes, input_name: str, o
         run.skip("header line", len(headers), min(headers) + 1 if headers else None)
         is_data = ~blank_mask
         is_data[list(headers)] = False
+        _check_layout_options(lines, headers, is_data, opts, given_delimiter, input_name)
         bounds = [-1] + sorted(headers) + [len(lines)]
         layouts = [default_cols] + [headers[h] for h in sorted(headers)]
         staged = []
@@ -386,7 +453,7 @@ def ingest_bytes(con: duckdb.DuckDBPyConnection, data: bytes, input_name: str, o
                 continue
             hint = ("columns of the header line" if seg else
                     "the Open XDMoD default list; give --fields for other layouts" if not opts.fields else "--fields")
-            _stage_segment(con, run, lines, rows, cols, opts, cluster, source, hint, f"_stg_seg{seg}")
+            _stage_segment(con, run, lines, rows, cols, opts, cluster, source, hint, f"_stg_seg{seg}", window)
             staged.append(f"_stg_seg{seg}")
         _load_staged(con, run, lines, staged)
         examples = [f"{input_name}:{ln}: " + (f"field {fld}: " if fld else "") + reason
@@ -422,13 +489,6 @@ def _load_staged(con, run, lines, staged: list[str]) -> None:
     run.loaded = con.sql("SELECT count(*) FROM stg_jobs").fetchall()[0][0]
     jobs_store.merge_jobs(con, run, "stg_jobs")
     jobs_store.assign_teams(con, run.run_id)
-
-
-def _check_tz(con, tz: str) -> None:
-    try:
-        con.execute("SELECT timezone(?, TIMESTAMP '2000-01-01')", [tz]).fetchall()
-    except duckdb.Error as exc:
-        raise InputError("--tz", f"unknown time zone {tz!r}") from exc
 
 
 def ingest_path(con, path: str, opts: SacctOptions) -> dict:

@@ -13,9 +13,10 @@ import re
 
 import pyarrow as pa
 
-from ingest import slurm_sql, warehouse
+from ingest import plausible, slurm_sql, warehouse
 from ingest.hostlist import HostlistError, expand
-from ingest.inputs import read_input
+from ingest.inputs import check_zone, read_input
+from ingest.lines import text_lines
 from ingest.slurm_nodes import normalise_state
 
 #: header title (spaces removed, lower case) -> our field
@@ -56,9 +57,11 @@ def _rows(lines: list[str]):
 
 def ingest_bytes(con, data: bytes, name: str, cluster: str | None = None, tz: str | None = None) -> dict:
     """Load one sacctmgr event listing in one transaction; returns the run summary."""
-    lines = data.decode("utf-8", errors="replace").splitlines()
+    lines = text_lines(data)
     default_cluster = cluster or _only_cluster(con)
     zone = tz or _cluster_tz(con, default_cluster) or "UTC"
+    check_zone(con, zone)
+    window = plausible.window()
     slurm_sql.register(con)
     recs, skipped, rejected = [], [], []
     for line_no, kind, payload in _rows(lines):
@@ -85,7 +88,7 @@ def ingest_bytes(con, data: bytes, name: str, cluster: str | None = None, tz: st
         "end_raw": [r[3].get("end") for r in recs], "state_raw": [r[3].get("state") or "" for r in recs],
         "reason": [r[3].get("reason") or None for r in recs], "user": [r[3].get("user") or None for r in recs]})
     run = warehouse.IngestRun(con, "events", name, sha256=hashlib.sha256(data).hexdigest(), nbytes=len(data),
-                              cluster=default_cluster, options={"tz": zone})
+                              cluster=default_cluster, options={"tz": zone, "time_window": window.describe()})
     with run:
         run.lines_read = len(lines)
         for ln, reason in skipped:
@@ -97,12 +100,7 @@ def ingest_bytes(con, data: bytes, name: str, cluster: str | None = None, tz: st
                         {"tz": zone})
         finally:
             con.unregister("_events_in")
-        for ln, field_name, start_raw in con.sql(
-                """SELECT line_no, CASE WHEN start IS NULL THEN 'Start' ELSE 'End' END,
-                          CASE WHEN start IS NULL THEN start_raw ELSE end_raw END FROM _ev
-                   WHERE start IS NULL OR ("end" IS NULL AND NOT gl_is_null_token(end_raw))""").fetchall():
-            rejected.append((ln, field_name, f"cannot read time {start_raw!r}"))
-        con.execute("""DELETE FROM _ev WHERE start IS NULL OR ("end" IS NULL AND NOT gl_is_null_token(end_raw))""")
+        rejected += _implausible(con, window)
         bad_lines = {r[0] for r in rejected}
         for ln, fld, reason in sorted(set(rejected)):
             run.reject(ln, reason, lines[ln - 1], fld)
@@ -118,6 +116,25 @@ def ingest_bytes(con, data: bytes, name: str, cluster: str | None = None, tz: st
     summary["reject_examples"] = [f"{name}:{ln}: " + (f"field {f}: " if f else "") + r
                                   for ln, f, r in sorted(set(rejected))[:10]]
     return summary
+
+
+def _implausible(con, window: plausible.Window) -> list[tuple[int, str, str]]:
+    """Reject (and drop from ``_ev``) events whose times cannot be read or cannot be true: outside the plausible
+    window (ingest/plausible.py), or ending before they start. Returns (line_no, field, reason) per bad line."""
+    quoted = "chr(39) || {} || chr(39)"
+    verdict = f"""CASE
+        WHEN start IS NULL THEN 'Start' || chr(31) || 'cannot read time ' || {quoted.format('start_raw')}
+        WHEN "end" IS NULL AND NOT gl_is_null_token(end_raw)
+          THEN 'End' || chr(31) || 'cannot read time ' || {quoted.format('end_raw')}
+        WHEN start NOT BETWEEN $win_lo AND $win_hi THEN 'Start' || chr(31) || {plausible.sql_reason('start_raw')}
+        WHEN "end" NOT BETWEEN $win_lo AND $win_hi THEN 'End' || chr(31) || {plausible.sql_reason('end_raw')}
+        WHEN "end" < start THEN 'End' || chr(31) || 'End ' || end_raw || ' is before Start ' || start_raw END"""
+    con.execute(f"CREATE OR REPLACE TEMP TABLE _ev AS SELECT *, {verdict} AS verdict FROM _ev",
+                plausible.sql_params(window, verdict))
+    bad = con.sql("""SELECT DISTINCT line_no, split_part(verdict, chr(31), 1), split_part(verdict, chr(31), 2)
+                     FROM _ev WHERE verdict IS NOT NULL""").fetchall()
+    con.execute("DELETE FROM _ev WHERE verdict IS NOT NULL")
+    return bad
 
 
 def _merge(con, run) -> None:

@@ -18,10 +18,11 @@ import re
 import pyarrow as pa
 from dataclasses import dataclass, field
 
-from ingest import warehouse
+from ingest import plausible, warehouse
 from ingest.errors import InputError
 from ingest.hostlist import HostlistError, expand
 from ingest.inputs import read_input
+from ingest.lines import text_lines
 
 #: Suffix characters sinfo appends to a state: * not responding, ~ powered off, # powering up, ! pending
 #: power down, % powering down, $ maintenance reservation, @ pending reboot, ^ rebooting, - planned.
@@ -43,6 +44,14 @@ SINFO_HEADERS = {
     "memory": "memory", "reason": "reason", "cluster": "cluster", "allocmem": "allocmem",
     "features_act": "features", "active_features": "features", "features": "features",
 }
+
+
+class BadField(ValueError):
+    """A value of a node record that cannot be read, with the field it sits in."""
+
+    def __init__(self, field_name: str, message: str):
+        super().__init__(message)
+        self.field = field_name
 
 
 @dataclass
@@ -177,6 +186,8 @@ def _record_from_scontrol(line_no: int, n_lines: int, text: str) -> NodeRecord:
     if kv.get("Partitions"):
         rec.partitions = {p for p in kv["Partitions"].split(",") if p}
     if kv.get("CPUTot"):
+        if not re.fullmatch(r"\d{1,9}", kv["CPUTot"]):
+            raise BadField("CPUTot", f"not a CPU count: {kv['CPUTot']}")
         rec.cpus = int(kv["CPUTot"])
     rec.mem_bytes = _mem_mb(kv.get("RealMemory"))
     rec.features = kv.get("ActiveFeatures") or kv.get("AvailableFeatures") or None
@@ -186,6 +197,7 @@ def _record_from_scontrol(line_no: int, n_lines: int, text: str) -> NodeRecord:
     used = parse_gres_used(kv.get("GresUsed"))
     alloc = re.search(r"(?:^|,)gres/gpu=(\d+)", kv.get("AllocTRES", ""))
     rec.gpus_alloc = used if used is not None else (int(alloc.group(1)) if alloc else 0 if "AllocTRES" in kv else None)
+    _check_counts(rec)
     return rec
 
 
@@ -241,6 +253,7 @@ def _sinfo_records(lines: list[str], fields: list[str] | None) -> tuple[list, li
         except ValueError as exc:
             rejected.append((i, "gres", str(exc)))
             continue
+        line_recs = []
         for h in hosts:
             rec = NodeRecord(line_no=i, n_lines=1, node=h, gres=row.get("gres"), gpus=gpus, gpu_type=gtype)
             if row.get("partition"):
@@ -256,8 +269,23 @@ def _sinfo_records(lines: list[str], fields: list[str] | None) -> tuple[list, li
             rec.gpus_alloc = parse_gres_used(row.get("gresused"))
             rec.features = row.get("features") if row.get("features") not in (None, "", "(null)") else None
             rec.cluster = row.get("cluster") or None
-            recs.append(rec)
+            line_recs.append(rec)
+        try:
+            _check_counts(line_recs[0])
+        except BadField as exc:
+            rejected.append((i, exc.field, str(exc)))
+            continue
+        recs.extend(line_recs)
     return recs, skipped, rejected
+
+
+def _check_counts(rec: NodeRecord) -> None:
+    """BadField when a record's counts cannot be true (ingest/plausible.py): never stored."""
+    top = plausible.MAX_COUNTS
+    for name, value, hi in (("Gres", rec.gpus, top["gpus"]), ("GresUsed", rec.gpus_alloc, top["gpus"]),
+                            ("CPUTot", rec.cpus, top["cpus"]), ("RealMemory", rec.mem_bytes, 1 << 62)):
+        if value is not None and not 0 <= value <= hi:
+            raise BadField(name, f"{value} is out of the plausible range 0-{hi}")
 
 
 # ---------------------------------------------------------------- merge into the inventory
@@ -287,14 +315,17 @@ def _parse_as_of(as_of: str | None) -> dt.datetime:
         t = dt.datetime.fromisoformat(as_of.replace("Z", "+00:00"))
     except ValueError as exc:
         raise InputError("--as-of", f"cannot read time {as_of!r} (use ISO 8601, UTC)") from exc
-    return t.astimezone(dt.timezone.utc).replace(tzinfo=None) if t.tzinfo else t
+    t = t.astimezone(dt.timezone.utc).replace(tzinfo=None) if t.tzinfo else t
+    window = plausible.window()
+    if not window.contains(t):
+        raise InputError("--as-of", window.reason(as_of))
+    return t
 
 
 def ingest_bytes(con, data: bytes, name: str, fmt: str = "auto", cluster: str | None = None,
                  as_of: str | None = None, retire_missing: bool = False) -> dict:
     """Load one node snapshot in one transaction; returns the run summary."""
-    text = data.decode("utf-8", errors="replace")
-    lines = text.splitlines()
+    lines = text_lines(data)
     when = _parse_as_of(as_of)
     if fmt == "auto":
         fmt = "scontrol" if any(l.lstrip().startswith("NodeName=") for l in lines[:200]) else "sinfo"
@@ -307,8 +338,9 @@ def ingest_bytes(con, data: bytes, name: str, fmt: str = "auto", cluster: str | 
             covered.update(range(start, start + n))
             try:
                 recs.append(_record_from_scontrol(start, n, rec_text))
-            except (ValueError, KeyError) as exc:
-                rejected.extend((ln, "Gres", f"node record: {exc}") for ln in range(start, start + n))
+            except ValueError as exc:
+                field_name = exc.field if isinstance(exc, BadField) else "Gres"
+                rejected.extend((ln, field_name, f"node record: {exc}") for ln in range(start, start + n))
         for i, line in enumerate(lines, start=1):
             if i not in covered:
                 skipped.append((i, "blank line" if not line.strip() else "not part of a node record"))
@@ -319,6 +351,12 @@ def ingest_bytes(con, data: bytes, name: str, fmt: str = "auto", cluster: str | 
         except InputError as exc:
             raise InputError(name, exc.message) from exc
         loaded_lines = len({r.line_no for r in recs})
+    if default_cluster is None and any(r.cluster is None for r in recs):
+        known = [r[0] for r in con.sql("SELECT cluster FROM clusters UNION SELECT DISTINCT cluster FROM jobs "
+                                       "ORDER BY 1").fetchall()]
+        raise InputError("--cluster", f"{name} does not name its cluster and the warehouse knows "
+                                      f"{'several: ' + ', '.join(known) if known else 'none yet'}; "
+                                      "give --cluster NAME")
     for r in recs:
         r.cluster = r.cluster or default_cluster
     nodes = _merge_records(recs)
@@ -337,9 +375,10 @@ def ingest_bytes(con, data: bytes, name: str, fmt: str = "auto", cluster: str | 
     return summary
 
 
-def _only_cluster(con) -> str:
+def _only_cluster(con) -> str | None:
+    """The one cluster the warehouse knows, else None: nodes never land in a made-up cluster."""
     known = [r[0] for r in con.sql("SELECT DISTINCT cluster FROM jobs UNION SELECT cluster FROM clusters").fetchall()]
-    return known[0] if len(known) == 1 else "default"
+    return known[0] if len(known) == 1 else None
 
 
 def _apply_snapshot(con, run, nodes: list[NodeRecord], when: dt.datetime, retire_missing: bool) -> None:

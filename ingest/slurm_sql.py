@@ -59,17 +59,21 @@ def macros() -> list[str]:
               ELSE NULL
             END)""",
         # Durations: [D-][HH:]MM:SS[.mmm]. String slicing, not regular expressions: this runs on every line.
+        # Lengths are bounded so that no digit string can overflow BIGINT (one line must not fail the query).
         """CREATE OR REPLACE TEMP MACRO gl_hms(r) AS (
             CASE WHEN length(r) = 8 AND r[3] = ':' AND r[6] = ':'
                    THEN try_cast(r[1:2] AS BIGINT) * 3600 + try_cast(r[4:5] AS BIGINT) * 60 + try_cast(r[7:8] AS BIGINT)
+                 WHEN length(r) > 16 THEN NULL
                  WHEN length(r) - length(replace(r, ':', '')) = 2
                    THEN try_cast(split_part(r, ':', 1) AS BIGINT) * 3600 + try_cast(split_part(r, ':', 2) AS BIGINT) * 60
-                        + round(try_cast(split_part(r, ':', 3) AS DOUBLE))::BIGINT
+                        + try_cast(round(try_cast(split_part(r, ':', 3) AS DOUBLE)) AS BIGINT)
                  WHEN length(r) - length(replace(r, ':', '')) = 1
-                   THEN try_cast(split_part(r, ':', 1) AS BIGINT) * 60 + round(try_cast(split_part(r, ':', 2) AS DOUBLE))::BIGINT
+                   THEN try_cast(split_part(r, ':', 1) AS BIGINT) * 60
+                        + try_cast(round(try_cast(split_part(r, ':', 2) AS DOUBLE)) AS BIGINT)
             END)""",
         """CREATE OR REPLACE TEMP MACRO gl_dur(s) AS (
-            CASE WHEN strpos(s, '-') > 0 THEN try_cast(s[1:strpos(s, '-') - 1] AS BIGINT) * 86400
+            CASE WHEN strpos(s, '-') > 9 THEN NULL
+                 WHEN strpos(s, '-') > 0 THEN try_cast(s[1:strpos(s, '-') - 1] AS BIGINT) * 86400
                                               + gl_hms(s[strpos(s, '-') + 1:])
                  ELSE gl_hms(s) END)""",
         # "no number" forms of a duration: a NULL from gl_dur on anything else is unreadable text
@@ -90,22 +94,23 @@ def macros() -> list[str]:
             CASE n WHEN 0 THEN NULL
                    WHEN 1 THEN try_cast(gl_before(gl_after(gl_after(t, 'gres/gpu:'), '='), ',') AS DOUBLE)
                    ELSE list_sum(list_transform(regexp_extract_all(t, '(?:^|,)gres/gpu:[^=,]+=([0-9.]+)', 1),
-                                                lambda x: x::DOUBLE)) END)""",
+                                                lambda x: try_cast(x AS DOUBLE))) END)""",
         """CREATE OR REPLACE TEMP MACRO gl_tres_type(t, n) AS (
             CASE n WHEN 0 THEN NULL
                    WHEN 1 THEN nullif(gl_before(gl_after(t, 'gres/gpu:'), '='), '')
                    ELSE nullif(array_to_string(list_sort(list_distinct(
                           regexp_extract_all(t, '(?:^|,)gres/gpu:([^=,]+)=[0-9.]+', 1))), '+'), '') END)""",
-        # 3000M, 320.5G, 512K; a bare number is MB (Slurm's TRES unit for memory)
+        # 3000M, 320.5G, 512K; a bare number is MB (Slurm's TRES unit for memory); NULL beyond BIGINT
         """CREATE OR REPLACE TEMP MACRO gl_mem_bytes(v) AS (
             CASE WHEN strpos('KMGTPkmgtp', right(v, 1)) > 0
-                   THEN (try_cast(v[1:-2] AS DOUBLE) * power(1024, strpos('KMGTP', upper(right(v, 1)))))::BIGINT
-                 ELSE (try_cast(v AS DOUBLE) * 1048576)::BIGINT END)""",
+                   THEN try_cast(try_cast(v[1:-2] AS DOUBLE) * power(1024, strpos('KMGTP', upper(right(v, 1)))) AS BIGINT)
+                 ELSE try_cast(try_cast(v AS DOUBLE) * 1048576 AS BIGINT) END)""",
         # ReqMem: 3000Mc (per CPU), 48000Mn (per node), 32G (per node in Slurm >= 21.08); a is the text
         # without its c/n suffix, per is 'c', 'n' or ''
         """CREATE OR REPLACE TEMP MACRO gl_reqmem(a, per, ncpus, nnodes) AS (
-            gl_mem_bytes(a) * CASE per WHEN 'c' THEN greatest(coalesce(ncpus, 1), 1)
-                                       WHEN 'n' THEN greatest(coalesce(nnodes, 1), 1) ELSE 1 END)""",
+            try_cast(gl_mem_bytes(a) * CASE per WHEN 'c' THEN greatest(coalesce(ncpus, 1), 1)::DOUBLE
+                                                WHEN 'n' THEN greatest(coalesce(nnodes, 1), 1)::DOUBLE ELSE 1.0 END
+                     AS BIGINT))""",
         """CREATE OR REPLACE TEMP MACRO gl_state_base(s) AS (
             rtrim(upper(CASE WHEN strpos(trim(s), ' ') > 0 THEN trim(s)[1:strpos(trim(s), ' ') - 1] ELSE trim(s) END), '+'))""",
         f"""CREATE OR REPLACE TEMP MACRO gl_state_of(b) AS (

@@ -25,7 +25,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest import warehouse
+from ingest import plausible, warehouse
 from ingest.errors import InputError
 
 #: Exporter metric -> (gpu_samples column, scale to the stored unit, lowest and highest plausible raw value).
@@ -54,8 +54,6 @@ SERIES_SCHEMA = pa.schema([
 ])
 _IP = re.compile(r"^\d{1,3}(\.\d{1,3}){3}$")
 _LABEL = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*(,|$)')
-#: Timestamps outside [2000, 2100) are rejected: milliseconds read as seconds (or the reverse) land there.
-_TS_LO_US, _TS_HI_US = 946_684_800_000_000, 4_102_444_800_000_000
 
 
 @dataclass
@@ -207,8 +205,11 @@ def _classify_sql(ts_unit: str) -> str:
                  WHEN p.d < s.lo OR p.d > s.hi THEN 'reject|value|out of range for ' || s.metric
                       || ' [' || s.lo || ', ' || s.hi || ']: ' || p.v
                  WHEN p.t IS NOT NULL AND p.us IS NULL THEN 'reject|timestamp|not a number: ' || p.t
-                 WHEN p.us IS NULL OR p.us < {_TS_LO_US} OR p.us >= {_TS_HI_US}
-                   THEN 'reject|timestamp|outside 2000-2100 (' || coalesce(p.t, '') || '); {hint}'
+                 -- the plausible window (ingest/plausible.py); milliseconds read as seconds (or the reverse) land
+                 -- outside it
+                 WHEN p.us IS NULL OR p.us NOT BETWEEN epoch_us($win_lo) AND epoch_us($win_hi)
+                   THEN 'reject|timestamp|' || {plausible.sql_reason("coalesce(p.t, strftime(make_timestamp(p.us), '%Y-%m-%dT%H:%M:%S'), '')")}
+                        || '; {hint}'
                END AS verdict
         FROM p JOIN _sv s USING (sid))
     SELECT line_no, sid, dev, mcode, verdict, CASE WHEN verdict IS NULL THEN us END AS us,
@@ -257,11 +258,14 @@ def ingest_readings(con: duckdb.DuckDBPyConnection, run: warehouse.IngestRun, po
     otherwise it is inferred per device.
     """
     default_us = None if scrape_time is None else int(scrape_time.replace(tzinfo=dt.timezone.utc).timestamp() * 1e6)
+    window = plausible.window()
+    run.options["time_window"] = window.describe()
     con.register("_pts", with_numbers(points))
     con.register("_ser", series)
     try:
         con.execute(_series_sql())
-        con.execute(_classify_sql(ts_unit), {"default_us": default_us})
+        sql = _classify_sql(ts_unit)
+        con.execute(sql, {"default_us": default_us, **plausible.sql_params(window, sql)})
         run.loaded += _account(con, run)
     finally:
         con.unregister("_pts")

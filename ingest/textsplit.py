@@ -11,13 +11,14 @@ a job name stays in the job name).
 """
 from __future__ import annotations
 
-import codecs
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+
+from ingest.lines import bounds, to_utf8  # noqa: F401  (to_utf8: part of this module's API)
 
 #: Arrow string views carry 32-bit offsets: one data buffer per this many bytes.
 VIEW_WINDOW = 1 << 30
@@ -62,20 +63,6 @@ def str_array(values) -> pa.Array:
                                                                pa.py_buffer(b"".join(enc))], null_count=nulls)
 
 
-def to_utf8(data) -> tuple[bytes, int]:
-    """``data`` (bytes-like) unchanged when it is UTF-8, else re-encoded with U+FFFD for bad bytes;
-    returns (data, number of replacement characters)."""
-    raw = np.frombuffer(data, dtype=np.uint8)
-    if not len(raw) or raw.max() < 0x80:   # pure ASCII: valid, and no copy (nor temporary array) needed
-        return data, 0
-    try:
-        codecs.utf_8_decode(data, "strict", True)
-        return data, 0
-    except UnicodeDecodeError:
-        text = codecs.utf_8_decode(data, "replace", True)[0]
-        return text.encode("utf-8"), text.count("\ufffd")
-
-
 def padded(data: bytes) -> np.ndarray:
     """``data`` as uint8 followed by 16 zero bytes (one copy; :func:`read_padded` avoids even that)."""
     buf = np.zeros(len(data) + 16, dtype=np.uint8)
@@ -92,24 +79,11 @@ def read_padded(path: str) -> np.ndarray:
     return buf[: n + 16] if n < size else buf
 
 
-_BLOCK = 1 << 24
-
-
 def split_lines(data, buf: np.ndarray | None = None) -> Lines:
-    """The lines of ``data`` (bytes, or a view of ``buf`` without its padding)."""
+    """The lines of ``data`` (bytes, or a view of ``buf`` without its padding), as ingest/lines.py defines them."""
     if buf is None:
         buf = padded(data)
-    n_bytes = len(buf) - 16
-    # newline offsets block by block: a mask of the whole input would be one more input-sized allocation
-    nl = np.concatenate([np.flatnonzero(buf[lo:min(lo + _BLOCK, n_bytes)] == 10) + lo
-                         for lo in range(0, n_bytes, _BLOCK)] or [np.zeros(0, np.int64)])
-    starts = np.concatenate([[0], nl + 1]).astype(np.int64)
-    ends = np.concatenate([nl, [n_bytes]]).astype(np.int64)
-    if len(starts) and ends[-1] == starts[-1]:  # a final newline ends the last line; it does not start one
-        starts, ends = starts[:-1], ends[:-1]
-    if len(starts):
-        cr = (ends > starts) & (buf[np.maximum(ends - 1, 0)] == 13)
-        ends = ends - cr
+    starts, ends = bounds(buf, len(buf) - 16)
     return Lines(data, buf, starts, ends)
 
 

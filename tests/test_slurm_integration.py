@@ -377,6 +377,9 @@ def test_captured_midrun_snapshot_and_events(run_cli, con):
     snap = REAL / "scontrol-show-node-o-midrun.txt"
     code, _, err = run_cli("ingest", "nodes", "--no-refresh", "--as-of", _captured_at(Path(f"{snap}.cmd")),
                            str(snap))
+    assert code == 1 and "--cluster" in err     # scontrol output names no cluster and none is known yet
+    code, _, err = run_cli("ingest", "nodes", "--no-refresh", "--as-of", _captured_at(Path(f"{snap}.cmd")),
+                           "--cluster", "glcluster", str(snap))
     assert code == 0, err
     states = dict(con.execute("SELECT node, state FROM node_states").fetchall())
     assert states == {"gpu01": "MIXED", "gpu02": "DOWN", "gpu03": "DRAIN"}
@@ -395,7 +398,7 @@ def test_captured_scontrol_and_sinfo_of_one_moment_agree(tmp_path):
         db = tmp_path / f"{name}.duckdb"
         at = _captured_at(REAL / f"{name}.cmd")
         assert gpuledger.main(["--db", str(db), "-q", "ingest", "nodes", "--no-refresh", "--as-of", at,
-                               str(REAL / name)]) == 0
+                               "--cluster", "glcluster", str(REAL / name)]) == 0
         con = warehouse.connect(db)
         seen.append((con.execute("SELECT node, string_split(partitions, ',').list_sort(), gpu_type, gpus, cpus, "
                                  "mem_bytes FROM nodes ORDER BY node").fetchall(),

@@ -51,32 +51,32 @@ def test_scontrol_one_line_snapshot(con):
 
 
 def test_validity_periods_follow_changes(con):
-    slurm_nodes.ingest_bytes(con, SCONTROL_O.encode(), "a", cluster="lab", as_of="2026-12-01T00:00:00")
+    slurm_nodes.ingest_bytes(con, SCONTROL_O.encode(), "a", cluster="lab", as_of="2026-11-01T00:00:00")
     grown = SCONTROL_O.replace("gpu:h100:4", "gpu:h100:8") + \
         "NodeName=gpu04 CPUTot=32 Gres=gpu:h100:8 RealMemory=256000 State=IDLE Partitions=h100\n"
-    s = slurm_nodes.ingest_bytes(con, grown.encode(), "b", cluster="lab", as_of="2026-12-15T00:00:00")
+    s = slurm_nodes.ingest_bytes(con, grown.encode(), "b", cluster="lab", as_of="2026-11-15T00:00:00")
     assert (s["inserted"], s["updated"], s["unchanged"]) == (1, 1, 2)
     rows = con.sql("SELECT node, gpus, valid_from, valid_to FROM nodes WHERE node IN ('gpu03', 'gpu04') "
                    "ORDER BY node, valid_from NULLS FIRST").fetchall()
-    t = dt.datetime(2026, 12, 15)
+    t = dt.datetime(2026, 11, 15)
     assert rows == [("gpu03", 4, None, t), ("gpu03", 8, t, None), ("gpu04", 8, t, None)]
     # capacity on any date comes from the validity periods
     def capacity(day):
         return con.execute("SELECT sum(gpus) FROM nodes WHERE (valid_from IS NULL OR valid_from <= ?) "
                            "AND (valid_to IS NULL OR valid_to > ?)", [day, day]).fetchall()[0][0]
-    assert capacity(dt.datetime(2026, 11, 1)) == 20 and capacity(dt.datetime(2026, 12, 20)) == 32
+    assert capacity(dt.datetime(2026, 10, 1)) == 20 and capacity(dt.datetime(2026, 11, 20)) == 32
     # re-ingesting the same snapshot changes nothing; an older one is refused
-    s = slurm_nodes.ingest_bytes(con, grown.encode(), "b", cluster="lab", as_of="2026-12-15T00:00:00")
+    s = slurm_nodes.ingest_bytes(con, grown.encode(), "b", cluster="lab", as_of="2026-11-15T00:00:00")
     assert (s["inserted"], s["updated"]) == (0, 0)
     with pytest.raises(Exception, match="time order"):
-        slurm_nodes.ingest_bytes(con, SCONTROL_O.encode(), "old", cluster="lab", as_of="2026-12-02T00:00:00")
+        slurm_nodes.ingest_bytes(con, SCONTROL_O.encode(), "old", cluster="lab", as_of="2026-11-02T00:00:00")
 
 
 def test_retire_missing_nodes(con):
-    slurm_nodes.ingest_bytes(con, SCONTROL_O.encode(), "a", cluster="lab", as_of="2026-12-01T00:00:00")
+    slurm_nodes.ingest_bytes(con, SCONTROL_O.encode(), "a", cluster="lab", as_of="2026-11-01T00:00:00")
     only_two = "\n".join(SCONTROL_O.splitlines()[:2]) + "\n"
-    slurm_nodes.ingest_bytes(con, only_two.encode(), "b", cluster="lab", as_of="2026-12-10T00:00:00", retire_missing=True)
-    assert con.sql("SELECT valid_to FROM nodes WHERE node = 'gpu03'").fetchall() == [(dt.datetime(2026, 12, 10),)]
+    slurm_nodes.ingest_bytes(con, only_two.encode(), "b", cluster="lab", as_of="2026-11-10T00:00:00", retire_missing=True)
+    assert con.sql("SELECT valid_to FROM nodes WHERE node = 'gpu03'").fetchall() == [(dt.datetime(2026, 11, 10),)]
 
 
 def test_multi_line_scontrol_from_a_real_site(con):

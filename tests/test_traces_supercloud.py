@@ -42,3 +42,18 @@ def test_real_sample_loads_completely(con):
     assert states == {"COMPLETED": 5784, "CANCELLED": 1893, "FAILED": 1077, "TIMEOUT": 841, "OUT_OF_MEMORY": 21,
                       "NODE_FAIL": 12}
     assert con.sql("SELECT count(*) FROM jobs WHERE array_task_id IS NOT NULL").fetchall()[0][0] == 9628 - 8427
+
+
+def test_times_and_orders_that_cannot_be_true_are_rejected_per_line(con, tmp_path):
+    """Trace rows pass the same plausibility window as sacct lines (ingest/plausible.py)."""
+    rows = HANDMADE.read_text().splitlines()
+    rows[1] = rows[1].replace(",1610003700,", ",99999999999,")        # ends in year 5138
+    rows[2] = rows[2].replace(",1610000200,1610001200,", ",1610000200,1610000100,")   # ends before it starts
+    path = tmp_path / "log.csv"
+    path.write_text("\n".join(rows) + "\n")
+    s = traces.ingest(con, "mit-supercloud", path)[0]
+    assert (s["read"], s["loaded"], s["skipped"], s["rejected"]) == (7, 3, 1, 3)
+    got = con.sql("SELECT line_no, field, reason FROM rejects ORDER BY 1").fetchall()
+    assert [(n, f) for n, f, _ in got] == [(2, "end"), (3, "end"), (6, "time_start")]
+    assert "outside the plausible window" in got[0][2] and got[1][2] == "End is before Start"
+    assert con.sql("SELECT count(*) FROM jobs WHERE job_id_raw IN ('11111100000000', '11111200000000')").fetchall() == [(0,)]

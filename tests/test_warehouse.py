@@ -104,3 +104,55 @@ def test_memory_limit_is_bounded_inside_a_block_and_the_environment_wins(tmp_pat
     with warehouse.bounded_memory(con, "1GB"):
         assert limit(con) == set_by_env
     con.close()
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_orphaned_snapshot_files_of_dead_processes_go_on_connect_and_publish(db_path):
+    """A refresh killed while publishing leaves X.serving.duckdb.tmpPID (+.wal); only dead PIDs' files go."""
+    d, dead, alive = db_path.parent, _dead_pid(), os.getppid()
+    names = [f"warehouse.serving.duckdb.tmp{pid}{ext}" for pid in (dead, alive) for ext in ("", ".wal")]
+    for name in names + ["other.serving.duckdb.tmp1"]:
+        (d / name).write_bytes(b"x" * 10)
+    con = warehouse.connect(db_path)
+    left = sorted(p.name for p in d.iterdir() if ".tmp" in p.name)
+    assert left == sorted(["other.serving.duckdb.tmp1", *names[2:]])
+    again = _dead_pid()
+    (d / f"warehouse.serving.duckdb.tmp{again}.wal").write_bytes(b"x")
+    warehouse.publish_serving(con, db_path)
+    assert not (d / f"warehouse.serving.duckdb.tmp{again}.wal").exists()
+    assert warehouse.serving_path(db_path).exists() and (d / names[2]).exists()
+    con.close()
+
+
+def _run(con, lines_read, loaded=0, skips=(), rejects=()):
+    with warehouse.IngestRun(con, "test", "in.txt") as run:
+        run.lines_read, run.loaded = lines_read, loaded
+        for reason, n in skips:
+            run.skip(reason, n, 1)
+        for i, (field, reason, raw) in enumerate(rejects, start=1):
+            run.reject(i, reason, raw, field)
+    return run.summary()
+
+
+@pytest.mark.parametrize("kwargs, error", [
+    ({"lines_read": 0}, None),                                                       # empty input
+    ({"lines_read": 3, "skips": [("header line", 1), ("blank line", 2)]}, None),       # an empty export
+    ({"lines_read": 2, "loaded": 1, "rejects": [("jobid", "bad", "x")]}, None),        # something loaded
+    ({"lines_read": 2, "skips": [("header line", 1)], "rejects": [("jobid", "not a job id: x", "x|y")]},
+     "in.txt: nothing loaded from 2 lines: 1 rejected; first: line 1: field jobid: not a job id: x"),
+    ({"lines_read": 4, "skips": [("job step (.extern)", 2), ("job step (.batch)", 2)]},
+     "in.txt: nothing loaded from 4 lines: 2 skipped (job step (.batch)), 2 skipped (job step (.extern))"),
+    ({"lines_read": 1, "rejects": [(None, "expected 26 fields", "J\x00o\x00b\x00I\x00D\x00")]},
+     "in.txt: nothing loaded from 1 lines: 1 rejected; first: line 1: expected 26 fields (the input looks like "
+     "UTF-16 text: convert it, e.g. iconv -f UTF-16 -t UTF-8)"),
+    ({"lines_read": 1, "rejects": [(None, "expected 26 fields", "\x7fELF\x02\x01\x01\x00\x00\x00\x00\x00\x00\x00\x00\x00")]},
+     "in.txt: nothing loaded from 1 lines: 1 rejected; first: line 1: expected 26 fields (the input looks binary, "
+     "not text: is it the right file?)"),
+])
+def test_a_run_that_loads_nothing_from_data_says_why(con, kwargs, error):
+    assert _run(con, **kwargs)["error"] == error

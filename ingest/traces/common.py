@@ -15,8 +15,9 @@ from pathlib import Path
 import polars as pl
 import pyarrow as pa
 
-from ingest import jobs_store, warehouse
+from ingest import jobs_store, plausible, warehouse
 from ingest.errors import InputError
+from ingest.lines import text_lines
 
 
 def read_bytes(path: str | Path) -> bytes:
@@ -54,7 +55,7 @@ def read_csv(path: str | Path, data: bytes, columns: list[str] | None = None,
 
 
 def raw_lines(data: bytes) -> list[str]:
-    return data.decode("utf-8", errors="replace").splitlines()
+    return text_lines(data)
 
 
 def open_run(con, kind: str, path: str | Path, data: bytes, cluster: str, options: dict | None = None
@@ -96,9 +97,12 @@ def _jobs_types(con) -> dict[str, str]:
                                         "WHERE table_name = 'jobs' AND schema_name = 'main'").fetchall()}
 
 
-def write_jobs(con, run: warehouse.IngestRun, staged: pl.DataFrame) -> None:
-    """Type ``staged`` (JOB_COLUMNS subset + line_no) against ``jobs`` and merge it; assign teams."""
+def write_jobs(con, run: warehouse.IngestRun, staged: pl.DataFrame, lines: list[str] | None = None) -> int:
+    """Type ``staged`` (JOB_COLUMNS subset + line_no) against ``jobs``, reject the input lines with a row that cannot
+    be true (:func:`_reject_implausible`; ``lines`` gives their raw text), merge the rest and assign teams.
+    Returns the number of input lines rejected (the caller's loaded count leaves them out)."""
     types = _jobs_types(con)
+    staged = staged.with_columns(input_line=pl.col("line_no"))
     # jobs_store identifies staged rows by line_no; a record that yields several rows (Philly's attempts)
     # must not share one, so rows are numbered in input order (later rows still win ties)
     if staged["line_no"].n_unique() < staged.height:
@@ -110,15 +114,43 @@ def write_jobs(con, run: warehouse.IngestRun, staged: pl.DataFrame) -> None:
             name = c.strip('"')
             expr = f'CAST("{name}" AS {types[name]})' if name in staged.columns else f"NULL::{types[name]}"
             cols.append(f'{expr} AS "{name}"')
-        con.execute(f"CREATE OR REPLACE TEMP TABLE _trace_stg AS SELECT line_no, {', '.join(cols)} FROM _trace_in")
+        con.execute(f"CREATE OR REPLACE TEMP TABLE _trace_stg AS SELECT line_no, input_line, {', '.join(cols)} "
+                    "FROM _trace_in")
     finally:
         con.unregister("_trace_in")
+    rejected = _reject_implausible(con, run, lines or [])
     bad = jobs_store.stage_nodelists(con, "_trace_stg")
     if bad:
         raise InputError(run.input_name, f"bad node list {next(iter(bad))!r}: {next(iter(bad.values()))}")
     jobs_store.merge_jobs(con, run, "_trace_stg")
     jobs_store.assign_teams(con, run.run_id)
     con.execute("DROP TABLE IF EXISTS _trace_stg")
+    return rejected
+
+
+def _reject_implausible(con, run: warehouse.IngestRun, lines: list[str]) -> int:
+    """Reject every input line of ``_trace_stg`` with a row that cannot be true (ingest/plausible.py: times outside
+    the window, End before Start, durations and counts out of range) and drop all its rows; returns how many."""
+    window, top = plausible.window(), plausible.MAX_COUNTS
+    checks = [(c, f'"{c}" NOT BETWEEN $win_lo AND $win_hi', plausible.sql_reason(f'strftime("{c}", \'%Y-%m-%dT%H:%M:%S\')'))
+              for c in ("submit", "eligible", "start", "end")]
+    checks += [("end", '"end" < start', "'End is before Start'")]
+    checks += [(c, f"{c} NOT BETWEEN 0 AND $win_max_s", f"'duration out of the plausible range: ' || {c}")
+               for c in ("elapsed_s", "timelimit_s")]
+    checks += [(c, f"{c} NOT BETWEEN 0 AND {top[kind]} OR NOT isfinite({c}::DOUBLE)",
+                f"'count out of the plausible range 0-{top[kind]}: ' || {c}")
+               for c, kind in (("nnodes", "nodes"), ("ncpus", "cpus"), ("req_cpus", "cpus"), ("ngpus", "gpus"),
+                               ("req_gpus", "gpus"))]
+    verdict = "CASE " + " ".join(f"WHEN {cond} THEN '{c}' || chr(31) || {why}" for c, cond, why in checks) + " END"
+    sql = f"""SELECT input_line AS line_no, split_part(min(v), chr(31), 1) AS field,
+                     split_part(min(v), chr(31), 2) AS reason
+              FROM (SELECT input_line, {verdict} AS v FROM _trace_stg) WHERE v IS NOT NULL GROUP BY 1 ORDER BY 1"""
+    bad = pl.DataFrame(con.execute(sql, plausible.sql_params(window, sql)).fetchall(),
+                       schema={"line_no": pl.Int64, "field": pl.String, "reason": pl.String}, orient="row")
+    if bad.height:
+        reject(run, bad, lines)
+        con.execute("DELETE FROM _trace_stg WHERE list_contains(?, input_line)", [bad["line_no"].to_list()])
+    return bad.height
 
 
 def write_nodes(con, run: warehouse.IngestRun, nodes: pl.DataFrame) -> tuple[int, int]:

@@ -133,12 +133,12 @@ def ingest_pods(con, path: Path, cluster: str, start: dt.datetime) -> dict:
         common.reject(run, bad, lines)
         n = common.upsert(con, "trace_pods", ("cluster", "pod"),
                           pods.drop("line_no").with_columns(ingest_run_id=pl.lit(run.run_id, pl.Int64)))
+        run.loaded = pods.height
         if timed:
-            common.write_jobs(con, run, _jobs(pods, start))
+            run.loaded -= common.write_jobs(con, run, _jobs(pods, start), lines)
         else:
             run.inserted = n
             run.options["note"] = "pod specs without phase or times: trace_pods only, no jobs"
-        run.loaded = pods.height
     return run.summary()
 
 

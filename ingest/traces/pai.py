@@ -131,8 +131,7 @@ def ingest_jobs(con, d: Path, job_path: Path, cluster: str, start: dt.datetime |
     with run:
         run.lines_read = len(lines)
         common.reject(run, bad, lines)
-        common.write_jobs(con, run, staged)
-        run.loaded = good.height
+        run.loaded = good.height - common.write_jobs(con, run, staged, lines)
     return run.summary()
 
 

@@ -201,7 +201,9 @@ def ingest_job_log(con, path: Path, cluster: str, zone_name: str) -> dict:
         run.lines_read = len(records)
         for b in bad:
             run.reject(b["line_no"], b["reason"], json.dumps(records[b["line_no"] - 1])[:2000], b["field"])
+        implausible = 0
         if rows:
-            common.write_jobs(con, run, pl.DataFrame(rows, infer_schema_length=None))
-        run.loaded = len(records) - len(bad)
+            raw = [json.dumps(r)[:2000] for r in records]
+            implausible = common.write_jobs(con, run, pl.DataFrame(rows, infer_schema_length=None), raw)
+        run.loaded = len(records) - len(bad) - implausible
     return run.summary()

@@ -90,8 +90,7 @@ def ingest_file(con, path: Path, cluster: str) -> dict:
         run.lines_read = len(lines)
         run.skip("header line", 1, 1)
         common.reject(run, bad, lines)
-        common.write_jobs(con, run, _jobs(good, cluster))
-        run.loaded = good.height
+        run.loaded = good.height - common.write_jobs(con, run, _jobs(good, cluster), lines)
     return run.summary()
 
 

@@ -4,17 +4,18 @@ snapshot. The bottom layer: it imports nothing of gpuledger's, and everything el
 The names below are the storage API (``from ingest import warehouse; warehouse.connect(...)``); each lives in
 the module that owns it.
 """
-from ingest.warehouse.audit import IngestAccountingError, IngestRun, get_watermark, set_watermark
+from ingest.warehouse.audit import IngestAccountingError, IngestRun, get_watermark, nothing_loaded, set_watermark
 from ingest.warehouse.base import ENV_MEMORY_LIMIT, WarehouseError, bounded_memory, transaction, utcnow
 from ingest.warehouse.connection import DEFAULT_DB, ENV_DB, ENV_LOCK_TIMEOUT, connect, resolve_path
 from ingest.warehouse.mart_state import is_current, mart_run, newest_run, record_mart, states_of
 from ingest.warehouse.query import execute, frame, has_table
 from ingest.warehouse.schema import migrate, migration_files, schema_version
 from ingest.warehouse.times import TimeParseError, parse_time
-from ingest.warehouse.serving import SERVING_EXCLUDE, publish_serving, serving_path, table_names
+from ingest.warehouse.serving import (SERVING_EXCLUDE, publish_serving, remove_orphaned_snapshots, serving_path,
+                                      table_names)
 
 __all__ = ["IngestAccountingError", "IngestRun", "get_watermark", "set_watermark", "ENV_MEMORY_LIMIT", "WarehouseError",
            "bounded_memory", "transaction", "utcnow", "DEFAULT_DB", "ENV_DB", "ENV_LOCK_TIMEOUT", "connect", "resolve_path",
            "is_current", "mart_run", "newest_run", "record_mart", "states_of", "execute", "frame", "has_table", "migrate",
            "migration_files", "schema_version", "SERVING_EXCLUDE", "publish_serving", "serving_path",
-           "table_names", "TimeParseError", "parse_time"]
+           "table_names", "nothing_loaded", "remove_orphaned_snapshots", "TimeParseError", "parse_time"]

@@ -127,10 +127,51 @@ class IngestRun:
             self.con.execute("INSERT INTO ingest_skips VALUES (?, ?, ?, ?)", [self.run_id, reason, count, first])
 
     def summary(self) -> dict:
+        """The run's counts for the CLI; ``error`` is set when it loaded nothing from an input with data
+        (:func:`nothing_loaded`), which the CLI reports and exits 1 for."""
         return {"run_id": self.run_id, "input": self.input_name, "read": self.lines_read, "loaded": self.loaded,
                 "skipped": self.skipped, "rejected": self.rejected, "inserted": self.inserted,
                 "updated": self.updated, "unchanged": self.unchanged,
-                "skip_reasons": {k: v[0] for k, v in self.skips.items()}}
+                "skip_reasons": {k: v[0] for k, v in self.skips.items()}, "error": nothing_loaded(self)}
+
+
+# ---------------------------------------------------------------- ingest outcome
+
+#: Lines that carry no records: an input made only of these (an empty export: a header and nothing under it,
+#: sacctmgr events with no node outage) loads nothing and that is no error.
+NO_DATA_SKIPS = frozenset({"blank line", "header line", "comment line", "# HELP/# TYPE/# UNIT line", "# EOF marker",
+                           "shell prompt line", "cluster-level event (no node)"})
+
+
+def nothing_loaded(run: IngestRun) -> str | None:
+    """One line saying why a committed run that loaded nothing from an input with data is an error, else None.
+
+    Every line rejected (a binary, a file with a BOM or the wrong layout) or skipped as something gpuledger does
+    not load (only job steps, only unused metrics) means the user gave the wrong input: exit 0 would hide it."""
+    data_skips = {r: c for r, (c, _) in run.skips.items() if r not in NO_DATA_SKIPS}
+    if run.loaded or not (run.rejected or data_skips):
+        return None
+    parts = ([f"{run.rejected} rejected"] if run.rejected else []) + [f"{c} skipped ({r})" for r, c in sorted(data_skips.items())]
+    msg = f"{run.input_name}: nothing loaded from {run.lines_read} lines: " + ", ".join(parts)
+    first = run.con.execute("SELECT line_no, field, reason, raw FROM rejects WHERE run_id = ? ORDER BY line_no "
+                            "LIMIT 1", [run.run_id]).fetchall()
+    if first:
+        line_no, field_name, reason, raw = first[0]
+        msg += f"; first: line {line_no}: " + (f"field {field_name}: " if field_name else "") + reason[:200]
+        msg += _not_text_hint(raw or "")
+    return msg
+
+
+def _not_text_hint(raw: str) -> str:
+    """A hint when a rejected line does not look like text at all."""
+    if "\x00" in raw:
+        # UTF-16 puts a NUL beside every ASCII character: every other character of the line
+        nul_every_other = max(raw[0::2].count("\x00"), raw[1::2].count("\x00")) >= 0.8 * (len(raw) // 2) > 1
+        return (" (the input looks like UTF-16 text: convert it, e.g. iconv -f UTF-16 -t UTF-8)" if nul_every_other
+                else " (the input looks binary, not text: is it the right file?)")
+    if raw.count("\ufffd") > max(2, len(raw) // 10):
+        return " (the input is mostly not UTF-8 text: is it the right file?)"
+    return ""
 
 
 # ---------------------------------------------------------------- watermarks

@@ -11,6 +11,7 @@ import duckdb
 
 from ingest.warehouse.base import ENV_MEMORY_LIMIT, WarehouseError
 from ingest.warehouse.schema import check_version, migrate
+from ingest.warehouse.serving import remove_orphaned_snapshots
 
 DEFAULT_DB = Path("data") / "warehouse.duckdb"
 ENV_DB = "GPULEDGER_DB"
@@ -47,7 +48,9 @@ def connect(path: str | os.PathLike | None = None, read_only: bool = False,
         con.execute("SET memory_limit = ?", [os.environ[ENV_MEMORY_LIMIT]])
     if migrate_schema and not read_only:
         migrate(con)
-    elif read_only:
+    if not read_only:
+        remove_orphaned_snapshots(p)
+    else:
         check_version(con, p)
     return con
 

@@ -7,6 +7,7 @@ and a dashboard never sees half a batch.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Iterable
 
@@ -42,6 +43,7 @@ def publish_serving(con: duckdb.DuckDBPyConnection, db_path: str | os.PathLike,
     new readers see the new one. Returns the snapshot path.
     """
     target = serving_path(db_path)
+    remove_orphaned_snapshots(db_path)
     tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
     for stale in (tmp, Path(str(tmp) + ".wal")):
         stale.unlink(missing_ok=True)
@@ -57,3 +59,34 @@ def publish_serving(con: duckdb.DuckDBPyConnection, db_path: str | os.PathLike,
         con.execute("DETACH serving_snap")
     os.replace(tmp, target)
     return target
+
+
+# ---------------------------------------------------------------- orphaned snapshot files
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:   # another user's live process
+        return True
+    return True
+
+
+def remove_orphaned_snapshots(db_path: str | os.PathLike) -> list[Path]:
+    """Delete the ``X.serving.duckdb.tmpPID`` files (and their ``.wal``) that a publish killed mid-way left behind:
+    those whose process is gone. A live process's file may be a publish in progress and is kept (so is one whose
+    PID was reused: it goes on a later call). Returns the paths removed."""
+    target = serving_path(db_path)
+    pattern = re.compile(re.escape(target.name) + r"\.tmp(\d+)(\.wal)?")
+    removed = []
+    try:
+        names = os.listdir(target.parent)
+    except OSError:
+        return removed
+    for name in names:
+        m = pattern.fullmatch(name)
+        if m and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1))):
+            (target.parent / name).unlink(missing_ok=True)
+            removed.append(target.parent / name)
+    return removed

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import duckdb
 
-from ingest import dcgm, governance, sacct, slurm_events, slurm_nodes, telemetry_store, warehouse
+from ingest import dcgm, governance, plausible, sacct, slurm_events, slurm_nodes, telemetry_store, warehouse
 from models.demo import governance_writer, sacct_writer, slurm_writers, telemetry
 from models.demo.config import GENERATOR_VERSION, GPUS_PER_NODE, Config
 from models.demo.generate import Progress, Synthetic, generate, month_windows
@@ -85,7 +85,14 @@ def write_inputs(syn: Synthetic, outdir: Path, progress: Progress | None = None)
 
 
 def load_inputs(con, syn: Synthetic, inputs: Inputs, progress: Progress | None = None) -> list[dict]:
-    """Ingest the written files with the real ingestors (the code `gpuledger ingest ...` runs)."""
+    """Ingest the written files with the real ingestors (the code `gpuledger ingest ...` runs), with the
+    plausibility window reaching the synthetic period's end: a benchmark year may run ahead of the clock."""
+    end = dt.datetime(1970, 1, 1) + dt.timedelta(seconds=syn.t_end + 2 * 86400)
+    with plausible.replaying(f"2000-01-01..{end:%Y-%m-%dT%H:%M:%S}"):
+        return _load_inputs(con, syn, inputs, progress)
+
+
+def _load_inputs(con, syn: Synthetic, inputs: Inputs, progress: Progress | None) -> list[dict]:
     say = progress or (lambda _m: None)
     t = time.perf_counter()
     cluster = syn.cfg.cluster

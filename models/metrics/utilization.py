@@ -146,7 +146,8 @@ def by_bucket(con: duckdb.DuckDBPyConnection, start=None, end=None, bucket: str 
     keys = ["bucket", *cap]
     avail = totals.select(*keys, pl.col("available_gpu_h").alias("_avail"))
     demand = (demand.join(avail, on=keys, how="left", nulls_equal=True)
-              .with_columns((pl.col("allocated_gpu_h") / pl.col("_avail")).alias("share_of_available"))
+              .with_columns(pl.when(pl.col("_avail") > 0).then(pl.col("allocated_gpu_h") / pl.col("_avail"))
+                            .alias("share_of_available"))   # no available capacity there: no share, not infinity
               .drop("_avail").with_columns(pl.lit(1).alias("_order")))
     totals = totals.with_columns(*[pl.lit(TOTAL_LABEL).alias(d) for d in dem], pl.lit(0).alias("_order"))
     out = pl.concat([totals, demand], how="diagonal_relaxed")

@@ -1,14 +1,14 @@
 """`gpuledger refresh`: build the marts in dependency order, store the open statements, then publish the serving
 snapshot. The one place (with ingest and period close) that changes the warehouse.
 
-Each step is ``build(con, full: bool) -> None``; it is incremental unless ``full`` is set and records itself in
-``mart_state`` (ingest/warehouse/mart_state.py), so every reader can say how fresh it is.
+Each step is a module with ``build(con, full: bool)``; it is incremental unless ``full`` is set and records itself
+in ``mart_state`` (ingest/warehouse/mart_state.py), so every reader can say how fresh it is.
 """
 from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Callable
+from types import ModuleType
 
 import duckdb
 
@@ -16,14 +16,12 @@ from ingest import warehouse
 from models.marts import demand, efficiency, timeline
 from models.pipeline import open_statements
 
-MartBuilder = Callable[[duckdb.DuckDBPyConnection, bool], None]
-
 #: The marts, in dependency order (later ones read earlier ones).
-STEPS: list[tuple[str, MartBuilder]] = [
-    ("timeline", timeline.build),        # occupancy timeline and its daily rollups: utilization, fragmentation, cost
-    ("efficiency", efficiency.build),    # GPU efficiency per job and hour, from telemetry
-    ("demand", demand.build),            # daily demand per pool/partition/team, read by forecasts
-    ("open statements", open_statements.build),   # the newest open months' statements (chargeback tile)
+STEPS: list[tuple[str, ModuleType]] = [
+    ("timeline", timeline),        # occupancy timeline and its daily rollups: utilization, fragmentation, cost
+    ("efficiency", efficiency),    # GPU efficiency per job and hour, from telemetry
+    ("demand", demand),            # daily demand per pool/partition/team, read by forecasts
+    ("open statements", open_statements),   # the newest open months' statements (chargeback tile)
 ]
 
 
@@ -31,9 +29,9 @@ def run(con: duckdb.DuckDBPyConnection, db_path: str | Path, full: bool = False,
         publish: bool = True) -> list[tuple[str, float]]:
     """Refresh every mart, then publish the serving snapshot; returns (name, seconds) per step."""
     done = []
-    for name, build in STEPS:
+    for name, step in STEPS:
         t0 = time.perf_counter()
-        build(con, full)
+        step.build(con, full)
         done.append((name, time.perf_counter() - t0))
     if publish:
         t0 = time.perf_counter()

@@ -1,0 +1,88 @@
+"""What a line is, for every text ingestor: the one line splitter.
+
+A line ends at ``\\n`` and nowhere else. A ``\\r`` before the ``\\n`` (CRLF) is dropped; a UTF-8 byte order mark
+at the very start is dropped; a final line without ``\\n`` still counts; a final ``\\n`` does not start another
+line. Form feeds, vertical tabs, U+2028/U+2029, NEL and lone ``\\r`` are characters *inside* a line (str.splitlines
+would break there and miscount: "read 5" for a 3-line file). So ``lines_read`` is the file's line count as
+``wc -l`` (plus an unterminated last line) gives it, in every ingestor, and a reject's line number is the one
+an editor shows.
+
+The sacct splitter (ingest/textsplit.py) takes its line bounds from :func:`bounds`; the other ingestors read
+:func:`arrow_lines` (vectorised) or :func:`text_lines` (small inputs).
+"""
+from __future__ import annotations
+
+import codecs
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+BOM = b"\xef\xbb\xbf"
+#: Newlines are searched block by block: a mask of the whole input would be one more input-sized allocation.
+_BLOCK = 1 << 24
+
+
+def to_utf8(data) -> tuple[bytes, int]:
+    """``data`` (bytes-like) unchanged when it is UTF-8, else re-encoded with U+FFFD for bad bytes;
+    returns (data, number of replacement characters)."""
+    raw = np.frombuffer(data, dtype=np.uint8)
+    if not len(raw) or raw.max() < 0x80:   # pure ASCII: valid, and no copy (nor temporary array) needed
+        return data, 0
+    try:
+        codecs.utf_8_decode(data, "strict", True)
+        return data, 0
+    except UnicodeDecodeError:
+        text = codecs.utf_8_decode(data, "replace", True)[0]
+        return text.encode("utf-8"), text.count("\ufffd")
+
+
+def bounds(buf: np.ndarray, n_bytes: int) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) byte offsets of the lines in ``buf[:n_bytes]`` (uint8), terminators excluded."""
+    nl = np.concatenate([np.flatnonzero(buf[lo:min(lo + _BLOCK, n_bytes)] == 10) + lo
+                         for lo in range(0, n_bytes, _BLOCK)] or [np.zeros(0, np.int64)])
+    first = 3 if n_bytes >= 3 and bytes(buf[:3]) == BOM else 0
+    starts = np.concatenate([[first], nl + 1]).astype(np.int64)
+    ends = np.concatenate([nl, [n_bytes]]).astype(np.int64)
+    if len(starts) and ends[-1] == starts[-1]:  # a final newline ends the last line; it does not start one
+        starts, ends = starts[:-1], ends[:-1]
+    if len(starts):
+        cr = (ends > starts) & (buf[np.maximum(ends - 1, 0)] == 13)
+        ends = ends - cr
+    return starts, ends
+
+
+def count(data) -> int:
+    """The number of lines of ``data`` (bytes-like)."""
+    buf = np.frombuffer(data, dtype=np.uint8)
+    return len(bounds(buf, len(buf))[0])
+
+
+def arrow_lines(data) -> pa.Array:
+    """The lines of ``data`` as one Arrow string array (invalid UTF-8 shown as U+FFFD), without a per-line
+    Python loop: each line's string runs to the next line's start, and the terminators are trimmed off."""
+    data, _ = to_utf8(data)
+    buf = np.frombuffer(data, dtype=np.uint8)
+    starts, ends = bounds(buf, len(buf))
+    if not len(starts):
+        return pa.array([], pa.string())
+    with_ends = pa.LargeStringArray.from_buffers(len(starts), pa.py_buffer(np.append(starts, len(buf))),
+                                                 pa.py_buffer(data))
+    # the trim takes every trailing CR/LF: exact, unless a line keeps a CR of its own ("a\r\r\n" is "a\r")
+    kept_cr = (ends > starts) & (buf[np.maximum(ends - 1, 0)] == 13)
+    if kept_cr.any():
+        edge = np.zeros(len(buf) + 1, dtype=np.int8)   # +1 at each line's start, -1 at its end (each unique)
+        edge[starts] += 1
+        edge[ends] -= 1
+        offsets = np.zeros(len(starts) + 1, dtype=np.int64)
+        np.cumsum(ends - starts, out=offsets[1:])
+        body = buf[np.cumsum(edge[:-1], dtype=np.int8) > 0].tobytes()
+        trimmed = pa.LargeStringArray.from_buffers(len(starts), pa.py_buffer(offsets), pa.py_buffer(body))
+    else:
+        trimmed = pc.utf8_rtrim(with_ends, "\r\n")
+    return trimmed.cast(pa.string()) if len(buf) < (1 << 31) - 1 else trimmed
+
+
+def text_lines(data) -> list[str]:
+    """The lines of ``data`` as Python strings (for inputs small enough to walk line by line)."""
+    return arrow_lines(data).to_pylist()
