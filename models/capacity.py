@@ -24,20 +24,26 @@ BANDS = {"median": "forecast", "80": "hi80", "95": "hi95"}
 
 
 def pool_capacity(con: duckdb.DuckDBPyConnection, by_cluster: bool = False) -> pl.DataFrame:
-    """Installed GPUs per pool at the data horizon, from the timeline's capacity (the inventory with validity):
-    ((cluster,) pool, capacity_gpus, available_gpus), available = not down, drained or in maintenance."""
+    """Installed GPUs per pool at the data horizon: ((cluster,) pool, capacity_gpus, available_gpus), in GPUs.
+
+    An instant's capacity is the GPUs of the nodes in force at that instant (the timeline's node state, built
+    from the ``nodes`` inventory with validity), not the GPU-hours of the bucket around it: a horizon at 10:40
+    must not read 40/60 of the last hour's GPU-hours as GPUs. The state "at the horizon" is the piece that
+    covers the instant just before it (t0 < horizon <= t1); pieces end at their cluster's horizon. available =
+    GPUs on nodes that are up (not down, drained or in maintenance)."""
     hz = timeline.horizon(con)
-    dims = ("cluster", "gpu_type") if by_cluster else ("gpu_type",)
     empty = pl.DataFrame(schema={**({"cluster": pl.String} if by_cluster else {}), "pool": pl.String,
                                  "capacity_gpus": pl.Float64, "available_gpus": pl.Float64})
     if hz is None:
         return empty
-    cap = timeline.capacity(con, hz - dt.timedelta(hours=1), hz, "hour", by=dims)
-    if cap.is_empty():
-        return empty
-    return cap.filter(pl.col("gpu_type").is_not_null() & (pl.col("capacity_gpu_h") > 0)).select(
-        *(["cluster"] if by_cluster else []), pl.col("gpu_type").alias("pool"),
-        pl.col("capacity_gpu_h").alias("capacity_gpus"), pl.col("available_gpu_h").alias("available_gpus"))
+    keys = "cluster, gpu_type" if by_cluster else "gpu_type"
+    out = timeline.frame(con, f"""
+        SELECT {keys.replace('gpu_type', 'gpu_type AS pool')}, sum(gpus)::DOUBLE AS capacity_gpus,
+               sum(CASE WHEN avail = 'up' THEN gpus ELSE 0 END)::DOUBLE AS available_gpus
+        FROM tl_node_state
+        WHERE t0 < $hz AND t1 >= $hz AND gpu_type IS NOT NULL AND gpus > 0 AND avail <> 'absent'
+        GROUP BY {keys} HAVING sum(gpus) > 0 ORDER BY {keys}""", {"hz": hz})
+    return out if out.height else empty
 
 
 def parse_capacity(items: list[str]) -> dict[str, float]:

@@ -76,6 +76,23 @@ def test_pool_capacity_comes_from_the_timeline(con):
     assert [tuple(r) for r in cap.select("pool", "capacity_gpus").iter_rows()] == [("a100", 16.0), ("h100", 4.0)]
 
 
+def test_pool_capacity_is_installed_gpus_at_a_horizon_not_aligned_to_an_hour(con):
+    # The data horizon is the last event seen: job 2 ends at 10:40. Capacity at that instant is the 16 A100s and
+    # 4 H100s installed, not the GPU-hours of the partial hour 10:00-10:40 (16 x 40/60 = 10.67 GPUs), and an
+    # H100 node in maintenance at the horizon is installed but not available.
+    jobs = [tf.Job(1, "alice", "ml", "a100", 8, ["gpu01"], start=tf.T("03-01 00:00"), end=tf.T("03-01 06:00")),
+            tf.Job(2, "bob", "cv", "a100", 4, ["gpu02"], start=tf.T("03-01 08:00"), end=tf.T("03-01 10:40"))]
+    events = [("gpu03", tf.T("03-01 09:00"), None, "MAINT", "firmware")]
+    tf.load(con, "tc", jobs, tf.NODES, events)
+    from models import timeline
+    assert timeline.horizon(con) == dt.datetime(2024, 3, 1, 10, 40)
+    cap = capacity.pool_capacity(con)
+    assert [tuple(r) for r in cap.iter_rows()] == [("a100", 16.0, 16.0), ("h100", 4.0, 0.0)]
+    by_cluster = capacity.pool_capacity(con, by_cluster=True)
+    assert by_cluster.columns == ["cluster", "pool", "capacity_gpus", "available_gpus"]
+    assert by_cluster["capacity_gpus"].to_list() == [16.0, 4.0]
+
+
 def test_forecast_warehouse_gives_pool_answers_for_team_series(con):
     tf.load_hand_cluster(con)
     res = capacity.forecast_warehouse(con, 5, by=["team", "pool"], overrides={"h100": 8.0})
