@@ -9,17 +9,21 @@ Series (read straight from ../shared/traces, no warehouse needed):
 - with --demo-db FILE: the demo warehouse's daily demanded GPU-hours per pool (models/demand.py).
 Only complete periods are used (a trace's partial last day is dropped).
 
-Folds: origins step back from n - h by min(h, m) (at most 8; 14 for h = 1), each with at least max(3m, 28)
-periods of training data. Horizons: daily 1, 7, 28; hourly 24, 168. MASE's scale is the in-sample seasonal
-naive MAE of each fold's training data (M4). Every method is given exactly the same training data per fold.
+Folds: origins step back from n - h by min(h, m) (at most 8), each with at least max(3m, 28) periods of
+training data. Horizons: hourly 24, daily 7 and 28 (issue #17). MASE's scale is the in-sample seasonal naive
+MAE of each fold's training data (M4). Every method is given exactly the same training data per fold.
 
-Methods: ours = the backtest-chosen model, run as `gpuledger forecast` runs it (the history prepared by
-`forecast.prepare`: leading zeros dropped, cut at a level shift with enough data after it), and each of our
-candidates forced (SeasonalNaive, ETS, Theta, Combination) on the same prepared history, all with
+Methods: ours = what `gpuledger forecast` does (the history prepared by `forecast.prepare`: leading zeros
+dropped, cut at a level shift with enough data after it; every candidate backtested; the lowest backtest MASE
+chosen, the inverse-MASE combination of the best three competing with the singles), and each of our
+candidates forced (SeasonalNaive, ETS, Theta, ARIMA, MSTL, Combination) on the same prepared history, all with
 backtest-calibrated intervals (where a candidate cannot be fitted on a fold's history, the fallback the CLI
-would use is scored in its place, so every method covers the same folds);
-statsforecast's AutoETS, AutoARIMA, AutoTheta and SeasonalNaive with their own intervals on the raw training
-data (season length m = 7 daily, 24 hourly).
+would use is scored in its place, so every method covers the same folds); statsforecast's AutoARIMA, AutoETS,
+AutoTheta, MSTL (seasons 24 and 168 hourly, 7 daily; its default AutoETS trend) and SeasonalNaive with their
+own intervals on the raw training data of the same folds (season length m = 7 daily, 24 hourly).
+
+One table per frequency (hourly; daily), each with every method's MASE per series and horizon, then every
+method's mean MASE, sMAPE and 80/95 % coverage over the frequency's cells.
 
 Run: .venv/bin/python benchmarks/forecast_accuracy.py [--quick] [--demo-db FILE] [--markdown FILE]
 (statsforecast is in the `bench` extra: `uv pip install -e '.[bench]'`). Heavy: hold the shared lock,
@@ -42,9 +46,9 @@ TRACES = Path(os.environ.get("GPULEDGER_SHARED", ROOT.parent / "shared")) / "tra
 
 from models import forecast as F  # noqa: E402
 
-OURS = ("ours", "SeasonalNaive", "ETS", "Theta", "Combination")
-THEIRS = ("AutoETS", "AutoARIMA", "AutoTheta", "sf.SeasonalNaive")
-HORIZONS = {"day": (1, 7, 28), "hour": (24, 168)}
+OURS = ("ours", *F.CANDIDATES)
+THEIRS = ("AutoARIMA", "AutoETS", "AutoTheta", "sf.MSTL", "sf.SeasonalNaive")
+HORIZONS = {"day": (7, 28), "hour": (24,)}
 
 
 # ----------------------------------------------------------------------------- series from the traces
@@ -111,9 +115,10 @@ def demo_series(db: str) -> dict[str, tuple[str, np.ndarray]]:
 
 
 def all_series(demo_db: str | None) -> dict[str, tuple[str, np.ndarray]]:
-    out = {"philly_daily": ("day", philly("day")), "philly_hourly": ("hour", philly("hour")),
-           "openb_daily": ("day", openb("day")), "openb_T4_daily": ("day", openb("day", "T4")),
-           "dlrm_daily": ("day", dlrm("day")), "dlrm_hourly": ("hour", dlrm("hour"))}
+    out = {"philly_hourly": ("hour", philly("hour")), "openb_hourly": ("hour", openb("hour")),
+           "openb_T4_hourly": ("hour", openb("hour", "T4")), "dlrm_hourly": ("hour", dlrm("hour")),
+           "philly_daily": ("day", philly("day")), "openb_daily": ("day", openb("day")),
+           "openb_T4_daily": ("day", openb("day", "T4")), "dlrm_daily": ("day", dlrm("day"))}
     if demo_db:
         out.update(demo_series(demo_db))
     return out
@@ -124,7 +129,7 @@ def all_series(demo_db: str | None) -> dict[str, tuple[str, np.ndarray]]:
 def folds(n: int, m: int, h: int) -> list[int]:
     min_train = max(3 * m, 28)
     step = max(1, min(h, m))
-    k = 14 if h == 1 else 8
+    k = 8
     return sorted(o for o in (n - h - i * step for i in range(k)) if o >= min_train)
 
 
@@ -146,20 +151,24 @@ def run_ours(y: np.ndarray, freq: str, h: int, origins: list[int]) -> list[dict]
         t0 = time.perf_counter()
         ts = (np.datetime64("2000-01-01") + F.STEP[freq] * np.arange(o)).astype("datetime64[us]")
         yo = F.prepare(ts, y[:o], freq, h=h).y
-        bt = F.backtest(yo, m, h)              # the same internal backtest serves every forced candidate
+        periods = F.SEASONS[freq]
+        bt = F.backtest(yo, m, h, periods=periods)    # the same internal backtest serves every forced candidate
         for name in OURS:
             # a forced candidate that cannot be fitted on this history falls back as the CLI would (e.g. Zero for
             # an all-zero history); it is scored all the same, so every method covers the same folds
-            r = F.forecast_values(yo, m, h, force=None if name == "ours" else name, bt=bt)
+            r = F.forecast_values(yo, m, h, force=None if name == "ours" else name, bt=bt, periods=periods)
             rows.append({"method": name, "origin": o, "chosen": r.model, "secs": time.perf_counter() - t0,
                          **score(y, o, h, m, r.point, r.lo[80], r.hi[80], r.lo[95], r.hi[95])})
     return rows
 
 
-def run_theirs(y: np.ndarray, m: int, h: int, origins: list[int]) -> list[dict]:
+def run_theirs(y: np.ndarray, freq: str, h: int, origins: list[int]) -> list[dict]:
     from statsforecast import StatsForecast
-    from statsforecast.models import AutoARIMA, AutoETS, AutoTheta, SeasonalNaive
-    models = [AutoETS(season_length=m), AutoARIMA(season_length=m), AutoTheta(season_length=m),
+    from statsforecast.models import MSTL, AutoARIMA, AutoETS, AutoTheta, SeasonalNaive
+    m = F.SEASON[freq]
+    seasons = [p for p in F.SEASONS[freq] if 2 * p <= min(origins)]
+    models = [AutoARIMA(season_length=m), AutoETS(season_length=m), AutoTheta(season_length=m),
+              MSTL(season_length=seasons or [m], alias="sf.MSTL"),
               SeasonalNaive(season_length=m, alias="sf.SeasonalNaive")]
     frames = [pl.DataFrame({"unique_id": str(o), "ds": np.arange(o), "y": y[:o]}) for o in origins]
     sf = StatsForecast(models=models, freq=1, n_jobs=1)
@@ -192,7 +201,7 @@ def evaluate(series: dict, folds_max: int | None, raw: str | None = None) -> pl.
                 print(f"  {name} h={h}: {len(y)} periods leave fewer than 2 folds; skipped", file=sys.stderr)
                 continue
             t0 = time.perf_counter()
-            got = run_ours(y, freq, h, origins) + run_theirs(y, m, h, origins)
+            got = run_ours(y, freq, h, origins) + run_theirs(y, freq, h, origins)
             rows += [{"series": name, "freq": freq, "n": len(y), "h": h, "folds": len(origins), **r} for r in got]
             if raw:
                 pl.DataFrame(rows).write_csv(raw)
@@ -201,11 +210,12 @@ def evaluate(series: dict, folds_max: int | None, raw: str | None = None) -> pl.
 
 
 def tables(res: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]:
+    """(MASE per series and horizon, per method: mean MASE, sMAPE, coverage; models chosen) of one frequency."""
     cell = (res.group_by("series", "h", "method")
                .agg(pl.col("mase", "smape", "cov80", "cov95").mean(), pl.col("folds").first()))
     wide = (cell.pivot(on="method", index=["series", "h", "folds"], values="mase")
                 .select("series", "h", "folds", *[c for c in (*OURS, *THEIRS) if c in cell["method"].unique()])
-                .sort("series", "h"))
+                .sort("h", "series"))
     overall = (cell.group_by("method").agg(
         pl.col("mase").mean().alias("mean_MASE"), pl.col("smape").mean().alias("mean_sMAPE"),
         pl.col("cov80").mean().alias("coverage80"), pl.col("cov95").mean().alias("coverage95"),
@@ -245,18 +255,24 @@ def main(argv=None) -> int:
 
 
 def report(res: pl.DataFrame, md: str | None, t0: float) -> int:
-    wide, overall, chosen = tables(res)
-    with pl.Config(tbl_rows=200, tbl_cols=20, float_precision=3, tbl_width_chars=200):
-        print("\nMASE per series and horizon (mean over folds; lower is better)")
-        print(wide)
-        print("\nAll cells: mean MASE, sMAPE and interval coverage (nominal 0.80 / 0.95)")
-        print(overall)
-        print("\nModel our backtest chose, over all folds")
-        print(chosen)
+    out = []
+    for freq, label in (("hour", "Hourly (h = 24)"), ("day", "Daily (h = 7 and 28)")):
+        part = res.filter(pl.col("freq") == freq)
+        if part.is_empty():
+            continue
+        wide, overall, chosen = tables(part)
+        with pl.Config(tbl_rows=200, tbl_cols=30, float_precision=3, tbl_width_chars=250):
+            print(f"\n=== {label}: MASE per series and horizon (mean over folds; lower is better)")
+            print(wide)
+            print(f"\n=== {label}: every method's mean MASE, sMAPE and interval coverage (nominal 0.80 / 0.95)")
+            print(overall)
+            print(f"\n=== {label}: candidate our backtest chose, over all folds")
+            print(chosen)
+        out += [f"### {label}", markdown(wide), markdown(overall), markdown(chosen)]
     if t0:
         print(f"\ntotal {time.perf_counter() - t0:.0f} s")
     if md:
-        Path(md).write_text("\n\n".join([markdown(wide), markdown(overall), markdown(chosen)]) + "\n")
+        Path(md).write_text("\n\n".join(out) + "\n")
     return 0
 
 

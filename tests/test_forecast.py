@@ -71,19 +71,43 @@ def _bt(mase_o: dict, horizon: int = 7, step: int = 7) -> F.Backtest:
                       mase_o={c: np.asarray(v, float) for c, v in mase_o.items()}, step=step)
 
 
-def test_selection_keeps_theta_unless_another_model_clearly_wins():
+def test_selection_takes_the_lowest_backtest_mase_with_no_preferred_model():
     theta = [1.0, 1.2, 0.9, 1.1, 1.0, 1.3]
-    # ETS lower on average (0.95 vs 1.083) but the paired differences are noisy: t = 0.95 < t_.95,5 = 2.02
-    noisy = [0.5, 1.5, 0.6, 1.4, 0.7, 1.0]
-    assert F.choose(_bt({"Theta": theta, "ETS": noisy}))[0] == "Theta"
-    # ETS lower at every origin by 0.08 to 0.12: t = 18.7, a clear win, and the reason says so
-    clear = [0.9, 1.12, 0.78, 1.0, 0.9, 1.19]
-    model, why = F.choose(_bt({"Theta": theta, "ETS": clear, "SeasonalNaive": [2.0] * 6}))
-    assert model == "ETS" and "beat Theta in the backtest" in why and "6 independent origins" in why
-    # the same errors from 28-period forecasts at origins 7 apart overlap: 6·7/28 = 1.5 independent origins,
-    # too few to test, so Theta stays
-    model, why = F.choose(_bt({"Theta": theta, "ETS": clear}, horizon=28, step=7))
-    assert model == "Theta" and "too few independent" in why
+    noisy = [0.5, 1.5, 0.6, 1.4, 0.7, 1.0]             # ETS: mean 0.95 < Theta's 1.083, so ETS, however noisy
+    model, why = F.choose(_bt({"Theta": theta, "ETS": noisy, "SeasonalNaive": [2.0] * 6}))
+    assert model == "ETS" and "lowest backtest MASE (0.95 over 6 origins" in why and "next Theta 1.08" in why
+    # a tie goes to the simpler candidate (CANDIDATES order), never to a favourite
+    assert F.choose(_bt({"Theta": [1.0] * 3, "ETS": [1.0] * 3}))[0] == "ETS"
+
+
+def test_combination_weights_are_inverse_mase_over_the_best_three():
+    w = F.combination_weights({"SeasonalNaive": 2.0, "ETS": 0.5, "Theta": 1.0, "ARIMA": 0.8, "MSTL": 4.0,
+                               "Combination": 0.1})                 # the combination itself is never a member
+    inv = {"ETS": 2.0, "ARIMA": 1.25, "Theta": 1.0}
+    assert w == pytest.approx({c: v / 4.25 for c, v in inv.items()})
+    assert F.combination_weights({"ETS": 0.0, "Theta": 1.0}) == {"ETS": 1.0}     # a perfect backtest takes all
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.dictionaries(st.sampled_from(F.SINGLES), st.floats(0.0, 1e3, allow_nan=False), min_size=1))
+def test_combination_weights_sum_to_one_and_favour_lower_mase(mase):
+    w = F.combination_weights(mase)
+    assert sum(w.values()) == pytest.approx(1.0) and 1 <= len(w) <= F.TOP_K
+    ranked = sorted(w, key=lambda c: mase[c])
+    assert all(w[a] >= w[b] - 1e-12 for a, b in zip(ranked, ranked[1:]))
+    assert all(mase[c] <= min(mase[d] for d in mase if d not in w) for c in w if len(w) < len(mase))
+
+
+def test_combination_in_the_backtest_is_scored_out_of_sample():
+    """At origin i the combination's members and weights come from the other origins' MASE only."""
+    pa = {"ETS": F.Paths(np.array([[1.0], [2.0], [3.0]]), np.ones((3, 1))),
+          "Theta": F.Paths(np.array([[3.0], [4.0], [5.0]]), np.ones((3, 1)))}
+    mase_o = {"ETS": np.array([1.0, 3.0, 2.0]), "Theta": np.array([2.0, 1.0, 1.0])}
+    comb = F._loo_combination(pa, mase_o)
+    # origin 0: others' means ETS 2.5, Theta 1.0 -> weights 0.4/1.4, 1/1.4 -> (0.4·1 + 3)/1.4
+    assert comb.point[0, 0] == pytest.approx((0.4 * 1 + 1.0 * 3) / 1.4)
+    # origin 1: ETS 1.5, Theta 1.5 -> equal weights
+    assert comb.point[1, 0] == pytest.approx(3.0)
 
 
 def test_selection_on_a_seasonal_series_runs_the_backtest_of_every_candidate():
@@ -95,6 +119,7 @@ def test_selection_on_a_seasonal_series_runs_the_backtest_of_every_candidate():
     assert r.model == F.choose(r.backtest)[0]
     assert r.backtest.mase[r.model] < 1.0                     # beats in-sample seasonal naive scale
     assert len(r.backtest.origins) == F.MIN_ORIGINS and r.backtest.step == 7
+    assert any(n.startswith(f"model {r.model}: lowest backtest MASE") for n in r.notes)
 
 
 def test_intervals_cover_close_to_nominal_on_simulated_demand():
