@@ -572,7 +572,9 @@ def forecast_table(df, keys: list[str], freq: str, horizon: int, shifts: bool = 
 
     Returns (forecast, summary): forecast has one row per series and future period with the point forecast,
     80 %/95 % bounds, the chosen model and its backtest MASE and coverage; summary has one row per series
-    with the backtest of every candidate and the notes. Values keep the input's unit."""
+    with the backtest of every candidate and the notes. A series without any demand (all zero or missing) has
+    its summary row and note but no forecast rows: a line of zeros forecasts nothing. Values keep the input's
+    unit."""
     import polars as pl
     parts = df.sort([*keys, "ts"]).partition_by(keys, as_dict=True, maintain_order=True) if keys else {(): df.sort("ts")}
     frows, srows = [], []
@@ -585,6 +587,8 @@ def forecast_table(df, keys: list[str], freq: str, horizon: int, shifts: bool = 
         key = dict(zip(keys, kv))
         srow = _summary_row(key, prep, res)
         srows.append(srow)
+        if res.model in ("Zero", "none"):      # no demand at all: listed in the summary's notes, not forecast
+            continue
         frows.append(pl.DataFrame({
             **{k: [v] * horizon for k, v in key.items()}, "ts": fut, "forecast": res.point,
             "lo80": res.lo[80], "hi80": res.hi[80], "lo95": res.lo[95], "hi95": res.hi[95],

@@ -64,6 +64,30 @@ def test_bands_target_and_unknown_capacity():
         capacity.exhaustion(hist, fc, {}, ["pool"], target_util=1.5)
 
 
+def test_band_above_the_physical_ceiling_is_flagged_and_drawn_capped():
+    # capacity 10 GPUs -> ceiling 2 x 10 = 20 GPUs (no higher peak known). hi95 = median + 20: day 1 is
+    # 5 + 20 = 25 > 20, so the band is above the ceiling from the first forecast day.
+    hist, fc = _frames([5, 5], [5, 5], width=10.0)
+    fc = fc.with_columns(pl.lit(0.0).alias("lo80"), pl.lit(0.0).alias("lo95"))
+    r = capacity.exhaustion(hist, fc, {"a100": 10.0}, ["pool"], window=1).row(0, named=True)
+    assert r["ceiling_gpus"] == 20.0 and r["above_ceiling_from"] == dt.datetime(2024, 1, 3)
+    assert "95 % band above the physically possible demand (20 GPUs = 2 x 10 installed)" in r["note"]
+    # a higher peak of running + pending GPUs seen in the history raises the ceiling: 30 GPUs, not exceeded
+    r2 = capacity.exhaustion(hist, fc, {"a100": 10.0}, ["pool"], window=1, peaks={("a100",): 30.0}).row(0, named=True)
+    assert r2["ceiling_gpus"] == 30.0 and r2["above_ceiling_from"] is None and "physically" not in r2["note"]
+    capped = capacity.cap_bands(fc, capacity.exhaustion(hist, fc, {"a100": 10.0}, ["pool"], window=1),
+                                ["pool"], 24.0)
+    assert capped["hi95"].to_list() == [480.0, 480.0] and capped["capped"].to_list() == [True, True]
+    assert capped["hi80"].to_list() == [24.0 * 15] * 2                 # 15 GPUs: under the ceiling, kept
+    assert capacity.physical_ceiling(None, None) is None and capacity.physical_ceiling(None, 7.0) == 7.0
+
+
+def test_pools_without_demand_are_noted_not_forecast():
+    hist = pl.DataFrame({"pool": ["a100"] * 3 + ["unknown"] * 3, "ts": [dt.datetime(2024, 1, d) for d in (1, 2, 3)] * 2,
+                         "value": [1.0, 2.0, 3.0, 0.0, None, 0.0]})
+    assert capacity.idle_notes(hist, ["pool"]) == ["unknown: no demand in the history (all zero): not forecast"]
+
+
 def test_parse_capacity():
     assert capacity.parse_capacity(["a100=512", " h100 = 8"]) == {"a100": 512.0, "h100": 8.0}
     with pytest.raises(ValueError, match="expected POOL=GPUS"):
