@@ -122,8 +122,8 @@ def polys(order: Order, coef: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.nd
     ar, ma = coef[:p], coef[p:p + q]
     sar, sma = coef[p + q:p + q + P], coef[p + q + P:p + q + P + Q]
     mu = float(coef[-1]) if order.const else 0.0
-    phi, Phi = np.r_[1.0, -ar], _seasonal_poly(sar, m, -1.0)
-    theta, Theta = np.r_[1.0, ma], _seasonal_poly(sma, m, 1.0)
+    phi, Phi = np.concatenate(([1.0], -ar)), _seasonal_poly(sar, m, -1.0)
+    theta, Theta = np.concatenate(([1.0], ma)), _seasonal_poly(sma, m, 1.0)
     return np.convolve(phi, Phi), np.convolve(theta, Theta), phi, Phi, mu
 
 
@@ -163,7 +163,7 @@ class CSS:
             z = _fir(phi, x)
             rows += [-_shift(z, o.m * k) * mask for k in range(1, o.P + 1)]
         if o.Q:
-            z = _fir(np.r_[1.0, coef[o.p:o.p + o.q]], e)
+            z = _fir(np.concatenate(([1.0], coef[o.p:o.p + o.q])), e)
             rows += [-_shift(z, o.m * k) for k in range(1, o.Q + 1)]
         if o.const:
             rows.append(-A.sum() * mask)
@@ -209,7 +209,7 @@ def fit_order(y: np.ndarray, order: Order, cond: int, start: np.ndarray | None =
     if order.k:
         # SLSQP: in SciPy 1.17 L-BFGS-B's wrapper costs ~4 ms a step here, SLSQP's a fraction of that
         res = minimize(css.value_grad, x0, jac=True, method="SLSQP", bounds=bounds,
-                       options={"maxiter": 100, "ftol": 1e-10})
+                       options={"maxiter": 100, "ftol": 1e-9})
         coef, value = res.x, float(res.fun)
     else:
         coef, value = x0, css.value_grad(x0)[0]

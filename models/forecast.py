@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from scipy.stats import t as student_t
+
 from models.arima import arima_detail, arima_paths, auto_arima, fit_order
 from models.ets import ETS_FORMS, ets_detail, ets_point, ets_sd, ets_states, ets_theta, fit_ets_forms
 from models.mstl import mstl, seasonal_forecast
@@ -70,7 +72,7 @@ def smape(actual: np.ndarray, point: np.ndarray) -> np.ndarray:
 
 SINGLES = ("SeasonalNaive", "ETS", "Theta", "ARIMA", "MSTL")
 CANDIDATES = (*SINGLES, "Combination")
-TOP_K = 3                               # the combination weights the best few singles of the backtest
+KEEP_LEVEL = 0.8                        # one-sided confidence that a single is worse than the best, to drop it
 MIN_ORIGINS = 12
 
 
@@ -155,18 +157,36 @@ def _clip(paths: Paths, nonneg: bool) -> Paths:
     return paths
 
 
-def combination_weights(mase: dict[str, float], k: int = TOP_K) -> dict[str, float]:
-    """Inverse-MASE weights over the k singles with the lowest backtest MASE (summing to 1); a member with
-    MASE 0 (a perfect backtest) takes all the weight."""
-    ranked = sorted((c for c in mase if c in SINGLES and math.isfinite(mase[c])), key=lambda c: (mase[c], SINGLES.index(c)))[:k]
-    if not ranked:
+def combination_weights(mase_o: dict[str, np.ndarray], step: int = 1, horizon: int = 1) -> dict[str, float]:
+    """Weights (summing to 1) of the singles that the backtest does not show clearly worse than the best one.
+
+    ``mase_o``: per candidate, the mean MASE at each backtest origin. The best single is the lowest mean;
+    another is left out when its per-origin MASE exceeds the best's with one-sided confidence KEEP_LEVEL
+    (paired t-test on the differences, counting n_eff = K·step/horizon independent origins because the
+    forecast windows of successive origins overlap when the horizon exceeds the step). The others are weighted
+    by inverse mean MASE. So a model that loses at every origin gets nothing, and models the backtest cannot
+    tell apart are averaged (the combination "puzzle": averages of comparable forecasts beat picking one on a
+    few noisy origins). With under two independent origins nothing can be told apart: every single is kept."""
+    singles = {c: np.asarray(v, float) for c, v in mase_o.items() if c in SINGLES and np.all(np.isfinite(v))}
+    if not singles:
         return {}
-    best = mase[ranked[0]]
-    if best <= 0:
-        return {ranked[0]: 1.0}
-    inv = {c: best / mase[c] for c in ranked}          # 1/MASE relative to the best: no overflow near 0
+    mean = {c: float(v.mean()) for c, v in singles.items()}
+    best = min(mean, key=lambda c: (mean[c], SINGLES.index(c)))
+    k = len(singles[best])
+    n_eff = min(k, k * step / max(horizon, 1))
+    keep = [best]
+    crit = float(student_t.ppf(KEEP_LEVEL, n_eff - 1)) if n_eff > 2 else math.inf
+    for c, v in singles.items():
+        d = v - singles[best]
+        sd = float(np.std(d, ddof=1)) if k > 1 else 0.0
+        t = float(np.mean(d)) / (sd / math.sqrt(n_eff)) if sd > 0 else (math.inf if np.mean(d) > 0 else 0.0)
+        if c != best and (t < crit or not math.isfinite(crit)):
+            keep.append(c)
+    if mean[best] <= 0:
+        return {best: 1.0}
+    inv = {c: mean[best] / mean[c] for c in keep}          # 1/MASE relative to the best: no overflow near 0
     total = sum(inv.values())
-    return {c: v / total for c, v in inv.items()}
+    return {c: v / total for c, v in sorted(inv.items(), key=lambda kv: -kv[1])}
 
 
 def combine(members: dict[str, Paths], weights: dict[str, float]) -> Paths:
@@ -174,7 +194,8 @@ def combine(members: dict[str, Paths], weights: dict[str, float]) -> Paths:
     point = sum(w * members[c].point for c, w in weights.items())
     sd = sum(w * members[c].sd for c, w in weights.items())
     detail = " + ".join(f"{w:.2f} {c}" for c, w in weights.items())
-    return Paths(point, sd, detail, weights=dict(weights))
+    parts = "; ".join(f"{c}: {members[c].detail}" for c in weights if members[c].detail)
+    return Paths(point, sd, detail + (f" ({parts})" if parts else ""), weights=dict(weights))
 
 
 # ----------------------------------------------------------------------------- backtest, selection, calibration
@@ -233,14 +254,13 @@ def _calibrate(absu: np.ndarray) -> tuple[dict[int, float], dict[int, float], di
     return scale, cov, raw
 
 
-def _loo_combination(paths: dict[str, Paths], mase_o: dict[str, np.ndarray]) -> Paths:
-    """The combination at each origin with members and weights from the other origins' mean MASE."""
+def _loo_combination(paths: dict[str, Paths], mase_o: dict[str, np.ndarray], step: int, horizon: int) -> Paths:
+    """The combination at each origin with members and weights from the other origins' MASE only."""
     k = len(next(iter(mase_o.values())))
     point = np.empty_like(next(iter(paths.values())).point)
     sd = np.empty_like(point)
     for i in range(k):
-        others = {c: float((v.sum() - v[i]) / (k - 1)) for c, v in mase_o.items()}
-        w = combination_weights(others)
+        w = combination_weights({c: np.delete(v, i) for c, v in mase_o.items()}, step, horizon)
         point[i] = sum(wc * paths[c].point[i] for c, wc in w.items())
         sd[i] = sum(wc * paths[c].sd[i] for c, wc in w.items())
     return Paths(point, sd)
@@ -259,7 +279,7 @@ def backtest(y: np.ndarray, m: int, h: int, max_origins: int = 28,
     for name, p in paths.items():
         bt.mase_o[name] = (np.abs(actual - p.point) / scales).mean(axis=1)
     if len(origins) >= 3 and len(paths) > 1:
-        paths["Combination"] = _loo_combination(paths, bt.mase_o)
+        paths["Combination"] = _loo_combination(paths, bt.mase_o, bt.step, hb)
     for name, p in paths.items():
         err = actual - p.point
         mase_oh = np.abs(err) / scales
@@ -271,18 +291,19 @@ def backtest(y: np.ndarray, m: int, h: int, max_origins: int = 28,
             absu = np.where(p.sd > 0, np.abs(err) / p.sd, np.where(err == 0, 0.0, 1e12))
         absu = np.nan_to_num(absu, nan=1e12)
         bt.scale[name], bt.coverage[name], bt.coverage_raw[name] = _calibrate(absu)
-    bt.weights = combination_weights(bt.mase)
+    bt.weights = combination_weights(bt.mase_o, bt.step, hb)
     return bt
 
 
 def choose(bt: Backtest) -> tuple[str, str]:
-    """The candidate with the lowest backtest MASE, and why; no model is preferred (ties go to the simpler one,
-    in CANDIDATES order). The combination competes on its out-of-sample (leave-one-origin-out) score."""
-    best = min(bt.mase, key=lambda c: (bt.mase[c], CANDIDATES.index(c)))
-    others = sorted((c for c in bt.mase if c != best), key=lambda c: bt.mase[c])
-    runner = f"; next {others[0]} {bt.mase[others[0]]:.3g}" if others else ""
-    return best, (f"{best}: lowest backtest MASE ({bt.mase[best]:.3g} over {len(bt.origins)} origins, "
-                  f"horizons 1..{bt.horizon}{runner})")
+    """What to forecast with, and why: the combination of the singles the backtest does not show clearly worse
+    than the best (`combination_weights`; one single when the others all lose clearly). No model is preferred:
+    only the backtest's errors decide. The reason lists every member's weight and backtest MASE."""
+    members = ", ".join(f"{c} {w:.2f} (MASE {bt.mase[c]:.3g})" for c, w in bt.weights.items())
+    dropped = sorted(c for c in bt.mase if c in SINGLES and c not in bt.weights)
+    return "Combination", (f"combination of the candidates not clearly worse than the best in the backtest "
+                           f"({len(bt.origins)} origins, horizons 1..{bt.horizon}): {members}"
+                           + (f"; left out as clearly worse: {', '.join(dropped)}" if dropped else ""))
 
 
 # ----------------------------------------------------------------------------- one clean series
@@ -376,7 +397,8 @@ def detect_level_shift(y: np.ndarray, m: int, ratio: float = 8.0, rel: float = 0
     """The largest abrupt level change: (index of the first period at the new level, mean before, mean after).
 
     Compares the means of the w = max(m, 7) periods before and after each point (a whole season, so the
-    seasonal pattern cancels). A shift is reported when the largest jump is ``ratio`` times the median jump
+    seasonal pattern cancels; `prepare` passes the longest season, a week of hourly data, so that an outage of
+    a few hours is not taken for a new level). A shift is reported when the largest jump is ``ratio`` times the median jump
     (abrupt against the series' own drift) and changes the level by at least ``rel`` (30 %)."""
     w = max(m, 7)
     n = len(y)
@@ -476,7 +498,7 @@ def prepare(ts: np.ndarray, y: np.ndarray, freq: str, shifts: bool = True, h: in
         ts, y = ts[nz[0]:], y[nz[0]:]
     cut = 0
     while shifts:
-        found = detect_level_shift(y[cut:], m)
+        found = detect_level_shift(y[cut:], max(SEASONS.get(freq, (m,))))
         if found is None:
             break
         at, before, after = found

@@ -6,8 +6,8 @@ one after the other. The MSTL forecaster then forecasts the seasonally adjusted 
 the Theta models (models/theta.py) and adds each seasonal component's last cycle (its seasonal naive forecast),
 as R's ``forecast::stlf`` / statsforecast's MSTL do with a non-seasonal trend model.
 
-Loess of degree 1 with tricube weights over the q nearest neighbours, as in the STL Fortran code (netlib
-``stl``): every smoothed value is a weighted sum of q neighbours, so one smoother is a (targets x q) weight
+Loess with tricube weights over the q nearest neighbours, as in the STL Fortran code (netlib ``stl``):
+degree 0 for the cycle-subseries, 1 for the low-pass and trend smoothers (R's defaults). Every smoothed value is a weighted sum of q neighbours, so one smoother is a (targets x q) weight
 matrix built once per (length, q) and applied to every row (every cycle-subseries) with one gather. Inner loop
 without robustness weights (two passes), as R's ``mstl`` with its defaults. Units are those of the series.
 """
@@ -26,9 +26,10 @@ def _odd(x: float) -> int:
 
 
 @lru_cache(maxsize=256)
-def loess_op(n: int, q: int, extend: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(indices, weights), each (targets, min(q, n)): the degree-1 loess of a length-n series at positions
-    0..n-1, or with ``extend`` at -1..n (one step beyond each end, as STL's cycle-subseries smoother needs).
+def loess_op(n: int, q: int, extend: bool, degree: int = 1) -> tuple[np.ndarray, np.ndarray]:
+    """(indices, weights), each (targets, min(q, n)): the loess of degree 0 or 1 of a length-n series at
+    positions 0..n-1, or with ``extend`` at -1..n (one step beyond each end, as STL's cycle-subseries smoother
+    needs).
 
     Weights: tricube of |j - x| / h, h the distance to the farthest of the q nearest points (+ (q - n)/2 when
     q > n), then the local linear fit's hat row w_j·(1 + (x - a)(j - a)/b) / Σw, a the weighted mean position,
@@ -41,6 +42,10 @@ def loess_op(n: int, q: int, extend: bool) -> tuple[np.ndarray, np.ndarray]:
     r = np.abs(j - at[:, None]) / np.maximum(h, 1e-12)[:, None]
     wt = np.where(r <= 0.999, np.where(r <= 0.001, 1.0, (1 - r ** 3) ** 3), 0.0)
     wt /= wt.sum(axis=1, keepdims=True)
+    if degree == 0:
+        j.setflags(write=False)
+        wt.setflags(write=False)
+        return j, wt
     a = (wt * j).sum(axis=1)
     b = (wt * (j - a[:, None]) ** 2).sum(axis=1)
     ok = np.sqrt(b) > 0.001 * (n - 1)
@@ -51,9 +56,9 @@ def loess_op(n: int, q: int, extend: bool) -> tuple[np.ndarray, np.ndarray]:
     return j, wt
 
 
-def loess(x: np.ndarray, q: int, extend: bool = False) -> np.ndarray:
+def loess(x: np.ndarray, q: int, extend: bool = False, degree: int = 1) -> np.ndarray:
     """Loess of each row of x (..., n) (see `loess_op`)."""
-    j, wt = loess_op(x.shape[-1], q, extend)
+    j, wt = loess_op(x.shape[-1], q, extend, degree)
     return np.einsum("...tk,tk->...t", x[..., j], wt)
 
 
@@ -64,7 +69,9 @@ def _ma(x: np.ndarray, k: int) -> np.ndarray:
 
 def _cycle_smooth(x: np.ndarray, m: int, ns: int) -> np.ndarray:
     """STL step 2: loess of every cycle-subseries (positions k, k+m, ...), each extended one cycle at both ends;
-    returns C of length n + 2m (C[t + m] is the smoothed value at time t, t = -m .. n+m-1)."""
+    returns C of length n + 2m (C[t + m] is the smoothed value at time t, t = -m .. n+m-1). Degree 0 (local
+    means), R's ``stl`` default and statsforecast's MSTL setting: a local line extrapolated one cycle beyond
+    the end makes the last cycle, which the forecast repeats, swing with the subseries' ends."""
     n = len(x)
     out = np.empty(n + 2 * m)
     full = n // m                                       # subseries k < n % m have one point more
@@ -72,7 +79,7 @@ def _cycle_smooth(x: np.ndarray, m: int, ns: int) -> np.ndarray:
         if len(ks) == 0 or length == 0:
             continue
         rows = x[ks[:, None] + m * np.arange(length)]
-        sm = loess(rows, ns, extend=True)                # (len(ks), length + 2): at -1 .. length
+        sm = loess(rows, ns, extend=True, degree=0)      # (len(ks), length + 2): at -1 .. length
         out[ks[:, None] + m * np.arange(length + 2)] = sm
     return out
 
@@ -133,9 +140,10 @@ def seasonal_forecast(dec: Decomposition, h: int) -> np.ndarray:
 
 
 def seasonal_strength(y: np.ndarray, m: int) -> float:
-    """Wang, Smith & Hyndman (2006): max(0, 1 - var(R)/var(S + R)) from STL; 0 with under two cycles."""
+    """Wang, Smith & Hyndman (2006): max(0, 1 - var(R)/var(S + R)) from STL; 0 with under two cycles or a
+    constant series."""
     y = np.asarray(y, dtype=float)
-    if m < 2 or len(y) < 2 * m:
+    if m < 2 or len(y) < 2 * m or np.ptp(y) == 0:
         return 0.0
     s, t = stl(y, m)
     r = y - s - t

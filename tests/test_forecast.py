@@ -71,43 +71,56 @@ def _bt(mase_o: dict, horizon: int = 7, step: int = 7) -> F.Backtest:
                       mase_o={c: np.asarray(v, float) for c, v in mase_o.items()}, step=step)
 
 
-def test_selection_takes_the_lowest_backtest_mase_with_no_preferred_model():
-    theta = [1.0, 1.2, 0.9, 1.1, 1.0, 1.3]
-    noisy = [0.5, 1.5, 0.6, 1.4, 0.7, 1.0]             # ETS: mean 0.95 < Theta's 1.083, so ETS, however noisy
-    model, why = F.choose(_bt({"Theta": theta, "ETS": noisy, "SeasonalNaive": [2.0] * 6}))
-    assert model == "ETS" and "lowest backtest MASE (0.95 over 6 origins" in why and "next Theta 1.08" in why
-    # a tie goes to the simpler candidate (CANDIDATES order), never to a favourite
-    assert F.choose(_bt({"Theta": [1.0] * 3, "ETS": [1.0] * 3}))[0] == "ETS"
+ETS_O = [0.5, 0.6, 0.55, 0.5, 0.6, 0.55]              # the best: mean 0.55
+THETA_O = [0.56, 0.62, 0.6, 0.52, 0.66, 0.56]          # worse at every origin: t = 4.2 > t_.8,5 = 0.92
+ARIMA_O = [0.3, 0.9, 0.4, 0.8, 0.5, 0.6]               # mean 0.583 but noisy: t = 0.38, kept
 
 
-def test_combination_weights_are_inverse_mase_over_the_best_three():
-    w = F.combination_weights({"SeasonalNaive": 2.0, "ETS": 0.5, "Theta": 1.0, "ARIMA": 0.8, "MSTL": 4.0,
-                               "Combination": 0.1})                 # the combination itself is never a member
-    inv = {"ETS": 2.0, "ARIMA": 1.25, "Theta": 1.0}
-    assert w == pytest.approx({c: v / 4.25 for c, v in inv.items()})
-    assert F.combination_weights({"ETS": 0.0, "Theta": 1.0}) == {"ETS": 1.0}     # a perfect backtest takes all
+def test_combination_keeps_the_singles_not_clearly_worse_than_the_best():
+    w = F.combination_weights({"ETS": ETS_O, "Theta": THETA_O, "ARIMA": ARIMA_O}, step=7, horizon=7)
+    inv = {"ETS": 1.0, "ARIMA": 0.55 / np.mean(ARIMA_O)}
+    assert w == pytest.approx({c: v / sum(inv.values()) for c, v in inv.items()})
+    assert list(w) == ["ETS", "ARIMA"]                                   # largest weight first
+    # 28-period forecasts from origins 7 apart overlap: 6·7/28 = 1.5 independent origins, nothing can be
+    # told apart, every single is kept
+    w = F.combination_weights({"ETS": ETS_O, "Theta": THETA_O, "ARIMA": ARIMA_O}, step=7, horizon=28)
+    assert set(w) == {"ETS", "Theta", "ARIMA"}
+    assert F.combination_weights({"ETS": [0.0] * 4, "Theta": [1.0] * 4}) == {"ETS": 1.0}
+
+
+def test_choice_is_the_combination_and_names_every_member():
+    bt = _bt({"ETS": ETS_O, "Theta": THETA_O, "ARIMA": ARIMA_O})
+    bt.weights = F.combination_weights(bt.mase_o, bt.step, bt.horizon)
+    model, why = F.choose(bt)
+    assert model == "Combination" and "ETS 0.51 (MASE 0.55)" in why and "left out as clearly worse: Theta" in why
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.dictionaries(st.sampled_from(F.SINGLES), st.floats(0.0, 1e3, allow_nan=False), min_size=1))
-def test_combination_weights_sum_to_one_and_favour_lower_mase(mase):
-    w = F.combination_weights(mase)
-    assert sum(w.values()) == pytest.approx(1.0) and 1 <= len(w) <= F.TOP_K
-    ranked = sorted(w, key=lambda c: mase[c])
-    assert all(w[a] >= w[b] - 1e-12 for a, b in zip(ranked, ranked[1:]))
-    assert all(mase[c] <= min(mase[d] for d in mase if d not in w) for c in w if len(w) < len(mase))
+@given(st.dictionaries(st.sampled_from(F.SINGLES), st.lists(st.floats(0.01, 10.0), min_size=6, max_size=6),
+                       min_size=1), st.sampled_from([(7, 7), (24, 24), (7, 28)]))
+def test_combination_weights_sum_to_one_and_the_best_weighs_most(mase_o, step_h):
+    w = F.combination_weights(mase_o, *step_h)
+    means = {c: np.mean(v) for c, v in mase_o.items()}
+    best = min(means, key=lambda c: (means[c], F.SINGLES.index(c)))
+    assert sum(w.values()) == pytest.approx(1.0) and best in w
+    assert all(w[best] >= v - 1e-12 for v in w.values())
+    worse = {c: [x + 1.0 for x in mase_o[best]] for c in F.SINGLES if c not in mase_o}
+    if worse and step_h != (7, 28):                        # worse by 1 at every origin: always left out
+        assert not set(F.combination_weights({**mase_o, **worse}, *step_h)) & set(worse)
 
 
 def test_combination_in_the_backtest_is_scored_out_of_sample():
     """At origin i the combination's members and weights come from the other origins' MASE only."""
-    pa = {"ETS": F.Paths(np.array([[1.0], [2.0], [3.0]]), np.ones((3, 1))),
-          "Theta": F.Paths(np.array([[3.0], [4.0], [5.0]]), np.ones((3, 1)))}
-    mase_o = {"ETS": np.array([1.0, 3.0, 2.0]), "Theta": np.array([2.0, 1.0, 1.0])}
-    comb = F._loo_combination(pa, mase_o)
-    # origin 0: others' means ETS 2.5, Theta 1.0 -> weights 0.4/1.4, 1/1.4 -> (0.4·1 + 3)/1.4
-    assert comb.point[0, 0] == pytest.approx((0.4 * 1 + 1.0 * 3) / 1.4)
-    # origin 1: ETS 1.5, Theta 1.5 -> equal weights
-    assert comb.point[1, 0] == pytest.approx(3.0)
+    pa = {"ETS": F.Paths(np.array([[1.0], [2.0], [3.0], [4.0]]), np.ones((4, 1))),
+          "Theta": F.Paths(np.array([[3.0], [4.0], [5.0], [6.0]]), np.ones((4, 1)))}
+    mase_o = {"ETS": np.array([1.0, 3.0, 2.0, 2.0]), "Theta": np.array([2.0, 1.0, 1.0, 1.0])}
+    comb = F._loo_combination(pa, mase_o, step=1, horizon=1)
+    # origin 0: others ETS [3, 2, 2], Theta [1, 1, 1]: ETS worse by 1 to 2 at every other origin, so it is
+    # left out (t = 4.0 > t_.8,2 = 1.06)
+    assert comb.point[0, 0] == pytest.approx(3.0)
+    # origin 1: ETS [1, 2, 2] mean 5/3, Theta [2, 1, 1] mean 4/3; d = [-1, 1, 1]: t = 0.58, both kept with
+    # weights 1 and (4/3)/(5/3) = 0.8
+    assert comb.point[1, 0] == pytest.approx((1 * 4.0 + 0.8 * 2.0) / 1.8)
 
 
 def test_selection_on_a_seasonal_series_runs_the_backtest_of_every_candidate():
@@ -119,7 +132,8 @@ def test_selection_on_a_seasonal_series_runs_the_backtest_of_every_candidate():
     assert r.model == F.choose(r.backtest)[0]
     assert r.backtest.mase[r.model] < 1.0                     # beats in-sample seasonal naive scale
     assert len(r.backtest.origins) == F.MIN_ORIGINS and r.backtest.step == 7
-    assert any(n.startswith(f"model {r.model}: lowest backtest MASE") for n in r.notes)
+    assert r.model == "Combination" and any(n.startswith("model combination of the candidates") for n in r.notes)
+    assert sum(r.weights.values()) == pytest.approx(1.0) and set(r.weights) <= set(F.SINGLES)
 
 
 def test_intervals_cover_close_to_nominal_on_simulated_demand():
