@@ -31,8 +31,8 @@ from models.mstl import seasonal_strength
 
 KPSS_5PC = 0.463            # 5 % critical value of the KPSS level-stationarity statistic (Kwiatkowski et al. 1992)
 SEASONAL_STRENGTH = 0.64    # auto.arima's threshold for one seasonal difference
-MAX_PQ, MAX_SPQ, MAX_ORDER = 5, 2, 5
-MAX_MODELS = 40
+MAX_PQ, MAX_SPQ, MAX_ORDER = 5, 1, 5
+MAX_MODELS = 24
 
 
 @dataclass(frozen=True)

@@ -87,13 +87,24 @@ class Paths:
     weights: dict = field(default_factory=dict)
 
 
+#: ETS and ARIMA are fitted, and MSTL decomposed, on at most this many seasons before an origin (8 weeks of
+#: hourly data, 56 weeks of daily): the cost grows with the length, and older cycles say little about the next.
+FIT_SEASONS = 56
+
+
+def _window(o: int, m: int) -> int:
+    """First index of the fitting window that ends at origin o."""
+    return max(0, o - FIT_SEASONS * max(m, 1))
+
+
 def _ets_paths(y, m, origins, h, warm) -> Paths | None:
     forms = ETS_FORMS if not warm else tuple(warm)
-    fits = fit_ets_forms(y[:origins[0]], m, forms, warm=warm)
+    a = _window(origins[0], m)
+    fits = fit_ets_forms(y[a:origins[0]], m, forms, warm=warm)
     if not fits:
         return None
     fit = min(fits.values(), key=lambda f: f.aicc)
-    states = ets_states(fit, y, origins)
+    states = ets_states(fit, y[a:], [o - a for o in origins])
     return Paths(np.array([ets_point(fit, s, h) for s in states]), np.tile(ets_sd(fit, h), (len(origins), 1)),
                  ets_detail(fit), {fit.form: ets_theta(fit)})
 
@@ -101,20 +112,21 @@ def _ets_paths(y, m, origins, h, warm) -> Paths | None:
 def _arima_paths(y, m, origins, h, warm) -> Paths | None:
     """auto_arima at the first origin (or the warm fit's order refitted on y[:origins[0]], starting from its
     coefficients; kept as it is when the refit is not stationary), then its errors run on through y."""
+    a = _window(origins[0], m)
     if warm is None:
-        fit = auto_arima(y[:origins[0]], m)
+        fit = auto_arima(y[a:origins[0]], m)
     else:
-        fit = fit_order(y[:origins[0]], warm.order, warm.cond, start=warm.coef) or warm
+        fit = fit_order(y[a:origins[0]], warm.order, warm.cond, start=warm.coef) or warm
     if fit is None:
         return None
-    point, sd = arima_paths(fit, y, origins, h)
+    point, sd = arima_paths(fit, y[a:], [o - a for o in origins], h)
     return Paths(point, np.tile(sd, (len(origins), 1)), arima_detail(fit), fit)
 
 
 def _mstl_paths(y, periods, origins, h) -> Paths | None:
     """MSTL at every origin: each history decomposed (`models.mstl`), its seasonally adjusted part forecast by
     Theta (all origins in one matrix) and each seasonal component's last cycle added back."""
-    decs = [mstl(y[:o], periods) for o in origins]
+    decs = [mstl(y[_window(o, min(periods)):o], periods) for o in origins]
     if not decs[0].periods:
         return None
     fc = theta_rows([d.trend + d.remainder for d in decs], h)
