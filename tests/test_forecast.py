@@ -272,3 +272,27 @@ def test_forecast_table_shapes_and_columns():
     assert summary.height == 2 and summary["history_periods"].to_list() == [120, 120]
     assert fc.filter(pl.col("pool") == "a100")["ts"][0] == DAYS[120]
     assert summary["backtest_mase"].null_count() == 0
+
+
+def test_series_without_demand_get_a_summary_row_but_no_forecast_rows():
+    t = np.arange(60)
+    df = pl.DataFrame({"pool": ["a100"] * 60 + ["unknown"] * 60, "ts": np.r_[DAYS[:60], DAYS[:60]],
+                       "value": np.r_[50 + 5 * np.sin(2 * np.pi * t / 7), np.zeros(60)]})
+    fc, summary = F.forecast_table(df, ["pool"], "day", 7)
+    assert fc["pool"].unique().to_list() == ["a100"] and fc.height == 7
+    row = summary.filter(pl.col("pool") == "unknown").row(0, named=True)
+    assert row["model"] == "Zero" and "all 60 periods are zero" in row["notes"]
+    every = {f"mase_{c.lower()}" for c in F.CANDIDATES} | {f"coverage95_{c.lower()}" for c in F.CANDIDATES}
+    assert every <= set(summary.columns) and summary.filter(pl.col("pool") == "a100")["weights"][0]
+
+
+def test_hourly_demand_with_daily_and_weekly_cycles_backtests_mstl_and_arima():
+    rng = np.random.default_rng(30)
+    t = np.arange(24 * 7 * 5)
+    y = 100 + 20 * np.sin(2 * np.pi * t / 24) + 15 * ((t // 24) % 7 < 5) + rng.normal(0, 2, len(t))
+    r = F.forecast_values(y, 24, 24, periods=F.SEASONS["hour"])
+    assert {"ARIMA", "MSTL", "Combination"} <= set(r.backtest.mase)
+    # two cycles of a known shape and little noise: the weekly-aware MSTL beats the daily seasonal naive
+    assert r.backtest.mase["MSTL"] < r.backtest.mase["SeasonalNaive"]
+    assert "MSTL" in r.weights and "periods 24,168" in r.detail
+    assert np.all(r.lo[95] >= 0) and np.all(r.lo[95] <= r.point) and np.all(r.point <= r.hi[95])
