@@ -32,7 +32,7 @@ from models.mstl import seasonal_strength
 KPSS_5PC = 0.463            # 5 % critical value of the KPSS level-stationarity statistic (Kwiatkowski et al. 1992)
 SEASONAL_STRENGTH = 0.64    # auto.arima's threshold for one seasonal difference
 MAX_PQ, MAX_SPQ, MAX_ORDER = 5, 1, 5
-MAX_MODELS = 24
+MAX_MODELS = 18
 
 
 @dataclass(frozen=True)
@@ -209,7 +209,7 @@ def fit_order(y: np.ndarray, order: Order, cond: int, start: np.ndarray | None =
     if order.k:
         # SLSQP: in SciPy 1.17 L-BFGS-B's wrapper costs ~4 ms a step here, SLSQP's a fraction of that
         res = minimize(css.value_grad, x0, jac=True, method="SLSQP", bounds=bounds,
-                       options={"maxiter": 100, "ftol": 1e-9})
+                       options={"maxiter": 100, "ftol": 1e-7})
         coef, value = res.x, float(res.fun)
     else:
         coef, value = x0, css.value_grad(x0)[0]
@@ -238,7 +238,8 @@ def conditioning(n_w: int, m: int) -> tuple[int, int, int]:
 
 
 def auto_arima(y: np.ndarray, m: int) -> ArimaFit | None:
-    """Hyndman-Khandakar stepwise search by AICc (CSS), orders p, q <= 5, P, Q <= 2, p+q+P+Q <= 5."""
+    """Hyndman-Khandakar stepwise search by AICc (CSS), orders p, q <= 5, P, Q <= 1, p+q+P+Q <= 5, at most
+    MAX_MODELS fits."""
     y = np.asarray(y, dtype=float)
     if len(y) < 8 or np.ptp(y) == 0:
         return None
