@@ -132,6 +132,19 @@ def test_forecast_warehouse_gives_pool_answers_for_team_series(con):
     assert notes["unmapped"].startswith("history starts 2024-03-02, the first non-zero period")
 
 
+def test_forecast_warehouse_notes_pools_without_capacity_and_keeps_them_out_of_the_answers(con):
+    # a pending job asking for L4 GPUs the inventory does not have: demand for pool l4, no capacity known
+    jobs = tf.JOBS + [tf.Job(7, "gina", "ml", "a100", 2, submit=tf.T("03-02 20:00"), gpu_type="l4")]
+    tf.load(con, "tc", jobs, tf.NODES, tf.EVENTS, tf.TEAMS)
+    res = capacity.forecast_warehouse(con, 5)
+    assert "l4" in res["forecast"]["pool"].to_list()                    # its demand is forecast ...
+    assert res["capacity"]["pool"].to_list() == ["a100", "h100"]        # ... but it gets no capacity answer
+    assert "l4: no installed capacity known (pass --capacity l4=GPUS): demand forecast only, no capacity answer" \
+        in res["notes"]
+    assert {"ceiling_gpus", "above_ceiling_from"} <= set(res["capacity"].columns)
+    assert "capped" in res["forecast"].columns
+
+
 # ----------------------------------------------------------------------------- the CLI
 
 def _csv(tmp_path, values, start="2024-01-01", header="date,value"):
