@@ -72,6 +72,9 @@ else:
             grid[i % 2].plotly_chart(fig, key=f"fc_{p}")
         st.caption(f"Dotted red: {target} % of installed capacity, in the series' units. Bands: 80 % and 95 % "
                    "prediction intervals, calibrated on the backtest's errors.")
+        for r in (cap.filter(pl.col("above_ceiling_from").is_not_null()).iter_rows(named=True)
+                  if cap is not None and "above_ceiling_from" in cap.columns else ()):
+            st.caption(f"{r['pool']}: {r['note']}")      # a band beyond physical demand is drawn capped, and said
 
         st.subheader("Models and capacity answers")
         table = summary.filter(pl.col("pool").is_in(pools))
