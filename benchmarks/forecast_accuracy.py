@@ -189,7 +189,7 @@ def run_theirs(y: np.ndarray, freq: str, h: int, origins: list[int]) -> list[dic
 # ----------------------------------------------------------------------------- report
 
 def evaluate(series: dict, folds_max: int | None, raw: str | None = None,
-             theirs: pl.DataFrame | None = None) -> pl.DataFrame:
+             theirs: pl.DataFrame | None = None, ours_only: bool = False) -> pl.DataFrame:
     """Every method on every fold; with ``raw`` the rows so far are rewritten to that CSV after each cell.
     ``theirs``: statsforecast's rows of an earlier --raw run, reused for the folds they cover (their models do
     not change between runs of ours; only ours are refitted)."""
@@ -206,7 +206,9 @@ def evaluate(series: dict, folds_max: int | None, raw: str | None = None,
             t0 = time.perf_counter()
             old = None if theirs is None else theirs.filter((pl.col("series") == name) & (pl.col("h") == h)
                                                              & pl.col("origin").is_in(origins))
-            if old is not None and old.select("origin").n_unique() == len(origins):
+            if ours_only:
+                got = run_ours(y, freq, h, origins)
+            elif old is not None and old.select("origin").n_unique() == len(origins):
                 kept = [r for r in old.iter_rows(named=True)]
                 got = run_ours(y, freq, h, origins) + [{k: r[k] for k in r if k not in ("series", "freq", "n", "h",
                                                                                          "folds")} for r in kept]
@@ -252,6 +254,8 @@ def main(argv=None) -> int:
     ap.add_argument("--raw", help="write every fold's scores to this CSV as the run goes")
     ap.add_argument("--from-raw", help="only print the tables of a --raw CSV written before")
     ap.add_argument("--theirs-from", help="reuse statsforecast's rows of an earlier --raw CSV (same folds)")
+    ap.add_argument("--ours-only", action="store_true",
+                    help="score ours only (with --raw; combine with statsforecast's rows by --from-raw A.csv,B.csv)")
     args = ap.parse_args(argv)
     if args.from_raw:
         return report(pl.concat([pl.read_csv(f) for f in args.from_raw.split(",")], how="diagonal_relaxed"),
@@ -265,7 +269,8 @@ def main(argv=None) -> int:
     theirs = None
     if args.theirs_from:
         theirs = pl.read_csv(args.theirs_from).filter(pl.col("method").is_in(THEIRS))
-    return report(evaluate(series, 3 if args.quick else args.folds, args.raw, theirs), args.markdown, t0)
+    return report(evaluate(series, 3 if args.quick else args.folds, args.raw, theirs, args.ours_only),
+                  args.markdown, t0)
 
 
 def report(res: pl.DataFrame, md: str | None, t0: float) -> int:

@@ -372,7 +372,7 @@ def forecast_values(y: np.ndarray, m: int, h: int, max_origins: int = 28, force:
         notes.append(f"short history ({n} periods < two seasons of {m}): no seasonal ETS, Theta not deseasonalised")
     bt = bt or backtest(y, m, h, max_origins, periods)
     if bt is None:
-        chosen = force or "Theta"
+        chosen = force if force in SINGLES else "Theta"     # no backtest, no weights: one single model
         notes.append(f"history too short to backtest ({n} periods): {chosen} used (the single method that "
                      "needs the least data), intervals model-based (not calibrated), coverage unknown")
     else:

@@ -296,3 +296,9 @@ def test_hourly_demand_with_daily_and_weekly_cycles_backtests_mstl_and_arima():
     assert r.backtest.mase["MSTL"] < r.backtest.mase["SeasonalNaive"]
     assert "MSTL" in r.weights and "periods 24,168" in r.detail
     assert np.all(r.lo[95] >= 0) and np.all(r.lo[95] <= r.point) and np.all(r.point <= r.hi[95])
+
+
+def test_a_history_too_short_to_backtest_uses_one_model_even_when_the_combination_is_asked_for():
+    y = np.array([5.0, 6.0, 7.0, 6.0, 8.0, 7.0, 9.0, 8.0, 9.0, 10.0])
+    r = F.forecast_values(y, 7, 28, force="Combination")
+    assert r.backtest is None and r.model == "Theta" and any("too short to backtest" in n for n in r.notes)
