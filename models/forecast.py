@@ -1,9 +1,11 @@
 """Demand forecasts with honest uncertainty: seasonal naive, ETS, Theta, ARIMA, MSTL and their combination.
 
 numpy and scipy only. One series at a time (`forecast_series`) or a long table of many (`forecast_table`).
-For each series the model is chosen by a rolling-origin backtest (mean MASE over horizons 1..H), its 80 % and
-95 % prediction intervals are calibrated on the backtest's standardised errors, and the backtest coverage of
-those intervals (leave-one-origin-out, so not in-sample) is reported beside them. Gaps, zeros, short histories
+For each series every candidate is scored by a rolling-origin backtest (mean MASE over horizons 1..H); the
+forecast combines the candidates the backtest does not show clearly worse than the best, weighted by inverse
+MASE (no preferred model); its 80 % and 95 % prediction intervals are calibrated on the backtest's
+standardised errors, and the backtest coverage of those intervals (leave-one-origin-out, so not in-sample) is
+reported beside them. Gaps, zeros, short histories
 and level shifts are handled and explained in ``notes``. Equations and sources: docs/FORECAST.md, which
 follows ../shared/METRICS.md §4 (FPP3 §8, Hyndman et al. 2008 Table 6.1, statsmodels' ETS log-likelihood,
 the M4 Theta benchmark code). Units are those of the input series (GPU-hours per bucket, GPUs, ...).
@@ -17,7 +19,6 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
-
 from scipy.stats import t as student_t
 
 from models.arima import arima_detail, arima_paths, auto_arima, fit_order
