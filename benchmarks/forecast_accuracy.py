@@ -235,7 +235,9 @@ def tables(res: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]
     wide = (cell.pivot(on="method", index=["series", "h", "folds"], values="mase")
                 .select("series", "h", "folds", *[c for c in (*OURS, *THEIRS) if c in cell["method"].unique()])
                 .sort("h", "series"))
-    overall = (cell.group_by("method").agg(
+    # the means compare like with like: only the cells every method has (a statsforecast cell may be missing)
+    every = cell.group_by("series", "h").agg(pl.len().alias("k")).filter(pl.col("k") == cell["method"].n_unique())
+    overall = (cell.join(every.select("series", "h"), on=["series", "h"]).group_by("method").agg(
         pl.col("mase").mean().alias("mean_MASE"), pl.col("smape").mean().alias("mean_sMAPE"),
         pl.col("cov80").mean().alias("coverage80"), pl.col("cov95").mean().alias("coverage95"),
         pl.len().alias("cells")).sort("mean_MASE"))
