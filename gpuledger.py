@@ -579,7 +579,8 @@ def cmd_forecast(args) -> int:
     except ValueError as exc:
         raise UsageError(f"forecast: {exc}") from exc
     if res["forecast"].is_empty():
-        _say(args, "forecast: no demand history to forecast (ingest accounting first, or pass --series FILE.csv)")
+        _say(args, "forecast: no demand history to forecast (ingest accounting first, or pass --series FILE.csv)"
+             + "".join(f"\n  note: {n}" for n in res.get("notes", [])))
         return EXIT_OK
     if args.out:
         emit(res["forecast"], None, args.out)
@@ -635,7 +636,8 @@ def _forecast_csv(args, caps: dict, progress) -> dict:
     per_hour = demand.FREQS.get(freq, 24.0) if args.unit == "gpu-hours" else 1.0
     answer = capacity.exhaustion(hist, fc, caps, keys, args.target_util, args.band,
                                  args.window or forecast.SEASON[freq], per_hour) if caps and fc.height else None
-    return {"history": hist, "forecast": fc, "summary": summary, "capacity": answer, "keys": keys,
+    return {"history": hist, "forecast": capacity.cap_bands(fc, answer, keys, per_hour) if fc.height else fc,
+            "summary": summary, "capacity": answer, "keys": keys, "notes": capacity.idle_notes(hist, keys),
             "per_hour": per_hour, "unit": args.unit,
             "title": f"{Path(args.series).name}: {freq} series, {args.horizon}-period forecast"}
 
@@ -648,6 +650,8 @@ def _print_forecast_report(res: dict) -> None:
     sys.stdout.write(format_table(summary.select(cols)))
     for r in summary.filter(pl.col("notes") != "").iter_rows(named=True):
         print(f"  note [{' / '.join(str(r[k]) for k in keys) or 'series'}]: {r['notes']}")
+    for note in res.get("notes", []):
+        print(f"  note: {note}")
     cap = res.get("capacity")
     if cap is not None and cap.height:
         print("\nCapacity (GPUs; demand averaged over the smoothing window; dates = first day over target):")

@@ -64,6 +64,30 @@ def test_bands_target_and_unknown_capacity():
         capacity.exhaustion(hist, fc, {}, ["pool"], target_util=1.5)
 
 
+def test_band_above_the_physical_ceiling_is_flagged_and_drawn_capped():
+    # capacity 10 GPUs -> ceiling 2 x 10 = 20 GPUs (no higher peak known). hi95 = median + 20: day 1 is
+    # 5 + 20 = 25 > 20, so the band is above the ceiling from the first forecast day.
+    hist, fc = _frames([5, 5], [5, 5], width=10.0)
+    fc = fc.with_columns(pl.lit(0.0).alias("lo80"), pl.lit(0.0).alias("lo95"))
+    r = capacity.exhaustion(hist, fc, {"a100": 10.0}, ["pool"], window=1).row(0, named=True)
+    assert r["ceiling_gpus"] == 20.0 and r["above_ceiling_from"] == dt.datetime(2024, 1, 3)
+    assert "95 % band above the physically possible demand (20 GPUs = 2 x 10 installed)" in r["note"]
+    # a higher peak of running + pending GPUs seen in the history raises the ceiling: 30 GPUs, not exceeded
+    r2 = capacity.exhaustion(hist, fc, {"a100": 10.0}, ["pool"], window=1, peaks={("a100",): 30.0}).row(0, named=True)
+    assert r2["ceiling_gpus"] == 30.0 and r2["above_ceiling_from"] is None and "physically" not in r2["note"]
+    capped = capacity.cap_bands(fc, capacity.exhaustion(hist, fc, {"a100": 10.0}, ["pool"], window=1),
+                                ["pool"], 24.0)
+    assert capped["hi95"].to_list() == [480.0, 480.0] and capped["capped"].to_list() == [True, True]
+    assert capped["hi80"].to_list() == [24.0 * 15] * 2                 # 15 GPUs: under the ceiling, kept
+    assert capacity.physical_ceiling(None, None) is None and capacity.physical_ceiling(None, 7.0) == 7.0
+
+
+def test_pools_without_demand_are_noted_not_forecast():
+    hist = pl.DataFrame({"pool": ["a100"] * 3 + ["unknown"] * 3, "ts": [dt.datetime(2024, 1, d) for d in (1, 2, 3)] * 2,
+                         "value": [1.0, 2.0, 3.0, 0.0, None, 0.0]})
+    assert capacity.idle_notes(hist, ["pool"]) == ["unknown: no demand in the history (all zero): not forecast"]
+
+
 def test_parse_capacity():
     assert capacity.parse_capacity(["a100=512", " h100 = 8"]) == {"a100": 512.0, "h100": 8.0}
     with pytest.raises(ValueError, match="expected POOL=GPUS"):
@@ -74,6 +98,23 @@ def test_pool_capacity_comes_from_the_timeline(con):
     tf.load_hand_cluster(con)
     cap = capacity.pool_capacity(con)
     assert [tuple(r) for r in cap.select("pool", "capacity_gpus").iter_rows()] == [("a100", 16.0), ("h100", 4.0)]
+
+
+def test_pool_capacity_is_installed_gpus_at_a_horizon_not_aligned_to_an_hour(con):
+    # The data horizon is the last event seen: job 2 ends at 10:40. Capacity at that instant is the 16 A100s and
+    # 4 H100s installed, not the GPU-hours of the partial hour 10:00-10:40 (16 x 40/60 = 10.67 GPUs), and an
+    # H100 node in maintenance at the horizon is installed but not available.
+    jobs = [tf.Job(1, "alice", "ml", "a100", 8, ["gpu01"], start=tf.T("03-01 00:00"), end=tf.T("03-01 06:00")),
+            tf.Job(2, "bob", "cv", "a100", 4, ["gpu02"], start=tf.T("03-01 08:00"), end=tf.T("03-01 10:40"))]
+    events = [("gpu03", tf.T("03-01 09:00"), None, "MAINT", "firmware")]
+    tf.load(con, "tc", jobs, tf.NODES, events)
+    from models.metrics import timeline
+    assert timeline.horizon(con) == dt.datetime(2024, 3, 1, 10, 40)
+    cap = capacity.pool_capacity(con)
+    assert [tuple(r) for r in cap.iter_rows()] == [("a100", 16.0, 16.0), ("h100", 4.0, 0.0)]
+    by_cluster = capacity.pool_capacity(con, by_cluster=True)
+    assert by_cluster.columns == ["cluster", "pool", "capacity_gpus", "available_gpus"]
+    assert by_cluster["capacity_gpus"].to_list() == [16.0, 4.0]
 
 
 def test_forecast_warehouse_gives_pool_answers_for_team_series(con):
@@ -89,6 +130,19 @@ def test_forecast_warehouse_gives_pool_answers_for_team_series(con):
     assert notes["product"] == ("only 2 period(s) of history: last value carried forward, "
                                 "no interval can be estimated")
     assert notes["(unmapped)"].startswith("history starts 2024-03-02, the first non-zero period")
+
+
+def test_forecast_warehouse_notes_pools_without_capacity_and_keeps_them_out_of_the_answers(con):
+    # a pending job asking for L4 GPUs the inventory does not have: demand for pool l4, no capacity known
+    jobs = tf.JOBS + [tf.Job(7, "gina", "ml", "a100", 2, submit=tf.T("03-02 20:00"), gpu_type="l4")]
+    tf.load(con, "tc", jobs, tf.NODES, tf.EVENTS, tf.TEAMS)
+    res = capacity.forecast_warehouse(con, 5)
+    assert "l4" in res["forecast"]["pool"].to_list()                    # its demand is forecast ...
+    assert res["capacity"]["pool"].to_list() == ["a100", "h100"]        # ... but it gets no capacity answer
+    assert "l4: no installed capacity known (pass --capacity l4=GPUS): demand forecast only, no capacity answer" \
+        in res["notes"]
+    assert {"ceiling_gpus", "above_ceiling_from"} <= set(res["capacity"].columns)
+    assert "capped" in res["forecast"].columns
 
 
 # ----------------------------------------------------------------------------- the CLI

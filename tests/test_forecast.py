@@ -71,19 +71,56 @@ def _bt(mase_o: dict, horizon: int = 7, step: int = 7) -> F.Backtest:
                       mase_o={c: np.asarray(v, float) for c, v in mase_o.items()}, step=step)
 
 
-def test_selection_keeps_theta_unless_another_model_clearly_wins():
-    theta = [1.0, 1.2, 0.9, 1.1, 1.0, 1.3]
-    # ETS lower on average (0.95 vs 1.083) but the paired differences are noisy: t = 0.95 < t_.95,5 = 2.02
-    noisy = [0.5, 1.5, 0.6, 1.4, 0.7, 1.0]
-    assert F.choose(_bt({"Theta": theta, "ETS": noisy}))[0] == "Theta"
-    # ETS lower at every origin by 0.08 to 0.12: t = 18.7, a clear win, and the reason says so
-    clear = [0.9, 1.12, 0.78, 1.0, 0.9, 1.19]
-    model, why = F.choose(_bt({"Theta": theta, "ETS": clear, "SeasonalNaive": [2.0] * 6}))
-    assert model == "ETS" and "beat Theta in the backtest" in why and "6 independent origins" in why
-    # the same errors from 28-period forecasts at origins 7 apart overlap: 6·7/28 = 1.5 independent origins,
-    # too few to test, so Theta stays
-    model, why = F.choose(_bt({"Theta": theta, "ETS": clear}, horizon=28, step=7))
-    assert model == "Theta" and "too few independent" in why
+ETS_O = [0.5, 0.6, 0.55, 0.5, 0.6, 0.55]              # the best: mean 0.55
+THETA_O = [0.56, 0.62, 0.6, 0.52, 0.66, 0.56]          # worse at every origin: t = 4.2 > t_.8,5 = 0.92
+ARIMA_O = [0.3, 0.9, 0.4, 0.8, 0.5, 0.6]               # mean 0.583 but noisy: t = 0.38, kept
+
+
+def test_combination_keeps_the_singles_not_clearly_worse_than_the_best():
+    w = F.combination_weights({"ETS": ETS_O, "Theta": THETA_O, "ARIMA": ARIMA_O}, step=7, horizon=7)
+    inv = {"ETS": 1.0, "ARIMA": 0.55 / np.mean(ARIMA_O)}
+    assert w == pytest.approx({c: v / sum(inv.values()) for c, v in inv.items()})
+    assert list(w) == ["ETS", "ARIMA"]                                   # largest weight first
+    # 28-period forecasts from origins 7 apart overlap: 6·7/28 = 1.5 independent origins, nothing can be
+    # told apart, every single is kept
+    w = F.combination_weights({"ETS": ETS_O, "Theta": THETA_O, "ARIMA": ARIMA_O}, step=7, horizon=28)
+    assert set(w) == {"ETS", "Theta", "ARIMA"}
+    assert F.combination_weights({"ETS": [0.0] * 4, "Theta": [1.0] * 4}) == {"ETS": 1.0}
+
+
+def test_choice_is_the_combination_and_names_every_member():
+    bt = _bt({"ETS": ETS_O, "Theta": THETA_O, "ARIMA": ARIMA_O})
+    bt.weights = F.combination_weights(bt.mase_o, bt.step, bt.horizon)
+    model, why = F.choose(bt)
+    assert model == "Combination" and "ETS 0.51 (MASE 0.55)" in why and "left out as clearly worse: Theta" in why
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.dictionaries(st.sampled_from(F.SINGLES), st.lists(st.floats(0.01, 10.0), min_size=6, max_size=6),
+                       min_size=1), st.sampled_from([(7, 7), (24, 24), (7, 28)]))
+def test_combination_weights_sum_to_one_and_the_best_weighs_most(mase_o, step_h):
+    w = F.combination_weights(mase_o, *step_h)
+    means = {c: np.mean(v) for c, v in mase_o.items()}
+    best = min(means, key=lambda c: (means[c], F.SINGLES.index(c)))
+    assert sum(w.values()) == pytest.approx(1.0) and best in w
+    assert all(w[best] >= v - 1e-12 for v in w.values())
+    worse = {c: [x + 1.0 for x in mase_o[best]] for c in F.SINGLES if c not in mase_o}
+    if worse and step_h != (7, 28):                        # worse by 1 at every origin: always left out
+        assert not set(F.combination_weights({**mase_o, **worse}, *step_h)) & set(worse)
+
+
+def test_combination_in_the_backtest_is_scored_out_of_sample():
+    """At origin i the combination's members and weights come from the other origins' MASE only."""
+    pa = {"ETS": F.Paths(np.array([[1.0], [2.0], [3.0], [4.0]]), np.ones((4, 1))),
+          "Theta": F.Paths(np.array([[3.0], [4.0], [5.0], [6.0]]), np.ones((4, 1)))}
+    mase_o = {"ETS": np.array([1.0, 3.0, 2.0, 2.0]), "Theta": np.array([2.0, 1.0, 1.0, 1.0])}
+    comb = F._loo_combination(pa, mase_o, step=1, horizon=1)
+    # origin 0: others ETS [3, 2, 2], Theta [1, 1, 1]: ETS worse by 1 to 2 at every other origin, so it is
+    # left out (t = 4.0 > t_.8,2 = 1.06)
+    assert comb.point[0, 0] == pytest.approx(3.0)
+    # origin 1: ETS [1, 2, 2] mean 5/3, Theta [2, 1, 1] mean 4/3; d = [-1, 1, 1]: t = 0.58, both kept with
+    # weights 1 and (4/3)/(5/3) = 0.8
+    assert comb.point[1, 0] == pytest.approx((1 * 4.0 + 0.8 * 2.0) / 1.8)
 
 
 def test_selection_on_a_seasonal_series_runs_the_backtest_of_every_candidate():
@@ -95,6 +132,8 @@ def test_selection_on_a_seasonal_series_runs_the_backtest_of_every_candidate():
     assert r.model == F.choose(r.backtest)[0]
     assert r.backtest.mase[r.model] < 1.0                     # beats in-sample seasonal naive scale
     assert len(r.backtest.origins) == F.MIN_ORIGINS and r.backtest.step == 7
+    assert r.model == "Combination" and any(n.startswith("model combination of the candidates") for n in r.notes)
+    assert sum(r.weights.values()) == pytest.approx(1.0) and set(r.weights) <= set(F.SINGLES)
 
 
 def test_intervals_cover_close_to_nominal_on_simulated_demand():
@@ -233,3 +272,33 @@ def test_forecast_table_shapes_and_columns():
     assert summary.height == 2 and summary["history_periods"].to_list() == [120, 120]
     assert fc.filter(pl.col("pool") == "a100")["ts"][0] == DAYS[120]
     assert summary["backtest_mase"].null_count() == 0
+
+
+def test_series_without_demand_get_a_summary_row_but_no_forecast_rows():
+    t = np.arange(60)
+    df = pl.DataFrame({"pool": ["a100"] * 60 + ["unknown"] * 60, "ts": np.r_[DAYS[:60], DAYS[:60]],
+                       "value": np.r_[50 + 5 * np.sin(2 * np.pi * t / 7), np.zeros(60)]})
+    fc, summary = F.forecast_table(df, ["pool"], "day", 7)
+    assert fc["pool"].unique().to_list() == ["a100"] and fc.height == 7
+    row = summary.filter(pl.col("pool") == "unknown").row(0, named=True)
+    assert row["model"] == "Zero" and "all 60 periods are zero" in row["notes"]
+    every = {f"mase_{c.lower()}" for c in F.CANDIDATES} | {f"coverage95_{c.lower()}" for c in F.CANDIDATES}
+    assert every <= set(summary.columns) and summary.filter(pl.col("pool") == "a100")["weights"][0]
+
+
+def test_hourly_demand_with_daily_and_weekly_cycles_backtests_mstl_and_arima():
+    rng = np.random.default_rng(30)
+    t = np.arange(24 * 7 * 5)
+    y = 100 + 20 * np.sin(2 * np.pi * t / 24) + 15 * ((t // 24) % 7 < 5) + rng.normal(0, 2, len(t))
+    r = F.forecast_values(y, 24, 24, periods=F.SEASONS["hour"])
+    assert {"ARIMA", "MSTL", "Combination"} <= set(r.backtest.mase)
+    # two cycles of a known shape and little noise: the weekly-aware MSTL beats the daily seasonal naive
+    assert r.backtest.mase["MSTL"] < r.backtest.mase["SeasonalNaive"]
+    assert "MSTL" in r.weights and "periods 24,168" in r.detail
+    assert np.all(r.lo[95] >= 0) and np.all(r.lo[95] <= r.point) and np.all(r.point <= r.hi[95])
+
+
+def test_a_history_too_short_to_backtest_uses_one_model_even_when_the_combination_is_asked_for():
+    y = np.array([5.0, 6.0, 7.0, 6.0, 8.0, 7.0, 9.0, 8.0, 9.0, 10.0])
+    r = F.forecast_values(y, 7, 28, force="Combination")
+    assert r.backtest is None and r.model == "Theta" and any("too short to backtest" in n for n in r.notes)

@@ -150,10 +150,13 @@ def test_zeros_switch_the_decomposition_to_additive():
 
 
 def test_theta_on_a_line_extrapolates_it():
-    """A straight line: SES with alpha near 1 and theta -> the line itself, so the forecast continues it."""
+    """A straight line: SES with alpha near 1 and theta at its bound 100 (c = 0.99), so the forecast continues
+    the line to within 1 % of its slope per step, and the detail prints theta=100, not 1e+06."""
     y = 2 + 0.5 * np.arange(1, 41)
     paths = T.theta_paths(y, 1, [40], 5)
-    np.testing.assert_allclose(paths.point[0], 2 + 0.5 * np.arange(41, 46), atol=1e-6)
+    j = np.arange(1, 6)
+    assert np.all(np.abs(paths.point[0] - (2 + 0.5 * (40 + j))) <= 0.01 * 0.5 * j + 1e-3)
+    assert "theta=100" in paths.detail[0]
 
 
 def test_seasonality_test_and_indices():

@@ -38,6 +38,8 @@ if len(f.clusters) > 1:
     st.caption("Forecasts cover all clusters together when several are selected; pick one cluster to split.")
 if f.teams or f.partitions:
     st.caption("Capacity answers are per pool: the team and partition filters do not apply on this page.")
+for note in res.get("notes", []):      # pools without demand or without known capacity: not charted
+    st.caption(f"Not forecast or without a capacity answer: {note}")
 if not pools:
     ui.no_data("forecastable pools")
 else:
@@ -68,6 +70,9 @@ else:
         grid[i % 2].plotly_chart(fig, key=f"fc_{p}")
     st.caption(f"Dotted red: {target} % of installed capacity, in the series' units. Bands: 80 % and 95 % "
                "prediction intervals, calibrated on the backtest's errors.")
+    for r in (cap.filter(pl.col("above_ceiling_from").is_not_null()).iter_rows(named=True)
+              if cap is not None and "above_ceiling_from" in cap.columns else ()):
+        st.caption(f"{r['pool']}: {r['note']}")      # a band beyond physical demand is drawn capped, and said
 
     st.subheader("Models and capacity answers")
     table = summary.filter(pl.col("pool").is_in(pools))
@@ -82,11 +87,14 @@ else:
             "exhausted_upper80": "Capacity reached, upper 80 % (UTC)",
             need: f"GPUs needed in {horizon} days", f"shortfall_h{horizon}": f"Shortfall in {horizon} days (GPUs)",
             "notes": "Notes"}
+    every = [c for c in table.columns if c.startswith("mase_")]     # every candidate's backtest MASE
+    cols |= {c: f"Backtest MASE: {c.removeprefix('mase_')}" for c in every} | {"weights": "Combination weights"}
     for cov in ("coverage80", "coverage95"):
         if cov in table.columns:
             table = table.with_columns(pl.col(cov) * 100)
     ui.table(table, key="fc_summary", file_stem="forecast_models", ctx=ctx, columns=cols,
              formats={"backtest_mase": "%.2f", "coverage80": "%.0f", "coverage95": "%.0f",
+                      **{c: "%.2f" for c in every},
                       "capacity_gpus": "%.0f", "recent_gpus": "%.1f"},
              caption="MASE below 1 beats the seasonal naive forecast in the rolling-origin backtest.")
     with st.expander("Forecast values"):

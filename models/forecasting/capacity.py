@@ -25,20 +25,26 @@ BANDS = {"median": "forecast", "80": "hi80", "95": "hi95"}
 
 
 def pool_capacity(con: duckdb.DuckDBPyConnection, by_cluster: bool = False) -> pl.DataFrame:
-    """Installed GPUs per pool at the data horizon, from the timeline's capacity (the inventory with validity):
-    ((cluster,) pool, capacity_gpus, available_gpus), available = not down, drained or in maintenance."""
+    """Installed GPUs per pool at the data horizon: ((cluster,) pool, capacity_gpus, available_gpus), in GPUs.
+
+    An instant's capacity is the GPUs of the nodes in force at that instant (the timeline's node state, built
+    from the ``nodes`` inventory with validity), not the GPU-hours of the bucket around it: a horizon at 10:40
+    must not read 40/60 of the last hour's GPU-hours as GPUs. The state "at the horizon" is the piece that
+    covers the instant just before it (t0 < horizon <= t1); pieces end at their cluster's horizon. available =
+    GPUs on nodes that are up (not down, drained or in maintenance)."""
     hz = timeline.horizon(con)
-    dims = ("cluster", "gpu_type") if by_cluster else ("gpu_type",)
     empty = pl.DataFrame(schema={**({"cluster": pl.String} if by_cluster else {}), "pool": pl.String,
                                  "capacity_gpus": pl.Float64, "available_gpus": pl.Float64})
     if hz is None:
         return empty
-    cap = timeline.capacity(con, hz - dt.timedelta(hours=1), hz, "hour", by=dims)
-    if cap.is_empty():
-        return empty
-    return cap.filter(pl.col("gpu_type").is_not_null() & (pl.col("capacity_gpu_h") > 0)).select(
-        *(["cluster"] if by_cluster else []), pl.col("gpu_type").alias("pool"),
-        pl.col("capacity_gpu_h").alias("capacity_gpus"), pl.col("available_gpu_h").alias("available_gpus"))
+    keys = "cluster, gpu_type" if by_cluster else "gpu_type"
+    out = timeline.frame(con, f"""
+        SELECT {keys.replace('gpu_type', 'gpu_type AS pool')}, sum(gpus)::DOUBLE AS capacity_gpus,
+               sum(CASE WHEN avail = 'up' THEN gpus ELSE 0 END)::DOUBLE AS available_gpus
+        FROM tl_node_state
+        WHERE t0 < $hz AND t1 >= $hz AND gpu_type IS NOT NULL AND gpus > 0 AND avail <> 'absent'
+        GROUP BY {keys} HAVING sum(gpus) > 0 ORDER BY {keys}""", {"hz": hz})
+    return out if out.height else empty
 
 
 def parse_capacity(items: list[str]) -> dict[str, float]:
@@ -70,12 +76,18 @@ def smoothed(history: pl.DataFrame, forecast: pl.DataFrame, keys: list[str], win
     return both.with_columns(roll).filter(pl.col("future")).drop("future")
 
 
+#: A band above K_CEILING x installed GPUs (or above the most GPUs ever running + pending, if higher) is beyond
+#: what the pool's demand can physically be: flagged in a note and drawn capped (issue #17).
+K_CEILING = 2.0
+
+
 def exhaustion(history: pl.DataFrame, forecast: pl.DataFrame, capacity: dict, keys: list[str],
                target_util: float = 0.85, band: str = "80", window: int = 7, per_hour: float = 24.0,
-               horizons: tuple[int, ...] = (30, 90, 180, 365)) -> pl.DataFrame:
+               horizons: tuple[int, ...] = (30, 90, 180, 365), peaks: dict | None = None) -> pl.DataFrame:
     """Per pool (keys end with 'pool'): capacity, target, exhaustion dates for the median and the upper 80 %
-    band, and GPUs needed / shortfall at each horizon (in periods) for ``band``. ``capacity`` maps a key tuple
-    (or a pool name) to installed GPUs."""
+    band, GPUs needed / shortfall at each horizon (in periods) for ``band``, and the physical ceiling (GPUs)
+    with the first period whose 95 % band exceeds it. ``capacity`` maps a key tuple (or a pool name) to
+    installed GPUs; ``peaks`` maps the same keys to the most GPUs ever running + pending at once."""
     if band not in BANDS:
         raise ValueError(f"--band: {band!r} is not one of {', '.join(BANDS)}")
     if not 0 < target_util <= 1:
@@ -85,12 +97,55 @@ def exhaustion(history: pl.DataFrame, forecast: pl.DataFrame, capacity: dict, ke
         (pl.col("value").tail(window).mean() / per_hour).alias("recent"))
     recent = {tuple(r[:-1]): r[-1] for r in recent.iter_rows()}
     parts = sm.partition_by(keys, as_dict=True, maintain_order=True) if keys else {(): sm}
+    raw = forecast.partition_by(keys, as_dict=True, maintain_order=True) if keys else {(): forecast}
     rows = []
     for kv, part in parts.items():
-        cap = capacity.get(tuple(kv), capacity.get(kv[-1] if kv else None, capacity.get("*")))
-        rows.append(_pool_row(dict(zip(keys, kv)), part.sort("ts"), cap, recent.get(tuple(kv)),
-                              target_util, band, horizons))
+        cap = _lookup(capacity, kv)
+        row = _pool_row(dict(zip(keys, kv)), part.sort("ts"), cap, recent.get(tuple(kv)), target_util, band,
+                        horizons)
+        rows.append(_ceiling(row, raw[kv].sort("ts"), cap, _lookup(peaks or {}, kv), per_hour))
     return pl.DataFrame(rows, infer_schema_length=None)
+
+
+def _lookup(table: dict, kv: tuple):
+    return table.get(tuple(kv), table.get(kv[-1] if kv else None, table.get("*")))
+
+
+def physical_ceiling(cap: float | None, peak: float | None) -> float | None:
+    """GPUs a pool's demand cannot physically exceed: K_CEILING x installed, or the most GPUs ever running +
+    pending at once when that was higher; None when neither is known."""
+    known = [v for v in (None if cap is None else K_CEILING * cap, peak) if v is not None and v > 0]
+    return max(known) if known else None
+
+
+def _ceiling(row: dict, fc: pl.DataFrame, cap, peak, per_hour: float) -> dict:
+    """Add ceiling_gpus and above_ceiling_from (first period whose 95 % upper bound, in GPUs, exceeds it)."""
+    ceil = physical_ceiling(cap, peak)
+    row["ceiling_gpus"] = ceil
+    row["above_ceiling_from"] = None if ceil is None else _first_over(
+        fc.with_columns(pl.col("hi95") / per_hour), "hi95", ceil)
+    if row["above_ceiling_from"] is not None:
+        why = f"{K_CEILING:g} x {cap:,.0f} installed" if cap and K_CEILING * cap >= (peak or 0) else \
+            "the most GPUs ever running + pending at once"
+        row["note"] = "; ".join(x for x in (row["note"], (
+            f"95 % band above the physically possible demand ({ceil:,.0f} GPUs = {why}) from "
+            f"{row['above_ceiling_from']:%Y-%m-%d %H:%M}: drawn capped at it")) if x)
+    return row
+
+
+def cap_bands(forecast: pl.DataFrame, answers: pl.DataFrame | None, keys: list[str],
+              per_hour: float) -> pl.DataFrame:
+    """The forecast rows with upper bounds capped at each pool's physical ceiling (``exhaustion``'s
+    ceiling_gpus, in the series' unit per period) and a ``capped`` column saying where that happened."""
+    if answers is None or answers.is_empty() or "ceiling_gpus" not in answers.columns:
+        return forecast.with_columns(pl.lit(False).alias("capped"))
+    lim = answers.select(*keys, (pl.col("ceiling_gpus").cast(pl.Float64) * per_hour).alias("_ceil"))
+    out = (forecast.join(lim, on=keys, how="left", nulls_equal=True) if keys
+           else forecast.with_columns(pl.lit(lim["_ceil"][0], pl.Float64).alias("_ceil")))
+    over = pl.col("_ceil").is_not_null() & (pl.col("hi95") > pl.col("_ceil"))
+    return out.with_columns(over.fill_null(False).alias("capped"),
+                            *(pl.min_horizontal(c, pl.col("_ceil").fill_null(float("inf"))).alias(c)
+                              for c in ("hi80", "hi95"))).drop("_ceil")
 
 
 def _first_over(part: pl.DataFrame, col: str, limit: float):
@@ -123,7 +178,10 @@ def forecast_warehouse(con: duckdb.DuckDBPyConnection, horizon: int, by=("pool",
                        shifts: bool = True, progress=None) -> dict:
     """Demand forecasts for the ``by`` groups and, per pool, the capacity answers, from the warehouse.
 
-    Returns {"history", "forecast", "summary", "capacity", "keys", "title"}. Capacity answers need pool-level
+    Returns {"history", "forecast", "summary", "capacity", "notes", "keys", "title"}. Pools (or groups) without
+    any demand are not forecast, and pools whose installed capacity is unknown get no capacity answer: both are
+    listed in ``notes``. A 95 % band above a pool's physical ceiling (`physical_ceiling`) is capped in the pool
+    forecast rows (``capped``) and noted in the capacity table. Capacity answers need pool-level
     forecasts (group forecasts and their intervals do not add up to a pool's), so unless ``by`` is the pool
     itself, pools are forecast separately. Pools are split by cluster when the warehouse has several;
     ``overrides`` maps pool → installed GPUs and replaces the inventory's figure."""
@@ -133,7 +191,7 @@ def forecast_warehouse(con: duckdb.DuckDBPyConnection, horizon: int, by=("pool",
     unit = "GPUs" if measure == "peak" else "GPU-hours"
     per_hour = 1.0 if measure == "peak" else demand.FREQS[freq]
     out = {"history": hist, "forecast": fc, "summary": summary, "keys": by, "capacity": None,
-           "per_hour": per_hour, "unit": unit,
+           "notes": idle_notes(hist, by), "per_hour": per_hour, "unit": unit,
            "title": f"{measure} {unit} per {freq} by {', '.join(by) or 'total'}: {horizon}-{freq} forecast"}
     if fc.is_empty():
         return out
@@ -144,9 +202,33 @@ def forecast_warehouse(con: duckdb.DuckDBPyConnection, horizon: int, by=("pool",
     else:
         phist = demand.series(con, measure, freq, pool_keys, cluster)
         pfc, _ = forecast.forecast_table(phist, pool_keys, freq, horizon, shifts=shifts)
+    if pfc.is_empty():
+        return out
     overrides = overrides or {}
     caps = {tuple(r[:-2]): overrides.get(r[-3], r[-2]) for r in pool_capacity(con, multi).iter_rows()}
     caps.update(overrides)
-    out["capacity"] = exhaustion(phist, pfc, caps, pool_keys, target_util, band, window or forecast.SEASON[freq],
-                                 per_hour)
+    peaks = _peaks(con, phist if measure == "peak" else None, pool_keys, freq, cluster)
+    answers = exhaustion(phist, pfc, caps, pool_keys, target_util, band, window or forecast.SEASON[freq],
+                         per_hour, peaks=peaks)
+    known = answers.filter(pl.col("capacity_gpus").is_not_null())
+    out["notes"] = list(dict.fromkeys(out["notes"] + idle_notes(phist, pool_keys) + [
+        f"{' / '.join(map(str, r[:len(pool_keys)]))}: no installed capacity known (pass --capacity "
+        f"{r[len(pool_keys) - 1]}=GPUS): demand forecast only, no capacity answer"
+        for r in answers.filter(pl.col("capacity_gpus").is_null()).select(pool_keys).iter_rows()]))
+    out["capacity"] = known
+    if by == pool_keys:
+        out["forecast"] = cap_bands(fc, known, by, per_hour)
     return out
+
+
+def idle_notes(history: pl.DataFrame, keys: list[str]) -> list[str]:
+    """One note per series of ``history`` without any demand (all zero or missing): those are not forecast."""
+    idle = history.group_by(keys, maintain_order=True).agg((pl.col("value").fill_null(0) != 0).any().alias("any"))
+    return [f"{' / '.join(map(str, r[:-1])) or 'series'}: no demand in the history (all zero): not forecast"
+            for r in idle.filter(~pl.col("any")).iter_rows()]
+
+
+def _peaks(con, peak_hist: pl.DataFrame | None, keys: list[str], freq: str, cluster) -> dict:
+    """Most GPUs running + pending at once ever, per pool key tuple (the ``peak`` series' maximum)."""
+    hist = peak_hist if peak_hist is not None else demand.series(con, "peak", freq, keys, cluster)
+    return {tuple(r[:-1]): r[-1] for r in hist.group_by(keys).agg(pl.col("value").max()).iter_rows()}

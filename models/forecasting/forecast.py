@@ -1,9 +1,11 @@
-"""Demand forecasts with honest uncertainty: seasonal naive, ETS, Theta and their combination.
+"""Demand forecasts with honest uncertainty: seasonal naive, ETS, Theta, ARIMA, MSTL and their combination.
 
 numpy and scipy only. One series at a time (`forecast_series`) or a long table of many (`forecast_table`).
-For each series the model is chosen by a rolling-origin backtest (mean MASE over horizons 1..H), its 80 % and
-95 % prediction intervals are calibrated on the backtest's standardised errors, and the backtest coverage of
-those intervals (leave-one-origin-out, so not in-sample) is reported beside them. Gaps, zeros, short histories
+For each series every candidate is scored by a rolling-origin backtest (mean MASE over horizons 1..H); the
+forecast combines the candidates the backtest does not show clearly worse than the best, weighted by inverse
+MASE (no preferred model); its 80 % and 95 % prediction intervals are calibrated on the backtest's
+standardised errors, and the backtest coverage of those intervals (leave-one-origin-out, so not in-sample) is
+reported beside them. Gaps, zeros, short histories
 and level shifts are handled and explained in ``notes``. Equations and sources: docs/FORECAST.md, which
 follows ../shared/METRICS.md §4 (FPP3 §8, Hyndman et al. 2008 Table 6.1, statsmodels' ETS log-likelihood,
 the M4 Theta benchmark code). Units are those of the input series (GPU-hours per bucket, GPUs, ...).
@@ -19,13 +21,17 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.stats import t as student_t
 
+from models.forecasting.arima import arima_detail, arima_paths, auto_arima, fit_order
 from models.forecasting.ets import ETS_FORMS, ets_detail, ets_point, ets_sd, ets_states, ets_theta, fit_ets_forms
-from models.forecasting.theta import theta_paths
+from models.forecasting.mstl import mstl, seasonal_forecast
+from models.forecasting.theta import theta_paths, theta_rows
 
 Z = {80: 1.2815515655446004, 95: 1.959963984540054}
 LEVELS = (80, 95)
 # Season length per frequency: weekly cycle for daily data, daily cycle for hourly data (METRICS.md §4).
 SEASON = {"hour": 24, "day": 7, "week": 52, "month": 12}
+# Season lengths MSTL takes out: hourly demand has a daily and a weekly cycle.
+SEASONS = {"hour": (24, 168), "day": (7,), "week": (52,), "month": (12,)}
 STEP = {"hour": np.timedelta64(1, "h"), "day": np.timedelta64(1, "D"), "week": np.timedelta64(7, "D")}
 
 
@@ -65,21 +71,97 @@ def smape(actual: np.ndarray, point: np.ndarray) -> np.ndarray:
 
 # ----------------------------------------------------------------------------- candidates
 
-CANDIDATES = ("SeasonalNaive", "ETS", "Theta", "Combination")
-COMBINED = ("ETS", "Theta")             # the combination: equal-weight mean of these
-DEFAULT = "Theta"                       # kept unless another candidate clearly beats it in the backtest
-SWITCH_LEVEL = 0.95                     # one-sided confidence that the other candidate is better
+SINGLES = ("SeasonalNaive", "ETS", "Theta", "ARIMA", "MSTL")
+CANDIDATES = (*SINGLES, "Combination")
+KEEP_LEVEL = 0.8                        # one-sided confidence that a single is worse than the best, to drop it
 MIN_ORIGINS = 12
 
 
 @dataclass
 class Paths:
-    """Forecasts of one candidate from K origins: point and model sd, each (K, h); for ETS, the form chosen
-    by AICc at the first origin and its parameters (the final refit starts from them)."""
+    """Forecasts of one candidate from K origins: point and model sd, each (K, h); ``warm`` what a refit on
+    more data starts from (ETS: form -> parameters; ARIMA: the fit), ``weights`` a combination's members."""
     point: np.ndarray
     sd: np.ndarray
     detail: str = ""
-    warm: dict = field(default_factory=dict)
+    warm: object = None
+    weights: dict = field(default_factory=dict)
+
+
+#: ETS and ARIMA are fitted, and MSTL decomposed, on at most this many seasons before an origin (8 weeks of
+#: hourly data, 56 weeks of daily): the cost grows with the length, and older cycles say little about the next.
+FIT_SEASONS = 56
+
+
+def _window(o: int, m: int) -> int:
+    """First index of the fitting window that ends at origin o."""
+    return max(0, o - FIT_SEASONS * max(m, 1))
+
+
+def _ets_paths(y, m, origins, h, warm) -> Paths | None:
+    forms = ETS_FORMS if not warm else tuple(warm)
+    a = _window(origins[0], m)
+    fits = fit_ets_forms(y[a:origins[0]], m, forms, warm=warm)
+    if not fits:
+        return None
+    fit = min(fits.values(), key=lambda f: f.aicc)
+    states = ets_states(fit, y[a:], [o - a for o in origins])
+    return Paths(np.array([ets_point(fit, s, h) for s in states]), np.tile(ets_sd(fit, h), (len(origins), 1)),
+                 ets_detail(fit), {fit.form: ets_theta(fit)})
+
+
+def _arima_paths(y, m, origins, h, warm) -> Paths | None:
+    """auto_arima at the first origin (or the warm fit's order refitted on y[:origins[0]], starting from its
+    coefficients; kept as it is when the refit is not stationary), then its errors run on through y."""
+    a = _window(origins[0], m)
+    if warm is None:
+        fit = auto_arima(y[a:origins[0]], m)
+    else:
+        fit = fit_order(y[a:origins[0]], warm.order, warm.cond, start=warm.coef) or warm
+    if fit is None:
+        return None
+    point, sd = arima_paths(fit, y[a:], [o - a for o in origins], h)
+    return Paths(point, np.tile(sd, (len(origins), 1)), arima_detail(fit), fit)
+
+
+def _mstl_paths(y, periods, origins, h) -> Paths | None:
+    """MSTL at every origin: each history decomposed (`models.mstl`), its seasonally adjusted part forecast by
+    Theta (all origins in one matrix) and each seasonal component's last cycle added back."""
+    decs = [mstl(y[_window(o, min(periods)):o], periods) for o in origins]
+    if not decs[0].periods:
+        return None
+    fc = theta_rows([d.trend + d.remainder for d in decs], h)
+    point = fc.point + np.array([seasonal_forecast(d, h) for d in decs])
+    detail = f"MSTL periods {','.join(map(str, decs[-1].periods))}, trend {fc.detail[-1]}"
+    return Paths(point, fc.sd, detail)
+
+
+def candidate_paths(y: np.ndarray, m: int, origins: list[int], h: int, only: tuple[str, ...] = SINGLES,
+                    warm: dict | None = None, periods: tuple[int, ...] | None = None) -> dict[str, Paths]:
+    """The single candidates' forecasts from each origin (forecast of y[o:o+h] from y[:o]); ``only`` limits
+    the set. Seasonal naive, Theta and MSTL are refitted at every origin (Theta for all origins at once);
+    ETS (chosen by AICc) and ARIMA (stepwise order search) are fitted at the first origin and their states or
+    errors then run on through later data with those parameters ("rolling origin with updating", Tashman
+    2000), which keeps many series within the speed budget. With one origin at len(y) this is the final
+    forecast; ``warm`` (a backtest's ETS forms and ARIMA fit) refits those only, starting from them.
+    ``periods``: MSTL's season lengths (default m alone)."""
+    warm = warm or {}
+    out: dict[str, Paths] = {}
+    if "SeasonalNaive" in only:
+        sn = [snaive(y[:o], m, h) for o in origins]
+        short = "naive: history shorter than a season" if origins[0] <= m else ""
+        out["SeasonalNaive"] = Paths(np.array([p for p, _ in sn]), np.array([s for _, s in sn]), short)
+    if "ETS" in only:
+        out["ETS"] = _ets_paths(y, m, origins, h, warm.get("ETS"))
+    if "Theta" in only:
+        th = theta_paths(y, m, origins, h)
+        out["Theta"] = Paths(th.point, th.sd, th.detail[-1]) if th is not None else None
+    if "ARIMA" in only:
+        out["ARIMA"] = _arima_paths(y, m, origins, h, warm.get("ARIMA"))
+    if "MSTL" in only and min(origins) >= 3:
+        out["MSTL"] = _mstl_paths(y, periods or (m,), origins, h)
+    nonneg = bool(len(y) and y.min() >= 0)
+    return {k: _clip(v, nonneg) for k, v in out.items() if v is not None}
 
 
 def _clip(paths: Paths, nonneg: bool) -> Paths:
@@ -88,45 +170,45 @@ def _clip(paths: Paths, nonneg: bool) -> Paths:
     return paths
 
 
-def candidate_paths(y: np.ndarray, m: int, origins: list[int], h: int,
-                    only: tuple[str, ...] = CANDIDATES, warm: dict | None = None) -> dict[str, Paths]:
-    """Every candidate's forecasts from each origin (forecast of y[o:o+h] from y[:o]); ``only`` limits the set.
+def combination_weights(mase_o: dict[str, np.ndarray], step: int = 1, horizon: int = 1) -> dict[str, float]:
+    """Weights (summing to 1) of the singles that the backtest does not show clearly worse than the best one.
 
-    Seasonal naive and Theta are refitted at every origin (Theta for all origins at once, `models.theta`). ETS
-    is chosen by AICc and fitted at the first origin, then its states are updated through later data with
-    those parameters ("rolling origin with updating", Tashman 2000), which keeps 200 series within the speed
-    budget. With one origin at len(y) this is the final forecast; ``warm`` (a backtest's ETS form and
-    parameters) makes it refit that form only, starting from them."""
-    want = set(only) | (set(COMBINED) if "Combination" in only else set())
-    out: dict[str, Paths] = {}
-    if "SeasonalNaive" in want:
-        sn = [snaive(y[:o], m, h) for o in origins]
-        short = "naive: history shorter than a season" if origins[0] <= m else ""
-        out["SeasonalNaive"] = Paths(np.array([p for p, _ in sn]), np.array([s for _, s in sn]), short)
-    forms = ETS_FORMS if not warm else tuple(warm)
-    fits = fit_ets_forms(y[:origins[0]], m, forms, warm=warm) if "ETS" in want else {}
-    if fits:
-        fit = min(fits.values(), key=lambda f: f.aicc)
-        states = ets_states(fit, y, origins)
-        out["ETS"] = Paths(np.array([ets_point(fit, s, h) for s in states]),
-                           np.tile(ets_sd(fit, h), (len(origins), 1)), ets_detail(fit), {fit.form: ets_theta(fit)})
-    th = theta_paths(y, m, origins, h) if "Theta" in want else None
-    if th is not None:
-        out["Theta"] = Paths(th.point, th.sd, th.detail[-1])
-    members = [c for c in COMBINED if c in out]
-    if "Combination" in only and len(members) == len(COMBINED):
-        out["Combination"] = combine({c: out[c] for c in members})
-    nonneg = bool(len(y) and y.min() >= 0)
-    return {k: _clip(v, nonneg) for k, v in out.items() if k in only}
+    ``mase_o``: per candidate, the mean MASE at each backtest origin. The best single is the lowest mean;
+    another is left out when its per-origin MASE exceeds the best's with one-sided confidence KEEP_LEVEL
+    (paired t-test on the differences, counting n_eff = K·step/horizon independent origins because the
+    forecast windows of successive origins overlap when the horizon exceeds the step). The others are weighted
+    by inverse mean MASE. So a model that loses at every origin gets nothing, and models the backtest cannot
+    tell apart are averaged (the combination "puzzle": averages of comparable forecasts beat picking one on a
+    few noisy origins). With under two independent origins nothing can be told apart: every single is kept."""
+    singles = {c: np.asarray(v, float) for c, v in mase_o.items() if c in SINGLES and np.all(np.isfinite(v))}
+    if not singles:
+        return {}
+    mean = {c: float(v.mean()) for c, v in singles.items()}
+    best = min(mean, key=lambda c: (mean[c], SINGLES.index(c)))
+    k = len(singles[best])
+    n_eff = min(k, k * step / max(horizon, 1))
+    keep = [best]
+    crit = float(student_t.ppf(KEEP_LEVEL, n_eff - 1)) if n_eff > 2 else math.inf
+    for c, v in singles.items():
+        d = v - singles[best]
+        sd = float(np.std(d, ddof=1)) if k > 1 else 0.0
+        t = float(np.mean(d)) / (sd / math.sqrt(n_eff)) if sd > 0 else (math.inf if np.mean(d) > 0 else 0.0)
+        if c != best and (t < crit or not math.isfinite(crit)):
+            keep.append(c)
+    if mean[best] <= 0:
+        return {best: 1.0}
+    inv = {c: mean[best] / mean[c] for c in keep}          # 1/MASE relative to the best: no overflow near 0
+    total = sum(inv.values())
+    return {c: v / total for c, v in sorted(inv.items(), key=lambda kv: -kv[1])}
 
 
-def combine(members: dict[str, Paths]) -> Paths:
-    """Equal-weight mean of the members' forecasts and of their sds (combination weights estimated from a few
-    backtest origins lose to equal ones more often than not: the "forecast combination puzzle")."""
-    point = np.mean([p.point for p in members.values()], axis=0)
-    sd = np.mean([p.sd for p in members.values()], axis=0)
-    details = "; ".join(f"{c}: {p.detail}" for c, p in members.items() if p.detail)
-    return Paths(point, sd, f"mean of {', '.join(members)}" + (f" ({details})" if details else ""))
+def combine(members: dict[str, Paths], weights: dict[str, float]) -> Paths:
+    """Weighted mean of the members' forecasts and of their sds (weights summing to 1)."""
+    point = sum(w * members[c].point for c, w in weights.items())
+    sd = sum(w * members[c].sd for c, w in weights.items())
+    detail = " + ".join(f"{w:.2f} {c}" for c, w in weights.items())
+    parts = "; ".join(f"{c}: {members[c].detail}" for c in weights if members[c].detail)
+    return Paths(point, sd, detail + (f" ({parts})" if parts else ""), weights=dict(weights))
 
 
 # ----------------------------------------------------------------------------- backtest, selection, calibration
@@ -136,7 +218,9 @@ class Backtest:
     """Rolling-origin backtest of every candidate on the series' own history.
 
     ``coverage`` is that of the calibrated intervals, each origin calibrated on the other origins only
-    (leave-one-origin-out), so it is an out-of-sample estimate; ``coverage_raw`` is the model-based interval's."""
+    (leave-one-origin-out), so it is an out-of-sample estimate; ``coverage_raw`` is the model-based interval's.
+    The combination's score is out-of-sample too: at each origin its members and weights come from the other
+    origins' errors."""
     horizon: int
     origins: list[int]
     mase: dict[str, float]
@@ -148,13 +232,14 @@ class Backtest:
     warm: dict = field(default_factory=dict)
     mase_o: dict[str, np.ndarray] = field(default_factory=dict)    # per origin: mean MASE over horizons 1..hb
     step: int = 1                                                 # periods between origins
+    weights: dict[str, float] = field(default_factory=dict)       # the combination's, from every origin
 
 
 def backtest_origins(n: int, m: int, h: int, max_origins: int = 28) -> tuple[list[int], int]:
     """Origins (training lengths) and the backtest horizon hb = min(h, what the history allows).
 
-    Origins step by min(hb, m) back from n - hb, at least max(6, ⌈4m/hb⌉) of them (so short horizons still
-    see a few seasons of errors), each keeping at least two seasons of training data."""
+    Origins step by min(hb, m) back from n - hb, at least max(MIN_ORIGINS, ⌈4m/hb⌉) of them (so short
+    horizons still see a few seasons of errors), each keeping at least two seasons of training data."""
     min_train = max(2 * m, 8)
     hb = min(h, n - min_train)
     if hb < 1:
@@ -182,15 +267,32 @@ def _calibrate(absu: np.ndarray) -> tuple[dict[int, float], dict[int, float], di
     return scale, cov, raw
 
 
-def backtest(y: np.ndarray, m: int, h: int, max_origins: int = 28) -> Backtest | None:
+def _loo_combination(paths: dict[str, Paths], mase_o: dict[str, np.ndarray], step: int, horizon: int) -> Paths:
+    """The combination at each origin with members and weights from the other origins' MASE only."""
+    k = len(next(iter(mase_o.values())))
+    point = np.empty_like(next(iter(paths.values())).point)
+    sd = np.empty_like(point)
+    for i in range(k):
+        w = combination_weights({c: np.delete(v, i) for c, v in mase_o.items()}, step, horizon)
+        point[i] = sum(wc * paths[c].point[i] for c, wc in w.items())
+        sd[i] = sum(wc * paths[c].sd[i] for c, wc in w.items())
+    return Paths(point, sd)
+
+
+def backtest(y: np.ndarray, m: int, h: int, max_origins: int = 28,
+             periods: tuple[int, ...] | None = None) -> Backtest | None:
     origins, hb = backtest_origins(len(y), m, h, max_origins)
     if len(origins) < 2:
         return None
-    paths = candidate_paths(y, m, origins, hb)
+    paths = candidate_paths(y, m, origins, hb, periods=periods)
     actual = np.array([y[o:o + hb] for o in origins])
     scales = np.array([mase_scale(y[:o], m) for o in origins])[:, None]
-    bt = Backtest(hb, origins, {}, {}, {}, {}, {}, {}, paths["ETS"].warm if "ETS" in paths else {},
+    bt = Backtest(hb, origins, {}, {}, {}, {}, {}, {}, {c: p.warm for c, p in paths.items() if p.warm is not None},
                   step=origins[1] - origins[0])
+    for name, p in paths.items():
+        bt.mase_o[name] = (np.abs(actual - p.point) / scales).mean(axis=1)
+    if len(origins) >= 3 and len(paths) > 1:
+        paths["Combination"] = _loo_combination(paths, bt.mase_o, bt.step, hb)
     for name, p in paths.items():
         err = actual - p.point
         mase_oh = np.abs(err) / scales
@@ -202,35 +304,19 @@ def backtest(y: np.ndarray, m: int, h: int, max_origins: int = 28) -> Backtest |
             absu = np.where(p.sd > 0, np.abs(err) / p.sd, np.where(err == 0, 0.0, 1e12))
         absu = np.nan_to_num(absu, nan=1e12)
         bt.scale[name], bt.coverage[name], bt.coverage_raw[name] = _calibrate(absu)
+    bt.weights = combination_weights(bt.mase_o, bt.step, hb)
     return bt
 
 
 def choose(bt: Backtest) -> tuple[str, str]:
-    """The model to forecast with, and why: Theta unless another candidate beats it clearly in the backtest.
-
-    "Clearly": the mean of the per-origin MASE differences d_i = MASE_Theta,i - MASE_c,i is above zero with
-    one-sided confidence SWITCH_LEVEL (paired t-test). Forecast windows of successive origins overlap when the
-    backtest horizon exceeds the step between them, so the test counts only n_eff = K·step/hb independent
-    origins. With a few origins the lowest backtest MASE is mostly noise: picking it cost accuracy on the real
-    series of benchmarks/forecast_accuracy.py, while Theta is the strongest single method on them (and in the
-    M3/M4 competitions); a clear win is still taken. Among several clear winners the lowest MASE wins."""
-    default = DEFAULT if DEFAULT in bt.mase_o else min(bt.mase, key=lambda c: (bt.mase[c], CANDIDATES.index(c)))
-    base = bt.mase_o[default]
-    k = len(base)
-    n_eff = min(k, k * bt.step / bt.horizon)
-    best, why = default, f"{default} (default; no candidate beat it clearly in the backtest)"
-    if n_eff < 2:
-        return default, f"{default} (default; too few independent backtest origins to test the others)"
-    crit = float(student_t.ppf(SWITCH_LEVEL, n_eff - 1))
-    for cand, v in bt.mase_o.items():
-        d = base - v
-        sd = float(np.std(d, ddof=1))
-        t = float(np.mean(d)) / (sd / math.sqrt(n_eff)) if sd > 0 else (math.inf if np.mean(d) > 0 else 0.0)
-        if cand != default and t > crit and bt.mase[cand] < bt.mase[best]:
-            best = cand
-            why = (f"{cand}: beat {default} in the backtest (MASE {bt.mase[cand]:.3g} vs {bt.mase[default]:.3g}, "
-                   f"t = {t:.2f} > {crit:.2f} on {n_eff:.3g} independent origins)")
-    return best, why
+    """What to forecast with, and why: the combination of the singles the backtest does not show clearly worse
+    than the best (`combination_weights`; one single when the others all lose clearly). No model is preferred:
+    only the backtest's errors decide. The reason lists every member's weight and backtest MASE."""
+    members = ", ".join(f"{c} {w:.2f} (MASE {bt.mase[c]:.3g})" for c, w in bt.weights.items())
+    dropped = sorted(c for c in bt.mase if c in SINGLES and c not in bt.weights)
+    return "Combination", (f"combination of the candidates not clearly worse than the best in the backtest "
+                           f"({len(bt.origins)} origins, horizons 1..{bt.horizon}): {members}"
+                           + (f"; left out as clearly worse: {', '.join(dropped)}" if dropped else ""))
 
 
 # ----------------------------------------------------------------------------- one clean series
@@ -245,6 +331,7 @@ class Result:
     detail: str = ""
     backtest: Backtest | None = None
     notes: list[str] = field(default_factory=list)
+    weights: dict = field(default_factory=dict)
 
 
 def _flat(value: float, h: int, model: str, note: str, width: float = float("nan")) -> Result:
@@ -253,11 +340,25 @@ def _flat(value: float, h: int, model: str, note: str, width: float = float("nan
                   model, notes=[note])
 
 
+def _final_paths(y, m, h, chosen, bt, periods) -> tuple[str, Paths | None]:
+    """The chosen candidate refitted on the whole history; a combination refits its members."""
+    n = len(y)
+    warm = bt.warm if bt else None
+    if chosen != "Combination":
+        return chosen, candidate_paths(y, m, [n], h, only=(chosen,), warm=warm, periods=periods).get(chosen)
+    members = candidate_paths(y, m, [n], h, only=tuple(bt.weights), warm=warm, periods=periods)
+    weights = {c: w for c, w in bt.weights.items() if c in members}
+    total = sum(weights.values())
+    if not total:
+        return chosen, None
+    return chosen, combine(members, {c: w / total for c, w in weights.items()})
+
+
 def forecast_values(y: np.ndarray, m: int, h: int, max_origins: int = 28, force: str | None = None,
-                    bt: Backtest | None = None) -> Result:
-    """Forecast a regular, gap-free history y (oldest first) h periods ahead with the backtest-chosen model
-    (or the candidate ``force`` names, still calibrated on the backtest; ``bt`` reuses a backtest of this same
-    y, m and h: the benchmark uses both)."""
+                    bt: Backtest | None = None, periods: tuple[int, ...] | None = None) -> Result:
+    """Forecast a regular, gap-free history y (oldest first) h periods ahead with the backtest-chosen candidate
+    (or the one ``force`` names, still calibrated on the backtest; ``bt`` reuses a backtest of this same y, m
+    and h: the benchmark uses both). ``periods``: the season lengths MSTL takes out (default m)."""
     y = np.asarray(y, dtype=float)
     n = len(y)
     if n == 0:
@@ -270,34 +371,37 @@ def forecast_values(y: np.ndarray, m: int, h: int, max_origins: int = 28, force:
     notes = []
     if n < 2 * m:
         notes.append(f"short history ({n} periods < two seasons of {m}): no seasonal ETS, Theta not deseasonalised")
-    bt = bt or backtest(y, m, h, max_origins)
+    bt = bt or backtest(y, m, h, max_origins, periods)
     if bt is None:
-        chosen = force or DEFAULT
-        notes.append(f"history too short to backtest ({n} periods): {chosen} chosen by default, "
-                     "intervals model-based (not calibrated), coverage unknown")
+        chosen = force if force in SINGLES else "Theta"     # no backtest, no weights: one single model
+        notes.append(f"history too short to backtest ({n} periods): {chosen} used (the single method that "
+                     "needs the least data), intervals model-based (not calibrated), coverage unknown")
     else:
         chosen = force if force in bt.mase else None
         if chosen is None:
             chosen, why = choose(bt)
-            if chosen != DEFAULT:
-                notes.append(f"model {why}")
+            notes.append(f"model {why}")
         if bt.horizon < h:
             notes.append(f"backtest covers horizons 1..{bt.horizon} of {h}; beyond it the model's own "
                          "variance growth is used, scaled by the backtest calibration")
-    final = candidate_paths(y, m, [n], h, only=(chosen,), warm=bt.warm if bt else None).get(chosen)
+    chosen, final = _final_paths(y, m, h, chosen, bt, periods)
     if final is None:                        # the chosen model cannot be fitted on this history
         chosen, final = "SeasonalNaive", candidate_paths(y, m, [n], h, only=("SeasonalNaive",))["SeasonalNaive"]
     point, sd = final.point[0], final.sd[0]
-    scale = bt.scale[chosen] if bt else {lv: 1.0 for lv in LEVELS}
-    nonneg = y.min() >= 0
-    lo, hi = {}, {}
+    scale = bt.scale[chosen] if bt and chosen in bt.scale else {lv: 1.0 for lv in LEVELS}
+    return _bounded(point, sd, scale, y.min() >= 0, Result(point, {}, {}, chosen, final.detail, bt, notes,
+                                                           final.weights))
+
+
+def _bounded(point, sd, scale, nonneg: bool, res: Result) -> Result:
+    """Bounds ŷ ± z_L·c_L·sd per level; for demand (non-negative histories) lower bounds are clipped at 0."""
     for lv in LEVELS:
         half = Z[lv] * scale[lv] * sd
-        lo[lv] = np.maximum(point - half, 0.0) if nonneg else point - half
-        hi[lv] = point + half
+        res.lo[lv] = np.maximum(point - half, 0.0) if nonneg else point - half
+        res.hi[lv] = point + half
     if nonneg and np.any(point - Z[95] * scale[95] * sd < 0):
-        notes.append("lower bounds clipped at 0 (demand cannot be negative)")
-    return Result(point, lo, hi, chosen, final.detail, bt, notes)
+        res.notes.append("lower bounds clipped at 0 (demand cannot be negative)")
+    return res
 
 
 # ----------------------------------------------------------------------------- level shifts
@@ -306,7 +410,8 @@ def detect_level_shift(y: np.ndarray, m: int, ratio: float = 8.0, rel: float = 0
     """The largest abrupt level change: (index of the first period at the new level, mean before, mean after).
 
     Compares the means of the w = max(m, 7) periods before and after each point (a whole season, so the
-    seasonal pattern cancels). A shift is reported when the largest jump is ``ratio`` times the median jump
+    seasonal pattern cancels; `prepare` passes the longest season, a week of hourly data, so that an outage of
+    a few hours is not taken for a new level). A shift is reported when the largest jump is ``ratio`` times the median jump
     (abrupt against the series' own drift) and changes the level by at least ``rel`` (30 %)."""
     w = max(m, 7)
     n = len(y)
@@ -406,7 +511,7 @@ def prepare(ts: np.ndarray, y: np.ndarray, freq: str, shifts: bool = True, h: in
         ts, y = ts[nz[0]:], y[nz[0]:]
     cut = 0
     while shifts:
-        found = detect_level_shift(y[cut:], m)
+        found = detect_level_shift(y[cut:], max(SEASONS.get(freq, (m,))))
         if found is None:
             break
         at, before, after = found
@@ -427,7 +532,7 @@ def forecast_series(ts: np.ndarray, y: np.ndarray, freq: str, h: int, shifts: bo
     """Forecast one regular series (timestamps at bucket starts, NaN = missing); returns what was fitted,
     the result, and the future timestamps."""
     prep = prepare(np.asarray(ts).astype("datetime64[us]"), y, freq, shifts, h)
-    res = forecast_values(prep.y, SEASON[freq], h, max_origins)
+    res = forecast_values(prep.y, SEASON[freq], h, max_origins, periods=SEASONS.get(freq))
     res.notes = prep.notes + res.notes
     last = prep.ts[-1] if len(prep.ts) else np.asarray(ts).astype("datetime64[us]")[-1]
     return prep, res, future_index(last, freq, h)
@@ -457,6 +562,10 @@ def _summary_row(key: dict, prep: Prepared, res: Result) -> dict:
            "coverage95": bt.coverage[c][95] if bt and c in bt.coverage else None}
     for cand in CANDIDATES:
         row[f"mase_{cand.lower()}"] = bt.mase.get(cand) if bt else None
+    for cand in CANDIDATES:
+        row[f"coverage80_{cand.lower()}"] = bt.coverage[cand][80] if bt and cand in bt.coverage else None
+        row[f"coverage95_{cand.lower()}"] = bt.coverage[cand][95] if bt and cand in bt.coverage else None
+    row["weights"] = ", ".join(f"{c} {w:.2f}" for c, w in res.weights.items())
     row["notes"] = "; ".join(res.notes)
     return row
 
@@ -474,6 +583,9 @@ def _workers(n_series: int) -> int:
     return min(2, os.cpu_count() or 1) if n_series >= 16 else 1
 
 
+BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
+
+
 def _run_jobs(jobs: list, progress=None):
     """forecast_series over jobs, in order; in spawned worker processes when there are many (each series is
     independent, so two cores halve the time)."""
@@ -486,7 +598,17 @@ def _run_jobs(jobs: list, progress=None):
         return
     ctx = multiprocessing.get_context("spawn")     # not fork: the parent runs Polars/DuckDB threads
     with ProcessPoolExecutor(workers, mp_context=ctx) as pool:
-        for i, out in enumerate(pool.map(_forecast_job, jobs, chunksize=max(1, len(jobs) // (8 * workers)))):
+        # One BLAS thread per worker: the products here are small (tens x a few thousand), and OpenBLAS's
+        # threads spin on them; with a worker per core that took 10x the CPU of ETS on hourly series. The
+        # workers are spawned by map's submits, so they start with this environment; the parent's is restored.
+        saved = {k: os.environ.get(k) for k in BLAS_THREADS}
+        os.environ.update(dict.fromkeys(BLAS_THREADS, "1"))
+        try:
+            results = pool.map(_forecast_job, jobs, chunksize=max(1, len(jobs) // (8 * workers)))
+        finally:
+            for k, v in saved.items():
+                os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+        for i, out in enumerate(results):
             yield out
             if progress:
                 progress(i + 1, len(jobs))
@@ -498,7 +620,9 @@ def forecast_table(df, keys: list[str], freq: str, horizon: int, shifts: bool = 
 
     Returns (forecast, summary): forecast has one row per series and future period with the point forecast,
     80 %/95 % bounds, the chosen model and its backtest MASE and coverage; summary has one row per series
-    with the backtest of every candidate and the notes. Values keep the input's unit."""
+    with the backtest of every candidate and the notes. A series without any demand (all zero or missing) has
+    its summary row and note but no forecast rows: a line of zeros forecasts nothing. Values keep the input's
+    unit."""
     import polars as pl
     parts = df.sort([*keys, "ts"]).partition_by(keys, as_dict=True, maintain_order=True) if keys else {(): df.sort("ts")}
     frows, srows = [], []
@@ -511,6 +635,8 @@ def forecast_table(df, keys: list[str], freq: str, horizon: int, shifts: bool = 
         key = dict(zip(keys, kv))
         srow = _summary_row(key, prep, res)
         srows.append(srow)
+        if res.model in ("Zero", "none"):      # no demand at all: listed in the summary's notes, not forecast
+            continue
         frows.append(pl.DataFrame({
             **{k: [v] * horizon for k, v in key.items()}, "ts": fut, "forecast": res.point,
             "lo80": res.lo[80], "hi80": res.hi[80], "lo95": res.lo[95], "hi95": res.hi[95],

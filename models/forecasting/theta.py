@@ -27,7 +27,7 @@ import numpy as np
 from scipy.signal import lfilter
 
 ALPHA_BOUNDS = (0.1, 0.99)          # Fiorucci et al.'s (and forecTheta's, statsforecast's) search range
-C_MAX = 1 - 1e-6                    # theta <= 1e6 (theta >= 1 <=> c >= 0)
+C_MAX = 0.99                        # theta in [1, 100]: beyond 100 the line alone is extrapolated (c -> 1)
 GRID = np.linspace(*ALPHA_BOUNDS, 24)
 VARIANTS = ("STM", "OTM", "DSTM", "DOTM")
 DYNAMIC = {"STM": False, "OTM": False, "DSTM": True, "DOTM": True}
@@ -263,43 +263,57 @@ class ThetaPaths:
 
 
 def theta_paths(y: np.ndarray, m: int, origins: list[int], h: int, variants=VARIANTS) -> ThetaPaths | None:
-    """Forecasts of y[o:o+h] from y[:o] for each origin o, each with the variant of lowest in-sample MSE.
-
-    sd_j = sigma·√(1 + (j-1)·alpha²) (SES with drift, Hyndman & Billah 2003), sigma the in-sample RMSE of
-    the one-step errors, scaled back through the standardisation and the seasonal index."""
+    """Forecasts of y[o:o+h] from y[:o] for each origin o, each with the variant of lowest in-sample MSE,
+    on the series deseasonalised by M4's rules (`deseasonalise`) and reseasonalised after."""
     y = np.asarray(y, dtype=float)
     origins = [int(o) for o in origins]
     if min(origins) < 3:
         return None
-    k, width = len(origins), max(origins)
-    x = np.zeros((k, width))
-    kinds, indices, mus, sds = [], [], np.empty(k), np.empty(k)
-    for i, o in enumerate(origins):
+    kinds, indices, des = [], [], []
+    for o in origins:
         kind, index = deseasonalise(y[:o], m)
-        des = _apply(kind, index, np.arange(o) % max(m, 1), y[:o], inverse=False)
-        mus[i], sds[i] = des.mean(), des.std() or 1.0
-        x[i, :o] = (des - mus[i]) / sds[i]
+        des.append(_apply(kind, index, np.arange(o) % max(m, 1), y[:o], inverse=False))
         kinds.append(kind)
         indices.append(index)
-    r = _rows(x, np.array(origins))
+    fc = theta_rows(des, h, variants)
+    j = np.arange(1, h + 1)
+    for i, o in enumerate(origins):
+        pos = (o + j - 1) % max(m, 1)
+        fc.point[i] = _apply(kinds[i], indices[i], pos, fc.point[i], inverse=True)
+        if kinds[i] == "multiplicative":
+            fc.sd[i] = fc.sd[i] * indices[i][pos]
+        if kinds[i] != "none":
+            fc.detail[i] += f" {kinds[i]} seasonal"
+    return fc
+
+
+def theta_rows(series: list[np.ndarray], h: int, variants=VARIANTS) -> ThetaPaths:
+    """Non-seasonal Theta forecasts of each series in the list (each at least 3 long), h steps after its end,
+    with the variant of lowest in-sample MSE: all series fitted at once as rows of one matrix.
+
+    sd_j = sigma·√(1 + (j-1)·alpha²) (SES with drift, Hyndman & Billah 2003), sigma the in-sample RMSE of
+    the one-step errors, scaled back through the standardisation."""
+    k = len(series)
+    lengths = np.array([len(s) for s in series])
+    x = np.zeros((k, int(lengths.max())))
+    mus, sds = np.empty(k), np.empty(k)
+    for i, s in enumerate(series):
+        mus[i], sds[i] = s.mean(), s.std() or 1.0
+        x[i, :len(s)] = (s - mus[i]) / sds[i]
+    r = _rows(x, lengths)
     fits = fit_rows(r, variants)
-    mse = np.vstack([fits[v].mse for v in variants])
-    best = np.argmin(mse, axis=0)                     # ties go to the simpler variant (VARIANTS order)
-    point, sd, detail = np.empty((k, h)), np.empty((k, h)), []
+    best = np.argmin(np.vstack([fits[v].mse for v in variants]), axis=0)   # ties: the simpler variant
+    point, sd, detail = np.empty((k, h)), np.empty((k, h)), [""] * k
     j = np.arange(1, h + 1)
     for vi, v in enumerate(variants):
         rows = np.flatnonzero(best == vi)
         if len(rows) == 0:
             continue
-        fc = forecast_rows(r, fits[v], h)
+        f = fits[v]
+        fc = forecast_rows(r, f, h)
         for i in rows:
-            f = fits[v]
-            pos = (origins[i] + j - 1) % max(m, 1)
-            p_des = mus[i] + sds[i] * fc[i]
-            s_des = sds[i] * math.sqrt(f.mse[i] * (origins[i] - 1) / max(origins[i] - 2, 1)) \
-                * np.sqrt(1 + (j - 1) * f.alpha[i] ** 2)
-            point[i] = _apply(kinds[i], indices[i], pos, p_des, inverse=True)
-            sd[i] = s_des * indices[i][pos] if kinds[i] == "multiplicative" else s_des
-            detail.append((i, f"{v} alpha={f.alpha[i]:.3g} theta={f.theta[i]:.3g}"
-                              + ("" if kinds[i] == "none" else f" {kinds[i]} seasonal")))
-    return ThetaPaths(point, sd, [d for _, d in sorted(detail)])
+            n = lengths[i]
+            point[i] = mus[i] + sds[i] * fc[i]
+            sd[i] = sds[i] * math.sqrt(f.mse[i] * (n - 1) / max(n - 2, 1)) * np.sqrt(1 + (j - 1) * f.alpha[i] ** 2)
+            detail[i] = f"{v} alpha={f.alpha[i]:.3g} theta={f.theta[i]:.3g}"
+    return ThetaPaths(point, sd, detail)
