@@ -330,8 +330,12 @@ def test_cli_closes_and_re_exports_byte_identically_in_every_format(cluster, run
     wb = openpyxl.load_workbook(xlsx)
     assert wb.sheetnames == ["summary", "by team", "by cost centre", "by gpu type", "reconciliation",
                              "adjustments", "by rate", "rate card", "jobs"]
-    summary = {r[0]: r[1] for r in wb["summary"].iter_rows(min_row=2, values_only=True)}
-    assert summary["Cluster cost"] == "19,392.00 EUR" and summary["Content hash"].startswith("sha256 ")
+    assert [c.value for c in wb["summary"][1]] == ["item", "value", "amount", "count"]
+    summary = {r[0].value: r for r in wb["summary"].iter_rows(min_row=2)}
+    item, text, amount, count = summary["Cluster cost"]          # money: a number in the currency's format
+    assert text.value is None and amount.value == 19392 and amount.number_format == '#,##0.00 "EUR"'
+    assert isinstance(summary["Jobs"][3].value, int) and summary["Jobs"][3].value == 5
+    assert summary["Content hash"][1].value.startswith("sha256 ") and summary["Content hash"][2].value is None
     assert wb.properties.created is not None
     header = [c.value for c in wb["jobs"][1]]
     assert "job_id" in header and wb["jobs"].max_row == 6          # 5 jobs with GPU time in March

@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from pathlib import Path
 
 import duckdb
 import polars as pl
 
 from models.metrics import demand, timeline
-from models.forecasting import forecast
+from models.forecasting import forecast, series_csv
 
 BANDS = {"median": "forecast", "80": "hi80", "95": "hi95"}
 
@@ -41,17 +42,22 @@ def pool_capacity(con: duckdb.DuckDBPyConnection, by_cluster: bool = False) -> p
         pl.col("capacity_gpu_h").alias("capacity_gpus"), pl.col("available_gpu_h").alias("available_gpus"))
 
 
-def parse_capacity(items: list[str]) -> dict[str, float]:
-    """['a100=512', 'h100=256'] → {'a100': 512.0, ...} (--capacity overrides)."""
+def parse_capacity(items: list[str], bare: bool = False) -> dict[str, float]:
+    """['a100=512', 'h100=256'] → {'a100': 512.0, ...} (--capacity overrides). With ``bare``, a plain GPUS
+    ('500') is allowed too and applies to every series (key '*')."""
     out = {}
     for item in items:
         pool, sep, n = item.partition("=")
         try:
+            if bare and not sep:
+                out["*"] = float(item)
+                continue
             if not sep or not pool.strip():
                 raise ValueError
             out[pool.strip()] = float(n)
         except ValueError:
-            raise ValueError(f"--capacity {item!r}: expected POOL=GPUS, e.g. a100=512") from None
+            raise ValueError(f"--capacity {item!r}: expected POOL=GPUS, e.g. a100=512"
+                             + (", or GPUS" if bare else "")) from None
     return out
 
 
@@ -150,3 +156,24 @@ def forecast_warehouse(con: duckdb.DuckDBPyConnection, horizon: int, by=("pool",
     out["capacity"] = exhaustion(phist, pfc, caps, pool_keys, target_util, band, window or forecast.SEASON[freq],
                                  per_hour)
     return out
+
+
+def forecast_csv(path: str | Path, keys: list[str], freq: str | None, horizon: int, agg: str = "mean",
+                 unit: str = "gpus", capacity: dict | None = None, target_util: float = 0.85, band: str = "80",
+                 window: int | None = None, shifts: bool = True, progress=None) -> dict:
+    """Forecasts of a planner's timestamp,value CSV (``keys``: columns that split it into series), and the
+    capacity answers when ``capacity`` gives installed GPUs (a pool → GPUs, or '*' for every series).
+
+    ``freq`` None infers it from the timestamps; ``agg`` combines values within a period; ``unit`` 'gpu-hours'
+    says the values are GPU-hours per period (compared with capacity per hour). Returns the dict of
+    :func:`forecast_warehouse`; an unreadable file raises InputError naming file, line and field."""
+    raw = series_csv.read_series(path, keys)
+    freq = freq or forecast.infer_freq(raw.get_column("ts").to_numpy())
+    hist = forecast.regularise(raw, keys, freq, agg=agg)
+    fc, summary = forecast.forecast_table(hist, keys, freq, horizon, shifts=shifts, progress=progress)
+    per_hour = demand.FREQS.get(freq, 24.0) if unit == "gpu-hours" else 1.0
+    answer = (exhaustion(hist, fc, capacity, keys, target_util, band, window or forecast.SEASON[freq], per_hour)
+              if capacity and fc.height else None)
+    return {"history": hist, "forecast": fc, "summary": summary, "capacity": answer, "keys": keys,
+            "per_hour": per_hour, "unit": unit,
+            "title": f"{Path(path).name}: {freq} series, {horizon}-period forecast"}
