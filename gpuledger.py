@@ -80,6 +80,25 @@ def _names(text: str | None) -> list[str]:
     return [c.strip() for c in (text or "").split(",") if c.strip()]
 
 
+def _time(value, opt: str, tz: str | None = None):
+    """A time option as naive UTC, read by the one parser of users' times (ISO 8601 or epoch seconds; ``tz``
+    for times without an offset); unreadable: bad usage naming the option."""
+    from ingest.warehouse import parse_time
+    try:
+        return parse_time(value, opt, tz)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def _window(args, cmd: str):
+    """--from/--to as naive UTC (either may be None), checked for order; bad usage otherwise."""
+    from models.definitions.times import parse_window
+    try:
+        return parse_window(args.date_from, args.date_to)
+    except ValueError as exc:
+        raise UsageError(f"{cmd}: {exc}") from exc
+
+
 def _none_of(cmd: str, args, flags: dict[str, str], because: str) -> None:
     """Bad usage when any option of ``flags`` (dest -> option) was given: it would do nothing ``because``."""
     given = [opt for dest, opt in flags.items() if getattr(args, dest) not in (None, False, [], "")]
@@ -147,11 +166,13 @@ def cmd_ingest_sacct(args) -> int:
         raise UsageError("ingest sacct: give one or more FILEs, '-' for stdin, or --live")
     if args.since and not args.live:
         raise UsageError("ingest sacct: --since only with --live")
+    since = _time(args.since, "--since")      # sacct runs with TZ=UTC
     con = _open(args)
     opts = sacct.SacctOptions(cluster=args.cluster, tz=args.tz, fields=args.fields, delimiter=args.delimiter,
                               strict=args.strict)
     if args.live:
-        summaries = [sacct.ingest_live(con, opts, since=args.since, sacct_cmd=args.sacct_cmd)]
+        summaries = [sacct.ingest_live(con, opts, since=since and f"{since:%Y-%m-%dT%H:%M:%S}",
+                                       sacct_cmd=args.sacct_cmd)]
         _print_ingest_summary(args, summaries[0])
         if summaries[0].get("transitions"):
             _say(args, "  state changes since the last run: " + ", ".join(
@@ -167,10 +188,11 @@ def cmd_ingest_sacct(args) -> int:
 
 def cmd_ingest_nodes(args) -> int:
     from ingest import slurm_nodes
+    as_of = _time(args.as_of, "--as-of")
     con = _open(args)
     for f in args.files:
-        s = slurm_nodes.ingest_path(con, f, fmt=args.format, cluster=args.cluster, as_of=args.as_of,
-                                    retire_missing=args.retire_missing)
+        s = slurm_nodes.ingest_path(con, f, fmt=args.format, cluster=args.cluster,
+                                    as_of=as_of and as_of.isoformat(), retire_missing=args.retire_missing)
         _print_ingest_summary(args, s)
     _after_ingest(args, con)
     return EXIT_OK
@@ -213,12 +235,12 @@ def _ingest_telemetry(args, load) -> int:
 
 
 def cmd_ingest_prometheus(args) -> int:
-    from ingest import prometheus, telemetry_store
+    from ingest import prometheus
+    start, end = _time(args.start, "--start", args.tz), _time(args.end, "--end", args.tz)
 
     def load(con, opts):
         q = prometheus.QueryOptions(
-            url=args.url, start=telemetry_store.parse_time(args.start, "--start", args.tz),
-            end=telemetry_store.parse_time(args.end, "--end", args.tz), step_s=prometheus.parse_step(args.step),
+            url=args.url, start=start, end=end, step_s=prometheus.parse_step(args.step),
             match=args.match, timeout_s=args.timeout, retries=args.retries,
             progress=_progress(args, "prometheus: query windows"))
         return [prometheus.ingest(con, q, opts)]
@@ -227,6 +249,7 @@ def cmd_ingest_prometheus(args) -> int:
 
 def cmd_ingest_dcgm(args) -> int:
     from ingest import dcgm
+    _time(args.scrape_time, "--scrape-time", args.tz)     # checked here; read again per file with FILE@TIME
     return _ingest_telemetry(args, lambda con, opts: dcgm.ingest_paths(
         con, args.files, opts, fmt=args.format, scrape_time=args.scrape_time, tz=args.tz))
 
@@ -241,11 +264,7 @@ def cmd_ingest_trace(args) -> int:
     """Load a public trace (file or directory) into the canonical tables; one summary line per input file."""
     from ingest import traces
     from ingest.errors import InputError
-    from ingest.warehouse import parse_time
-    try:
-        start = parse_time(args.start, "--start")    # ISO 8601 or epoch seconds; UTC unless an offset is given
-    except ValueError as exc:
-        raise UsageError(f"ingest trace: {exc}") from exc
+    start = _time(args.start, "--start")
     con = _open(args)
     try:
         summaries = traces.ingest(con, args.kind, args.path, cluster=args.cluster, start=start, tz=args.tz,
@@ -305,9 +324,10 @@ def cmd_refresh(args) -> int:
 def cmd_report_utilization(args) -> int:
     """Capacity, allocated, idle and unavailable GPU-hours per bucket and group."""
     from models.metrics import utilization
+    lo, hi = _window(args, "report utilization")
     con = _open(args, read_only=True)
     try:
-        df = utilization.by_bucket(con, args.date_from, args.date_to, args.bucket, args.by or "cluster")
+        df = utilization.by_bucket(con, lo, hi, args.bucket, args.by or "cluster")
     except ValueError as exc:
         raise UsageError(f"report utilization: {exc}") from exc
     if df.is_empty():
@@ -335,16 +355,16 @@ def cmd_report_fragmentation(args) -> int:
     """Free GPUs that pending jobs could not use: per bucket and cell, per group, or per pending job."""
     from models.metrics import blocked, fragmentation
     _fragmentation_checks(args)
+    lo, hi = _window(args, "report fragmentation")
     con = _open(args, read_only=True)
     try:
         if args.view == "summary":
-            df = fragmentation.report(con, args.date_from, args.date_to, args.bucket or "day",
-                                      args.by or "gpu_type,partition", args.interval,
-                                      1.0 if args.popularity is None else args.popularity)
+            df = fragmentation.report(con, lo, hi, args.bucket or "day", args.by or "gpu_type,partition",
+                                      args.interval, 1.0 if args.popularity is None else args.popularity)
         elif args.view == "blocked":
-            df = blocked.blocked(con, args.date_from, args.date_to, args.by or "team,size_class", args.interval)
+            df = blocked.blocked(con, lo, hi, args.by or "team,size_class", args.interval)
         else:
-            df = blocked.per_job(con, args.date_from, args.date_to, args.interval)
+            df = blocked.per_job(con, lo, hi, args.interval)
     except ValueError as exc:
         raise UsageError(f"report fragmentation: {exc}") from exc
     if df.is_empty():
@@ -368,13 +388,12 @@ def _efficiency_checks(args, by: list[str]) -> None:
 
 def cmd_report_efficiency(args) -> int:
     """Efficiency per group and bucket, per job (--by job), or the worst offenders (--worst N)."""
-    from models.definitions.times import parse_window
     from models.metrics import efficiency
     by = _names(args.by)
     _efficiency_checks(args, by)
+    lo, hi = _window(args, "report efficiency")
     con = _open(args, read_only=True)
     try:
-        lo, hi = parse_window(args.date_from, args.date_to)
         if not efficiency.has_jobs(con):
             _say(args, "report efficiency: no GPU jobs in the efficiency mart yet (ingest sacct and telemetry: "
                        "`gpuledger ingest sacct ...`, `gpuledger ingest prometheus|dcgm|nvidia-smi ...`)")
@@ -409,12 +428,8 @@ def _efficiency_footer(args, con, s: dict) -> None:
 
 def _governance_windows(args, con, default_days):
     """--from/--to as one window, else --windows (default: the governance's, 7 and 30 days) ending at the horizon."""
-    from ingest.warehouse import parse_time
     from models.metrics import fairness, timeline
-    try:
-        lo, hi = parse_time(args.date_from, "--from"), parse_time(args.date_to, "--to")
-    except ValueError as exc:
-        raise UsageError(str(exc)) from exc
+    lo, hi = _time(args.date_from, "--from"), _time(args.date_to, "--to")
     if lo or hi:
         _none_of(f"report {args.report}", args, {"windows": "--windows"}, "with --from/--to (one window)")
         hi = hi or timeline.horizon(con)
@@ -445,11 +460,11 @@ FAIRNESS_TEAM_COLUMNS = ["window", "cluster", "pool", "team", "usage_gpu_h", "us
 
 def cmd_report_fairness(args) -> int:
     """Usage against entitlement per team and pool, Slurm fair-share factors, Jain and Gini, entitlement gap."""
-    from ingest.warehouse import parse_time
     from models.definitions.policy import CostError, current_policy
     from models.metrics import cost, fairness
     if args.view != "sshare":
         _none_of("report fairness", args, {"as_of": "--as-of", "basis": "--basis"}, "without --view sshare")
+    as_of = _time(args.as_of, "--as-of")
     con = _open(args, read_only=True)
     try:
         policy = current_policy(con)
@@ -459,8 +474,7 @@ def cmd_report_fairness(args) -> int:
         rep = fairness.report(con, windows, policy, half_life_days=args.half_life, pool=args.pool)
         views = {"pools": rep["pools"], "teams": rep["teams"]}
         if args.view == "sshare":
-            views["sshare"] = fairness.sshare(con, parse_time(args.as_of, "--as-of"), args.half_life,
-                                              args.basis or "billing", policy)
+            views["sshare"] = fairness.sshare(con, as_of, args.half_life, args.basis or "billing", policy)
     except (CostError, ValueError) as exc:
         raise CliError(str(exc)) from exc
     _print_views(args, views, "teams", {"teams": FAIRNESS_TEAM_COLUMNS})
@@ -695,9 +709,10 @@ def _scenario(args):
 def _sim_inputs(args):
     """The window's nodes, jobs and outages, from the warehouse opened read-only (then closed)."""
     from models.simulation import whatif
+    lo, hi = _window(args, args.command)
     con = _open(args, read_only=True)
     try:
-        inp = whatif.load_inputs(con, args.date_from, args.date_to, args.cluster)
+        inp = whatif.load_inputs(con, lo, hi, args.cluster)
         _freshness(args, con)
         return inp
     except ValueError as exc:
@@ -755,11 +770,10 @@ def cmd_simulate(args) -> int:
         raise UsageError(f"--by {','.join(bad)}: use {', '.join(SIM_GROUPS)}")
     inp = _sim_inputs(args)
     try:
-        cl = whatif.scenario_cluster(inp, sc)
+        _say(args, _scenario_header(args, inp, whatif.scenario_cluster(inp, sc)))
         res = whatif.compare(inp, sc, args.replications, args.seed, by)
     except ValueError as exc:
         raise CliError(str(exc)) from exc
-    _say(args, _scenario_header(args, inp, cl))
     emit(res, args.format, args.out)
     return EXIT_OK
 
