@@ -90,6 +90,16 @@ def _time(value, opt: str, tz: str | None = None):
         raise UsageError(str(exc)) from exc
 
 
+def _duration(value, opt: str) -> int:
+    """A duration option in whole seconds, read by the one parser of durations (seconds, or 90s, 5m, 2h, 1.5d);
+    unreadable: bad usage naming the option."""
+    from models.definitions.times import parse_duration
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise UsageError(f"{opt}: {exc}") from exc
+
+
 def _window(args, cmd: str):
     """--from/--to as naive UTC (either may be None), checked for order; bad usage otherwise."""
     from models.definitions.times import parse_window
@@ -209,20 +219,21 @@ def cmd_ingest_events(args) -> int:
 
 
 def _telemetry_options(args):
-    from ingest import prometheus, telemetry_store
+    from ingest import telemetry_store
     interval = getattr(args, "interval", None)
     return telemetry_store.TelemetryOptions(
         cluster=args.cluster, node=getattr(args, "node", None),
-        interval_s=max(60, prometheus.parse_step(interval)) if interval else 60, keep_raw_days=args.keep_raw_days)
+        interval_s=max(60, _duration(interval, "--interval")) if interval else 60, keep_raw_days=args.keep_raw_days)
 
 
 def _ingest_telemetry(args, load) -> int:
     """Run ``load(con, opts)`` (a list of summaries), print them, refresh; input errors exit 1 in one line."""
     from ingest.errors import InputError
+    opts = _telemetry_options(args)
     con = _open(args)
     summaries = []
     try:
-        for s in load(con, _telemetry_options(args)):     # summaries print as each input is loaded
+        for s in load(con, opts):     # summaries print as each input is loaded
             summaries.append(s)
             _print_ingest_summary(args, s)
             if s.get("pruned_raw_rows"):
@@ -237,10 +248,11 @@ def _ingest_telemetry(args, load) -> int:
 def cmd_ingest_prometheus(args) -> int:
     from ingest import prometheus
     start, end = _time(args.start, "--start", args.tz), _time(args.end, "--end", args.tz)
+    step = _duration(args.step, "--step")
 
     def load(con, opts):
         q = prometheus.QueryOptions(
-            url=args.url, start=start, end=end, step_s=prometheus.parse_step(args.step),
+            url=args.url, start=start, end=end, step_s=step,
             match=args.match, timeout_s=args.timeout, retries=args.retries,
             progress=_progress(args, "prometheus: query windows"))
         return [prometheus.ingest(con, q, opts)]
@@ -426,12 +438,18 @@ def _efficiency_footer(args, con, s: dict) -> None:
     _freshness(args, con)
 
 
-def _governance_windows(args, con, default_days):
-    """--from/--to as one window, else --windows (default: the governance's, 7 and 30 days) ending at the horizon."""
-    from models.metrics import fairness, timeline
+def _window_or_windows(args) -> tuple:
+    """--from/--to (one window) or --windows (several), read and checked before the warehouse is opened."""
     lo, hi = _time(args.date_from, "--from"), _time(args.date_to, "--to")
     if lo or hi:
         _none_of(f"report {args.report}", args, {"windows": "--windows"}, "with --from/--to (one window)")
+    return lo, hi
+
+
+def _governance_windows(args, con, default_days, lo, hi):
+    """--from/--to as one window, else --windows (default: the governance's, 7 and 30 days) ending at the horizon."""
+    from models.metrics import fairness, timeline
+    if lo or hi:
         hi = hi or timeline.horizon(con)
         if hi is None or lo is None or lo >= hi:
             raise UsageError("give --from before --to (or before the data horizon)")
@@ -464,11 +482,11 @@ def cmd_report_fairness(args) -> int:
     from models.metrics import cost, fairness
     if args.view != "sshare":
         _none_of("report fairness", args, {"as_of": "--as-of", "basis": "--basis"}, "without --view sshare")
-    as_of = _time(args.as_of, "--as-of")
+    as_of, (lo, hi) = _time(args.as_of, "--as-of"), _window_or_windows(args)
     con = _open(args, read_only=True)
     try:
         policy = current_policy(con)
-        windows = _governance_windows(args, con, policy.windows_days)
+        windows = _governance_windows(args, con, policy.windows_days, lo, hi)
         if not windows:
             raise CliError("report fairness: no jobs in the warehouse yet (run `gpuledger ingest sacct ...`)")
         rep = fairness.report(con, windows, policy, half_life_days=args.half_life, pool=args.pool)
@@ -502,7 +520,7 @@ def cmd_report_queue(args) -> int:
     import polars as pl
     from models.definitions.policy import CostError, current_policy
     from models.metrics import queue
-    by = _queue_by(args)
+    by, (lo, hi) = _queue_by(args), _window_or_windows(args)
     con = _open(args, read_only=True)
     try:
         policy = current_policy(con)
@@ -510,7 +528,7 @@ def cmd_report_queue(args) -> int:
         policy = None   # waits need no governance; teams then show as (unmapped)
     thr = args.threshold_hours or (policy.starvation_hours if policy else 24.0)
     tau = args.tau_minutes or (policy.bsld_tau_minutes if policy else 10.0)
-    windows = _governance_windows(args, con, policy.windows_days if policy else (7, 30))
+    windows = _governance_windows(args, con, policy.windows_days if policy else (7, 30), lo, hi)
     if not windows:
         raise CliError("report queue: no jobs in the warehouse yet (run `gpuledger ingest sacct ...`)")
 
@@ -805,11 +823,7 @@ def cmd_simulate_placement(args) -> int:
 
 
 def _target_hours(text: str) -> float:
-    from models.definitions.times import parse_duration
-    try:
-        return parse_duration(text) / 3600
-    except ValueError as exc:
-        raise UsageError(f"--target-p95-wait: {exc}") from exc
+    return _duration(text, "--target-p95-wait") / 3600
 
 
 def _grid(text: str | None) -> list[int] | None:
