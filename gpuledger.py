@@ -551,10 +551,10 @@ def cmd_chargeback(args) -> int:
     """Compute (or, for a closed period, re-read) the month's statement; export it; --close freezes it."""
     from models.definitions.policy import CostError
     from models.metrics import chargeback
-    if args.out:
-        _none_of("chargeback", args, {"view": "--view"}, "with --out (the export holds every view)")
-        if args.format in ("table", "json"):
-            raise UsageError(f"chargeback: --out writes csv, xlsx or parquet, not --format {args.format}")
+    if args.out or args.format in ("xlsx", "parquet"):
+        _none_of("chargeback", args, {"view": "--view"}, "with an export (it holds every view)")
+    if args.out and args.format in ("table", "json"):
+        raise UsageError(f"chargeback: --out writes csv, xlsx or parquet, not --format {args.format}")
     con = _open(args, read_only=not args.close)
     try:
         st = _close_period(args, con) if args.close else chargeback.statement(con, args.period)
@@ -748,7 +748,7 @@ def _scenario_header(args, inp, cl) -> str:
     scen, seen = cl.gpus_by_pool(), inp.cluster.gpus_by_pool()
     changes = [f"+{n} {p}" for p, n in _pool_counts(args.add, "--add").items()]
     changes += [f"-{n} {p}" for p, n in _pool_counts(args.remove, "--remove").items()]
-    return (f"simulate: {inp.jobs.height} jobs in [{inp.t0}, {inp.t1}); scenario {cl.size} nodes "
+    return (f"simulate: {inp.jobs.height:,} jobs in [{inp.t0}, {inp.t1}); scenario {cl.size} nodes "
             f"({', '.join(changes) or 'as observed'}), GPUs {_gpus(scen)}; baseline {inp.cluster.size} nodes, GPUs "
             f"{_gpus(seen)}; demand x{args.demand_scale:g}, run times x{args.runtime_scale:g}; policy {args.policy} "
             f"({args.placement}); {args.replications} replications with the same seeds; waits in hours, 95% "

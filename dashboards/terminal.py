@@ -16,7 +16,7 @@ _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069
 _CONTROL_BUT_NEWLINE = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _SHORT = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
 #: columns that count things (jobs, GPUs, nodes, ...): whole values print as integers, never "32.00"
-COUNT_COLUMN = re.compile(r"(^|_)(jobs|gpus|nodes|count|users|pods|lines|periods|replications|n)(_|$)")
+COUNT_COLUMN = re.compile(r"(^|_)(n?jobs|n?gpus|n?nodes|ncpus|count|users|pods|lines|periods|replications|n)(_|$)")
 
 
 def _visible(m: re.Match) -> str:

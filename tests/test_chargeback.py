@@ -382,3 +382,27 @@ def test_waste_from_telemetry_is_priced_beside_and_not_added(make):
     assert L["nlp", "h100"]["waste_gpu_hours"] is None and L["nlp", "h100"]["telemetry_gpu_hours"] == 0
     assert "idle-allocated GPU-hours from telemetry" in dict(st.header)["Waste"]
     check_identity(st)
+
+
+def test_the_summary_is_typed_and_says_what_the_frozen_text_says(cluster, run_cli, tmp_path):
+    """Money as amounts, counts as integers, text as text; a closed statement's header is read as frozen (its
+    hash covers the text), and the typed amounts come from the frozen parts, so they agree with it."""
+    con, _ = cluster
+    close.close_period(con, "2026-03")
+    st = chargeback.statement(con, "2026-03")
+    header = dict(st.header)
+    summary = {r["item"]: r for r in chargeback.summary_frame(st).iter_rows(named=True)}
+    assert header["Cluster cost"] == "19,392.00 EUR" and summary["Cluster cost"]["amount"] == D("19392.00")
+    for item, row in summary.items():
+        if row["amount"] is not None:
+            assert row["value"] is None and header[item].startswith(f"{row['amount']:,} EUR"), item
+        elif row["count"] is None:
+            assert row["value"] == header[item]
+    assert summary["Jobs"]["count"] == int(header["Jobs"]) == 5 and summary["Jobs"]["value"] is None
+    assert summary["Adjustments for closed periods"]["count"] == 0
+    assert chargeback.summary_frame(st).schema["amount"] == pl.Decimal(18, 2)
+    assert run_cli("chargeback", "--period", "2026-03", "--out", str(tmp_path / "s.csv"))[0] == 0
+    back = pl.read_csv(tmp_path / "s.summary.csv")
+    assert back.schema["amount"] == pl.Float64 and back.schema["count"] == pl.Int64
+    assert back.filter(pl.col("item") == "Cluster cost")["amount"][0] == 19392.0
+    assert "'-" not in (tmp_path / "s.summary.csv").read_text()          # no number became neutralised text

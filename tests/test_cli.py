@@ -122,7 +122,7 @@ def test_report_flags_that_did_nothing_are_gone(argv, capsys):
     (["report", "fairness", "--as-of", "2026-03-01"], "--as-of cannot be used without --view sshare"),
     (["report", "fairness", "--from", "2026-03-01", "--windows", "7"], "--windows cannot be used with --from/--to"),
     (["report", "queue", "--view", "starvation", "--by", "qos"], "--by cannot be used with --view starvation"),
-    (["chargeback", "--period", "2026-03", "--out", "x.csv", "--view", "jobs"], "--view cannot be used with --out"),
+    (["chargeback", "--period", "2026-03", "--out", "x.csv", "--view", "jobs"], "--view cannot be used with an export"),
     (["forecast", "--unit", "gpu-hours"], "--unit cannot be used without --series"),
     (["forecast", "--series", "s.csv", "--measure", "peak"], "--measure cannot be used with --series"),
     (["simulate", "--validate", "--add", "h100=1"], "--add cannot be used (it replays the observed capacity)"),

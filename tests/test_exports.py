@@ -175,7 +175,7 @@ def test_terminal_escape_keeps_newlines_only_in_multiline_text():
 
 def test_counts_print_as_integers_and_quantities_keep_decimals():
     from dashboards.terminal import format_table
-    df = pl.DataFrame({"jobs": [32.0, 4.0], "capacity_gpus": [32.0, None], "gpu_h": [480.0, 2.0],
+    df = pl.DataFrame({"ngpus": [32.0, 4.0], "capacity_gpus": [32.0, None], "gpu_h": [480.0, 2.0],
                        "mean_jobs": [2.5, 1.0], "total": [D("19392.00"), D("-0.01")]},
                       schema_overrides={"total": pl.Decimal(18, 2)})
     lines = format_table(df).splitlines()
