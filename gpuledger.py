@@ -133,13 +133,19 @@ def emit(df, fmt: str | None, out: str | None) -> None:
     if fmt == "csv":
         text = exports.neutralise(df).write_csv()
     elif fmt == "json":
-        text = json.dumps(df.to_dicts(), default=str, indent=1) + "\n"   # JSON escapes control characters
+        text = json.dumps(df.to_dicts(), default=_json_value, indent=1) + "\n"   # escapes control characters
     else:
         text = terminal.format_table(df)
     if out:
         Path(out).write_text(text, encoding="utf-8")
     else:
         sys.stdout.write(terminal.escape(text, multiline=True) if fmt == "csv" and sys.stdout.isatty() else text)
+
+
+def _json_value(v):
+    """Decimals (money, GPU-hours) as JSON numbers (exact up to 15 significant digits), the rest as text."""
+    from decimal import Decimal
+    return float(v) if isinstance(v, Decimal) else str(v)
 
 
 def _print_ingest_summary(args, summary: dict) -> None:

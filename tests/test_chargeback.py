@@ -406,3 +406,11 @@ def test_the_summary_is_typed_and_says_what_the_frozen_text_says(cluster, run_cl
     assert back.schema["amount"] == pl.Float64 and back.schema["count"] == pl.Int64
     assert back.filter(pl.col("item") == "Cluster cost")["amount"][0] == 19392.0
     assert "'-" not in (tmp_path / "s.summary.csv").read_text()          # no number became neutralised text
+
+
+def test_json_carries_money_as_numbers(cluster, run_cli):
+    import json
+    code, out, err = run_cli("chargeback", "--period", "2026-03", "--view", "by cost centre", "--format", "json")
+    rows = json.loads(out)
+    assert code == 0 and all(isinstance(r["total"], float) and isinstance(r["jobs"], int) for r in rows)
+    assert sum(r["total"] for r in rows) == pytest.approx(2220.0)       # the lines' total, as in the CSV
