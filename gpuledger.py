@@ -900,7 +900,7 @@ def cmd_demo(args) -> int:
         _say(args, f"gpuledger demo: built {db}: {info['jobs']:,} jobs on {info['nodes']:,} nodes in "
                    f"{info['seconds']['total']:.0f} s" + (f"; inputs kept in {info['inputs']}" if info["inputs"] else ""))
     if args.no_serve:
-        print(db)
+        _print(str(db))
         return EXIT_OK
     from dashboards import server
     try:

@@ -34,7 +34,6 @@ except ImportError:   # plain zlib is slower but gives a valid file (re-exports 
     _isal = None
 
 FORMATS = ("csv", "xlsx", "parquet")
-DANGEROUS = ("=", "+", "-", "@", "\t", "\r")
 #: a text cell a spreadsheet could evaluate: after leading control/format/space characters, a formula starter
 #: (checked on the NFKC-folded text, so full-width forms count)
 FORMULA_START = r"^[\p{Cc}\p{Cf}\p{Z}]*[=+\-@\t\r]"
