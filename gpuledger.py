@@ -2,7 +2,8 @@
 
 Thin by design: it parses arguments, opens the warehouse, calls the library (ingest/, models/,
 dashboards/) and prints. Exit status: 0 success, 1 a clear error (one line: what and where),
-2 bad usage or a command that has not landed yet.
+2 bad usage. Imports of the library wait inside the commands so that ``gpuledger --help`` stays fast.
+Every text printed from data (names, file names, rejected lines) goes through ``dashboards.terminal.escape``.
 """
 from __future__ import annotations
 
@@ -38,9 +39,22 @@ def _open(args, read_only: bool = False):
         raise CliError(str(exc)) from exc
 
 
+def _err(msg: str, multiline: bool = True) -> None:
+    """``msg`` on stderr, terminal controls escaped (also under --quiet: errors and rejects)."""
+    from dashboards.terminal import escape
+    print(escape(msg, multiline=multiline), file=sys.stderr)
+
+
 def _say(args, msg: str) -> None:
+    """A note on stderr unless --quiet."""
     if not getattr(args, "quiet", False):
-        print(msg, file=sys.stderr)
+        _err(msg)
+
+
+def _print(msg: str) -> None:
+    """``msg`` on stdout, terminal controls escaped."""
+    from dashboards.terminal import escape
+    print(escape(msg, multiline=True))
 
 
 def _freshness(args, con) -> None:
@@ -51,11 +65,63 @@ def _freshness(args, con) -> None:
         _say(args, note)
 
 
-def emit(df, fmt: str | None, out: str | None) -> None:
-    """Write a Polars DataFrame as an aligned text table, CSV or JSON, to stdout or ``out``.
+def _progress(args, what: str):
+    """A one-line counter on a terminal's stderr; nothing when piped or --quiet."""
+    if getattr(args, "quiet", False) or not sys.stderr.isatty():
+        return None
 
-    The format defaults to the extension of ``out`` (.csv, .json, .parquet), else a text table.
-    """
+    def show(i: int, n: int) -> None:
+        print(f"\r{what}: {i}/{n}", end="\n" if i == n else "", file=sys.stderr, flush=True)
+    return show
+
+
+def _names(text: str | None) -> list[str]:
+    """A comma-separated option value as a list of names."""
+    return [c.strip() for c in (text or "").split(",") if c.strip()]
+
+
+def _time(value, opt: str, tz: str | None = None):
+    """A time option as naive UTC, read by the one parser of users' times (ISO 8601 or epoch seconds; ``tz``
+    for times without an offset); unreadable: bad usage naming the option."""
+    from ingest.warehouse import parse_time
+    try:
+        return parse_time(value, opt, tz)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def _duration(value, opt: str) -> int:
+    """A duration option in whole seconds, read by the one parser of durations (seconds, or 90s, 5m, 2h, 1.5d);
+    unreadable: bad usage naming the option."""
+    from models.definitions.times import parse_duration
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise UsageError(f"{opt}: {exc}") from exc
+
+
+def _window(args, cmd: str):
+    """--from/--to as naive UTC (either may be None), checked for order; bad usage otherwise."""
+    from models.definitions.times import parse_window
+    try:
+        return parse_window(args.date_from, args.date_to)
+    except ValueError as exc:
+        raise UsageError(f"{cmd}: {exc}") from exc
+
+
+def _none_of(cmd: str, args, flags: dict[str, str], because: str) -> None:
+    """Bad usage when any option of ``flags`` (dest -> option) was given: it would do nothing ``because``."""
+    given = [opt for dest, opt in flags.items() if getattr(args, dest) not in (None, False, [], "")]
+    if given:
+        raise UsageError(f"{cmd}: {' and '.join(given)} cannot be used {because}")
+
+
+def emit(df, fmt: str | None, out: str | None) -> None:
+    """Write a Polars DataFrame as an aligned text table, CSV, JSON or Parquet, to stdout or ``out``.
+
+    The format defaults to the extension of ``out`` (.csv, .json, .parquet), else a text table. CSV text cells
+    are neutralised (dashboards/exports.py); on a terminal, control characters in data print escaped."""
+    from dashboards import exports, terminal
     if fmt is None:
         ext = Path(out).suffix.lower() if out else ""
         fmt = {".csv": "csv", ".json": "json", ".parquet": "parquet"}.get(ext, "table")
@@ -65,37 +131,21 @@ def emit(df, fmt: str | None, out: str | None) -> None:
         df.write_parquet(out)
         return
     if fmt == "csv":
-        text = df.write_csv()
+        text = exports.neutralise(df).write_csv()
     elif fmt == "json":
-        text = json.dumps(df.to_dicts(), default=str, indent=1) + "\n"
+        text = json.dumps(df.to_dicts(), default=_json_value, indent=1) + "\n"   # escapes control characters
     else:
-        text = format_table(df)
+        text = terminal.format_table(df)
     if out:
         Path(out).write_text(text, encoding="utf-8")
     else:
-        sys.stdout.write(text)
+        sys.stdout.write(terminal.escape(text, multiline=True) if fmt == "csv" and sys.stdout.isatty() else text)
 
 
-def format_table(df) -> str:
-    """Every row and column, aligned; numbers right-aligned and floats to 2-4 significant places."""
-    if df.height == 0:
-        return "(no rows)\n"
-    cols = df.columns
-    cells = []
-    for name in cols:
-        s = df.get_column(name)
-        if s.dtype.is_float():
-            vals = ["" if v is None else f"{v:,.4g}" if abs(v) < 1 else f"{v:,.2f}" for v in s.to_list()]
-        else:
-            vals = ["" if v is None else str(v) for v in s.to_list()]
-        cells.append(vals)
-    numeric = [df.get_column(c).dtype.is_numeric() for c in cols]
-    widths = [max(len(c), *(len(v) for v in vals)) for c, vals in zip(cols, cells)]
-    def line(vals):
-        return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(vals, widths, numeric)).rstrip()
-    rows = [line(cols), line(["-" * w for w in widths])]
-    rows += [line([cells[j][i] for j in range(len(cols))]) for i in range(df.height)]
-    return "\n".join(rows) + "\n"
+def _json_value(v):
+    """Decimals (money, GPU-hours) as JSON numbers (exact up to 15 significant digits), the rest as text."""
+    from decimal import Decimal
+    return float(v) if isinstance(v, Decimal) else str(v)
 
 
 def _print_ingest_summary(args, summary: dict) -> bool:
@@ -106,13 +156,20 @@ def _print_ingest_summary(args, summary: dict) -> bool:
                f"skipped {summary['skipped']}" + (f" [{reasons}]" if reasons else "")
                + f", rejected {summary['rejected']} (run {summary['run_id']})")
     for line in summary.get("reject_examples", []):
-        print(line, file=sys.stderr)
+        _err(line)
     more = summary["rejected"] - len(summary.get("reject_examples", []))
     if more > 0:
-        _say(args, f"  ... and {more} more rejected lines: see `rejects` (run {summary['run_id']})")
+        _say(args, f"  ... and {more} more rejected lines: see the `rejects` table (run {summary['run_id']})")
     if summary.get("error"):
-        print(f"gpuledger: {summary['error']}", file=sys.stderr)
+        _err(f"gpuledger: {summary['error']}")
     return bool(summary.get("error"))
+
+
+def _ingest_status(args, summaries: list[dict]) -> int:
+    """Exit 1 when an input loaded nothing from data (its summary says why), or with --strict any reject."""
+    bad = any(s.get("error") for s in summaries)
+    bad = bad or getattr(args, "strict", False) and any(s["rejected"] for s in summaries)
+    return EXIT_ERROR if bad else EXIT_OK
 
 
 def _after_ingest(args, con) -> None:
@@ -128,69 +185,74 @@ def _after_ingest(args, con) -> None:
 # ---------------------------------------------------------------- ingest
 
 def cmd_ingest_sacct(args) -> int:
+    """Load sacct output files (or stdin), or run sacct itself from the watermark (--live)."""
     from ingest import sacct
+    if args.live and args.files:
+        raise UsageError("ingest sacct: give FILEs or --live, not both")
+    if not args.live and not args.files:
+        raise UsageError("ingest sacct: give one or more FILEs, '-' for stdin, or --live")
+    if args.since and not args.live:
+        raise UsageError("ingest sacct: --since only with --live")
+    since = _time(args.since, "--since")      # sacct runs with TZ=UTC
     con = _open(args)
     opts = sacct.SacctOptions(cluster=args.cluster, tz=args.tz, fields=args.fields, delimiter=args.delimiter,
                               strict=args.strict)
     if args.live:
-        if args.files:
-            raise UsageError("ingest sacct: give FILEs or --live, not both")
-        summaries = [sacct.ingest_live(con, opts, since=args.since, sacct_cmd=args.sacct_cmd)]
-    else:
-        if not args.files:
-            raise UsageError("ingest sacct: give one or more FILEs, '-' for stdin, or --live")
-        summaries = []
-        for f in args.files:   # each file's summary as soon as it is loaded: a long list shows progress
-            summaries.append(sacct.ingest_path(con, f, opts))
-            _print_ingest_summary(args, summaries[-1])
-    if args.live:
+        summaries = [sacct.ingest_live(con, opts, since=since and f"{since:%Y-%m-%dT%H:%M:%S}",
+                                       sacct_cmd=args.sacct_cmd)]
         _print_ingest_summary(args, summaries[0])
         if summaries[0].get("transitions"):
             _say(args, "  state changes since the last run: " + ", ".join(
                 f"{k} {v}" for k, v in summaries[0]["transitions"].items()))
+    else:
+        summaries = []
+        for f in args.files:   # each file's summary as soon as it is loaded: a long list shows progress
+            summaries.append(sacct.ingest_path(con, f, opts))
+            _print_ingest_summary(args, summaries[-1])
     _after_ingest(args, con)
-    bad = any(s.get("error") for s in summaries) or args.strict and any(s["rejected"] for s in summaries)
-    return EXIT_ERROR if bad else EXIT_OK
+    return _ingest_status(args, summaries)
 
 
 def cmd_ingest_nodes(args) -> int:
     from ingest import slurm_nodes
+    as_of = _time(args.as_of, "--as-of")
     con = _open(args)
-    failed = False
+    summaries = []
     for f in args.files:
-        s = slurm_nodes.ingest_path(con, f, fmt=args.format, cluster=args.cluster, as_of=args.as_of,
-                                    retire_missing=args.retire_missing)
-        failed |= _print_ingest_summary(args, s)
+        summaries.append(slurm_nodes.ingest_path(con, f, fmt=args.format, cluster=args.cluster,
+                                                 as_of=as_of and as_of.isoformat(), retire_missing=args.retire_missing))
+        _print_ingest_summary(args, summaries[-1])
     _after_ingest(args, con)
-    return EXIT_ERROR if failed else EXIT_OK
+    return _ingest_status(args, summaries)
 
 
 def cmd_ingest_events(args) -> int:
     from ingest import slurm_events
     con = _open(args)
-    failed = False
+    summaries = []
     for f in args.files:
-        s = slurm_events.ingest_path(con, f, cluster=args.cluster, tz=args.tz)
-        failed |= _print_ingest_summary(args, s)
+        summaries.append(slurm_events.ingest_path(con, f, cluster=args.cluster, tz=args.tz))
+        _print_ingest_summary(args, summaries[-1])
     _after_ingest(args, con)
-    return EXIT_ERROR if failed else EXIT_OK
+    return _ingest_status(args, summaries)
 
 
 def _telemetry_options(args):
-    from ingest import prometheus, telemetry_store
+    from ingest import telemetry_store
     interval = getattr(args, "interval", None)
     return telemetry_store.TelemetryOptions(
         cluster=args.cluster, node=getattr(args, "node", None),
-        interval_s=max(60, prometheus.parse_step(interval)) if interval else 60, keep_raw_days=args.keep_raw_days)
+        interval_s=max(60, _duration(interval, "--interval")) if interval else 60, keep_raw_days=args.keep_raw_days)
 
 
 def _ingest_telemetry(args, load) -> int:
     """Run ``load(con, opts)`` (a list of summaries), print them, refresh; input errors exit 1 in one line."""
     from ingest.errors import InputError
+    opts = _telemetry_options(args)
     con = _open(args)
     summaries = []
     try:
-        for s in load(con, _telemetry_options(args)):     # summaries print as each input is loaded
+        for s in load(con, opts):     # summaries print as each input is loaded
             summaries.append(s)
             _print_ingest_summary(args, s)
             if s.get("pruned_raw_rows"):
@@ -199,18 +261,17 @@ def _ingest_telemetry(args, load) -> int:
     except InputError as exc:
         raise CliError(str(exc)) from exc
     _after_ingest(args, con)
-    strict = getattr(args, "strict", False)
-    bad = any(s.get("error") for s in summaries) or strict and any(s["rejected"] for s in summaries)
-    return EXIT_ERROR if bad else EXIT_OK
+    return _ingest_status(args, summaries)
 
 
 def cmd_ingest_prometheus(args) -> int:
-    from ingest import prometheus, telemetry_store
+    from ingest import prometheus
+    start, end = _time(args.start, "--start", args.tz), _time(args.end, "--end", args.tz)
+    step = _duration(args.step, "--step")
 
     def load(con, opts):
         q = prometheus.QueryOptions(
-            url=args.url, start=telemetry_store.parse_time(args.start, "--start", args.tz),
-            end=telemetry_store.parse_time(args.end, "--end", args.tz), step_s=prometheus.parse_step(args.step),
+            url=args.url, start=start, end=end, step_s=step,
             match=args.match, timeout_s=args.timeout, retries=args.retries,
             progress=_progress(args, "prometheus: query windows"))
         return [prometheus.ingest(con, q, opts)]
@@ -219,6 +280,7 @@ def cmd_ingest_prometheus(args) -> int:
 
 def cmd_ingest_dcgm(args) -> int:
     from ingest import dcgm
+    _time(args.scrape_time, "--scrape-time", args.tz)     # checked here; read again per file with FILE@TIME
     return _ingest_telemetry(args, lambda con, opts: dcgm.ingest_paths(
         con, args.files, opts, fmt=args.format, scrape_time=args.scrape_time, tz=args.tz))
 
@@ -231,27 +293,19 @@ def cmd_ingest_nvidia_smi(args) -> int:
 
 def cmd_ingest_trace(args) -> int:
     """Load a public trace (file or directory) into the canonical tables; one summary line per input file."""
-    import datetime as dt
     from ingest import traces
     from ingest.errors import InputError
-    start = None
-    if args.start:
-        try:
-            start = dt.datetime.fromisoformat(args.start)
-        except ValueError as exc:
-            raise UsageError(f"ingest trace: --start {args.start!r} is not an ISO date or time") from exc
-        start = start.astimezone(dt.timezone.utc).replace(tzinfo=None) if start.tzinfo else start
+    start = _time(args.start, "--start")
     con = _open(args)
     try:
         summaries = traces.ingest(con, args.kind, args.path, cluster=args.cluster, start=start, tz=args.tz,
                                   nodes=args.nodes)
     except InputError as exc:
         raise CliError(str(exc)) from exc
-    failed = False
     for s in summaries:
-        failed |= _print_ingest_summary(args, s)
+        _print_ingest_summary(args, s)
     _after_ingest(args, con)
-    return EXIT_ERROR if failed else EXIT_OK
+    return _ingest_status(args, summaries)
 
 
 def cmd_ingest_governance(args) -> int:
@@ -272,18 +326,22 @@ def cmd_ingest_governance(args) -> int:
     _say(args, f"{args.file}: loaded {s['loaded']} records (run {s['run_id']}); jobs re-mapped: {s['updated']}")
     if not args.quiet:
         emit(cost.rate_card(con), args.format, None)
-    unmapped = cost.unmapped_accounts(con)
-    if unmapped.height:
-        _say(args, f"{unmapped.height} account/cluster pairs map to no team (charged on their own lines):")
-        for r in unmapped.head(10).iter_rows(named=True):
-            _say(args, f"  {r['cluster']}/{r['account']}: {r['jobs']} jobs, {r['users']} users")
-        if unmapped.height > 10:
-            _say(args, f"  ... and {unmapped.height - 10} more (`gpuledger report fairness` lists them too)")
+    _unmapped_note(args, cost.unmapped_accounts(con))
     _after_ingest(args, con)
     return EXIT_OK
 
 
-# ---------------------------------------------------------------- marts, reports, finance
+def _unmapped_note(args, unmapped) -> None:
+    if not unmapped.height:
+        return
+    _say(args, f"{unmapped.height} account/cluster pairs map to no team (charged on their own lines):")
+    for r in unmapped.head(10).iter_rows(named=True):
+        _say(args, f"  {r['cluster']}/{r['account']}: {r['jobs']} jobs, {r['users']} users")
+    if unmapped.height > 10:
+        _say(args, f"  ... and {unmapped.height - 10} more (`gpuledger report fairness` lists them too)")
+
+
+# ---------------------------------------------------------------- marts and reports
 
 def cmd_refresh(args) -> int:
     from models.pipeline import refresh
@@ -295,10 +353,12 @@ def cmd_refresh(args) -> int:
 
 
 def cmd_report_utilization(args) -> int:
+    """Capacity, allocated, idle and unavailable GPU-hours per bucket and group."""
     from models.metrics import utilization
+    lo, hi = _window(args, "report utilization")
     con = _open(args, read_only=True)
     try:
-        df = utilization.by_bucket(con, args.date_from, args.date_to, args.bucket, args.by or "cluster")
+        df = utilization.by_bucket(con, lo, hi, args.bucket, args.by or "cluster")
     except ValueError as exc:
         raise UsageError(f"report utilization: {exc}") from exc
     if df.is_empty():
@@ -313,18 +373,29 @@ def cmd_report_utilization(args) -> int:
     return EXIT_OK
 
 
+def _fragmentation_checks(args) -> None:
+    cmd = "report fragmentation"
+    if args.view != "summary":
+        _none_of(cmd, args, {"bucket": "--bucket", "popularity": "--popularity"},
+                 f"with --view {args.view} (they shape the summary)")
+    if args.view == "jobs":
+        _none_of(cmd, args, {"by": "--by"}, "with --view jobs (one row per pending job)")
+
+
 def cmd_report_fragmentation(args) -> int:
-    from models.metrics import fragmentation, blocked as fragmentation_blocked
+    """Free GPUs that pending jobs could not use: per bucket and cell, per group, or per pending job."""
+    from models.metrics import blocked, fragmentation
+    _fragmentation_checks(args)
+    lo, hi = _window(args, "report fragmentation")
     con = _open(args, read_only=True)
     try:
         if args.view == "summary":
-            df = fragmentation.report(con, args.date_from, args.date_to, args.bucket, args.by or "gpu_type,partition",
-                                      args.interval, args.popularity)
+            df = fragmentation.report(con, lo, hi, args.bucket or "day", args.by or "gpu_type,partition",
+                                      args.interval, 1.0 if args.popularity is None else args.popularity)
         elif args.view == "blocked":
-            df = fragmentation_blocked.blocked(con, args.date_from, args.date_to, args.by or "team,size_class",
-                                               args.interval)
+            df = blocked.blocked(con, lo, hi, args.by or "team,size_class", args.interval)
         else:
-            df = fragmentation_blocked.per_job(con, args.date_from, args.date_to, args.interval)
+            df = blocked.per_job(con, lo, hi, args.interval)
     except ValueError as exc:
         raise UsageError(f"report fragmentation: {exc}") from exc
     if df.is_empty():
@@ -335,54 +406,35 @@ def cmd_report_fragmentation(args) -> int:
     return EXIT_OK
 
 
-def _own_by_default(p: argparse.ArgumentParser, default: str = "") -> None:
-    """Give report parser ``p`` its own --by action: parsers made with ``parents=`` share action objects, and
-    a sibling's ``set_defaults(by=...)`` would otherwise change our default too."""
-    import copy
-    for i, a in enumerate(p._actions):
-        if a.dest == "by":
-            mine = copy.copy(a)
-            mine.default = default
-            p._actions[i] = mine
-            for opt in a.option_strings:
-                p._option_string_actions[opt] = mine
-            for g in p._action_groups:
-                g._group_actions[:] = [mine if x is a else x for x in g._group_actions]
-
-
-def _fragmentation_options(p: argparse.ArgumentParser) -> None:
-    _own_by_default(p)
-    p.add_argument("--view", choices=["summary", "blocked", "jobs"], default="summary",
-                   help="summary: free-GPU state per bucket, pool and partition (default --by gpu_type,partition); "
-                        "blocked: queue wait split into placeable/fragmentation/capacity per group (default --by "
-                        "team,size_class); jobs: that split per pending job")
-    p.add_argument("--interval", default="5m", metavar="DUR", help="sampling interval, e.g. 5m (default), 1m, 1h, 300")
-    p.add_argument("--popularity", type=float, default=1.0, metavar="X",
-                   help="FGD target workload: the most frequent request sizes covering this share of jobs "
-                        "(default 1.0 = all; the FGD paper used 0.6 and 0.95)")
+def _efficiency_checks(args, by: list[str]) -> None:
+    cmd = "report efficiency"
+    if args.worst:
+        _none_of(cmd, args, {"by": "--by", "total": "--total", "bucket": "--bucket"},
+                 "with --worst (it lists jobs)")
+    elif "job" in by:
+        _none_of(cmd, args, {"total": "--total", "bucket": "--bucket"}, "with --by job (one row per job)")
+    elif args.total:
+        _none_of(cmd, args, {"bucket": "--bucket"}, "with --total (no time buckets)")
 
 
 def cmd_report_efficiency(args) -> int:
     """Efficiency per group and bucket, per job (--by job), or the worst offenders (--worst N)."""
-    from models.definitions.times import parse_window
     from models.metrics import efficiency
+    by = _names(args.by)
+    _efficiency_checks(args, by)
+    lo, hi = _window(args, "report efficiency")
     con = _open(args, read_only=True)
     try:
-        lo, hi = parse_window(args.date_from, args.date_to)
-    except ValueError as exc:
-        raise UsageError(f"report efficiency: {exc}") from exc
-    by = [c.strip() for c in (args.by or "").split(",") if c.strip()]
-    if not con.sql("SELECT count(*) FROM gpu_efficiency_job").fetchall()[0][0]:
-        _say(args, "report efficiency: no GPU jobs in the efficiency mart yet (ingest sacct and telemetry: "
-                   "`gpuledger ingest sacct ...`, `gpuledger ingest prometheus|dcgm|nvidia-smi ...`)")
-        return EXIT_OK
-    try:
+        if not efficiency.has_jobs(con):
+            _say(args, "report efficiency: no GPU jobs in the efficiency mart yet (ingest sacct and telemetry: "
+                       "`gpuledger ingest sacct ...`, `gpuledger ingest prometheus|dcgm|nvidia-smi ...`)")
+            return EXIT_OK
         if args.worst:
             df = efficiency.worst_offenders(con, lo, hi, args.worst)
         elif "job" in by:
             df = efficiency.per_job(con, lo, hi)
         else:
-            df = efficiency.by_group(con, lo, hi, by, None if args.total else args.bucket)
+            df = efficiency.by_group(con, lo, hi, by, None if args.total else args.bucket or "day")
     except ValueError as exc:
         raise UsageError(f"report efficiency: {exc}") from exc
     emit(df, args.format, args.out)
@@ -405,14 +457,17 @@ def _efficiency_footer(args, con, s: dict) -> None:
     _freshness(args, con)
 
 
-def _governance_windows(args, con, default_days):
+def _window_or_windows(args) -> tuple:
+    """--from/--to (one window) or --windows (several), read and checked before the warehouse is opened."""
+    lo, hi = _time(args.date_from, "--from"), _time(args.date_to, "--to")
+    if lo or hi:
+        _none_of(f"report {args.report}", args, {"windows": "--windows"}, "with --from/--to (one window)")
+    return lo, hi
+
+
+def _governance_windows(args, con, default_days, lo, hi):
     """--from/--to as one window, else --windows (default: the governance's, 7 and 30 days) ending at the horizon."""
-    from ingest.warehouse import parse_time
     from models.metrics import fairness, timeline
-    try:
-        lo, hi = parse_time(args.date_from, "--from"), parse_time(args.date_to, "--to")
-    except ValueError as exc:
-        raise UsageError(str(exc)) from exc
     if lo or hi:
         hi = hi or timeline.horizon(con)
         if hi is None or lo is None or lo >= hi:
@@ -436,27 +491,30 @@ def _print_views(args, views: dict, default: str, compact: dict | None = None) -
         emit(df.select(cols), "table", None)
 
 
+FAIRNESS_TEAM_COLUMNS = ["window", "cluster", "pool", "team", "usage_gpu_h", "usage_share", "entitlement_share",
+                         "share_ratio", "fairshare_classic", "level_fs", "pending_gpu_h", "gap_gpu_h", "gap"]
+
+
 def cmd_report_fairness(args) -> int:
     """Usage against entitlement per team and pool, Slurm fair-share factors, Jain and Gini, entitlement gap."""
-    from ingest.warehouse import parse_time
     from models.definitions.policy import CostError, current_policy
     from models.metrics import cost, fairness
+    if args.view != "sshare":
+        _none_of("report fairness", args, {"as_of": "--as-of", "basis": "--basis"}, "without --view sshare")
+    as_of, (lo, hi) = _time(args.as_of, "--as-of"), _window_or_windows(args)
     con = _open(args, read_only=True)
     try:
         policy = current_policy(con)
-        windows = _governance_windows(args, con, policy.windows_days)
+        windows = _governance_windows(args, con, policy.windows_days, lo, hi)
         if not windows:
             raise CliError("report fairness: no jobs in the warehouse yet (run `gpuledger ingest sacct ...`)")
         rep = fairness.report(con, windows, policy, half_life_days=args.half_life, pool=args.pool)
         views = {"pools": rep["pools"], "teams": rep["teams"]}
         if args.view == "sshare":
-            views["sshare"] = fairness.sshare(con, parse_time(args.as_of, "--as-of"), args.half_life, args.basis,
-                                              policy)
+            views["sshare"] = fairness.sshare(con, as_of, args.half_life, args.basis or "billing", policy)
     except (CostError, ValueError) as exc:
         raise CliError(str(exc)) from exc
-    _print_views(args, views, "teams", {"teams": [
-        "window", "cluster", "pool", "team", "usage_gpu_h", "usage_share", "entitlement_share", "share_ratio",
-        "fairshare_classic", "level_fs", "pending_gpu_h", "gap_gpu_h", "gap"]})
+    _print_views(args, views, "teams", {"teams": FAIRNESS_TEAM_COLUMNS})
     unmapped = cost.unmapped_accounts(con)
     if unmapped.height:
         _say(args, f"{unmapped.height} accounts map to no team; their jobs count as '(unmapped)': "
@@ -465,11 +523,23 @@ def cmd_report_fairness(args) -> int:
     return EXIT_OK
 
 
+def _queue_by(args) -> tuple[str, ...]:
+    from models.metrics import queue
+    if args.view not in (None, "waits"):
+        _none_of("report queue", args, {"by": "--by"}, f"with --view {args.view} (it groups the waits view)")
+    by = tuple(_names(args.by)) or ("team", "size_class")
+    bad = [c for c in by if c not in queue.GROUPS]
+    if bad:
+        raise UsageError(f"report queue: cannot group by {', '.join(bad)}; choose from {', '.join(queue.GROUPS)}")
+    return by
+
+
 def cmd_report_queue(args) -> int:
     """Queue waits per team x size class and per QOS, bounded slowdown, starvation, jobs pending now."""
     import polars as pl
     from models.definitions.policy import CostError, current_policy
     from models.metrics import queue
+    by, (lo, hi) = _queue_by(args), _window_or_windows(args)
     con = _open(args, read_only=True)
     try:
         policy = current_policy(con)
@@ -477,13 +547,10 @@ def cmd_report_queue(args) -> int:
         policy = None   # waits need no governance; teams then show as (unmapped)
     thr = args.threshold_hours or (policy.starvation_hours if policy else 24.0)
     tau = args.tau_minutes or (policy.bsld_tau_minutes if policy else 10.0)
-    windows = _governance_windows(args, con, policy.windows_days if policy else (7, 30))
+    windows = _governance_windows(args, con, policy.windows_days if policy else (7, 30), lo, hi)
     if not windows:
         raise CliError("report queue: no jobs in the warehouse yet (run `gpuledger ingest sacct ...`)")
-    by = tuple(c.strip() for c in args.by.split(",") if c.strip()) or ("team", "size_class")
-    bad = [c for c in by if c not in queue.GROUPS]
-    if bad:
-        raise UsageError(f"report queue: cannot group by {', '.join(bad)}; choose from {', '.join(queue.GROUPS)}")
+
     def per_window(f):
         return pl.concat([f(s, e).select(pl.lit(w).alias("window"), pl.all()) for w, s, e in windows])
     views = {
@@ -497,58 +564,71 @@ def cmd_report_queue(args) -> int:
     return EXIT_OK
 
 
+# ---------------------------------------------------------------- finance
+
 def cmd_chargeback(args) -> int:
     """Compute (or, for a closed period, re-read) the month's statement; export it; --close freezes it."""
     from models.definitions.policy import CostError
     from models.metrics import chargeback
-    from models.pipeline import close, refresh
+    if args.out or args.format in ("xlsx", "parquet"):
+        _none_of("chargeback", args, {"view": "--view"}, "with an export (it holds every view)")
+    if args.out and args.format in ("table", "json"):
+        raise UsageError(f"chargeback: --out writes csv, xlsx or parquet, not --format {args.format}")
     con = _open(args, read_only=not args.close)
     try:
-        if args.close and args.period in chargeback.closed_periods(con):
-            _say(args, f"{args.period} is already closed; nothing changed (showing the frozen statement)")
-            st = chargeback.statement(con, args.period)
-        elif args.close:
-            st = close.close_period(con, args.period)
-            _say(args, f"closed {args.period} at {st.closed_at:%Y-%m-%d %H:%M:%S} UTC, sha256 {st.content_hash}")
-            refresh.run(con, _db_path(args))   # the open statements and the dashboard's snapshot know it now
-        else:
-            st = chargeback.statement(con, args.period)
-            _freshness(args, con)
+        st = _close_period(args, con) if args.close else chargeback.statement(con, args.period)
     except (CostError, ValueError) as exc:
         raise CliError(str(exc)) from exc
-    t = st.total_row
-    _say(args, f"{args.period} ({st.status}): cluster cost {t['cluster_cost']:.{st.policy.minor_units}f} "
-               f"{st.policy.currency} = lines {t['direct_cost'] + t['idle_allocated']:.{st.policy.minor_units}f} "
-               f"+ unallocated idle {t['unallocated_idle']:.{st.policy.minor_units}f} + rate variance "
-               f"{t['rate_variance']:.{st.policy.minor_units}f} + rounding residue "
-               f"{t['rounding_residue']:.{st.policy.minor_units}f}")
+    if not args.close:
+        _freshness(args, con)
+    _say(args, _reconciliation_line(st))
     views = chargeback.views(st)
     if args.out or args.format in ("xlsx", "parquet"):
-        return _export_statement(args, st, views)
+        return _export_statement(args, st, views, chargeback.units(st))
     if args.view:
         emit(views[args.view], args.format, None)
     elif args.format in ("csv", "json"):
         emit(views["by team"], args.format, None)
     else:
         for name in ("summary", "by team", "reconciliation", "adjustments"):
-            if name == "adjustments" and views[name].height == 0:
-                continue
-            sys.stdout.write(f"\n== {name}\n")
-            emit(views[name], "table", None)
+            if name != "adjustments" or views[name].height:
+                sys.stdout.write(f"\n== {name}\n")
+                emit(views[name], "table", None)
     return EXIT_OK
 
 
-def _export_statement(args, st, views) -> int:
+def _close_period(args, con):
+    """Freeze the period (a no-op for a closed one), then refresh: the open statements and the snapshot know it."""
+    from models.metrics import chargeback
+    from models.pipeline import close, refresh
+    if args.period in chargeback.closed_periods(con):
+        _say(args, f"{args.period} is already closed; nothing changed (showing the frozen statement)")
+        return chargeback.statement(con, args.period)
+    st = close.close_period(con, args.period)
+    _say(args, f"closed {args.period} at {st.closed_at:%Y-%m-%d %H:%M:%S} UTC, sha256 {st.content_hash}")
+    refresh.run(con, _db_path(args))
+    return st
+
+
+def _reconciliation_line(st) -> str:
+    t, p = st.total_row, st.policy
+    m = lambda x: f"{x:.{p.minor_units}f}"   # noqa: E731
+    return (f"{st.period} ({st.status}): cluster cost {m(t['cluster_cost'])} {p.currency} = lines "
+            f"{m(t['direct_cost'] + t['idle_allocated'])} + unallocated idle {m(t['unallocated_idle'])} + rate "
+            f"variance {m(t['rate_variance'])} + rounding residue {m(t['rounding_residue'])}")
+
+
+def _export_statement(args, st, views, units: dict) -> int:
     from dashboards import exports
     from ingest.warehouse import utcnow
+    fmt = args.format if args.format in exports.FORMATS else None
     out = Path(args.out or ".")
     if out.is_dir() or (args.out or "").endswith("/"):
         out.mkdir(parents=True, exist_ok=True)
-        out = out / f"chargeback-{st.period}.{args.format if args.format in exports.FORMATS else 'xlsx'}"
-    fmt = args.format if args.format in exports.FORMATS else None
+        out = out / f"chargeback-{st.period}.{fmt or 'xlsx'}"
     try:
         written = exports.write_tables(views, out, fmt, main="by team", title=f"GPU chargeback {st.period}",
-                                       created=st.closed_at or utcnow())
+                                       created=st.closed_at or utcnow(), units=units)
     except (ValueError, OSError) as exc:
         raise CliError(str(exc)) from exc
     _say(args, f"wrote {written[0]}" + (f" and {len(written) - 1} more files beside it ({written[0].stem}.*)"
@@ -556,32 +636,54 @@ def _export_statement(args, st, views) -> int:
     return EXIT_OK
 
 
-def cmd_forecast(args) -> int:
-    from ingest.errors import InputError
-    from models.forecasting import capacity, forecast
+# ---------------------------------------------------------------- forecasts
+
+def _forecast_run(args, progress) -> dict:
+    """The forecast of a --series CSV or of the warehouse's demand (read-only)."""
+    from models.forecasting import capacity
     from models.metrics import demand
+    caps = capacity.parse_capacity(args.capacity, bare=True)
+    common = dict(capacity=caps, target_util=args.target_util, band=args.band, window=args.window,
+                  shifts=not args.no_level_shifts, progress=progress)
+    if args.series:
+        _none_of("forecast", args, {"measure": "--measure", "cluster": "--cluster"},
+                 "with --series (they choose a warehouse series)")
+        return capacity.forecast_csv(args.series, _names(args.by), args.freq, args.horizon, agg=args.agg or "mean",
+                                     unit=args.unit or "gpus", **common)
+    _none_of("forecast", args, {"unit": "--unit", "agg": "--agg"}, "without --series (they describe a CSV)")
+    by, overrides = demand.parse_by(args.by or "pool"), common.pop("capacity")
+    con = _open(args, read_only=True)
+    res = capacity.forecast_warehouse(con, args.horizon, by=by, freq=args.freq or "day",
+                                      measure=args.measure or "demanded", cluster=args.cluster,
+                                      overrides=overrides, **common)
+    _freshness(args, con)
+    return res
+
+
+def cmd_forecast(args) -> int:
+    """Demand forecasts with calibrated intervals and, per pool, capacity exhaustion dates and GPUs needed."""
+    from ingest.errors import InputError
     if args.horizon < 1:
         raise UsageError("forecast: --horizon must be at least 1 period")
-    progress = _progress(args, "forecasting series")
     try:
-        caps = _forecast_capacity(args.capacity)
-        if args.series:
-            res = _forecast_csv(args, caps, progress)
-        else:
-            by = demand.parse_by(args.by or "pool")
-            con = _open(args, read_only=True)
-            res = capacity.forecast_warehouse(
-                con, args.horizon, by=by, freq=args.freq or "day",
-                measure=args.measure, cluster=args.cluster, overrides=caps, target_util=args.target_util,
-                band=args.band, window=args.window, shifts=not args.no_level_shifts, progress=progress)
+        res = _forecast_run(args, _progress(args, "forecasting series"))
     except InputError as exc:
         raise CliError(str(exc)) from exc
     except ValueError as exc:
         raise UsageError(f"forecast: {exc}") from exc
     if res["forecast"].is_empty():
-        _say(args, "forecast: no demand history to forecast (ingest accounting first, or pass --series FILE.csv)"
-             + "".join(f"\n  note: {n}" for n in res.get("notes", [])))
+        _say(args, "forecast: no demand history to forecast (ingest accounting first, or pass --series FILE.csv)")
         return EXIT_OK
+    _forecast_files(args, res)
+    if args.format in ("csv", "json"):
+        emit(res["forecast"], args.format, None)
+    elif not args.quiet or not args.out:
+        _print_forecast_report(res)
+    return EXIT_OK
+
+
+def _forecast_files(args, res: dict) -> None:
+    """--out (forecast rows), --summary-out (every model's backtest), --plot (HTML chart)."""
     if args.out:
         emit(res["forecast"], None, args.out)
         _say(args, f"forecast: {res['forecast'].height} rows written to {args.out}")
@@ -593,71 +695,27 @@ def cmd_forecast(args) -> int:
                                                 per_hour=res.get("per_hour", 1.0), unit=res.get("unit", ""))
         forecast_charts.write_html(figs, args.plot, res["title"])
         _say(args, f"forecast: chart written to {args.plot}")
-    if args.format in ("csv", "json"):
-        emit(res["forecast"], args.format, None)
-    elif not args.quiet or not args.out:
-        _print_forecast_report(res)
-    return EXIT_OK
-
-
-def _progress(args, what: str):
-    """A one-line counter on a terminal's stderr; nothing when piped or --quiet."""
-    if getattr(args, "quiet", False) or not sys.stderr.isatty():
-        return None
-
-    def show(i: int, n: int) -> None:
-        print(f"\r{what}: {i}/{n}", end="\n" if i == n else "", file=sys.stderr, flush=True)
-    return show
-
-
-def _forecast_capacity(items: list[str]) -> dict:
-    """--capacity POOL=GPUS (repeatable) or a bare GPUS for every series."""
-    from models.forecasting import capacity
-    bare = [i for i in items if "=" not in i]
-    out = capacity.parse_capacity([i for i in items if "=" in i])
-    for item in bare:
-        try:
-            out["*"] = float(item)
-        except ValueError:
-            raise UsageError(f"forecast: --capacity {item!r}: expected POOL=GPUS or GPUS") from None
-    return out
-
-
-def _forecast_csv(args, caps: dict, progress) -> dict:
-    from models.forecasting import series_csv
-    from models.forecasting import capacity, forecast
-    from models.metrics import demand
-    keys = [c.strip() for c in (args.by or "").split(",") if c.strip()]
-    raw = series_csv.read_series(args.series, keys)
-    freq = args.freq or forecast.infer_freq(raw.get_column("ts").to_numpy())
-    hist = forecast.regularise(raw, keys, freq, agg=args.agg)
-    fc, summary = forecast.forecast_table(hist, keys, freq, args.horizon, shifts=not args.no_level_shifts,
-                                          progress=progress)
-    per_hour = demand.FREQS.get(freq, 24.0) if args.unit == "gpu-hours" else 1.0
-    answer = capacity.exhaustion(hist, fc, caps, keys, args.target_util, args.band,
-                                 args.window or forecast.SEASON[freq], per_hour) if caps and fc.height else None
-    return {"history": hist, "forecast": capacity.cap_bands(fc, answer, keys, per_hour) if fc.height else fc,
-            "summary": summary, "capacity": answer, "keys": keys, "notes": capacity.idle_notes(hist, keys),
-            "per_hour": per_hour, "unit": args.unit,
-            "title": f"{Path(args.series).name}: {freq} series, {args.horizon}-period forecast"}
 
 
 def _print_forecast_report(res: dict) -> None:
     import polars as pl
+    from dashboards.terminal import format_table
     keys, summary = res["keys"], res["summary"]
-    print(res["title"])
+    _print(res["title"])
     cols = [*keys, "model", "history_periods", "backtest_horizon", "backtest_mase", "coverage80", "coverage95"]
     sys.stdout.write(format_table(summary.select(cols)))
     for r in summary.filter(pl.col("notes") != "").iter_rows(named=True):
-        print(f"  note [{' / '.join(str(r[k]) for k in keys) or 'series'}]: {r['notes']}")
+        _print(f"  note [{' / '.join(str(r[k]) for k in keys) or 'series'}]: {r['notes']}")
     for note in res.get("notes", []):
-        print(f"  note: {note}")
+        _print(f"  note: {note}")
     cap = res.get("capacity")
     if cap is not None and cap.height:
         print("\nCapacity (GPUs; demand averaged over the smoothing window; dates = first day over target):")
         sys.stdout.write(format_table(cap))
     print("\nPoint forecasts and 80 %/95 % bounds per period: --out FILE (.csv, .json, .parquet) or --format csv")
 
+
+# ---------------------------------------------------------------- simulation and planning
 
 def _pool_counts(items: list[str], flag: str) -> dict[str, int]:
     out: dict[str, int] = {}
@@ -669,60 +727,92 @@ def _pool_counts(items: list[str], flag: str) -> dict[str, int]:
     return out
 
 
-def _sim_policy(args):
+def _scenario(args):
+    """The what-if of --add/--remove/--demand-scale/--runtime-scale/--policy/--placement/... (bad usage: exit 2)."""
+    from models.simulation import whatif
     from models.simulation.simulate import Policy
+    if args.demand_scale <= 0 or args.runtime_scale <= 0:
+        raise UsageError("--demand-scale and --runtime-scale must be > 0")
+    if args.replications < 1:
+        raise UsageError("--replications must be >= 1")
     try:
-        return Policy.parse(args.policy, placement=args.placement, bf_max_job_test=args.bf_max_job_test,
-                            bf_interval_s=args.bf_interval, seed=args.seed)
+        policy = Policy.parse(args.policy, placement=args.placement, bf_max_job_test=args.bf_max_job_test,
+                              bf_interval_s=args.bf_interval, seed=args.seed)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
+    return whatif.Scenario(add=_pool_counts(args.add, "--add"), remove=_pool_counts(args.remove, "--remove"),
+                           demand_scale=args.demand_scale, runtime_scale=args.runtime_scale, policy=policy,
+                           replay_events=not args.no_events)
 
 
 def _sim_inputs(args):
+    """The window's nodes, jobs and outages, from the warehouse opened read-only (then closed)."""
     from models.simulation import whatif
+    lo, hi = _window(args, args.command)
     con = _open(args, read_only=True)
     try:
-        return whatif.load_inputs(con, args.date_from, args.date_to, args.cluster)
+        inp = whatif.load_inputs(con, lo, hi, args.cluster)
+        _freshness(args, con)
+        return inp
     except ValueError as exc:
         raise CliError(str(exc)) from exc
     finally:
         con.close()
 
 
-def _duration_h(text: str) -> float:
-    import re
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(s|m|min|h|d)?\s*", text)
-    if not m:
-        raise UsageError(f"--target-p95-wait {text!r}: expected a duration like 90m, 2h or 1.5d")
-    return float(m.group(1)) * {"s": 1 / 3600, "m": 1 / 60, "min": 1 / 60, "h": 1.0, "d": 24.0, None: 1.0}[m.group(2)]
+def _gpus(by_pool: dict) -> str:
+    return ", ".join(f"{p} {g:,.0f}" for p, g in by_pool.items())
+
+
+def _scenario_header(args, inp, cl) -> str:
+    """What was simulated: the window, the scenario's inventory beside the observed one, the workload, the policy."""
+    scen, seen = cl.gpus_by_pool(), inp.cluster.gpus_by_pool()
+    changes = [f"+{n} {p}" for p, n in _pool_counts(args.add, "--add").items()]
+    changes += [f"-{n} {p}" for p, n in _pool_counts(args.remove, "--remove").items()]
+    return (f"simulate: {inp.jobs.height:,} jobs in [{inp.t0}, {inp.t1}); scenario {cl.size} nodes "
+            f"({', '.join(changes) or 'as observed'}), GPUs {_gpus(scen)}; baseline {inp.cluster.size} nodes, GPUs "
+            f"{_gpus(seen)}; demand x{args.demand_scale:g}, run times x{args.runtime_scale:g}; policy {args.policy} "
+            f"({args.placement}); {args.replications} replications with the same seeds; waits in hours, 95% "
+            "intervals; change = scenario - baseline")
+
+
+def _validate_replay(args, sc) -> int:
+    from models.simulation import whatif
+    _none_of("simulate --validate", args, {"add": "--add", "remove": "--remove"}, "(it replays the observed capacity)")
+    if args.demand_scale != 1 or args.runtime_scale != 1:
+        raise UsageError("simulate --validate: --demand-scale and --runtime-scale cannot be used (it replays the "
+                         "observed workload)")
+    inp = _sim_inputs(args)
+    try:
+        _, summary = whatif.validate_replay(inp, sc.policy)
+    except ValueError as exc:
+        raise CliError(str(exc)) from exc
+    _say(args, f"replay of {inp.jobs.height} jobs in [{inp.t0}, {inp.t1}) on {inp.cluster.size} nodes, "
+               f"policy {args.policy} ({sc.policy.placement}): waits in hours")
+    emit(summary, args.format, args.out)
+    return EXIT_OK
+
+
+SIM_GROUPS = ("team", "size_class", "account", "pool", "partition")
 
 
 def cmd_simulate(args) -> int:
-    """What-if replay: p50/p95 wait (overall, per team, per size class), utilization, fragmentation."""
+    """What-if replay beside the baseline: p50/p95 wait (overall, per team, per size class), utilization,
+    fragmentation, each with its 95% interval, and the change."""
     from models.simulation import whatif
-    policy = _sim_policy(args)
-    sc = whatif.Scenario(add=_pool_counts(args.add, "--add"), remove=_pool_counts(args.remove, "--remove"),
-                         demand_scale=args.demand_scale, runtime_scale=args.runtime_scale, policy=policy,
-                         replay_events=not args.no_events)
-    if args.demand_scale <= 0 or args.runtime_scale <= 0:
-        raise UsageError("--demand-scale and --runtime-scale must be > 0")
+    sc = _scenario(args)
+    if args.validate:
+        return _validate_replay(args, sc)
+    by = tuple(_names(args.by))
+    bad = [c for c in by if c not in SIM_GROUPS]
+    if bad:
+        raise UsageError(f"--by {','.join(bad)}: use {', '.join(SIM_GROUPS)}")
     inp = _sim_inputs(args)
     try:
-        if args.validate:
-            _, summary = whatif.validate_replay(inp, policy)
-            _say(args, f"replay of {inp.jobs.height} jobs in [{inp.t0}, {inp.t1}) on {inp.cluster.size} nodes, "
-                       f"policy {args.policy} ({policy.placement}): waits in hours")
-            emit(summary, args.format, args.out)
-            return EXIT_OK
-        by = tuple(c.strip() for c in args.by.split(",") if c.strip())
-        bad = [c for c in by if c not in ("team", "size_class", "account", "pool", "partition")]
-        if bad:
-            raise UsageError(f"--by {','.join(bad)}: use team, size_class, account, pool or partition")
-        res = whatif.run_whatif(inp, sc, args.replications, args.seed, by)
+        _say(args, _scenario_header(args, inp, whatif.scenario_cluster(inp, sc)))
+        res = whatif.compare(inp, sc, args.replications, args.seed, by)
     except ValueError as exc:
         raise CliError(str(exc)) from exc
-    _say(args, f"{inp.jobs.height} jobs in [{inp.t0}, {inp.t1}), {inp.cluster.size} nodes "
-               f"{inp.cluster.gpus_by_pool()}; {args.replications} replications; waits in hours, 95% intervals")
     emit(res, args.format, args.out)
     return EXIT_OK
 
@@ -730,7 +820,7 @@ def cmd_simulate(args) -> int:
 def cmd_simulate_placement(args) -> int:
     """The FGD paper's placement protocol on an Alibaba openb trace."""
     from models.simulation import placement
-    policies = placement.POLICIES if args.policy.lower() == "all" else [p.strip() for p in args.policy.split(",")]
+    policies = placement.POLICIES if args.policy.lower() == "all" else _names(args.policy)
     for p in policies:
         if p not in placement.POLICIES:
             raise UsageError(f"--policy {p!r}: use one of {', '.join(placement.POLICIES)} or all")
@@ -746,26 +836,28 @@ def cmd_simulate_placement(args) -> int:
         emit(curves, None, args.out)
         _say(args, f"wrote {curves.height} rows to {args.out}")
     if args.plot:
-        from dashboards import placement_charts as sim_figures
-        sim_figures.write_placement_html({Path(args.trace).stem: curves}, args.plot)
+        from dashboards import placement_charts
+        placement_charts.write_placement_html({Path(args.trace).stem: curves}, args.plot)
         _say(args, f"wrote {args.plot}")
     emit(placement.summary_at(curves, 130), args.format if not args.out else None, None)
     return EXIT_OK
 
 
+def _target_hours(text: str) -> float:
+    return _duration(text, "--target-p95-wait") / 3600
+
+
+def _grid(text: str | None) -> list[int] | None:
+    try:
+        return sorted({int(x) for x in _names(text)}) or None
+    except ValueError:
+        raise UsageError(f"--grid {text!r}: expected comma-separated node counts, e.g. 8,12,16") from None
+
+
 def cmd_plan(args) -> int:
     """Smallest node count of a pool whose p95 wait meets the target (grid sweep with replications)."""
     from models.simulation import whatif
-    target = _duration_h(args.target_p95_wait)
-    sc = whatif.Scenario(add=_pool_counts(args.add, "--add"), remove=_pool_counts(args.remove, "--remove"),
-                         demand_scale=args.demand_scale, runtime_scale=args.runtime_scale,
-                         policy=_sim_policy(args), replay_events=not args.no_events)
-    grid = None
-    if args.grid:
-        try:
-            grid = sorted({int(x) for x in args.grid.split(",") if x.strip()})
-        except ValueError:
-            raise UsageError(f"--grid {args.grid!r}: expected comma-separated node counts, e.g. 8,12,16") from None
+    target, sc, grid = _target_hours(args.target_p95_wait), _scenario(args), _grid(args.grid)
     inp = _sim_inputs(args)
     pool = args.pool or (inp.cluster.pools[0] if len(inp.cluster.pools) == 1 else None)
     if pool is None:
@@ -776,16 +868,16 @@ def cmd_plan(args) -> int:
         raise CliError(str(exc)) from exc
     emit(table, args.format, args.out)
     if answer is None:
-        print(f"no grid point up to {table['nodes'].max()} {pool} nodes meets p95 wait <= {target:g} h; "
-              f"extend --grid", file=sys.stderr)
+        _err(f"no grid point up to {table['nodes'].max()} {pool} nodes meets p95 wait <= {target:g} h; extend --grid")
         return EXIT_ERROR
-    print(f"smallest {pool} capacity meeting p95 wait <= {target:g} h: {answer['nodes']} nodes "
-          f"({answer['gpus']:g} GPUs; now {answer['current_nodes']} nodes), p95 wait {answer['p95_wait_h']:.2f} h "
-          f"[95% interval {answer['ci_low']:.2f}-{answer['ci_high']:.2f} h over {args.replications} replications]"
-          + ("" if answer["meets_with_confidence"] else "; the interval's upper end exceeds the target"),
-          file=sys.stderr)
+    _err(f"smallest {pool} capacity meeting p95 wait <= {target:g} h: {answer['nodes']} nodes "
+         f"({answer['gpus']:g} GPUs; now {answer['current_nodes']} nodes), p95 wait {answer['p95_wait_h']:.2f} h "
+         f"[95% interval {answer['ci_low']:.2f}-{answer['ci_high']:.2f} h over {args.replications} replications]"
+         + ("" if answer["meets_with_confidence"] else "; the interval's upper end exceeds the target"))
     return EXIT_OK
 
+
+# ---------------------------------------------------------------- dashboard and demo
 
 def cmd_dashboard(args) -> int:
     """Serve the dashboards; they read only the serving snapshot, so ingests can run meanwhile."""
@@ -823,14 +915,9 @@ def cmd_demo(args) -> int:
         _say(args, f"gpuledger demo: built {db}: {info['jobs']:,} jobs on {info['nodes']:,} nodes in "
                    f"{info['seconds']['total']:.0f} s" + (f"; inputs kept in {info['inputs']}" if info["inputs"] else ""))
     if args.no_serve:
-        print(db)
+        _print(str(db))
         return EXIT_OK
-    try:
-        from dashboards import server
-    except ImportError:
-        print(db)
-        _say(args, "gpuledger demo: the dashboard has not landed yet; open the warehouse above with the CLI reports")
-        return EXIT_OK
+    from dashboards import server
     try:
         return server.serve(db, port=args.port, host=args.host)
     except server.PortInUse as exc:
@@ -839,15 +926,82 @@ def cmd_demo(args) -> int:
 
 # ---------------------------------------------------------------- the parser
 
-def _report_parent() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(add_help=False)
-    p.add_argument("--from", dest="date_from", metavar="D", help="start of the window (UTC date or time, inclusive)")
-    p.add_argument("--to", dest="date_to", metavar="D", help="end of the window (UTC date or time, exclusive)")
-    p.add_argument("--by", default="", metavar="COLS", help="comma-separated grouping columns")
-    p.add_argument("--bucket", choices=["hour", "day", "week", "month"], default="day", help="time bucket")
-    p.add_argument("--format", choices=["table", "csv", "json", "parquet"], help="output format (default: by --out extension, else table)")
-    p.add_argument("--out", metavar="FILE", help="write to FILE instead of stdout")
-    return p
+TIME_HELP = "ISO 8601 date or time, or epoch seconds; UTC unless an offset is given"
+BUCKETS = ("hour", "day", "week", "month")
+
+
+def _common_options(p: argparse.ArgumentParser, top: bool = False, db_help: str | None = None) -> None:
+    """--db and -q, accepted before the command and after it (a value after it wins)."""
+    d = {} if top else {"default": argparse.SUPPRESS}
+    p.add_argument("--db", metavar="PATH", help=db_help or "warehouse file (default $GPULEDGER_DB, else "
+                                                           "data/warehouse.duckdb)", **d)
+    p.add_argument("-q", "--quiet", action="store_true", help="print only results and errors", **d)
+
+
+def _command(sub, name: str, func, help: str, description: str | None = None, **kw) -> argparse.ArgumentParser:
+    s = sub.add_parser(name, help=help, description=description or help)
+    _common_options(s, **kw)
+    s.set_defaults(func=func)
+    return s
+
+
+def _window_options(p) -> None:
+    p.add_argument("--from", dest="date_from", metavar="T", help=f"start of the window, inclusive ({TIME_HELP})")
+    p.add_argument("--to", dest="date_to", metavar="T", help="end of the window, exclusive (same forms)")
+
+
+def _output_options(p, formats=("table", "csv", "json", "parquet")) -> None:
+    p.add_argument("--format", choices=formats, help="output format (default: by --out extension, else a text table)")
+    p.add_argument("--out", metavar="FILE", help="write to FILE (.csv, .json or .parquet) instead of stdout")
+
+
+def _no_refresh(p) -> None:
+    p.add_argument("--no-refresh", action="store_true", help="do not refresh marts after loading")
+
+
+def _ingest_parsers(sub) -> None:
+    ing = sub.add_parser("ingest", help="load scheduler accounting, inventory, telemetry, traces or governance")
+    _common_options(ing)
+    ising = ing.add_subparsers(dest="source", metavar="SOURCE", required=True)
+    _sacct_parser(ising)
+    _slurm_parsers(ising)
+    _telemetry_parsers(ising)
+    _trace_parser(ising)
+    _governance_parser(ising)
+
+
+def _sacct_parser(ising) -> None:
+    s = _command(ising, "sacct", cmd_ingest_sacct,
+                 "Slurm accounting: `sacct --parsable2` output, or run sacct itself (--live)",
+                 "Load `sacct -P`/`--parsable` output (header line optional; steps are counted as skipped). With "
+                 "--live, run sacct from the last watermark.")
+    s.add_argument("files", nargs="*", metavar="FILE", help="sacct output files, '-' for stdin")
+    s.add_argument("--cluster", help="cluster name when the input has no Cluster column")
+    s.add_argument("--tz", help="zone of times printed without an offset (default: the cluster's zone, else UTC)")
+    s.add_argument("--fields", help="comma-separated column names for headerless input (default: Open XDMoD's list)")
+    s.add_argument("--delimiter", help="field separator (default: '^|^' if seen on the first line, else '|')")
+    s.add_argument("--strict", action="store_true", help="exit 1 if any line is rejected")
+    s.add_argument("--live", action="store_true", help="run sacct itself (TZ=UTC) from the last watermark")
+    s.add_argument("--since", metavar="T", help=f"with --live: start time instead of the watermark ({TIME_HELP})")
+    s.add_argument("--sacct-cmd", default=os.environ.get("GPULEDGER_SACCT", "sacct"), help=argparse.SUPPRESS)
+    _no_refresh(s)
+
+
+def _slurm_parsers(ising) -> None:
+    s = _command(ising, "nodes", cmd_ingest_nodes, "node inventory: `scontrol show node [-o]` or sinfo output with Gres")
+    s.add_argument("files", nargs="+", metavar="FILE", help="'-' for stdin")
+    s.add_argument("--format", choices=["auto", "scontrol", "sinfo"], default="auto", help="input format (default auto)")
+    s.add_argument("--cluster", default=None, help="cluster name (default: the input's Cluster column, else the only "
+                                                   "cluster known; required otherwise)")
+    s.add_argument("--as-of", metavar="T", help=f"when the snapshot was taken (default now; {TIME_HELP})")
+    s.add_argument("--retire-missing", action="store_true",
+                   help="nodes absent from this snapshot leave the inventory as of --as-of")
+    _no_refresh(s)
+    s = _command(ising, "events", cmd_ingest_events, "node outages: `sacctmgr -P show event All_Time`")
+    s.add_argument("files", nargs="+", metavar="FILE", help="'-' for stdin")
+    s.add_argument("--cluster", default=None, help="cluster name when the input has no Cluster column")
+    s.add_argument("--tz", help="zone of times printed without an offset (default: the cluster's zone, else UTC)")
+    _no_refresh(s)
 
 
 def _telemetry_common(s, node_help: str) -> None:
@@ -858,17 +1012,16 @@ def _telemetry_common(s, node_help: str) -> None:
                    help="after loading, delete raw rows older than N days before the newest (the 5-minute rollup "
                         "keeps them); default: keep everything")
     s.add_argument("--strict", action="store_true", help="exit 1 if any line was rejected")
-    s.add_argument("--no-refresh", action="store_true", help="do not refresh marts after loading")
+    _no_refresh(s)
 
 
 def _telemetry_parsers(ising) -> None:
-    """`ingest prometheus|dcgm|nvidia-smi` (issue 3)."""
-    s = ising.add_parser(
-        "prometheus", help="DCGM exporter series over the Prometheus HTTP API",
-        description="Pull the DCGM exporter metrics gpuledger uses (GPU_UTIL, SM_ACTIVE, GR_ENGINE_ACTIVE, "
-                    "PIPE_TENSOR_ACTIVE, FB_USED, POWER_USAGE, GPU_TEMP, XID_ERRORS) with query_range, in chunks "
-                    "under Prometheus' 11,000 points per series. Credentials only from the environment: "
-                    "GPULEDGER_PROM_TOKEN (bearer) or GPULEDGER_PROM_USER + GPULEDGER_PROM_PASSWORD (basic).")
+    """`ingest prometheus|dcgm|nvidia-smi`."""
+    s = _command(ising, "prometheus", cmd_ingest_prometheus, "DCGM exporter series over the Prometheus HTTP API",
+                 "Pull the DCGM exporter metrics gpuledger uses (GPU_UTIL, SM_ACTIVE, GR_ENGINE_ACTIVE, "
+                 "PIPE_TENSOR_ACTIVE, FB_USED, POWER_USAGE, GPU_TEMP, XID_ERRORS) with query_range, in chunks under "
+                 "Prometheus' 11,000 points per series. Credentials only from the environment: GPULEDGER_PROM_TOKEN "
+                 "(bearer) or GPULEDGER_PROM_USER + GPULEDGER_PROM_PASSWORD (basic).")
     s.add_argument("--url", required=True, help="Prometheus base URL, e.g. http://prometheus:9090")
     s.add_argument("--start", required=True, metavar="T", help="ISO 8601 time or epoch seconds (UTC unless --tz)")
     s.add_argument("--end", required=True, metavar="T", help="ISO 8601 time or epoch seconds, inclusive")
@@ -879,13 +1032,11 @@ def _telemetry_parsers(ising) -> None:
     s.add_argument("--retries", type=int, default=3, metavar="N",
                    help="retries of a transient failure, with exponential backoff (default 3)")
     _telemetry_common(s, "node of series without a Hostname label (default: the host of the `instance` label)")
-    s.set_defaults(func=cmd_ingest_prometheus)
 
-    s = ising.add_parser(
-        "dcgm", help="scraped DCGM exporter /metrics text files (Prometheus text or OpenMetrics)",
-        description="Load scraped dcgm-exporter /metrics files. Lines with a timestamp keep it (OpenMetrics: "
-                    "seconds; Prometheus text: milliseconds); lines without one take the file's scrape time: "
-                    "FILE@TIME, or --scrape-time for every file.")
+    s = _command(ising, "dcgm", cmd_ingest_dcgm, "scraped DCGM exporter /metrics text files (Prometheus text or "
+                 "OpenMetrics)", "Load scraped dcgm-exporter /metrics files. Lines with a timestamp keep it "
+                 "(OpenMetrics: seconds; Prometheus text: milliseconds); lines without one take the file's scrape "
+                 "time: FILE@TIME, or --scrape-time for every file.")
     s.add_argument("files", nargs="+", metavar="FILE[@TIME]")
     s.add_argument("--scrape-time", metavar="T", help="time of readings without a timestamp (ISO 8601 / epoch)")
     s.add_argument("--tz", help="zone of scrape times given without an offset (default UTC)")
@@ -893,192 +1044,161 @@ def _telemetry_parsers(ising) -> None:
                    help="timestamp unit: openmetrics = seconds, prometheus = milliseconds (auto: '# EOF' present)")
     s.add_argument("--interval", metavar="S", help="resolution of a GPU seen once in a file (default 60s)")
     _telemetry_common(s, "node of series without a Hostname/hostname label")
-    s.set_defaults(func=cmd_ingest_dcgm)
 
-    s = ising.add_parser(
-        "nvidia-smi", help="`nvidia-smi --query-gpu ... --format=csv` logs",
-        description="Load `nvidia-smi --query-gpu=timestamp,index,uuid,name,utilization.gpu,memory.used,"
-                    "power.draw,temperature.gpu --format=csv[,noheader][,nounits]` output. [N/A] cells are no "
-                    "reading (never 0).")
+    s = _command(ising, "nvidia-smi", cmd_ingest_nvidia_smi, "`nvidia-smi --query-gpu ... --format=csv` logs",
+                 "Load `nvidia-smi --query-gpu=timestamp,index,uuid,name,utilization.gpu,memory.used,power.draw,"
+                 "temperature.gpu --format=csv[,noheader][,nounits]` output. [N/A] cells are no reading (never 0).")
     s.add_argument("files", nargs="+", metavar="FILE")
     s.add_argument("--tz", help="zone of the timestamps (nvidia-smi prints local time; default: the cluster's "
                                 "zone, else UTC)")
     s.add_argument("--fields", metavar="LIST", help="the --query-gpu list, for output without a header line")
     s.add_argument("--interval", metavar="S", help="resolution of a GPU seen once in a file (default 60s)")
     _telemetry_common(s, "the host the log was taken on (required unless the query has a hostname column)")
-    s.set_defaults(func=cmd_ingest_nvidia_smi)
 
 
-def _own_action(parser, dest: str, **changes) -> None:
-    """Give ``parser`` its own copy of an option shared through ``parents=``: ``set_defaults`` on a sibling
-    report parser changes the shared action's default for every report otherwise."""
-    import copy
-    for i, a in enumerate(parser._actions):
-        if a.dest == dest:
-            mine = copy.copy(a)
-            for k, v in changes.items():
-                setattr(mine, k, v)
-            parser._actions[i] = mine
-            for opt in a.option_strings:
-                parser._option_string_actions[opt] = mine
-            for g in parser._action_groups:
-                g._group_actions[:] = [mine if x is a else x for x in g._group_actions]
+TRACES = ["alibaba-openb", "mit-supercloud", "alibaba-pai-2020", "alibaba-genai", "philly"]
 
 
-def _efficiency_options(s) -> None:
-    """Options of `report efficiency` beyond the common report ones (issue 3)."""
-    s.description = ("How busy allocated GPUs were, from telemetry: per --by group (user, team, account, partition, "
-                     "qos, gpu_type, cluster) and --bucket, per job (--by job), or the worst offenders (--worst N). "
-                     "Activity metric: SM_ACTIVE, else GR_ENGINE_ACTIVE, else GPU_UTIL (named in the output). "
-                     "Idle-allocated = stretches of >= 5 min at zero activity. Jobs without telemetry are counted "
-                     "as such, never as 0 % busy.")
-    _own_action(s, "by", default="")
-    s.add_argument("--total", action="store_true", help="one row per group for the whole window (no time bucket)")
-    s.add_argument("--worst", type=int, metavar="N", help="the N jobs with the most idle-allocated GPU-hours")
-
-
-def _governance_report_options(fair: argparse.ArgumentParser, queue: argparse.ArgumentParser) -> None:
-    for s in (fair, queue):
-        s.add_argument("--windows", metavar="DAYS", help="comma-separated window lengths in days ending at the data "
-                                                          "horizon (default: the governance's, else 7,30)")
-    fair.add_argument("--pool", help="one pool (GPU type) only; '(all)' is the whole cluster")
-    fair.add_argument("--half-life", type=float, metavar="DAYS", help="usage decay half-life (default: governance, 7)")
-    fair.add_argument("--view", choices=["pools", "teams", "sshare"],
-                      help="one view; 'sshare' = the association tree in sshare -l's terms")
-    fair.add_argument("--as-of", metavar="TIME", help="with --view sshare: decay usage to this time (default: horizon)")
-    fair.add_argument("--basis", choices=["billing", "gpu"], default="billing",
-                      help="with --view sshare: raw usage in billing-TRES-seconds (as sshare) or GPU-seconds")
-    queue.add_argument("--threshold-hours", type=float, metavar="H",
-                       help="starvation threshold (default: governance starvation_hours, else 24)")
-    queue.add_argument("--tau-minutes", type=float, metavar="MIN", help="bounded-slowdown tau (default 10)")
-    queue.add_argument("--view", choices=["waits", "qos", "starvation", "pending"], help="one view only")
-    queue.set_defaults(by="team,size_class")
-
-
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog="gpuledger",
-        description="Capacity planning and cost governance for shared GPU clusters, from Slurm accounting and DCGM telemetry.")
-    p.add_argument("--db", metavar="PATH", help="warehouse file (default $GPULEDGER_DB, else data/warehouse.duckdb)")
-    p.add_argument("-q", "--quiet", action="store_true", help="print only results and errors")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    sub.required = True
-
-    ing = sub.add_parser("ingest", help="load scheduler accounting, inventory, telemetry, traces or governance")
-    ising = ing.add_subparsers(dest="source", metavar="SOURCE")
-    ising.required = True
-
-    s = ising.add_parser("sacct", help="Slurm accounting: `sacct --parsable2` output, or run sacct itself (--live)",
-                         description="Load `sacct -P`/`--parsable` output (header line optional; steps are counted "
-                                     "as skipped). With --live, run sacct from the last watermark.")
-    s.add_argument("files", nargs="*", metavar="FILE", help="sacct output files, '-' for stdin")
-    s.add_argument("--cluster", help="cluster name when the input has no Cluster column")
-    s.add_argument("--tz", help="zone of times printed without an offset (default: the cluster's zone, else UTC)")
-    s.add_argument("--fields", help="comma-separated column names for headerless input (default: Open XDMoD's list)")
-    s.add_argument("--delimiter", help="field separator (default: '^|^' if seen on the first line, else '|')")
-    s.add_argument("--strict", action="store_true", help="exit 1 if any line is rejected")
-    s.add_argument("--live", action="store_true", help="run sacct itself (TZ=UTC) from the last watermark")
-    s.add_argument("--since", metavar="TIME", help="with --live: start time instead of the watermark")
-    s.add_argument("--sacct-cmd", default=os.environ.get("GPULEDGER_SACCT", "sacct"), help=argparse.SUPPRESS)
-    s.add_argument("--no-refresh", action="store_true", help="do not refresh marts after loading")
-    s.set_defaults(func=cmd_ingest_sacct)
-
-    s = ising.add_parser("nodes", help="node inventory: `scontrol show node [-o]` or sinfo output with Gres")
-    s.add_argument("files", nargs="+", metavar="FILE", help="'-' for stdin")
-    s.add_argument("--format", choices=["auto", "scontrol", "sinfo"], default="auto")
-    s.add_argument("--cluster", default=None, help="cluster name (default: the input's Cluster column, else the only "
-                                                   "cluster known; required otherwise)")
-    s.add_argument("--as-of", metavar="TIME", help="when the snapshot was taken (UTC; default now)")
-    s.add_argument("--retire-missing", action="store_true",
-                   help="nodes absent from this snapshot leave the inventory as of --as-of")
-    s.add_argument("--no-refresh", action="store_true", help="do not refresh marts after loading")
-    s.set_defaults(func=cmd_ingest_nodes)
-
-    s = ising.add_parser("events", help="node outages: `sacctmgr -P show event All_Time`")
-    s.add_argument("files", nargs="+", metavar="FILE", help="'-' for stdin")
-    s.add_argument("--cluster", default=None, help="cluster name when the input has no Cluster column")
-    s.add_argument("--tz", help="zone of times printed without an offset")
-    s.add_argument("--no-refresh", action="store_true", help="do not refresh marts after loading")
-    s.set_defaults(func=cmd_ingest_events)
-
-    _telemetry_parsers(ising)
-
-    s = ising.add_parser("trace", help="public GPU cluster traces (alibaba-openb, mit-supercloud, ...)",
-                         description="Convert a public GPU-cluster trace into the canonical tables (mapping and "
-                                     "what each trace lacks: docs/TRACES.md). PATH is a trace file or the "
-                                     "directory holding the trace's files.")
-    s.add_argument("kind", choices=["alibaba-openb", "mit-supercloud", "alibaba-pai-2020", "alibaba-genai", "philly"],
-                   metavar="KIND", help="alibaba-openb, mit-supercloud, alibaba-pai-2020, alibaba-genai or philly")
+def _trace_parser(ising) -> None:
+    s = _command(ising, "trace", cmd_ingest_trace, "public GPU cluster traces (alibaba-openb, mit-supercloud, ...)",
+                 "Convert a public GPU-cluster trace into the canonical tables (mapping and what each trace lacks: "
+                 "docs/TRACES.md). PATH is a trace file or the directory holding the trace's files.")
+    s.add_argument("kind", choices=TRACES, metavar="KIND", help=", ".join(TRACES))
     s.add_argument("path", metavar="PATH", help="trace file or directory")
     s.add_argument("--cluster", help="cluster name to load into (default: per trace, e.g. openb, supercloud)")
-    s.add_argument("--start", metavar="TIME",
+    s.add_argument("--start", metavar="T",
                    help="where 'seconds from trace start' land (openb; default 2023-01-02) or the week PAI's "
-                        "shifted times are moved to (default July 2020); UTC unless an offset is given")
+                        f"shifted times are moved to (default July 2020); {TIME_HELP}")
     s.add_argument("--tz", help="zone of local timestamps (philly; default America/Los_Angeles)")
     s.add_argument("--nodes", metavar="FILE", help="openb: node list to load with a pod list (default: the "
                                                    "pod list's directory's openb_node_list_all_node.csv)")
-    s.add_argument("--no-refresh", action="store_true", help="do not refresh marts after loading")
-    s.set_defaults(func=cmd_ingest_trace)
+    _no_refresh(s)
 
-    s = ising.add_parser("governance", help="teams, cost centres, entitlements, rates and policies (TOML)",
-                         description="Load a governance file (format: data/governance.example.toml). It replaces "
-                                     "the teams, mappings, entitlements, rate card and policies in one "
-                                     "transaction and re-maps every job to its team; a bad file changes nothing.")
+
+def _governance_parser(ising) -> None:
+    s = _command(ising, "governance", cmd_ingest_governance, "teams, cost centres, entitlements, rates and policies "
+                 "(TOML)", "Load a governance file (format: data/governance.example.toml). It replaces the teams, "
+                 "mappings, entitlements, rate card and policies in one transaction and re-maps every job to its "
+                 "team; a bad file changes nothing.")
     s.add_argument("file", metavar="FILE.toml")
     s.add_argument("--check", action="store_true", help="only validate the file; write nothing")
     s.add_argument("--format", choices=["table", "csv", "json"], default="table",
-                   help="format of the rate card printed after loading")
-    s.add_argument("--no-refresh", action="store_true", help="do not refresh marts after loading")
-    s.set_defaults(func=cmd_ingest_governance)
+                   help="format of the rate card printed after loading (default table)")
+    _no_refresh(s)
 
-    s = sub.add_parser("refresh", help="(re)materialise the marts and publish the dashboard snapshot")
-    s.add_argument("--full", action="store_true", help="rebuild every mart from scratch")
-    s.set_defaults(func=cmd_refresh)
 
+def _report_parsers(sub) -> None:
     rep = sub.add_parser("report", help="utilization, efficiency, fragmentation, fairness and queue reports")
-    isrep = rep.add_subparsers(dest="report", metavar="REPORT")
-    isrep.required = True
-    parent = _report_parent()
-    for name, func, text in [
-        ("utilization", cmd_report_utilization, "capacity, allocated, idle and unavailable GPU-hours; sreport categories"),
-        ("efficiency", cmd_report_efficiency, "how busy allocated GPUs were, from telemetry"),
-        ("fragmentation", cmd_report_fragmentation, "free GPUs that pending jobs could not use"),
-        ("fairness", cmd_report_fairness, "usage against entitlement, fair-share factors, Jain and Gini"),
-        ("queue", cmd_report_queue, "queue waits per team and size class, starvation"),
-    ]:
-        s = isrep.add_parser(name, parents=[parent], help=text, description=text)
-        s.set_defaults(func=func)
-    _efficiency_options(isrep.choices["efficiency"])
-    _fragmentation_options(isrep.choices["fragmentation"])
-    _own_by_default(isrep.choices["utilization"])
-    _governance_report_options(isrep.choices["fairness"], isrep.choices["queue"])
+    _common_options(rep)
+    isrep = rep.add_subparsers(dest="report", metavar="REPORT", required=True)
+    s = _command(isrep, "utilization", cmd_report_utilization,
+                 "capacity, allocated, idle and unavailable GPU-hours; sreport categories")
+    _window_options(s)
+    s.add_argument("--bucket", choices=BUCKETS, default="day", help="time bucket (default day)")
+    s.add_argument("--by", metavar="COLS", help="cluster (default), gpu_type (pool), partition, team, account, "
+                                                "user, job_partition, qos; comma-separated")
+    _output_options(s)
+    _efficiency_parser(isrep)
+    _fragmentation_parser(isrep)
+    _fairness_parser(isrep)
+    _queue_parser(isrep)
 
-    s = sub.add_parser("chargeback", help="monthly statement per team and cost centre, reconciled to the cent",
-                       description="The month's GPU statement per team and cost centre, by GPU type: GPU-hours, rate, "
-                                   "direct cost, share of idle cost, waste beside, total; a reconciliation proves "
-                                   "that lines + unallocated idle + rate variance + rounding residue = cluster cost. "
-                                   "A closed period is frozen and re-exports byte-identically; late jobs appear as "
-                                   "adjustment lines in the next open period.")
-    s.add_argument("--period", required=True, metavar="YYYY-MM", help="calendar month (in the governance period_timezone)")
+
+def _efficiency_parser(isrep) -> None:
+    s = _command(isrep, "efficiency", cmd_report_efficiency, "how busy allocated GPUs were, from telemetry",
+                 "How busy allocated GPUs were, from telemetry: per --by group (user, team, account, partition, qos, "
+                 "gpu_type, cluster) and --bucket, per job (--by job), or the worst offenders (--worst N). Activity "
+                 "metric: SM_ACTIVE, else GR_ENGINE_ACTIVE, else GPU_UTIL (named in the output). Idle-allocated = "
+                 "stretches of >= 5 min at zero activity. Jobs without telemetry are counted as such, never as 0 % "
+                 "busy.")
+    _window_options(s)
+    s.add_argument("--by", metavar="COLS", help="user, team, account, partition, qos, gpu_type, cluster "
+                                                "(comma-separated; default none = everything), or job")
+    s.add_argument("--bucket", choices=BUCKETS, help="time bucket (default day)")
+    s.add_argument("--total", action="store_true", help="one row per group for the whole window (no time bucket)")
+    s.add_argument("--worst", type=int, metavar="N", help="the N jobs with the most idle-allocated GPU-hours")
+    _output_options(s)
+
+
+def _fragmentation_parser(isrep) -> None:
+    s = _command(isrep, "fragmentation", cmd_report_fragmentation, "free GPUs that pending jobs could not use")
+    s.add_argument("--view", choices=["summary", "blocked", "jobs"], default="summary",
+                   help="summary (default): free-GPU state per bucket, pool and partition; blocked: queue wait split "
+                        "into placeable/fragmentation/capacity per group; jobs: that split per pending job")
+    _window_options(s)
+    s.add_argument("--bucket", choices=BUCKETS, help="summary: time bucket (default day)")
+    s.add_argument("--by", metavar="COLS", help="summary: default gpu_type,partition; blocked: any of cluster, team, "
+                                                "account, user, size_class, partition, gpu_type (default team,size_class)")
+    s.add_argument("--interval", default="5m", metavar="DUR", help="sampling interval, e.g. 5m (default), 1m, 1h, 300")
+    s.add_argument("--popularity", type=float, metavar="X",
+                   help="summary: FGD target workload, the most frequent request sizes covering this share of jobs "
+                        "(default 1.0 = all; the FGD paper used 0.6 and 0.95)")
+    _output_options(s)
+
+
+def _governance_windows_option(s) -> None:
+    _window_options(s)
+    s.add_argument("--windows", metavar="DAYS", help="comma-separated window lengths in days ending at the data "
+                                                      "horizon (default: the governance's, else 7,30)")
+
+
+def _fairness_parser(isrep) -> None:
+    s = _command(isrep, "fairness", cmd_report_fairness, "usage against entitlement, fair-share factors, Jain and Gini")
+    _governance_windows_option(s)
+    s.add_argument("--pool", help="one pool (GPU type) only; '(all)' is the whole cluster")
+    s.add_argument("--half-life", type=float, metavar="DAYS", help="usage decay half-life (default: governance, 7)")
+    s.add_argument("--view", choices=["pools", "teams", "sshare"],
+                   help="one view (default: pools and teams on a terminal, teams to a file); 'sshare' = the "
+                        "association tree in sshare -l's terms")
+    s.add_argument("--as-of", metavar="T", help="with --view sshare: decay usage to this time (default: horizon)")
+    s.add_argument("--basis", choices=["billing", "gpu"],
+                   help="with --view sshare: raw usage in billing-TRES-seconds (default, as sshare) or GPU-seconds")
+    _output_options(s)
+
+
+def _queue_parser(isrep) -> None:
+    s = _command(isrep, "queue", cmd_report_queue, "queue waits per team and size class, starvation")
+    _governance_windows_option(s)
+    s.add_argument("--by", metavar="COLS", help="waits grouped by any of team, size_class, qos, pool, partition, "
+                                                "account, cluster, user (default team,size_class)")
+    s.add_argument("--threshold-hours", type=float, metavar="H",
+                   help="starvation threshold (default: governance starvation_hours, else 24)")
+    s.add_argument("--tau-minutes", type=float, metavar="MIN",
+                   help="bounded-slowdown tau (default: governance bsld_tau_minutes, else 10)")
+    s.add_argument("--view", choices=["waits", "qos", "starvation", "pending"],
+                   help="one view (default: all four on a terminal, waits to a file)")
+    _output_options(s)
+
+
+CHARGEBACK_VIEWS = ["summary", "by team", "by cost centre", "by gpu type", "reconciliation", "adjustments", "by rate",
+                    "rate card", "jobs"]
+
+
+def _chargeback_parser(sub) -> None:
+    s = _command(sub, "chargeback", cmd_chargeback, "monthly statement per team and cost centre, reconciled to the cent",
+                 "The month's GPU statement per team and cost centre, by GPU type: GPU-hours, rate, direct cost, "
+                 "share of idle cost, waste beside, total; a reconciliation proves that lines + unallocated idle + "
+                 "rate variance + rounding residue = cluster cost. A closed period is frozen and re-exports "
+                 "byte-identically; late jobs appear as adjustment lines in the next open period.")
+    s.add_argument("--period", required=True, metavar="YYYY-MM", help="calendar month (in the governance "
+                                                                      "period_timezone)")
     s.add_argument("--out", metavar="FILE|DIR",
                    help="FILE.csv, FILE.xlsx or FILE.parquet (CSV/Parquet write one file per view beside FILE); "
                         "a directory gets chargeback-YYYY-MM.<format>")
     s.add_argument("--format", choices=["table", "csv", "json", "xlsx", "parquet"],
                    help="output format (default: by --out extension, else a text table)")
-    s.add_argument("--view", choices=["summary", "by team", "by cost centre", "by gpu type", "reconciliation",
-                                      "adjustments", "by rate", "rate card", "jobs"],
-                   help="print one view only (without --out)")
+    s.add_argument("--view", choices=CHARGEBACK_VIEWS, help="print one view only (without --out)")
     s.add_argument("--close", action="store_true",
                    help="freeze the period's statement (content hash + timestamp); refused until the accounting "
                         "covers the whole month")
-    s.set_defaults(func=cmd_chargeback)
 
-    s = sub.add_parser("forecast", help="GPU demand forecasts with intervals and capacity exhaustion dates",
-                       description="Forecast GPU demand per group (or a CSV series of your own) with the model "
-                                   "each series' rolling-origin backtest chooses, 80 % and 95 % intervals with "
-                                   "their backtest coverage, and per pool the date demand outgrows capacity x "
-                                   "target utilisation. See docs/FORECAST.md.")
-    s.add_argument("--by", default=None, metavar="COLS",
+
+def _forecast_parser(sub) -> None:
+    s = _command(sub, "forecast", cmd_forecast, "GPU demand forecasts with intervals and capacity exhaustion dates",
+                 "Forecast GPU demand per group (or a CSV series of your own) with the model each series' "
+                 "rolling-origin backtest chooses, 80 % and 95 % intervals with their backtest coverage, and per "
+                 "pool the date demand outgrows capacity x target utilisation. See docs/FORECAST.md.")
+    s.add_argument("--by", metavar="COLS",
                    help="warehouse: any of cluster,pool,partition,team (default pool); CSV: key columns of the file")
     s.add_argument("--horizon", type=int, default=90, metavar="N", help="periods ahead, in the series' own "
                    "frequency (days for daily series, hours for hourly); default 90")
@@ -1086,75 +1206,79 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", metavar="FILE", help="forecast rows to FILE (.csv, .json or .parquet)")
     s.add_argument("--summary-out", metavar="FILE", help="per-series backtest of every model and notes to FILE")
     s.add_argument("--plot", metavar="FILE.html", help="interactive chart of history, forecast and bands")
-    s.add_argument("--format", choices=["table", "csv", "json"], default=None,
+    s.add_argument("--format", choices=["table", "csv", "json"],
                    help="csv/json: print the forecast rows instead of the report")
-    s.add_argument("--freq", choices=["hour", "day", "week", "month"], default=None,
+    s.add_argument("--freq", choices=["hour", "day", "week", "month"],
                    help="warehouse: hour or day (default day); CSV: default inferred from the timestamps")
-    s.add_argument("--measure", choices=["demanded", "served", "peak"], default="demanded",
-                   help="demanded GPU-hours submitted (default), served (allocated) GPU-hours, or peak "
+    s.add_argument("--measure", choices=["demanded", "served", "peak"],
+                   help="warehouse: demanded GPU-hours submitted (default), served (allocated) GPU-hours, or peak "
                         "running+pending GPUs (docs/FORECAST.md says which to use when)")
-    s.add_argument("--cluster", metavar="C", help="only this cluster")
+    s.add_argument("--cluster", metavar="C", help="warehouse: only this cluster")
     s.add_argument("--capacity", action="append", default=[], metavar="POOL=GPUS",
                    help="installed GPUs of a pool (overrides the inventory; repeatable); a bare GPUS applies "
-                        "to every series (CSV)")
+                        "to every series")
     s.add_argument("--target-util", type=float, default=0.85, metavar="U",
                    help="utilisation a pool should not exceed (default 0.85)")
     s.add_argument("--band", choices=["median", "80", "95"], default="80",
                    help="which forecast sizes 'GPUs needed': the median or the upper bound of the 80 %%/95 %% "
                         "interval (default 80)")
-    s.add_argument("--window", type=int, default=None, metavar="N",
+    s.add_argument("--window", type=int, metavar="N",
                    help="periods averaged before comparing with capacity (default one season: 7 days, 24 hours)")
-    s.add_argument("--unit", choices=["gpus", "gpu-hours"], default="gpus",
+    s.add_argument("--unit", choices=["gpus", "gpu-hours"],
                    help="CSV: unit of the values, for the capacity comparison (default gpus)")
-    s.add_argument("--agg", choices=["mean", "sum"], default="mean",
-                   help="CSV: how values within one period are combined (default mean)")
+    s.add_argument("--agg", choices=["mean", "sum"], help="CSV: how values within one period are combined "
+                                                          "(default mean)")
     s.add_argument("--no-level-shifts", action="store_true",
                    help="fit on the whole history even after a detected level shift")
-    s.set_defaults(func=cmd_forecast)
 
-    def sim_options(s, replications: int) -> None:
-        s.add_argument("--add", action="append", default=[], metavar="POOL=N", help="add N nodes to a pool (repeatable)")
-        s.add_argument("--remove", action="append", default=[], metavar="POOL=N", help="remove N nodes from a pool")
-        s.add_argument("--demand-scale", type=float, default=1.0, metavar="X",
-                       help="scale demand by resampling whole observed days (seeded), e.g. 1.3")
-        s.add_argument("--runtime-scale", type=float, default=1.0, metavar="X", help="scale run times and limits")
-        s.add_argument("--policy", default="fifo-backfill",
-                       help="fifo, fifo-backfill, priority or priority-backfill (default fifo-backfill)")
-        s.add_argument("--placement", default="best-fit", choices=["first-fit", "best-fit", "random", "fgd"])
-        s.add_argument("--bf-max-job-test", type=int, default=500, metavar="N",
-                       help="backfill queue depth per pass, as Slurm's bf_max_job_test (default 500)")
-        s.add_argument("--bf-interval", type=float, default=30.0, metavar="S",
-                       help="seconds between backfill passes, as Slurm's bf_interval (default 30; 0 = every event)")
-        s.add_argument("--from", dest="date_from", metavar="D", help="window start (UTC; default: first submit)")
-        s.add_argument("--to", dest="date_to", metavar="D", help="window end, exclusive (default: day after last submit)")
-        s.add_argument("--cluster", help="only this cluster")
-        s.add_argument("--replications", type=int, default=replications, metavar="R",
-                       help=f"replications (day bootstraps) for the intervals (default {replications})")
-        s.add_argument("--seed", type=int, default=0)
-        s.add_argument("--no-events", action="store_true", help="ignore node outages from node_events")
-        s.add_argument("--format", choices=["table", "csv", "json", "parquet"])
-        s.add_argument("--out", metavar="FILE")
 
-    s = sub.add_parser("simulate", help="what-if replay of the workload through a scheduler simulator",
-                       description="Replay the warehouse's GPU jobs on its nodes through a Slurm-like scheduler "
-                                   "simulator (docs/SIMULATOR.md) under a what-if scenario; prints p50/p95 wait "
-                                   "(hours) overall, per team and per size class, utilization and fragmentation, "
-                                   "each with a 95% interval over replications.")
-    sim_options(s, 10)
-    s.add_argument("--by", default="team,size_class", metavar="COLS", help="wait breakdowns (default team,size_class)")
+def _scenario_options(s, replications: int) -> None:
+    s.add_argument("--add", action="append", default=[], metavar="POOL=N", help="add N nodes to a pool (repeatable)")
+    s.add_argument("--remove", action="append", default=[], metavar="POOL=N",
+                   help="remove N nodes from a pool (repeatable)")
+    s.add_argument("--demand-scale", type=float, default=1.0, metavar="X",
+                   help="scale demand by resampling whole observed days (seeded), e.g. 1.3 (default 1)")
+    s.add_argument("--runtime-scale", type=float, default=1.0, metavar="X",
+                   help="scale run times and limits (default 1)")
+    s.add_argument("--policy", default="fifo-backfill",
+                   help="fifo, fifo-backfill, priority or priority-backfill (default fifo-backfill)")
+    s.add_argument("--placement", default="best-fit", choices=["first-fit", "best-fit", "random", "fgd"],
+                   help="node choice for a job (default best-fit)")
+    s.add_argument("--bf-max-job-test", type=int, default=500, metavar="N",
+                   help="backfill queue depth per pass, as Slurm's bf_max_job_test (default 500)")
+    s.add_argument("--bf-interval", type=float, default=30.0, metavar="S",
+                   help="seconds between backfill passes, as Slurm's bf_interval (default 30; 0 = every event)")
+    s.add_argument("--from", dest="date_from", metavar="T", help=f"window start (default: first submit; {TIME_HELP})")
+    s.add_argument("--to", dest="date_to", metavar="T", help="window end, exclusive (default: day after last submit)")
+    s.add_argument("--cluster", help="only this cluster")
+    s.add_argument("--replications", type=int, default=replications, metavar="R",
+                   help=f"replications (day bootstraps) for the intervals (default {replications})")
+    s.add_argument("--seed", type=int, default=0, help="seed of the first replication (default 0)")
+    s.add_argument("--no-events", action="store_true", help="ignore node outages from node_events")
+    _output_options(s)
+
+
+def _simulate_parsers(sub) -> None:
+    s = _command(sub, "simulate", cmd_simulate, "what-if replay of the workload through a scheduler simulator",
+                 "Replay the warehouse's GPU jobs on its nodes through a Slurm-like scheduler simulator "
+                 "(docs/SIMULATOR.md) under a what-if scenario and under the baseline (the observed capacity and "
+                 "workload, same policy, seeds and replications); prints p50/p95 wait (hours) overall, per team "
+                 "and per size class, utilization and fragmentation, each with a 95% interval, and the change.")
+    _scenario_options(s, 10)
+    s.add_argument("--by", default="team,size_class", metavar="COLS",
+                   help="wait breakdowns: any of team, size_class, account, pool, partition (default team,size_class)")
     s.add_argument("--validate", action="store_true",
                    help="replay the observed workload on the observed capacity and compare per-job waits")
-    s.set_defaults(func=cmd_simulate)
     simsub = s.add_subparsers(dest="sim_command", metavar="placement")
-    sp = simsub.add_parser("placement", help="FGD-paper placement protocol on an Alibaba openb trace",
-                           description="Weng et al. (ATC'23) protocol: trace pods resampled to 130% of GPU capacity, "
-                                       "shuffled, placed one at a time without departures; GPU allocation and "
-                                       "fragmentation rate at each 1% of arrived demand (docs/SIMULATOR.md).")
+    sp = _command(simsub, "placement", cmd_simulate_placement, "FGD-paper placement protocol on an Alibaba openb trace",
+                  "Weng et al. (ATC'23) protocol: trace pods resampled to 130% of GPU capacity, shuffled, placed one "
+                  "at a time without departures; GPU allocation and fragmentation rate at each 1% of arrived demand "
+                  "(docs/SIMULATOR.md).")
     sp.add_argument("--trace", required=True, metavar="PATH", help="openb_pod_list_*.csv")
     sp.add_argument("--nodes", metavar="PATH", help="node list (default openb_node_list_gpu_node.csv beside the trace)")
     sp.add_argument("--policy", required=True, metavar="NAME",
                     help="Random, DotProd, GpuClustering, GpuPacking, BestFit, FGD, a comma list, or all")
-    sp.add_argument("--seeds", type=int, default=10, metavar="N")
+    sp.add_argument("--seeds", type=int, default=10, metavar="N", help="number of seeds (default 10)")
     sp.add_argument("--first-seed", type=int, default=42, metavar="S", help="seeds S..S+N-1 (default 42, as the paper)")
     sp.add_argument("--popularity", type=float, default=0.95,
                     help="share of pods the typical pod specs must cover (default 0.95)")
@@ -1163,44 +1287,65 @@ def build_parser() -> argparse.ArgumentParser:
                          "(default); 'random' = uniform, as upstream Kubernetes")
     sp.add_argument("--out", metavar="FILE", help="curves (CSV/JSON/Parquet by extension)")
     sp.add_argument("--plot", metavar="FILE.html", help="write an interactive figure of the curves")
-    sp.add_argument("--format", choices=["table", "csv", "json"])
-    sp.set_defaults(func=cmd_simulate_placement)
+    sp.add_argument("--format", choices=["table", "csv", "json"], help="format of the summary on stdout")
 
-    s = sub.add_parser("plan", help="smallest capacity that meets a p95 queue-wait target",
-                       description="Sweep a grid of node counts for one pool (backfill is not monotone in capacity, "
-                                   "so no bisection) and report the smallest count from which the simulated p95 "
-                                   "wait stays within the target, with its 95% interval.")
-    s.add_argument("--target-p95-wait", required=True, metavar="DURATION", help="e.g. 2h, 90m, 1d")
+
+def _plan_parser(sub) -> None:
+    s = _command(sub, "plan", cmd_plan, "smallest capacity that meets a p95 queue-wait target",
+                 "Sweep a grid of node counts for one pool (backfill is not monotone in capacity, so no bisection) "
+                 "and report the smallest count from which the simulated p95 wait stays within the target, with its "
+                 "95% interval.")
+    s.add_argument("--target-p95-wait", required=True, metavar="DURATION",
+                   help="e.g. 2h, 90m, 1.5d or seconds (7200)")
     s.add_argument("--pool", metavar="POOL", help="pool (GPU type) to size; required if there are several")
     s.add_argument("--grid", metavar="N,N,...", help="node counts to try (default: 13 points from half to twice today)")
-    sim_options(s, 5)
-    s.set_defaults(func=cmd_plan)
+    _scenario_options(s, 5)
 
-    s = sub.add_parser("dashboard", help="serve the Streamlit dashboards on 127.0.0.1",
-                       description="Serve the governance dashboards (Streamlit) for the warehouse. They read the "
-                                   "read-only serving snapshot that every ingest/refresh republishes, never the "
-                                   "warehouse itself, so ingests can run while they are open.")
-    s.add_argument("--port", type=int, default=8501, help="TCP port (default 8501)")
+
+def _serve_options(s, what: str) -> None:
+    s.add_argument("--port", type=int, default=8501, help=f"{what} TCP port (default 8501)")
     s.add_argument("--host", default="127.0.0.1",
-                   help="address to bind (default 127.0.0.1; use 0.0.0.0 only behind an authenticating proxy)")
-    s.set_defaults(func=cmd_dashboard)
+                   help=f"{what} bind address (default 127.0.0.1; 0.0.0.0 only behind an authenticating proxy)")
 
-    s = sub.add_parser("demo", help="build the demo warehouse from a synthetic cluster and serve the dashboard",
-                       description="Generate a realistic synthetic GPU cluster (scale 1: 60 nodes x 8 GPUs, 26 weeks, "
-                                   "12 teams), write it as real sacct/scontrol/sacctmgr/DCGM/governance files, ingest "
-                                   "them through the normal ingestors into data/demo.duckdb (or --db), refresh the "
-                                   "marts and serve the dashboard. Re-running reuses an up-to-date demo.")
+
+def _serving_parsers(sub) -> None:
+    s = _command(sub, "dashboard", cmd_dashboard, "serve the Streamlit dashboards on 127.0.0.1",
+                 "Serve the governance dashboards (Streamlit) for the warehouse. They read the read-only serving "
+                 "snapshot that every ingest/refresh republishes, never the warehouse itself, so ingests can run "
+                 "while they are open.")
+    _serve_options(s, "dashboard")
+    s = _command(sub, "demo", cmd_demo, "build the demo warehouse from a synthetic cluster and serve the dashboard",
+                 "Generate a realistic synthetic GPU cluster (scale 1: 60 nodes x 8 GPUs, 26 weeks, 12 teams), write "
+                 "it as real sacct/scontrol/sacctmgr/DCGM/governance files, ingest them through the normal ingestors "
+                 "into data/demo.duckdb (or --db), refresh the marts and serve the dashboard. Re-running reuses an "
+                 "up-to-date demo.", db_help="demo warehouse (default data/demo.duckdb; $GPULEDGER_DB is ignored)")
     s.add_argument("--scale", type=float, default=1.0, metavar="N",
-                   help="cluster size factor: nodes grow linearly; from 2 up the period is a year "
+                   help="cluster size factor (default 1): nodes grow linearly; from 2 up the period is a year "
                         "(33.33 = 2,000 nodes, ~5 million jobs)")
-    s.add_argument("--seed", type=int, default=1, help="random seed (the same seed gives the same cluster)")
+    s.add_argument("--seed", type=int, default=1, help="random seed (default 1; the same seed gives the same cluster)")
     s.add_argument("--days", type=int, metavar="N", help="length of the period (default 182, a year from scale 2)")
     s.add_argument("--rebuild", action="store_true", help="rebuild even if the demo warehouse is up to date")
     s.add_argument("--keep-inputs", action="store_true", help="keep the generated input files next to the warehouse")
     s.add_argument("--no-serve", action="store_true", help="build only; print the warehouse path")
-    s.add_argument("--port", type=int, default=8501, help="dashboard TCP port (default 8501)")
-    s.add_argument("--host", default="127.0.0.1", help="dashboard bind address (default 127.0.0.1)")
-    s.set_defaults(func=cmd_demo)
+    _serve_options(s, "dashboard")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gpuledger",
+        description="Capacity planning and cost governance for shared GPU clusters, from Slurm accounting and DCGM "
+                    "telemetry. --db and -q go before or after the command.")
+    _common_options(p, top=True)
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    _ingest_parsers(sub)
+    s = _command(sub, "refresh", cmd_refresh, "(re)materialise the marts and publish the dashboard snapshot")
+    s.add_argument("--full", action="store_true", help="rebuild every mart from scratch")
+    _report_parsers(sub)
+    _chargeback_parser(sub)
+    _forecast_parser(sub)
+    _simulate_parsers(sub)
+    _plan_parser(sub)
+    _serving_parsers(sub)
     return p
 
 
@@ -1212,10 +1357,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return args.func(args) or EXIT_OK
     except UsageError as exc:
-        print(f"gpuledger: {exc}", file=sys.stderr)
+        _err(f"gpuledger: {exc}", multiline=False)
         return EXIT_USAGE
     except (CliError, WarehouseError, InputError) as exc:
-        print(f"gpuledger: {exc}", file=sys.stderr)
+        _err(f"gpuledger: {exc}", multiline=False)
         return EXIT_ERROR
     except BrokenPipeError:
         return EXIT_OK

@@ -2,10 +2,15 @@
 
 Presentation only: the tables arrive computed. Guarantees:
 
-- **Formula injection**: in CSV and XLSX, a text cell that starts with ``=``, ``+``, ``-``, ``@`` (or a tab or
-  carriage return, which spreadsheets also strip before evaluating) is prefixed with ``'``, so no spreadsheet
-  evaluates it (OWASP "CSV Injection"). Parquet keeps values as they are: it is typed data, which no spreadsheet
-  evaluates, and audits join it back to the warehouse.
+- **Formula injection**: every text cell that leaves the product as CSV or XLSX goes through :func:`neutralise`
+  (the one rule; the dashboards' per-table downloads call it too). A cell is prefixed with ``'`` when, after
+  folding compatibility forms (NFKC: full-width ``＝`` is ``=``) and skipping leading control, format and space
+  characters (NUL, VT, zero-width space, ...), it starts with ``=``, ``+``, ``-``, ``@``, or when that leading run
+  holds a tab or carriage return (spreadsheets strip those before evaluating). The original text is kept after
+  the ``'``. Numbers stay numbers: only text columns are touched. Parquet keeps values as they are: it is typed
+  data, which no spreadsheet evaluates, and audits join it back to the warehouse.
+- **Typed cells**: numbers are numeric cells (decimals keep their scale; ``units`` puts a currency or unit in the
+  number format, e.g. ``#,##0.00 "EUR"``), counts are integers, timestamps are dates; text is text.
 - **Byte-identical re-export**: output depends only on the tables and the ``created`` time passed in (XLSX
   document properties and ZIP entry times use it; nothing reads the clock), so a closed statement exported
   twice gives the same bytes.
@@ -29,23 +34,32 @@ except ImportError:   # plain zlib is slower but gives a valid file (re-exports 
     _isal = None
 
 FORMATS = ("csv", "xlsx", "parquet")
-DANGEROUS = ("=", "+", "-", "@", "\t", "\r")
+#: a text cell a spreadsheet could evaluate: after leading control/format/space characters, a formula starter
+#: (checked on the NFKC-folded text, so full-width forms count)
+FORMULA_START = r"^[\p{Cc}\p{Cf}\p{Z}]*[=+\-@\t\r]"
+#: characters XML 1.0 cannot hold (an XLSX cell drops them; tab, LF and CR stay)
+XML_FORBIDDEN = r"[\x00-\x08\x0b\x0c\x0e-\x1f\x{fffe}\x{ffff}]"
 XLSX_MAX_ROWS = 1_048_576
 _NS = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
 _REL = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
 _PKG = "http://schemas.openxmlformats.org/package/2006/relationships"
 _DT_STYLE, _HEADER_STYLE, _TEXT_STYLE = 2, 1, 0
-_DEC_STYLE0 = 3        # cellXfs index of "#,##0" for scale 0; scale s is _DEC_STYLE0 + s (s <= 6)
 
 
 # ---------------------------------------------------------------- helpers
 
+def neutralised(col: pl.Expr) -> pl.Expr:
+    """The text expression ``col`` with every cell a spreadsheet would evaluate prefixed with ``'``."""
+    danger = col.str.normalize("NFKC").str.contains(FORMULA_START)
+    return pl.when(danger).then(pl.lit("'") + col).otherwise(col)
+
+
 def neutralise(df: pl.DataFrame) -> pl.DataFrame:
-    """Prefix text cells that a spreadsheet would evaluate as a formula with ``'``."""
-    pattern = "^[" + re.escape("".join(DANGEROUS)) + "]"
-    return df.with_columns([
-        pl.when(pl.col(c).str.contains(pattern)).then(pl.lit("'") + pl.col(c)).otherwise(pl.col(c)).alias(c)
-        for c, t in df.schema.items() if t == pl.String])
+    """``df`` with every text cell a spreadsheet would evaluate as a formula prefixed with ``'``: the one
+    neutralising function for text that leaves the product (CSV, XLSX, the dashboards' downloads). Text
+    columns (String, Categorical, Enum) come back as String; every other column is returned as it is."""
+    text = [c for c, t in df.schema.items() if t == pl.String or isinstance(t, (pl.Categorical, pl.Enum))]
+    return df.with_columns([neutralised(pl.col(c).cast(pl.String)).alias(c) for c in text])
 
 
 def fmt_of(path: str | Path, fmt: str | None = None) -> str:
@@ -71,14 +85,16 @@ def parquet_bytes(df: pl.DataFrame) -> bytes:
 
 
 def write_tables(tables: dict[str, pl.DataFrame], path: str | Path, fmt: str | None = None, main: str | None = None,
-                 title: str = "gpuledger export", created: dt.datetime | None = None) -> list[Path]:
+                 title: str = "gpuledger export", created: dt.datetime | None = None,
+                 units: dict[str, str] | None = None) -> list[Path]:
     """Write named tables to ``path``: XLSX as one workbook (a sheet per table, in order); CSV and Parquet as
     ``path`` for the ``main`` table (default: the first) and ``<stem>.<table>.<ext>`` beside it for the others.
-    Returns the paths written."""
+    ``units`` (XLSX only): column name -> unit or currency shown in its number format. Returns the paths
+    written."""
     path = Path(path)
     fmt = fmt_of(path, fmt)
     if fmt == "xlsx":
-        path.write_bytes(xlsx_bytes(tables, title=title, created=created))
+        path.write_bytes(xlsx_bytes(tables, title=title, created=created, units=units))
         return [path]
     main = main or next(iter(tables))
     out = []
@@ -92,10 +108,11 @@ def write_tables(tables: dict[str, pl.DataFrame], path: str | Path, fmt: str | N
 # ---------------------------------------------------------------- XLSX
 
 def _xml_escape(expr: pl.Expr) -> pl.Expr:
-    # XML 1.0 forbids most control characters; drop them, then escape markup.
-    return (expr.str.replace_all(r"[\x00-\x08\x0b\x0c\x0e-\x1f]", "")
+    # Cell text had XML's forbidden characters dropped before it was neutralised (_prepare); headers and sheet
+    # names may still hold some: drop them, then escape markup.
+    return (expr.str.replace_all(XML_FORBIDDEN, "")
             .str.replace_all("&", "&amp;", literal=True).str.replace_all("<", "&lt;", literal=True)
-            .str.replace_all(">", "&gt;", literal=True))
+            .str.replace_all(">", "&gt;", literal=True).str.replace_all("\r", "&#13;", literal=True))
 
 
 def _excel_serial(expr: pl.Expr) -> pl.Expr:
@@ -128,7 +145,32 @@ def _text_fragment(col: pl.Expr, s: pl.Series, strings: _Strings) -> pl.Expr:
     return pl.format('c t="s"><v>{}</v></c>', codes)
 
 
-def _cell_fragment(name: str, dtype, s: pl.Series, strings: _Strings) -> pl.Expr:
+class _Styles:
+    """The workbook's cell formats (cellXfs): 0 text, 1 header (bold), 2 timestamp, then one per number format
+    code in order of first use (so equal inputs give equal bytes)."""
+
+    def __init__(self):
+        self.codes: list[str] = []
+
+    def number(self, code: str) -> int:
+        if code not in self.codes:
+            self.codes.append(code)
+        return 3 + self.codes.index(code)
+
+
+def number_format(scale: int, unit: str | None = None) -> str:
+    """Excel number format: thousands separator, ``scale`` decimals (at most 6), then the unit in quotes."""
+    code = "#,##0" + ("." + "0" * min(scale, 6) if scale > 0 else "")
+    unit = re.sub(r'["\\]', "", unit or "").strip()
+    return f'{code} "{unit}"' if unit else code
+
+
+def _number(text: pl.Expr, style: int | None) -> pl.Expr:
+    return pl.format(f'c s="{style}"><v>{{}}</v></c>' if style else "c><v>{}</v></c>", text)
+
+
+def _cell_fragment(name: str, dtype, s: pl.Series, strings: _Strings, styles: _Styles,
+                   unit: str | None = None) -> pl.Expr:
     """XML of one column's cells without the leading '<' (the row writer supplies it as the separator)."""
     col = pl.col(name)
     if dtype == pl.String:
@@ -140,12 +182,12 @@ def _cell_fragment(name: str, dtype, s: pl.Series, strings: _Strings) -> pl.Expr
     if dtype == pl.Date:
         return pl.format(f'c s="{_DT_STYLE}"><v>{{}}</v></c>', _excel_serial(col.cast(pl.Datetime("us"))))
     if isinstance(dtype, pl.Decimal):
-        style = _DEC_STYLE0 + min(dtype.scale or 0, 6)
-        return pl.format(f'c s="{style}"><v>{{}}</v></c>', col.cast(pl.String))
+        return _number(col.cast(pl.String), styles.number(number_format(dtype.scale or 0, unit)))
+    style = styles.number(number_format(0 if dtype.is_integer() else 2, unit)) if unit else None
     if dtype.is_float():
-        return pl.when(col.is_finite()).then(pl.format("c><v>{}</v></c>", col.cast(pl.String)))
+        return pl.when(col.is_finite()).then(_number(col.cast(pl.String), style))
     if dtype.is_numeric():
-        return pl.format("c><v>{}</v></c>", col.cast(pl.String))
+        return _number(col.cast(pl.String), style)
     return pl.lit(None, pl.String)   # columns of nulls only
 
 
@@ -159,13 +201,16 @@ def _col_letter(i: int) -> str:
 
 
 def _prepare(df: pl.DataFrame) -> pl.DataFrame:
-    """Text-like columns as neutralised strings; everything else keeps its type."""
-    other = [c for c, t in df.schema.items() if not (t.is_numeric() or t in (pl.Boolean, pl.Date, pl.String)
-                                                      or isinstance(t, (pl.Datetime, pl.Decimal)))]
-    return neutralise(df.with_columns([pl.col(c).cast(pl.String) for c in other]))
+    """Text-like columns as strings as the sheet will hold them (XML's forbidden characters dropped), then
+    neutralised: the check sees the final text, so nothing is stripped after it. Other columns keep their type."""
+    text = [c for c, t in df.schema.items() if not (t.is_numeric() or t in (pl.Boolean, pl.Date)
+                                                     or isinstance(t, (pl.Datetime, pl.Decimal)))]
+    return neutralise(df.with_columns([pl.col(c).cast(pl.String).str.replace_all(XML_FORBIDDEN, "")
+                                       for c in text]))
 
 
-def _sheet_xml(df: pl.DataFrame, strings: _Strings, selected: bool) -> list[bytes]:
+def _sheet_xml(df: pl.DataFrame, strings: _Strings, styles: _Styles, selected: bool,
+               units: dict[str, str]) -> list[bytes]:
     ncol, nrow = max(df.width, 1), df.height + 1
     ref = f"A1:{_col_letter(ncol - 1)}{nrow}"
     off = strings.add(pl.Series(df.columns, dtype=pl.String))
@@ -182,7 +227,7 @@ def _sheet_xml(df: pl.DataFrame, strings: _Strings, selected: bool) -> list[byte
     if df.height and df.width:
         # Rows are written by the (multithreaded) CSV writer with '<' as the separator: each cell fragment
         # lacks its leading '<', and cells carry no references, so an empty value still needs its <c/>.
-        frags = [_cell_fragment(c, t, df.get_column(c), strings).fill_null("c/>").alias(f"_{i}")
+        frags = [_cell_fragment(c, t, df.get_column(c), strings, styles, units.get(c)).fill_null("c/>").alias(f"_{i}")
                  for i, (c, t) in enumerate(df.schema.items())]
         buf = io.BytesIO()
         df.select([pl.lit("<row>").alias("_open"), *frags, pl.lit("/row>").alias("_close")]).write_csv(
@@ -241,19 +286,20 @@ def _split_large(tables: dict[str, pl.DataFrame]) -> dict[str, pl.DataFrame]:
 
 
 def xlsx_bytes(tables: dict[str, pl.DataFrame], title: str = "gpuledger export",
-               created: dt.datetime | None = None) -> bytes:
+               created: dt.datetime | None = None, units: dict[str, str] | None = None) -> bytes:
     """An XLSX workbook with one sheet per table (header row bold and frozen, autofilter, number formats:
-    decimals keep their scale, timestamps as dates). ``created`` (naive UTC, default 1980-01-01) stamps the
-    document properties and ZIP entries, so equal inputs give equal bytes."""
+    decimals keep their scale, timestamps as dates; ``units`` maps a column name to the currency or unit its
+    numbers show, e.g. {"total": "EUR"}). ``created`` (naive UTC, default 1980-01-01) stamps the document
+    properties and ZIP entries, so equal inputs give equal bytes."""
     created = (created or dt.datetime(1980, 1, 1)).replace(microsecond=0, tzinfo=None)
     tables = _split_large({k: _prepare(v) for k, v in tables.items()})
     names = _sheet_names(list(tables))
-    strings = _Strings()
-    sheets = [_sheet_xml(df, strings, i == 0) for i, df in enumerate(tables.values())]
+    strings, styles = _Strings(), _Styles()
+    sheets = [_sheet_xml(df, strings, styles, i == 0, units or {}) for i, df in enumerate(tables.values())]
     parts = [("[Content_Types].xml", _content_types(len(names))), ("_rels/.rels", _root_rels()),
              ("docProps/app.xml", _app_xml()), ("docProps/core.xml", _core_xml(title, created)),
              ("xl/workbook.xml", _workbook_xml(names, list(tables.values()))),
-             ("xl/_rels/workbook.xml.rels", _workbook_rels(len(names))), ("xl/styles.xml", _styles_xml()),
+             ("xl/_rels/workbook.xml.rels", _workbook_rels(len(names))), ("xl/styles.xml", _styles_xml(styles)),
              ("xl/sharedStrings.xml", _sst_xml(strings))]
     parts += [(f"xl/worksheets/sheet{i}.xml", x) for i, x in enumerate(sheets, start=1)]
     return zip_bytes(parts, max(created, dt.datetime(1980, 1, 1)))
@@ -357,12 +403,13 @@ def _workbook_rels(n: int) -> bytes:
             '</Relationships>').encode()
 
 
-def _styles_xml() -> bytes:
+def _styles_xml(styles: _Styles) -> bytes:
+    esc = lambda s: s.replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;").replace(">", "&gt;")
     fmts = ['<numFmt numFmtId="164" formatCode="yyyy-mm-dd hh:mm:ss"/>']
-    fmts += [f'<numFmt numFmtId="{165 + s}" formatCode="#,##0{"." + "0" * s if s else ""}"/>' for s in range(7)]
+    fmts += [f'<numFmt numFmtId="{165 + i}" formatCode="{esc(code)}"/>' for i, code in enumerate(styles.codes)]
     xf = '<xf numFmtId="{}" fontId="{}" fillId="0" borderId="0" xfId="0"{}/>'
     xfs = [xf.format(0, 0, ""), xf.format(0, 1, ' applyFont="1"'), xf.format(164, 0, ' applyNumberFormat="1"')]
-    xfs += [xf.format(165 + s, 0, ' applyNumberFormat="1"') for s in range(7)]
+    xfs += [xf.format(165 + i, 0, ' applyNumberFormat="1"') for i in range(len(styles.codes))]
     return (f'<?xml version="1.0" encoding="UTF-8" standalone="yes"?>\n<styleSheet xmlns="{_NS}">'
             f'<numFmts count="{len(fmts)}">{"".join(fmts)}</numFmts>'
             '<fonts count="2"><font><sz val="11"/><name val="Calibri"/></font>'

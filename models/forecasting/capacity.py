@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+from pathlib import Path
 
 import duckdb
 import polars as pl
 
 from models.metrics import demand, timeline
-from models.forecasting import forecast
+from models.forecasting import forecast, series_csv
 
 BANDS = {"median": "forecast", "80": "hi80", "95": "hi95"}
 
@@ -47,17 +48,22 @@ def pool_capacity(con: duckdb.DuckDBPyConnection, by_cluster: bool = False) -> p
     return out if out.height else empty
 
 
-def parse_capacity(items: list[str]) -> dict[str, float]:
-    """['a100=512', 'h100=256'] → {'a100': 512.0, ...} (--capacity overrides)."""
+def parse_capacity(items: list[str], bare: bool = False) -> dict[str, float]:
+    """['a100=512', 'h100=256'] → {'a100': 512.0, ...} (--capacity overrides). With ``bare``, a plain GPUS
+    ('500') is allowed too and applies to every series (key '*')."""
     out = {}
     for item in items:
         pool, sep, n = item.partition("=")
         try:
+            if bare and not sep:
+                out["*"] = float(item)
+                continue
             if not sep or not pool.strip():
                 raise ValueError
             out[pool.strip()] = float(n)
         except ValueError:
-            raise ValueError(f"--capacity {item!r}: expected POOL=GPUS, e.g. a100=512") from None
+            raise ValueError(f"--capacity {item!r}: expected POOL=GPUS, e.g. a100=512"
+                             + (", or GPUS" if bare else "")) from None
     return out
 
 
@@ -232,3 +238,25 @@ def _peaks(con, peak_hist: pl.DataFrame | None, keys: list[str], freq: str, clus
     """Most GPUs running + pending at once ever, per pool key tuple (the ``peak`` series' maximum)."""
     hist = peak_hist if peak_hist is not None else demand.series(con, "peak", freq, keys, cluster)
     return {tuple(r[:-1]): r[-1] for r in hist.group_by(keys).agg(pl.col("value").max()).iter_rows()}
+
+
+def forecast_csv(path: str | Path, keys: list[str], freq: str | None, horizon: int, agg: str = "mean",
+                 unit: str = "gpus", capacity: dict | None = None, target_util: float = 0.85, band: str = "80",
+                 window: int | None = None, shifts: bool = True, progress=None) -> dict:
+    """Forecasts of a planner's timestamp,value CSV (``keys``: columns that split it into series), and the
+    capacity answers when ``capacity`` gives installed GPUs (a pool → GPUs, or '*' for every series).
+
+    ``freq`` None infers it from the timestamps; ``agg`` combines values within a period; ``unit`` 'gpu-hours'
+    says the values are GPU-hours per period (compared with capacity per hour). Returns the dict of
+    :func:`forecast_warehouse`; an unreadable file raises InputError naming file, line and field."""
+    raw = series_csv.read_series(path, keys)
+    freq = freq or forecast.infer_freq(raw.get_column("ts").to_numpy())
+    hist = forecast.regularise(raw, keys, freq, agg=agg)
+    fc, summary = forecast.forecast_table(hist, keys, freq, horizon, shifts=shifts, progress=progress)
+    per_hour = demand.FREQS.get(freq, 24.0) if unit == "gpu-hours" else 1.0
+    answer = (exhaustion(hist, fc, capacity, keys, target_util, band, window or forecast.SEASON[freq], per_hour)
+              if capacity and fc.height else None)
+    return {"history": hist, "forecast": cap_bands(fc, answer, keys, per_hour) if fc.height else fc,
+            "summary": summary, "capacity": answer, "keys": keys, "notes": idle_notes(hist, keys),
+            "per_hour": per_hour, "unit": unit,
+            "title": f"{Path(path).name}: {freq} series, {horizon}-period forecast"}

@@ -406,15 +406,24 @@ def _fmt(x: Decimal | None, policy: Policy) -> str:
     return "" if x is None else f"{x.quantize(Decimal(1).scaleb(-policy.minor_units)):,} {policy.currency}"
 
 
+def _amounts(st: Statement) -> dict[str, Decimal]:
+    """The summary's money items from the statement's parts (lines and reconciliation), so a frozen statement
+    gives the same amounts its frozen summary text shows."""
+    t = st.total_row
+    charged = sum(st.lines.filter(pl.col("kind") == "charge")["total"].to_list(), Decimal(0))
+    adj_total = sum(st.lines.filter(pl.col("kind") == "adjustment")["total"].to_list(), Decimal(0))
+    return {"Cluster cost": t["cluster_cost"], "Charged to teams": charged, "  of which direct": t["direct_cost"],
+            "  of which idle shares": t["idle_allocated"], "Unallocated idle": t["unallocated_idle"],
+            "Rate variance": t["rate_variance"], "Rounding residue": t["rounding_residue"],
+            "Adjustments for closed periods": adj_total, "Total of this statement": charged + adj_total}
+
+
 def _header(st: Statement, start: dt.datetime, end: dt.datetime, spans: pl.DataFrame,
             have_waste: bool, n_jobs: int) -> list[tuple[str, str]]:
-    p, t = st.policy, st.total_row
-    charges = st.lines.filter(pl.col("kind") == "charge")
+    p, t, a = st.policy, st.total_row, _amounts(st)
     adj = st.lines.filter(pl.col("kind") == "adjustment")
     covered = "; ".join(f"{r['cluster']}: {r['t0']:%Y-%m-%d %H:%M} to {r['t1']:%Y-%m-%d %H:%M}"
                         for r in spans.sort("cluster").iter_rows(named=True)) or "no accounting in this period"
-    charged = sum(charges["total"].to_list(), Decimal(0))
-    adj_total = sum(adj["total"].to_list(), Decimal(0))
     status = {"open": "open (the accounting covers the whole period; not closed)",
               "provisional": "provisional (the accounting does not reach the end of the period yet)"}[st.status]
     return [
@@ -429,17 +438,13 @@ def _header(st: Statement, start: dt.datetime, end: dt.datetime, spans: pl.DataF
                          "proportional_usage": "shared in proportion to direct cost per pool (OpenCost shareIdle)",
                          "proportional_entitlement": "shared in proportion to entitlement per pool"}[p.idle_policy]),
         ("Rounding", f"each amount once, half-even, to {p.minor_units} decimals; the residue is reported"),
-        ("Cluster cost", _fmt(t["cluster_cost"], p)),
-        ("Charged to teams", _fmt(charged, p)),
-        ("  of which direct", _fmt(t["direct_cost"], p)),
-        ("  of which idle shares", _fmt(t["idle_allocated"], p)),
-        ("Unallocated idle", _fmt(t["unallocated_idle"], p)),
-        ("Rate variance", _fmt(t["rate_variance"], p)),
-        ("Rounding residue", _fmt(t["rounding_residue"], p)),
+        *((k, _fmt(a[k], p)) for k in ("Cluster cost", "Charged to teams", "  of which direct",
+                                        "  of which idle shares", "Unallocated idle", "Rate variance",
+                                        "Rounding residue")),
         ("Reconciliation", "cluster cost = charged + unallocated idle + rate variance + rounding residue: "
                            + ("holds" if t["difference"] == 0 else f"FAILS by {t['difference']}")),
-        ("Adjustments for closed periods", f"{_fmt(adj_total, p)} on {adj.height} lines"),
-        ("Total of this statement", _fmt(charged + adj_total, p)),
+        ("Adjustments for closed periods", f"{_fmt(a['Adjustments for closed periods'], p)} on {adj.height} lines"),
+        ("Total of this statement", _fmt(a["Total of this statement"], p)),
         ("Jobs", str(n_jobs)),
         ("Waste", "idle-allocated GPU-hours from telemetry, priced at the line's rate; shown beside, not added"
          if have_waste else "unavailable: no GPU telemetry efficiency data in the warehouse"),
@@ -641,6 +646,37 @@ def recent_periods(con, policy: Policy) -> list[str]:
 
 # ---------------------------------------------------------------- presentation tables
 
+#: columns of the views holding money in the statement's currency, and rates per GPU-hour
+MONEY_COLUMNS = ("direct_cost", "idle_share", "total", "waste_cost", "cluster_cost", "idle_allocated",
+                 "unallocated_idle", "rate_variance", "rounding_residue", "difference", "amount")
+RATE_COLUMNS = ("rate", "base_rate", "price_per_gpu_hour")
+
+
+def units(st: Statement) -> dict[str, str]:
+    """Column -> unit of the statement's views (currency, currency per GPU-hour), for typed exports."""
+    cur = st.policy.currency
+    return {**dict.fromkeys(MONEY_COLUMNS, cur), **dict.fromkeys(RATE_COLUMNS, f"{cur}/GPU-h")}
+
+
+def summary_frame(st: Statement) -> pl.DataFrame:
+    """The summary typed: item; value (text items); amount (money, in the currency's minor units); count (jobs,
+    adjustment lines). Money and counts come from the statement's parts; the header's text stays as frozen."""
+    amounts, n_adj = _amounts(st), st.lines.filter(pl.col("kind") == "adjustment").height
+    rows = []
+    for item, text in st.header:
+        count = n_adj if item == "Adjustments for closed periods" else _whole(text) if item == "Jobs" else None
+        amount = amounts.get(item)
+        typed = amount is not None or count is not None
+        rows.append((item, None if typed else text, amount, count))
+    return pl.DataFrame(rows, orient="row", schema={"item": pl.String, "value": pl.String,
+                                                    "amount": pl.Decimal(18, st.policy.minor_units),
+                                                    "count": pl.Int64})
+
+
+def _whole(text: str) -> int | None:
+    return int(text.replace(",", "")) if text.replace(",", "").isdigit() else None
+
+
 def views(st: Statement) -> dict[str, pl.DataFrame]:
     """The statement as named tables, in workbook order: summary, one per view, job-level detail last.
     Money columns carry the currency's minor units."""
@@ -661,7 +697,7 @@ def views(st: Statement) -> dict[str, pl.DataFrame]:
     recon_money = ["cluster_cost", "direct_cost", "idle_allocated", "unallocated_idle", "rate_variance",
                    "rounding_residue", "difference"]
     return {
-        "summary": pl.DataFrame(st.header, schema={"item": pl.String, "value": pl.String}, orient="row"),
+        "summary": summary_frame(st),
         "by team": charges,
         "by cost centre": by(["cost_center"]),
         "by gpu type": by(["cluster", "gpu_type"]),

@@ -116,6 +116,11 @@ def _window(con, date_from: dt.datetime | None, date_to: dt.datetime | None) -> 
     return lo or epoch, hi or epoch
 
 
+def has_jobs(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the efficiency mart holds any GPU job yet (a report has something to show)."""
+    return con.sql("SELECT EXISTS (SELECT 1 FROM gpu_efficiency_job)").fetchall()[0][0]
+
+
 def _check_by(by: list[str]) -> None:
     bad = [c for c in by if c not in JOB_COLS]
     if bad:

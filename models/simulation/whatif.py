@@ -72,8 +72,20 @@ def _events(inp: Inputs, sc: Scenario, cl: Cluster) -> np.ndarray:
                             if inp.cluster.node_names[n] in idx])
 
 
+def scenario_cluster(inp: Inputs, sc: Scenario) -> Cluster:
+    """The nodes ``sc`` simulates: the observed ones after its --add/--remove (ValueError if it removes more
+    nodes than a pool has)."""
+    return inp.cluster.with_nodes(sc.add, sc.remove) if (sc.add or sc.remove) else inp.cluster
+
+
+def baseline(sc: Scenario) -> Scenario:
+    """The scenario's baseline: the observed capacity and workload (no nodes added or removed, demand and run
+    times unscaled) under the same policy and outages."""
+    return replace(sc, add={}, remove={}, demand_scale=1.0, runtime_scale=1.0)
+
+
 def _run(inp: Inputs, sc: Scenario, jobs: pl.DataFrame, seed: int) -> tuple[SimResult, pl.DataFrame]:
-    cl = inp.cluster.with_nodes(sc.add, sc.remove) if (sc.add or sc.remove) else inp.cluster
+    cl = scenario_cluster(inp, sc)
     events = _events(inp, sc, cl)
     work = sw.to_workload(jobs, runtime_scale=sc.runtime_scale)
     horizon = inp.days * sw.DAY
@@ -120,8 +132,12 @@ def interval(values: np.ndarray, level: float = 0.95) -> tuple[float, float, flo
     return m, m - h, m + h
 
 
+def _stack(reps: list[pl.DataFrame]) -> pl.DataFrame:
+    return pl.concat([r.with_columns(pl.lit(i).alias("rep")) for i, r in enumerate(reps)])
+
+
 def _summarise(reps: list[pl.DataFrame]) -> pl.DataFrame:
-    allm = pl.concat([r.with_columns(pl.lit(i).alias("rep")) for i, r in enumerate(reps)])
+    allm = _stack(reps)
     rows = []
     for (metric, scope), d in allm.group_by("metric", "scope", maintain_order=True):
         m, lo, hi = interval(d["value"].cast(pl.Float64).fill_null(np.nan).to_numpy())
@@ -136,13 +152,47 @@ def run_whatif(inp: Inputs, sc: Scenario, replications: int = 10, seed: int = 0,
     """Metrics of a scenario with intervals: each replication bootstraps whole days of the observed
     workload (scaled by ``demand_scale``) and runs the simulator with its own seed.
     Columns: metric, scope (all / team=X / size_class=Y / pool=P), mean, ci_low, ci_high, replications."""
+    return _summarise(_replications(inp, sc, replications, seed, by))
+
+
+def _replications(inp: Inputs, sc: Scenario, replications: int, seed: int, by) -> list[pl.DataFrame]:
     horizon = inp.days * sw.DAY
     reps = []
     for r in range(replications):
         jobs = sw.resample_days(inp.jobs, inp.days, sc.demand_scale, seed + r)
         res, out = _run(inp, sc, jobs, seed + r)
         reps.append(_metrics(res, out, horizon, list(by)))
-    return _summarise(reps)
+    return reps
+
+
+def compare(inp: Inputs, sc: Scenario, replications: int = 10, seed: int = 0,
+            by: tuple[str, ...] = ("team", "size_class")) -> pl.DataFrame:
+    """The scenario beside its :func:`baseline`, run with the same seeds and replications: the columns of
+    :func:`run_whatif` (the scenario), then baseline, baseline_ci_low, baseline_ci_high and change,
+    change_ci_low, change_ci_high: scenario - baseline per replication (paired by seed), its mean and 95 %
+    t-interval. A metric/scope only one side has is empty on the other side."""
+    base_sc = baseline(sc)
+    reps = _replications(inp, sc, replications, seed, by)
+    base = reps if base_sc == sc else _replications(inp, base_sc, replications, seed, by)
+    both = _stack(reps).join(_stack(base), on=["metric", "scope", "rep"], how="full", coalesce=True,
+                             suffix="_base").with_columns((pl.col("value") - pl.col("value_base")).alias("change"))
+    rows = []
+    for (metric, scope), d in both.group_by("metric", "scope", maintain_order=True):
+        vals = {c: interval(d[c].cast(pl.Float64).fill_null(np.nan).to_numpy()) for c in ("value", "value_base",
+                                                                                           "change")}
+        m, lo, hi = vals["value"]
+        bm, blo, bhi = vals["value_base"]
+        rows.append((metric, scope, m, _floor0(lo), hi, int(d["value"].is_not_null().sum()), bm, _floor0(blo), bhi,
+                     *vals["change"]))
+    names = ["metric", "scope", "mean", "ci_low", "ci_high", "replications", "baseline", "baseline_ci_low",
+             "baseline_ci_high", "change", "change_ci_low", "change_ci_high"]
+    return pl.DataFrame(rows, orient="row", schema={n: pl.Utf8 if i < 2 else pl.Int64 if n == "replications"
+                                                    else pl.Float64 for i, n in enumerate(names)}
+                        ).sort("metric", "scope")
+
+
+def _floor0(x: float) -> float:
+    return x if np.isnan(x) else max(x, 0.0)
 
 
 def validate_replay(inp: Inputs, policy: Policy) -> tuple[pl.DataFrame, pl.DataFrame]:
