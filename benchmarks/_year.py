@@ -8,11 +8,11 @@ Usage from a benchmark::
     con = duckdb.connect(str(db), read_only=True)
 
 The warehouse is built through the real ingest path (governance.toml, ``scontrol show node -o`` snapshots,
-twelve monthly ``sacct -P --allocations`` exports, ``sacctmgr show event``) by ingest.synthetic.build, like
+twelve monthly ``sacct -P --allocations`` exports, ``sacctmgr show event``) by models/demo/build.py, like
 ``gpuledger demo --scale 33.33``, without telemetry (a site this size keeps it in Prometheus).
 
 Cache: ``$GPULEDGER_BENCH_CACHE`` (default /tmp/gpuledger-bench), one file per (seed, scale, generator version,
-warehouse schema version); with ``marts=True`` also keyed by a hash of models/*.py. Ingestor fixes that change
+warehouse schema version); with ``marts=True`` also keyed by a hash of models/**/*.py. Ingestor fixes that change
 neither the generator nor the schema keep the cache; ``GPULEDGER_BENCH_REBUILD=1`` forces a rebuild. A build
 takes several minutes and >4 GB: run benchmarks under ``flock /tmp/gpuledger-heavy.lock``. Concurrent callers
 wait for one build (a lock file per cache key). Open the cached files read-only, or copy them (``work_copy``).
@@ -54,8 +54,8 @@ def _schema_version() -> int:
 
 def _models_hash() -> str:
     h = hashlib.sha256()
-    for p in sorted((ROOT / "models").glob("*.py")):
-        h.update(p.name.encode())
+    for p in sorted((ROOT / "models").rglob("*.py")):
+        h.update(str(p.relative_to(ROOT)).encode())
         h.update(p.read_bytes())
     return h.hexdigest()[:12]
 
