@@ -213,8 +213,8 @@ def _split_sinfo(line: str, delim: str | None) -> list[str]:
 def _sinfo_records(lines: list[str], fields: list[str] | None) -> tuple[list, list, list]:
     """(records, skipped (line_no, reason), rejected (line_no, field, reason)) of sinfo output."""
     first = next((i for i, l in enumerate(lines) if l.strip()), None)
-    if first is None:
-        return [], [], []
+    if first is None:   # nothing but blank lines: each one is accounted for, none is a record
+        return [], [(i, "blank line") for i in range(1, len(lines) + 1)], []
     delim = "|" if "|" in lines[first] else None
     skipped, rejected, recs = [], [], []
     cols = fields

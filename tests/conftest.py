@@ -5,6 +5,13 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# `make test` is a regression check: the same examples on every run, so a green run here is a green CI run.
+# Exploring new examples is the benchmarks' job (benchmarks/fuzz_ingest.py) or HYPOTHESIS_PROFILE=explore.
+settings.register_profile("suite", derandomize=True, database=None)
+settings.register_profile("explore")
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "suite"))
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"

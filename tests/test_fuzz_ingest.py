@@ -36,3 +36,12 @@ def test_mutated_inputs_then_refresh_and_every_report(tmp_path):
         assert every_report(con)
     finally:
         con.close()
+
+
+def test_inputs_of_blank_lines_only_are_accounted_line_by_line(tmp_path):
+    """Found by the fuzz in CI: a nodes file of one newline read 1 line and accounted for 0."""
+    con = warehouse.connect(tmp_path / "blank.duckdb")
+    governance.ingest_path(con, FIXTURES / "dashboard" / "governance.toml")
+    for ingestor in sorted(fuzz_inputs.BASE):
+        for data in (b"", b"\n", b"\n\n  \n", b"\r\n\x0c\n"):
+            assert fuzz_inputs.check_case(con, ingestor, data, tmp_path / f"blank-{ingestor}.txt") in (0, 1)
