@@ -54,3 +54,16 @@ def run_cli(db_path, capsys):
         out = capsys.readouterr()
         return code, out.out, out.err
     return run
+
+
+#: Modules that mostly wait (on a real Slurm's job mix, a browser, a server) run first: under `make test`'s
+#: workers (pytest-xdist, one module per worker at a time) their waiting overlaps the CPU-bound modules.
+WAITING_FIRST = ("test_slurm_integration.py", "test_dashboard_browser.py", "test_dashboard_concurrency.py",
+                 "test_prometheus.py", "test_traces_genai.py", "test_cli_docs.py")
+
+
+def pytest_collection_modifyitems(session, config, items):
+    def rank(item) -> int:
+        name = item.path.name
+        return WAITING_FIRST.index(name) if name in WAITING_FIRST else len(WAITING_FIRST)
+    items.sort(key=rank)   # stable: within a module, and among the rest, the collection order stays
