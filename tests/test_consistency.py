@@ -21,7 +21,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 import dashboard_fixtures as dfx
-from dashboards import model_reads as mr, ui
+from dashboards import charts, model_reads as mr, ui
 from dashboards.filters import Filters
 from dashboards.snapshot import Snapshot
 from models.definitions.labels import SIZE_CLASSES, UNMAPPED
@@ -332,6 +332,11 @@ def test_a_running_job_is_listed_as_running_not_ending_at_the_horizon(lab, monke
 
 def test_size_classes_sort_in_their_defined_order(lab, monkeypatch):
     db, _, _ = lab
+    # any chart of size classes, whatever order its rows come in (the what-if's bars came 1, 2-4, 33-64, 5-8)
+    rows = pl.DataFrame({"size": ["1", "2-4", "33-64", "5-8"], "h": [1.0, 2.0, 3.0, 4.0], "run": ["Baseline"] * 4})
+    assert list(charts.bars(rows, "size", "h", color="run", y_title="h").layout.xaxis.categoryarray) == [
+        "1", "2-4", "5-8", "33-64"]
+    assert list(charts.heatmap(rows, "size", "run", "h", z_title="h").data[0].x) == ["1", "2-4", "5-8", "33-64"]
     f = WINDOWS["30 days"]
     state = {"f_dates": (f.start, f.end - dt.timedelta(days=1))}
     at = dfx.open_page(dfx.app(db, monkeypatch), "fragmentation", **state)
