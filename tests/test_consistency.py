@@ -13,6 +13,7 @@ data horizon at 2026-10-20 12:13:47: not on an hour, not on a day. Built once fo
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import os
 import shutil
 
@@ -86,6 +87,7 @@ def _one(df: pl.DataFrame, col: str, scope: str, dims: dict) -> float | None:
     return df[col][0] if df.height else None
 
 
+@functools.cache   # 'All' is the 30 days here: computed once
 def lib_allocation(cur, f: Filters, scope: str) -> float | None:
     if scope == "team":
         df = utilization.by_bucket(cur, f.t0, f.t1, "month", by=["team"])
@@ -100,6 +102,7 @@ def lib_allocation(cur, f: Filters, scope: str) -> float | None:
     return df["sreport_allocated"].sum() / avail if avail else None
 
 
+@functools.cache   # 'All' is the 30 days here: computed once
 def lib_efficiency(cur, f: Filters, scope: str) -> dict | None:
     by = {"team": ["team"], "pool": ["gpu_type"]}.get(scope, [])
     df = efficiency.by_group(cur, f.t0, f.t1, by=by, bucket=None)
@@ -107,10 +110,12 @@ def lib_efficiency(cur, f: Filters, scope: str) -> dict | None:
     return df.row(0, named=True) if df.height and df["alloc_gpu_h"][0] else None
 
 
+@functools.cache   # 'All' is the 30 days here: computed once
 def lib_fragmentation(cur, f: Filters, scope: str) -> float | None:
     return fragmentation.window_rate(cur, f.t0, f.t1, keep={"gpu_type": ["h100"]} if scope == "pool" else None)
 
 
+@functools.cache   # 'All' is the 30 days here: computed once
 def lib_blocked(cur, f: Filters, scope: str) -> float | None:
     df = blocked.blocked(cur, f.t0, f.t1, by={"team": ("team",), "pool": ("gpu_type",)}.get(scope, ("team",)))
     row = df.filter(pl.col({"pool": "gpu_type"}.get(scope, "team")) == {"team": "nlp", "pool": "h100"}.get(scope,
@@ -120,6 +125,7 @@ def lib_blocked(cur, f: Filters, scope: str) -> float | None:
     return row["fragmentation_gpu_h"][0] / row["wait_gpu_h"][0]
 
 
+@functools.cache   # 'All' is the 30 days here: computed once
 def lib_jain(cur, f: Filters, scope: str) -> float | None:
     end = min(f.t1, HORIZON)
     if end <= f.t0:
@@ -129,12 +135,14 @@ def lib_jain(cur, f: Filters, scope: str) -> float | None:
                 {"pool": ("pool", "h100"), "all": ("pool", "(all)")})
 
 
+@functools.cache   # 'All' is the 30 days here: computed once
 def lib_p95(cur, f: Filters, scope: str) -> float | None:
     by = ("cluster",) + {"team": ("team",), "pool": ("pool",)}.get(scope, ())
     return _one(queue.waits(cur, f.t0, f.t1, by), "wait_p95_h", scope,
                 {"team": ("team", "nlp"), "pool": ("pool", "h100")})
 
 
+@functools.cache   # 'All' is the 30 days here: computed once
 def lib_cost(cur, f: Filters, scope: str) -> float:
     lines = chargeback.views(chargeback.statement(cur, f.month))["by team"]
     if scope == "team":
