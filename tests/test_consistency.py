@@ -25,7 +25,8 @@ import dashboard_fixtures as dfx
 from dashboards import charts, model_reads as mr, ui
 from dashboards.filters import Filters
 from dashboards.snapshot import Snapshot
-from models.definitions.labels import SIZE_CLASSES, UNMAPPED
+from models.definitions.labels import SIZE_CLASSES
+from models.definitions.times import period_bounds
 from models.forecasting import capacity
 from models.metrics import blocked, chargeback, cost, efficiency, fairness, fragmentation, queue, timeline
 from models.metrics import utilization
@@ -202,8 +203,8 @@ def _statement_hours(cur, month: str, scope: str) -> float:
 def test_chargeback_gpu_hours_equal_utilization_for_the_month(lab, month, scope):
     """October is provisional: it stops at the horizon, inside an hour, where the running jobs stop too."""
     _, v, cur = lab
-    f = Filters(dt.date(int(month[:4]), int(month[5:]), 1), dt.date(2026, 10, 1) if month == "2026-09"
-                else dt.date(2026, 11, 1), **SCOPES[scope])
+    t0, t1 = period_bounds(month, chargeback.statement(cur, month, detail=False).policy.period_timezone)
+    f = Filters(t0, t1, **SCOPES[scope])            # the statement's period as a UTC window
     u = mr.utilization(v, f, "month")
     assert _statement_hours(cur, month, scope) == pytest.approx(u["allocated_gpu_h"].sum(), abs=1e-5)
 
