@@ -402,7 +402,7 @@ def cmd_report_fragmentation(args) -> int:
         _say(args, "report fragmentation: nothing to report in this window (no accounting, or no pending jobs)")
         return EXIT_OK
     emit(df, args.format, args.out)
-    if args.view == "summary":
+    if args.view == "summary" and not getattr(args, "quiet", False):
         rate = fragmentation.window_rate(con, lo, hi, interval=args.interval,   # per pool, as the dashboard
                                          popularity=1.0 if args.popularity is None else args.popularity)
         _say(args, "fragmentation rate of the window (FGD, each day's samples against that day's requests): "
