@@ -402,6 +402,11 @@ def cmd_report_fragmentation(args) -> int:
         _say(args, "report fragmentation: nothing to report in this window (no accounting, or no pending jobs)")
         return EXIT_OK
     emit(df, args.format, args.out)
+    if args.view == "summary" and not getattr(args, "quiet", False):
+        rate = fragmentation.window_rate(con, lo, hi, interval=args.interval,   # per pool, as the dashboard
+                                         popularity=1.0 if args.popularity is None else args.popularity)
+        _say(args, "fragmentation rate of the window (FGD, each day's samples against that day's requests): "
+                   + ("-" if rate is None else f"{100 * rate:.1f} %"))
     _freshness(args, con)
     return EXIT_OK
 
@@ -598,15 +603,15 @@ def cmd_chargeback(args) -> int:
 
 
 def _close_period(args, con):
-    """Freeze the period (a no-op for a closed one), then refresh: the open statements and the snapshot know it."""
+    """Freeze the period (a no-op for a closed one); close refreshes, so the open statements and the snapshot
+    know it."""
     from models.metrics import chargeback
-    from models.pipeline import close, refresh
+    from models.pipeline import close
     if args.period in chargeback.closed_periods(con):
         _say(args, f"{args.period} is already closed; nothing changed (showing the frozen statement)")
         return chargeback.statement(con, args.period)
-    st = close.close_period(con, args.period)
+    st = close.close_period(con, args.period, db_path=_db_path(args))   # freezes, refreshes, republishes
     _say(args, f"closed {args.period} at {st.closed_at:%Y-%m-%d %H:%M:%S} UTC, sha256 {st.content_hash}")
-    refresh.run(con, _db_path(args))
     return st
 
 

@@ -55,6 +55,10 @@ def main() -> None:
                                   currency=model_reads.currency(state.version)))
     sidebar.freshness(state.version, cat)
     page = st.navigation(pages, position="sidebar")
+    if cat is not None and flt is None:   # the sidebar refused the filters (a reversed date range) and says why
+        st.info(f"{sidebar.REVERSED}: choose a first day on or before the last day in the sidebar.",
+                icon=":material/event_busy:")
+        return
     try:
         page.run()
     except Exception as exc:  # a model failed on this data: say so on the page, keep the app (and sidebar) alive

@@ -13,6 +13,7 @@ import plotly.graph_objects as go
 import polars as pl
 
 from dashboards import theme
+from models.definitions.labels import SIZE_CLASSES
 
 
 def _series(df: pl.DataFrame, color: str | None, order: Sequence[str] | None = None
@@ -24,8 +25,17 @@ def _series(df: pl.DataFrame, color: str | None, order: Sequence[str] | None = N
     df = df.with_columns(keys.alias("__key"))
     present = set(df["__key"].unique().to_list())
     first = [k for k in (order or []) if k in present]
-    rest = sorted(present - set(first))
+    rest = _ordered(present - set(first))
     return [(k, df.filter(pl.col("__key") == k)) for k in first + rest]
+
+
+def _ordered(values) -> list:
+    """Distinct category values sorted: request-size classes in their defined order (labels.SIZE_CLASSES: 1,
+    2-4, 5-8, 9-16, ...), never alphabetically (1, 2-4, 33+, 5-8); anything else as text sorts."""
+    present = [v for v in dict.fromkeys(values) if v is not None]
+    if present and all(str(v) in SIZE_CLASSES for v in present):
+        return sorted(present, key=lambda v: SIZE_CLASSES.index(str(v)))
+    return sorted(present)
 
 
 #: More legend entries than this go in a column on the right instead of a row above the plot.
@@ -87,6 +97,9 @@ def bars(df: pl.DataFrame, x: str, y: str, *, color: str | None = None, colours:
         line = dict(line_dash="dot", line_color="#6B7785", annotation_text=reference_text,
                     annotation_position="top right")
         fig.add_vline(x=reference, **line) if horizontal else fig.add_hline(y=reference, **line)
+    if category_order is None and (df[x].dtype in (pl.String, pl.Categorical) or isinstance(df[x].dtype, pl.Enum)):
+        sized = _ordered(df[x].cast(pl.String).to_list())   # size classes keep their order, whatever the rows'
+        category_order = sized if sized and all(v in SIZE_CLASSES for v in sized) else None
     cats = dict(type="category", categoryorder="array", categoryarray=list(category_order)) \
         if category_order is not None else (dict(type="category") if df[x].dtype == pl.String else {})
     (fig.update_yaxes if horizontal else fig.update_xaxes)(**cats)
@@ -149,8 +162,8 @@ def heatmap(df: pl.DataFrame, x: str, y: str, z: str, *, z_title: str, x_title: 
             x_order: Sequence | None = None, y_order: Sequence | None = None, height: int = 380,
             z_format: str = ",.1f", top_down: bool = False) -> go.Figure:
     """A ``y`` x ``x`` grid coloured by ``z`` (e.g. nodes with k free GPUs per day, or p95 wait per team x size)."""
-    xs = list(x_order) if x_order is not None else sorted(set(df[x].to_list()))
-    ys = list(y_order) if y_order is not None else sorted(set(df[y].to_list()))
+    xs = list(x_order) if x_order is not None else _ordered(df[x].to_list())
+    ys = list(y_order) if y_order is not None else _ordered(df[y].to_list())
     lookup = {(r[0], r[1]): r[2] for r in df.select(x, y, z).iter_rows()}
     grid = [[lookup.get((xv, yv)) for xv in xs] for yv in ys]
     fig = go.Figure(go.Heatmap(x=xs, y=ys, z=grid, colorscale=colorscale, colorbar=dict(title=dict(text=z_title)),

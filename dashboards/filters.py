@@ -2,7 +2,9 @@
 
 :class:`Filters` is a frozen value, so it is a cache key: each distinct filter set is computed once per
 snapshot. Dates are UTC calendar days; the window is half-open ``[start, end)`` like every model's buckets,
-while the sidebar shows the inclusive last day people expect.
+while the sidebar shows the inclusive last day people expect. A library caller (and the consistency tests) may
+give exact instants instead (``datetime`` start and end); the pages' figures are the same functions of the window.
+A window whose end is not after its start is refused (:class:`ValueError`), never silently turned around.
 """
 from __future__ import annotations
 
@@ -24,37 +26,52 @@ DIMENSION_COLUMNS = {
 
 @dataclass(frozen=True)
 class Filters:
-    start: dt.date                      # first day, inclusive (UTC)
-    end: dt.date                        # day after the last day: the window is [start, end)
+    start: dt.date                      # first day, inclusive (UTC); or an exact datetime
+    end: dt.date                        # day after the last day: the window is [start, end); or a datetime
     clusters: tuple[str, ...] = ()      # empty = all
     pools: tuple[str, ...] = ()
     partitions: tuple[str, ...] = ()
     teams: tuple[str, ...] = ()         # may contain UNMAPPED for jobs with no team
 
+    def __post_init__(self) -> None:
+        if self.t1 <= self.t0:
+            raise ValueError(f"the window must end after it starts: from {_text(self.start)} to "
+                             f"{_text(self.end, last=True)} is {'empty' if self.t1 == self.t0 else 'reversed'}")
+
     @property
     def t0(self) -> dt.datetime:
-        return dt.datetime.combine(self.start, dt.time())
+        return _instant(self.start)
 
     @property
     def t1(self) -> dt.datetime:
-        return dt.datetime.combine(self.end, dt.time())
+        return _instant(self.end)
 
     @property
     def days(self) -> int:
-        return (self.end - self.start).days
+        """Whole days in the window (a part day counts as a day)."""
+        span = self.t1 - self.t0
+        return span.days + (span % dt.timedelta(days=1) > dt.timedelta(0))
+
+    @property
+    def month(self) -> str:
+        """YYYY-MM of the window's last instant: the statement month pages show for this window."""
+        return f"{self.t1 - dt.timedelta(microseconds=1):%Y-%m}"
 
     def previous(self) -> "Filters":
         """The same filters over the equally long window just before this one (for 'vs previous period')."""
-        n = dt.timedelta(days=self.days)
+        n = self.end - self.start
         return replace(self, start=self.start - n, end=self.start)
 
     def dimensions(self) -> dict[str, tuple[str, ...]]:
         return {"clusters": self.clusters, "pools": self.pools, "partitions": self.partitions, "teams": self.teams}
 
+    def span_text(self) -> str:
+        """'2026-10-01 to 2026-10-31': the window's first and (inclusive) last day, or its exact instants."""
+        return f"{_text(self.start)} to {_text(self.end, last=True)}"
+
     def describe(self) -> str:
         """One line naming the window and every active filter, for captions and file names."""
-        last = self.end - dt.timedelta(days=1)
-        parts = [f"{self.start:%Y-%m-%d} to {last:%Y-%m-%d} (UTC)"]
+        parts = [f"{self.span_text()} (UTC)"]
         for name, vals in self.dimensions().items():
             if vals:
                 parts.append(f"{name[:-1] if name != 'clusters' else 'cluster'}: {', '.join(vals)}")
@@ -62,6 +79,8 @@ class Filters:
 
     def slug(self) -> str:
         """A short file-name-safe tag for downloads."""
+        if isinstance(self.start, dt.datetime) or isinstance(self.end, dt.datetime):
+            return f"{self.t0:%Y%m%dT%H%M%S}-{self.t1:%Y%m%dT%H%M%S}"
         last = self.end - dt.timedelta(days=1)
         return f"{self.start:%Y%m%d}-{last:%Y%m%d}"
 
@@ -83,6 +102,17 @@ class Filters:
                 cond = cond | pl.col(col).is_null() | (pl.col(col) == UNMAPPED)
             df = df.filter(cond)
         return df
+
+
+def _instant(d: dt.date) -> dt.datetime:
+    return d if isinstance(d, dt.datetime) else dt.datetime.combine(d, dt.time())
+
+
+def _text(d: dt.date, last: bool = False) -> str:
+    """A window edge as people read it: a day (the end as the inclusive last day), or an exact UTC instant."""
+    if isinstance(d, dt.datetime):
+        return f"{d:%Y-%m-%d %H:%M:%S}" + (" (excluded)" if last else "")
+    return f"{d - dt.timedelta(days=1) if last else d:%Y-%m-%d}"
 
 
 def default_window(first: dt.date | None, last: dt.date | None, days: int = 30) -> tuple[dt.date, dt.date]:

@@ -17,8 +17,9 @@ import streamlit as st
 from dashboards import exports, queries
 from dashboards.filters import Filters
 from dashboards.queries import CACHE
-from models.definitions.labels import ALL, UNMAPPED
+from models.definitions.labels import ALL, UNMAPPED, sized
 from models.definitions.policy import CostError, current_policy
+from models.definitions.times import next_period
 from models.forecasting import capacity as capacity_mod
 from models.metrics import blocked as blocked_mod, chargeback as chargeback_mod, efficiency as efficiency_mod
 from models.metrics import fairness as fairness_mod, fragmentation as fragmentation_mod, queue as queue_mod
@@ -242,14 +243,6 @@ _EFF_SUMS = ["jobs", "jobs_without_telemetry", "alloc_gpu_h", "telemetry_gpu_h",
 _EFF_FILTERS = {"clusters": "cluster", "pools": "gpu_type", "partitions": "partition", "teams": "team"}
 
 
-def _eff_recompute(df: pl.DataFrame) -> pl.DataFrame:
-    tel, alloc = pl.col("telemetry_gpu_h"), pl.col("alloc_gpu_h")
-    return df.with_columns(
-        pl.when(tel > 0).then(100 * pl.col("active_gpu_h") / tel).alias("mean_pct"),
-        pl.when(alloc > 0).then(100 * tel / alloc).alias("coverage_pct"),
-        pl.when(tel > 0).then(100 * pl.col("idle_alloc_gpu_h") / tel).alias("idle_alloc_pct"))
-
-
 @st.cache_data(**CACHE)
 def efficiency(version: str, f: Filters, group: str | None = None, bucket: str | None = None) -> pl.DataFrame | None:
     """Efficiency per ``group`` (team, user, gpu_type, partition...) and bucket, for the filters (GPU-hours, %).
@@ -268,7 +261,7 @@ def efficiency(version: str, f: Filters, group: str | None = None, bucket: str |
     keys = (["bucket"] if bucket else []) + ([group] if group else [])
     aggs = [pl.col(c).sum() for c in _EFF_SUMS] + [pl.col("metric").drop_nulls().unique().sort().str.join(", ")]
     out = df.group_by(keys).agg(aggs) if keys else df.select(aggs)
-    return _eff_recompute(out).sort(keys) if keys else _eff_recompute(out)
+    return efficiency_mod.shares(out).sort(keys) if keys else efficiency_mod.shares(out)
 
 
 @st.cache_data(**CACHE)
@@ -313,13 +306,6 @@ def fragmentation(version: str, f: Filters, bucket: str) -> pl.DataFrame | None:
             .sort("bucket", "gpu_type"))
 
 
-def fgd_rate(df: pl.DataFrame | None) -> float | None:
-    """FGD rate over a :func:`fragmentation` frame: fragmented over free GPUs, both summed over every sample."""
-    if df is None or df.height == 0:
-        return None
-    w = df["samples"]
-    free = (df["free_gpus"] * w).sum()
-    return (df["fgd_frag_gpus"].fill_null(0) * w).sum() / free if free else None
 
 
 BLOCKED_SUMS = ["jobs", "wait_h", "wait_gpu_h", "placeable_gpu_h", "fragmentation_gpu_h", "capacity_gpu_h",
@@ -335,10 +321,10 @@ def blocked(version: str, f: Filters) -> pl.DataFrame | None:
     extra = [col for name, col in _EFF_FILTERS.items() if f.dimensions()[name] and col not in by]
     df = mod.blocked(_cursor(), f.t0, f.t1, by=by + extra)
     if df.height == 0:
-        return pl.DataFrame(schema={"team": pl.String, "size_class": pl.String,
-                                    **{c: pl.Float64 for c in BLOCKED_SUMS}})
+        return sized(pl.DataFrame(schema={"team": pl.String, "size_class": pl.String,
+                                          **{c: pl.Float64 for c in BLOCKED_SUMS}}))
     df = f.apply(df.filter(pl.all_horizontal(pl.col(c) != ALL for c in by + extra)))
-    return df.group_by(by).agg([pl.col(c).sum() for c in BLOCKED_SUMS])
+    return sized(df.group_by(by).agg([pl.col(c).sum() for c in BLOCKED_SUMS]))   # size classes in their order
 
 
 def blocked_by(df: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
@@ -389,3 +375,99 @@ def starvation(version: str, f: Filters, threshold_hours: float) -> tuple[pl.Dat
     pending = mod.pending_at(cur, end)
     pending = f.apply(pending, skip=("partitions",)).filter(pl.col("pending_h") > threshold_hours)
     return per_team, pending
+
+
+# ---------------------------------------------------------------- headline figures
+# The Overview's tiles and the KPI of the page each links to call these same functions, so the two can never
+# disagree; views only format what they return. tests/test_consistency.py checks each against the library
+# figure the CLI prints for the same window and filters.
+
+def allocation_ratio(version: str, f: Filters) -> float | None:
+    """Allocated / available GPU-hours of the window (``report utilization``'s sreport_allocated / available,
+    summed; with a team filter the selected teams' allocated)."""
+    return window_totals(utilization(version, f, "month"), f).get("allocation_ratio")
+
+
+def efficiency_total(version: str, f: Filters) -> dict | None:
+    """The window's efficiency row (``report efficiency --total``): mean_pct (None without telemetry),
+    coverage_pct (efficiency.shares: telemetry / allocated GPU-hours), GPU-hours, jobs; None without GPU jobs."""
+    df = efficiency(version, f)
+    if df is None or df.height == 0 or not df["alloc_gpu_h"].sum():
+        return None
+    return df.row(0, named=True)
+
+
+def fragmentation_rate(version: str, f: Filters) -> float | None:
+    """The window's FGD rate (fragmentation.window_rate: each day's samples against that day's requests)."""
+    return fragmentation_mod.rate(fragmentation(version, f, fragmentation_mod.WINDOW_BUCKET))
+
+
+def blocked_share(version: str, f: Filters) -> float | None:
+    """Share of the window's queue wait (GPU-hours) blocked by fragmentation; None without queue wait."""
+    df = blocked(version, f)
+    if df is None:
+        return None
+    return blocked_by(df, [])["fragmentation_share"][0]
+
+
+def fairness_pool(f: Filters) -> str:
+    """The pool whose fairness figures a page shows: the one pool selected, else the whole cluster."""
+    return f.pools[0] if len(f.pools) == 1 else ALL
+
+
+def jain(version: str, f: Filters) -> float | None:
+    """Jain's index over the teams with pending demand (``report fairness``'s jain_pending_teams) of
+    :func:`fairness_pool`; with several clusters the least fair. None without such teams (or governance)."""
+    rep = fairness(version, f)
+    if not isinstance(rep, dict) or rep["pools"].height == 0:
+        return None
+    return rep["pools"].filter(pl.col("pool") == fairness_pool(f))["jain_pending_teams"].min()
+
+
+def worst_wait(version: str, f: Filters) -> dict | None:
+    """Queue waits of the jobs that started in the window (``report queue``), the cluster (and, with a team
+    filter, team) with the highest p95; None when no job started."""
+    w = waits(version, f, ("cluster",))
+    if w is None or w.height == 0:
+        return None
+    return w.sort("wait_p95_h", descending=True, nulls_last=True).row(0, named=True)
+
+
+def month_cost(version: str, f: Filters, month: str | None = None) -> dict | str:
+    """The statement of ``month`` (default: the month of the window's last instant) charged to the teams and
+    pools the filters keep (``gpuledger chargeback --period``'s by-team lines, summed): month, status (open,
+    provisional, closed), currency, cost, lines, statement; or why there is none (text)."""
+    month = month or f.month
+    res = statement(version, month, detail=False)
+    if res is None or isinstance(res, str):
+        return res or f"no statement for {month}"
+    stmt, views = res
+    lines = f.apply(views["by team"].with_columns(pl.col("team").fill_null(UNMAPPED)), skip=("partitions",))
+    return {"month": month, "status": stmt.status, "currency": stmt.policy.currency, "statement": stmt,
+            "lines": lines, "cost": float(lines["total"].cast(pl.Float64).sum())}
+
+
+def previous_month(month: str) -> str:
+    return next_period(month, -1)
+
+
+def capacity_reached(version: str, f: Filters) -> dict | None:
+    """The first pool (of those the filters keep) whose upper 80 % demand forecast exceeds 85 % of its capacity
+    within 90 days (``gpuledger forecast --horizon 90``): {date, pool, capacity_gpus}; {} when none does; None
+    without a forecast."""
+    cluster = f.clusters[0] if len(f.clusters) == 1 else None
+    cap = forecast(version, "demanded", 90, 0.85, "80", ("pool",), cluster)["capacity"]
+    if cap is None or cap.height == 0:
+        return None
+    cap = cap.filter(pl.col("pool").is_in(f.pools) if f.pools else pl.col("capacity_gpus").is_not_null())
+    hits = cap.filter(pl.col("exhausted_upper80").is_not_null()).sort("exhausted_upper80")
+    if hits.height == 0:
+        return {}
+    h = hits.row(0, named=True)
+    return {"date": h["exhausted_upper80"], "pool": h["pool"], "capacity_gpus": h["capacity_gpus"]}
+
+
+@st.cache_data(**CACHE)
+def running_jobs(version: str) -> pl.DataFrame:
+    """Jobs still running at the horizon (timeline.running_jobs): job_uid, cluster, horizon."""
+    return timeline.running_jobs(_cursor())

@@ -9,7 +9,6 @@ The thread stops when a newer snapshot appears; a model that fails is left for i
 """
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import os
 import sys
@@ -19,6 +18,7 @@ from typing import Callable
 
 from dashboards import model_reads as mr, queries
 from dashboards.filters import Filters
+from models.metrics.fragmentation import WINDOW_BUCKET
 
 log = logging.getLogger(__name__)
 #: Set by dashboards.server for the processes it starts; headless runs (AppTest, benchmarks) stay cold.
@@ -31,14 +31,13 @@ def views(version: str, f: Filters) -> list[Callable[[], object]]:
     """The views the pages read for filters ``f``, most viewed first (Overview, then the pages in menu order)."""
     prev = f.previous()
     bucket = mr.auto_bucket(f)
-    month = f"{f.end - dt.timedelta(days=1):%Y-%m}"
-    y, m = int(month[:4]), int(month[5:])
-    last_month = f"{y - (m == 1):04d}-{12 if m == 1 else m - 1:02d}"
+    month = f.month
+    last_month = mr.previous_month(month)
     out = [
         lambda: mr.utilization(version, f, "month"), lambda: mr.utilization(version, prev, "month"),
         lambda: mr.utilization(version, f, bucket, "gpu_type"),
         lambda: mr.efficiency(version, f), lambda: mr.efficiency(version, prev),
-        lambda: mr.fragmentation(version, f, "month"), lambda: mr.fragmentation(version, prev, "month"),
+        lambda: mr.fragmentation(version, f, WINDOW_BUCKET), lambda: mr.fragmentation(version, prev, WINDOW_BUCKET),
         lambda: mr.blocked(version, f), lambda: mr.blocked(version, prev),
         lambda: mr.fairness(version, f), lambda: mr.fairness(version, prev),
         lambda: mr.statement(version, month, detail=False), lambda: mr.statement(version, last_month, detail=False),

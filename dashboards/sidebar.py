@@ -10,6 +10,8 @@ from dashboards.filters import Filters, default_window
 
 PRESETS = {"7 days": 7, "30 days": 30, "90 days": 90, "1 year": 365, "All": None}
 _DATES = "f_dates"
+#: What the sidebar says when the first day of the range is after the last (nothing is computed then).
+REVERSED = "Date range reversed"
 
 
 def _apply_preset(cat: queries.Catalogue) -> None:
@@ -25,8 +27,9 @@ def _clear_preset() -> None:
     st.session_state["f_preset"] = None
 
 
-def filters(cat: queries.Catalogue) -> Filters:
-    """Render the filter widgets (their state survives page switches) and return the chosen Filters."""
+def filters(cat: queries.Catalogue) -> Filters | None:
+    """Render the filter widgets (their state survives page switches) and return the chosen Filters; None when
+    the date range is reversed (the sidebar says so and no page computes anything for it)."""
     sb = st.sidebar
     sb.markdown("### Filters")
     first, last = cat.first_day, cat.last_day
@@ -37,12 +40,17 @@ def filters(cat: queries.Catalogue) -> Filters:
     lo, hi = st.session_state[_DATES] if len(st.session_state[_DATES]) == 2 else (st.session_state[_DATES][0],) * 2
     if first and last:
         # A snapshot that moved (new data, or a different warehouse) must not leave the range outside the data.
+        # The order is kept as given: a reversed range is refused below, never silently turned into another one.
         lo, hi = min(max(lo, first), last), min(max(hi, first), last)
-        st.session_state[_DATES] = (lo, max(lo, hi))
+        st.session_state[_DATES] = (lo, hi)
     picked = sb.date_input("Dates (UTC)", key=_DATES, min_value=first, max_value=last, format="YYYY-MM-DD",
                            on_change=_clear_preset,
                            help="Inclusive of both days; every figure covers [first day 00:00, last day 24:00) UTC.")
     start, end_incl = (picked[0], picked[1]) if len(picked) == 2 else (picked[0], picked[0])
+    if end_incl < start:
+        sb.error(f"{REVERSED}: the first day ({start:%Y-%m-%d}) is after the last ({end_incl:%Y-%m-%d}). Pick the "
+                 "earlier day first.", icon=":material/event_busy:")
+        return None
     clusters = sb.multiselect("Cluster", cat.clusters, key="f_clusters", placeholder="All clusters") \
         if len(cat.clusters) > 1 else []
     pools = sb.multiselect("Pool (GPU type)", cat.pools, key="f_pools", placeholder="All pools")

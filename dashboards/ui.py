@@ -54,8 +54,7 @@ def header(title: str, question: str, ctx: Context, deltas: bool = True) -> None
     st.markdown(f"**{question}**")
     f = ctx.filters
     prev = f.previous()
-    against = (f" · changes against the previous {f.days} days ({prev.start:%Y-%m-%d} to "
-               f"{prev.end - dt.timedelta(days=1):%Y-%m-%d})") if deltas else ""
+    against = f" · changes against the previous {f.days} days ({prev.span_text()})" if deltas else ""
     st.caption(f.describe() + against)
 
 
@@ -164,3 +163,30 @@ def ago(t: dt.datetime | None, now: dt.datetime | None = None) -> str:
         if s >= n:
             return f"{s / n:.0f} {unit} ago"
     return f"{s:.0f} s ago"
+
+
+#: What a page shows for GPU activity when no telemetry covers the allocation: unknown, never 0 %.
+NO_TELEMETRY = "unknown — no telemetry"
+#: How a job still running at the data horizon reads where a listing gives its end.
+RUNNING = "running"
+_STATUS = {"closed": "Closed: the statement is frozen", "open": "Open: the month is complete, not closed yet",
+           "provisional": "Open, provisional: month to date"}
+
+
+def coverage_text(coverage_pct: float | None) -> str:
+    """Beside an efficiency figure: how much of the allocation it rests on (efficiency.shares' coverage)."""
+    if not coverage_pct:
+        return NO_TELEMETRY
+    return f"telemetry covers {coverage_pct:.1f} % of allocated GPU-hours"
+
+
+def statement_status(status: str) -> str:
+    """A chargeback statement's status as the Chargeback page and the Overview both say it."""
+    return _STATUS.get(status, status)
+
+
+def job_end(df: pl.DataFrame, end: str, running: pl.Expr, fmt: str = "%Y-%m-%d %H:%M:%S") -> pl.DataFrame:
+    """The ``end`` column as text, :data:`RUNNING` for jobs still running at the data horizon (their GPU-hours
+    stop there; the horizon is not when they ended)."""
+    return df.with_columns(pl.when(running).then(pl.lit(RUNNING)).otherwise(pl.col(end).dt.strftime(fmt))
+                           .alias(end))

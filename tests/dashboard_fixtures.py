@@ -23,8 +23,9 @@ def cli(db: Path, *argv: str) -> None:
     assert code == 0, f"gpuledger {' '.join(argv)} exited {code}"
 
 
-def build_lab(directory: Path, late: bool = True) -> Path:
-    """Ingest the lab cluster into ``directory``/lab.duckdb and publish its serving snapshot."""
+def build_lab(directory: Path, late: bool = True, extra_sacct: tuple[Path, ...] = ()) -> Path:
+    """Ingest the lab cluster into ``directory``/lab.duckdb and publish its serving snapshot (``extra_sacct``:
+    more sacct exports, ingested before the governance file's refresh)."""
     directory.mkdir(parents=True, exist_ok=True)
     db = directory / "lab.duckdb"
     cli(db, "ingest", "nodes", str(FIX / "nodes.txt"), "--cluster", "lab", "--as-of", "2026-09-21T00:00:00",
@@ -33,6 +34,8 @@ def build_lab(directory: Path, late: bool = True) -> Path:
     cli(db, "ingest", "sacct", str(FIX / "sacct.psv"), "--no-refresh")
     if late:  # two more pending jobs and two unreadable lines: the Data health page has rejects to show
         cli(db, "ingest", "sacct", str(FIX / "sacct-late.psv"), "--no-refresh")
+    for path in extra_sacct:
+        cli(db, "ingest", "sacct", str(path), "--no-refresh")
     # a day of DCGM telemetry on the H100 nodes: the efficiency figures have something to show
     cli(db, "ingest", "dcgm", str(FIX / "dcgm-h100-2026-10-12.prom"), "--cluster", "lab", "--no-refresh")
     cli(db, "ingest", "governance", str(FIX / "governance.toml"))   # re-maps teams, refreshes, publishes

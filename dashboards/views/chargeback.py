@@ -1,8 +1,6 @@
 """Chargeback: what each team and cost centre owes for a month, reconciled to the cent, with the exports."""
 from __future__ import annotations
 
-import datetime as dt
-
 import polars as pl
 import streamlit as st
 
@@ -15,7 +13,7 @@ st.markdown("**What did each team cost, and does it add up to what the cluster c
 
 
 periods, closed = mr.chargeback_periods(ctx.version, ctx.cat.first_day, ctx.cat.last_day)
-default = f"{f.end - dt.timedelta(days=1):%Y-%m}"
+default = f.month
 top = st.columns([1, 3])
 period = top[0].selectbox("Statement period (month)", periods, key="cb_period",
                           index=periods.index(default) if default in periods else 0,
@@ -33,7 +31,7 @@ with top[1]:
     badge = {"closed": ("Closed", "green", ":material/lock:"), "open": ("Open", "blue", ":material/lock_open:"),
              "provisional": ("Open, provisional", "orange", ":material/hourglass_top:")}[stmt.status]
     st.badge(badge[0], color=badge[1], icon=badge[2])
-    status_text = dict(stmt.header).get("Status", stmt.status)
+    status_text = ui.statement_status(stmt.status) + " · " + dict(stmt.header).get("Status", stmt.status)
     st.caption(status_text + (f" · content hash {stmt.content_hash[:12]}" if stmt.content_hash else ""))
 
 t = stmt.total_row
@@ -131,6 +129,10 @@ if labels:
     if r["account"]:
         jobs = jobs.filter(pl.col("account") == r["account"])
     top = jobs.sort("direct_cost", descending=True).head(JOBS_SHOWN)
+    # a job still running at the horizon: its GPU-hours stop there, but it did not end there
+    hz = mr.running_jobs(ctx.version).select("job_uid", pl.col("horizon").alias("_hz"))
+    top = top.join(hz, on="job_uid", how="left")
+    top = ui.job_end(top, "t1", pl.col("_hz").is_not_null() & (pl.col("t1") >= pl.col("_hz"))).drop("_hz")
     ui.table(top, key="cb_jobs", file_stem=f"chargeback_{period}_jobs", ctx=ctx,
              columns={"job_id": "Job", "user": "User", "account": "Slurm account", "partition": "Partition",
                       "t0": "From (UTC)", "t1": "To (UTC)", "gpu_hours": "GPU-hours in period",

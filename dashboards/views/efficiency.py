@@ -15,30 +15,31 @@ mr.prefetch([lambda: mr.efficiency(ctx.version, f, "gpu_type", mr.auto_bucket(f)
              lambda: mr.efficiency(ctx.version, f), lambda: mr.efficiency(ctx.version, f.previous()),
              lambda: mr.efficiency(ctx.version, f, "team"), lambda: mr.efficiency(ctx.version, f, "user"),
              lambda: mr.efficiency_jobs(ctx.version, f, 25), lambda: mr.efficiency_methods(ctx.version, f)])
-total = mr.efficiency(ctx.version, f)
-if total is None or total.height == 0 or not total["alloc_gpu_h"].sum():
+t = mr.efficiency_total(ctx.version, f)
+if t is None:
     ui.no_data("GPU jobs", "Widen the dates or clear a filter.")
     st.stop()
-t = total.row(0, named=True)
-before = mr.efficiency(ctx.version, f.previous())
-b = before.row(0, named=True) if before is not None and before.height else {}
+b = mr.efficiency_total(ctx.version, f.previous()) or {}
 metric_used = t.get("metric") or "no telemetry"
 
 if not t["telemetry_gpu_h"]:
     st.warning("No GPU telemetry covers these jobs, so how busy their GPUs were is unknown (not 0 %). Ingest DCGM "
                "or nvidia-smi telemetry (`gpuledger ingest prometheus|dcgm|nvidia-smi`).", icon=":material/sensors_off:")
 k = st.columns(5)
+pct_of = lambda x: None if x is None else x / 100   # noqa: E731  (% -> ratio for the pp delta)
 ui.kpi(k[0], "GPU efficiency", f"{t['mean_pct']:.1f} %" if t["mean_pct"] is not None else None,
-       None if b.get("mean_pct") is None or t["mean_pct"] is None
-       else f"{t['mean_pct'] - b['mean_pct']:+.1f} pp",
+       ui.pp_delta(pct_of(t["mean_pct"]), pct_of(b.get("mean_pct"))),
        help=f"Mean activity over the GPU-hours telemetry covers, weighted by GPU-hours. Metric: {metric_used}.",
-       missing="no telemetry for these jobs")
+       missing=ui.NO_TELEMETRY)
+if t["mean_pct"] is not None:
+    k[0].caption(ui.coverage_text(t["coverage_pct"]))
 ui.kpi(k[1], "Active GPU-hours", f"{t['active_gpu_h']:,.0f}" if t["telemetry_gpu_h"] else None,
        help="Sum over telemetry-covered GPU-hours of the activity fraction.", missing="no telemetry")
 ui.kpi(k[2], "Idle-allocated GPU-hours", f"{t['idle_alloc_gpu_h']:,.0f}" if t["telemetry_gpu_h"] else None,
        ui.rel_delta(t["idle_alloc_gpu_h"], b.get("idle_alloc_gpu_h")), delta_color="inverse",
        help="Allocated GPU-hours in stretches of 5 minutes or more at zero activity.", missing="no telemetry")
 ui.kpi(k[3], "Telemetry coverage", f"{t['coverage_pct']:.1f} %" if t["coverage_pct"] is not None else None,
+       ui.pp_delta(pct_of(t["coverage_pct"]), pct_of(b.get("coverage_pct"))), delta_color="off",
        help="Share of allocated GPU-hours with telemetry readings attributed to the job.")
 ui.kpi(k[4], "Jobs without telemetry", f"{int(t['jobs_without_telemetry']):,}", f"of {int(t['jobs']):,} GPU jobs",
        delta_color="off", arrow=False, help="Counted and shown as 'no telemetry', never as 0 % busy.")
@@ -92,12 +93,20 @@ if over_time is not None and over_time.height:
 
 st.subheader("Worst offenders")
 worst = mr.efficiency_jobs(ctx.version, f, 25)
-if worst is None or worst.height == 0:
-    st.success("No job left its GPUs idle for 5 minutes or more in the window.", icon=":material/check_circle:")
+if not t["telemetry_gpu_h"]:
+    st.info(f"Idle GPUs: {ui.NO_TELEMETRY}. No reading covers these jobs' GPU-hours, so whether any job left its "
+            "GPUs idle cannot be told.", icon=":material/sensors_off:")
+elif worst is None or worst.height == 0:
+    st.success("No job left its GPUs idle for 5 minutes or more in the window"
+               + ("." if t["coverage_pct"] >= 100 - 1e-9 else
+                  f", in the {t['coverage_pct']:.1f} % of allocated GPU-hours telemetry covers (the rest is unknown)."),
+               icon=":material/check_circle:")
 else:
-    ui.table(worst, key="eff_worst", file_stem="efficiency_worst_offenders", ctx=ctx,
+    ui.table(ui.job_end(worst, "end", pl.col("running")), key="eff_worst", file_stem="efficiency_worst_offenders",
+             ctx=ctx,
              columns={"job_id": "Job", "user": "User", "team": "Team", "partition": "Partition",
                       "gpu_type": "Pool (GPU type)", "ngpus": "GPUs", "start": "Started (UTC)",
+                      "end": "Ended (UTC)",
                       "idle_alloc_gpu_h": "Idle-allocated (GPU-hours)", "alloc_gpu_h": "Allocated (GPU-hours)",
                       "mean_pct": "Mean activity (%)", "p95_pct": "p95 activity (%)", "metric": "Metric",
                       "method": "Attribution"},

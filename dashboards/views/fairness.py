@@ -5,6 +5,7 @@ import polars as pl
 import streamlit as st
 
 from dashboards import charts, model_reads as mr, theme, ui
+from models.definitions.labels import SIZE_CLASSES, size_order
 
 ctx = ui.context()
 f = ctx.filters
@@ -24,7 +25,7 @@ if teams_all.height == 0:
     ui.no_data("usage or demand", "Widen the dates or clear a filter.")
     st.stop()
 POOL_ALL = "(all)"
-pool = f.pools[0] if len(f.pools) == 1 else POOL_ALL
+pool = mr.fairness_pool(f)
 scope = "the whole cluster" if pool == POOL_ALL else f"the {pool} pool"
 teams = teams_all.filter(pl.col("pool") == pool)
 pools = pools_all.filter(pl.col("pool") == pool)
@@ -36,14 +37,12 @@ pb = pools_before.row(0, named=True) if pools_before.height == 1 else {}
 if len(f.pools) > 1:
     st.caption("Several pools are selected: the figures below are for the whole cluster; the table lists each pool.")
 
-waits_all = mr.waits(ctx.version, f, ("cluster",))
 starv = mr.starvation(ctx.version, f, threshold)
 
 k = st.columns(5)
-jain = p.get("jain_pending_teams")
+jain, jain_before = mr.jain(ctx.version, f), mr.jain(ctx.version, f.previous())
 ui.kpi(k[0], "Fairness (Jain index)", f"{jain:.2f}" if jain is not None else None,
-       None if jain is None or pb.get("jain_pending_teams") is None
-       else f"{jain - pb['jain_pending_teams']:+.2f}",
+       None if jain is None or jain_before is None else f"{jain - jain_before:+.2f}",
        help="Jain's index over usage/entitlement ratios of the teams that had jobs waiting: 1 = every team with "
             "demand got the same multiple of its share; 1/n = one team got it all.",
        missing="no team had pending demand")
@@ -56,8 +55,8 @@ gap = p.get("max_gap")
 ui.kpi(k[2], "Largest entitlement gap", f"{100 * gap:.0f} %" if gap else "none",
        f"{p['max_gap_team']}" if gap and p.get("max_gap_team") else None, delta_color="off", arrow=False,
        help="Share of its entitlement a team wanted (usage + pending demand) but did not get in the window.")
-if waits_all is not None and waits_all.height:
-    w = waits_all.sort("wait_p95_h", descending=True).row(0, named=True)
+w = mr.worst_wait(ctx.version, f)
+if w is not None:
     ui.kpi(k[3], "p95 queue wait", f"{w['wait_p95_h']:.1f} h", f"median {w['wait_p50_h']:.1f} h", delta_color="off",
            arrow=False, help="Of jobs that started in the window, from eligible to start. With several clusters "
                              "or selected teams: the worst of them.")
@@ -103,13 +102,15 @@ else:
     extra = [c for c in ("cluster", "pool", "partition") if c in wt.columns and wt[c].n_unique() > 1]
     label = pl.concat_str([pl.col("team"), *[pl.col(c) for c in extra]], separator=" · ") if extra else pl.col("team")
     grid = wt.with_columns(label.alias("row"))
-    sizes = [s for s in ("0", "1", "2-4", "5-8", "9-15", "16+") if s in set(grid["size_class"].to_list())]
+    present = set(grid["size_class"].cast(pl.String).to_list())
+    sizes = [s for s in SIZE_CLASSES if s in present]       # the defined order, never alphabetical
+    grid = grid.with_columns(pl.col("size_class").cast(pl.String))
     st.plotly_chart(charts.heatmap(grid, "size_class", "row", "wait_p95_h", z_title="p95 wait (h)",
                                    x_title="Requested GPUs", y_title=None, x_order=sizes, colorscale="Oranges",
                                    top_down=True,
                                    title="p95 queue wait (hours) by team and request size",
                                    height=max(280, 90 + 36 * grid["row"].n_unique())), key="fq_waits")
-    ui.table(wt.sort("team", "size_class"), key="fq_wait_table", file_stem="queue_waits", ctx=ctx,
+    ui.table(wt.sort(pl.col("team"), size_order(pl.col("size_class").cast(pl.String))), key="fq_wait_table", file_stem="queue_waits", ctx=ctx,
              columns={"team": "Team", "cluster": "Cluster", "pool": "Pool (GPU type)", "partition": "Partition",
                       "size_class": "Requested GPUs", "jobs": "Jobs started", "wait_p50_h": "p50 wait (h)",
                       "wait_p90_h": "p90 wait (h)", "wait_p95_h": "p95 wait (h)", "wait_max_h": "Max wait (h)",

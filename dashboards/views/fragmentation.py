@@ -5,6 +5,8 @@ import polars as pl
 import streamlit as st
 
 from dashboards import charts, model_reads as mr, theme, ui
+from models.definitions.labels import size_order
+from models.metrics.fragmentation import WINDOW_BUCKET
 
 ctx = ui.context()
 f = ctx.filters
@@ -13,14 +15,14 @@ ui.header("Fragmentation", "Why do jobs wait while GPUs sit free?", ctx)
 
 bucket = mr.auto_bucket(f)
 mr.prefetch([lambda: mr.blocked(ctx.version, f), lambda: mr.fragmentation(ctx.version, f, bucket),
-             lambda: mr.fragmentation(ctx.version, f.previous(), "month")])
+             lambda: mr.fragmentation(ctx.version, f, WINDOW_BUCKET),
+             lambda: mr.fragmentation(ctx.version, f.previous(), WINDOW_BUCKET)])
 frag = mr.fragmentation(ctx.version, f, bucket)
 if frag is None or frag.height == 0:
     ui.no_data("node samples", "Widen the dates or clear a filter.")
     st.stop()
 blocked_rows = mr.blocked(ctx.version, f)
 blocked_all = mr.blocked_by(blocked_rows, []) if blocked_rows is not None else None
-prev = mr.fragmentation(ctx.version, f.previous(), "month")
 
 
 def _mean(df: pl.DataFrame, col: str) -> float:
@@ -29,19 +31,19 @@ def _mean(df: pl.DataFrame, col: str) -> float:
     return (per_bucket[col] * per_bucket["samples"]).sum() / per_bucket["samples"].sum()
 
 
-rate, rate_before = mr.fgd_rate(frag), mr.fgd_rate(prev)
+rate, rate_before = mr.fragmentation_rate(ctx.version, f), mr.fragmentation_rate(ctx.version, f.previous())
 k = st.columns(5)
 ui.kpi(k[0], "Fragmentation rate (FGD)", ui.pct(rate), ui.pp_delta(rate, rate_before), delta_color="inverse",
        help="Free GPUs that the typical requests of the period could not use, over all free GPUs (Weng et al., "
-            "ATC'23), on available nodes, averaged over 5-minute samples.")
+            "ATC'23), on available nodes, over the window's 5-minute samples, each day's samples against the "
+            "requests submitted that day.")
 ui.kpi(k[1], "Free GPUs (mean)", f"{_mean(frag, 'free_gpus'):,.1f}", help="On available nodes, mean over samples.")
 ui.kpi(k[2], "Whole free nodes (mean)", f"{_mean(frag, 'whole_free_nodes'):,.1f}")
 ui.kpi(k[3], "Stranded for 8-GPU jobs (mean)",
        f"{_mean(frag, 'stranded_8'):,.1f} GPUs" if "stranded_8" in frag.columns else None,
        help="Free GPUs on nodes with fewer than 8 free: an 8-GPU job cannot use them.", missing="no 8-GPU nodes")
 if blocked_all is not None and (blocked_all["wait_gpu_h"][0] or 0) > 0:
-    b = blocked_all.row(0, named=True)
-    ui.kpi(k[4], "Waiting blocked by fragmentation", ui.pct(b["fragmentation_share"]),
+    ui.kpi(k[4], "Waiting blocked by fragmentation", ui.pct(mr.blocked_share(ctx.version, f)),
            help="Share of the queue wait (GPU-hours) of jobs pending in the window during which enough GPUs were "
                 "free in their partitions but no node (or set of nodes) could take the job.")
 else:
@@ -66,9 +68,9 @@ stranded = (frag.select("bucket", "gpu_type", "samples", *sizes)
             .unpivot(index=["gpu_type", "samples"], on=sizes, variable_name="size", value_name="gpus")
             .with_columns(pl.col("size").str.replace("stranded_", "")
                           .replace({"multinode": "multi-node"}).alias("size")))
-size_order = [s.replace("stranded_", "").replace("multinode", "multi-node") for s in sizes]
+stranded_order = [s.replace("stranded_", "").replace("multinode", "multi-node") for s in sizes]
 with right:
-    st.plotly_chart(charts.bars(stranded, "size", "gpus", color="gpu_type", category_order=size_order,
+    st.plotly_chart(charts.bars(stranded, "size", "gpus", color="gpu_type", category_order=stranded_order,
         colours=ctx.pool_colours, barmode="group", y_title="Stranded GPUs (mean)", x_title="Request size (GPUs)",
         title="Free GPUs a request of each size could not use", height=380), key="frag_stranded")
 
@@ -96,11 +98,9 @@ if by_team is not None and by_team.height:
         colours=colours, horizontal=True, y_title="Queue wait (GPU-hours)", x_title="Team",
         title="Why each team's jobs waited", height=max(300, 110 + 34 * len(order))), key="frag_blocked_team")
 if by_size is not None and by_size.height:
-    size_key = (pl.when(pl.col("size_class") == "fractional").then(0)
-                .when(pl.col("size_class") == "multi-node").then(10**6)
-                .otherwise(pl.col("size_class").cast(pl.Int64, strict=False)))
     r2.plotly_chart(charts.bars(_classes(by_size, "size_class"), "size_class", "gpu_h", color="why",
-                                category_order=by_size.sort(size_key)["size_class"].to_list(),
+                                category_order=by_size.sort(size_order(pl.col("size_class").cast(pl.String)))["size_class"]
+                                .cast(pl.String).to_list(),
                                 colours=colours, y_title="Queue wait (GPU-hours)", x_title="Request size class",
                                 title="Why jobs of each size waited", height=380), key="frag_blocked_size")
 st.caption("Each 5-minute sample of a job's wait is classed: **fragmentation** when its partitions had enough "

@@ -1,23 +1,27 @@
 """Overview: the Monday-morning answers, each against the previous period of the same length."""
 from __future__ import annotations
 
-import datetime as dt
-
 import polars as pl
 import streamlit as st
 
 from dashboards import charts, model_reads as mr, ui
+from models.metrics.fragmentation import WINDOW_BUCKET
 
 ctx = ui.context()
 f = ctx.filters
 prev = f.previous()
 ui.header("Overview", "How well is the cluster used, is it fair, what did it cost, and when do we need more?", ctx)
 
-rows: list[dict] = []   # the headline table beneath: what each tile shows, now and before
+rows: list[dict] = []   # the headline table beneath: what each tile shows, now and before, and the change
 
 
-def _row(name: str, unit: str, now, before, page: str) -> None:
-    rows.append({"metric": name, "unit": unit, "now": now, "previous": before, "page": page})
+def _row(name: str, unit: str, now, before, page: str, change_unit: str | None = None) -> None:
+    """``change_unit``: how the change reads (``pp`` for a percentage, ``h``, or "" for an index); None: no
+    change is shown (e.g. a month to date against a whole month)."""
+    change = None
+    if change_unit is not None and isinstance(now, (int, float)) and isinstance(before, (int, float)):
+        change = f"{now - before:+,.2f}" + (f" {change_unit}" if change_unit else "")
+    rows.append({"metric": name, "unit": unit, "now": now, "previous": before, "change": change, "page": page})
 
 
 def _num(x, scale: float = 1.0) -> float | None:
@@ -32,128 +36,107 @@ def _fmt_value(x) -> str | None:
 
 
 def _allocation(col) -> None:
-    a = mr.window_totals(mr.utilization(ctx.version, f, "month"), f).get("allocation_ratio")
-    b = mr.window_totals(mr.utilization(ctx.version, prev, "month"), prev).get("allocation_ratio")
+    a, b = mr.allocation_ratio(ctx.version, f), mr.allocation_ratio(ctx.version, prev)
     ui.kpi(col, "Allocation ratio", ui.pct(a), ui.pp_delta(a, b), help="Allocated / available GPU-hours.")
-    _row("Allocation ratio", "%", _num(a, 100), _num(b, 100), "Utilization")
+    _row("Allocation ratio", "%", _num(a, 100), _num(b, 100), "Utilization", "pp")
 
 
 def _efficiency(col) -> None:
-    now, before = mr.efficiency(ctx.version, f), mr.efficiency(ctx.version, prev)
-    e = now.row(0, named=True)["mean_pct"] if now.height else None
-    eb = before.row(0, named=True)["mean_pct"] if before.height else None
-    ui.kpi(col, "GPU efficiency", None if e is None else f"{e:.1f} %",
-           None if e is None or eb is None else f"{e - eb:+.1f} pp",
+    now, before = mr.efficiency_total(ctx.version, f), mr.efficiency_total(ctx.version, prev)
+    e = now["mean_pct"] if now else None
+    eb = before["mean_pct"] if before else None
+    ui.kpi(col, "GPU efficiency", None if e is None else f"{e:.1f} %", ui.pp_delta(_num(e, 0.01), _num(eb, 0.01)),
            help="Mean activity of allocated GPUs over the GPU-hours telemetry covers.",
-           missing="no GPU telemetry for these jobs")
-    _row("GPU efficiency", "%", e, eb, "Efficiency")
+           missing=ui.NO_TELEMETRY if now else "no GPU jobs in the window")
+    if now and e is not None:
+        col.caption(ui.coverage_text(now["coverage_pct"]))
+    _row("GPU efficiency", "%", e, eb, "Efficiency", "pp")
+    _row("Telemetry coverage (of allocated GPU-hours)", "%", now["coverage_pct"] if now else None,
+         before["coverage_pct"] if before else None, "Efficiency", "pp")
 
 
 def _fragmentation(col) -> None:
-    fr = mr.fgd_rate(mr.fragmentation(ctx.version, f, "month"))
-    frb = mr.fgd_rate(mr.fragmentation(ctx.version, prev, "month"))
+    fr, frb = mr.fragmentation_rate(ctx.version, f), mr.fragmentation_rate(ctx.version, prev)
     ui.kpi(col, "Fragmentation rate", ui.pct(fr), ui.pp_delta(fr, frb), delta_color="inverse",
-           help="Free GPUs the period's typical requests could not use, over free GPUs (FGD).")
-    _row("Fragmentation rate (FGD)", "%", _num(fr, 100), _num(frb, 100), "Fragmentation")
+           help="Free GPUs the requests of each day could not use, over free GPUs (FGD), over the window's samples.")
+    _row("Fragmentation rate (FGD)", "%", _num(fr, 100), _num(frb, 100), "Fragmentation", "pp")
 
 
 def _blocked(col) -> None:
-    s = mr.blocked_by(mr.blocked(ctx.version, f), [])["fragmentation_share"][0]
-    sb = mr.blocked_by(mr.blocked(ctx.version, prev), [])["fragmentation_share"][0]
+    s, sb = mr.blocked_share(ctx.version, f), mr.blocked_share(ctx.version, prev)
     ui.kpi(col, "Waiting blocked by fragmentation", ui.pct(s), ui.pp_delta(s, sb), delta_color="inverse",
            help="Share of queue wait (GPU-hours) during which enough GPUs were free but scattered.",
            missing="no queue wait in the window")
-    _row("Queue wait blocked by fragmentation", "%", _num(s, 100), _num(sb, 100), "Fragmentation")
-
-
-def _jain(rep) -> float | None:
-    if not isinstance(rep, dict) or rep["pools"].height == 0:
-        return None
-    return rep["pools"].filter(pl.col("pool") == "(all)")["jain_pending_teams"].max()
+    _row("Queue wait blocked by fragmentation", "%", _num(s, 100), _num(sb, 100), "Fragmentation", "pp")
 
 
 def _fairness(col) -> None:
     fair = mr.fairness(ctx.version, f)
     if not isinstance(fair, dict):
         return ui.kpi(col, "Fairness (Jain index)", None, missing=fair)
-    j, jb = _jain(fair), _jain(mr.fairness(ctx.version, prev))
+    j, jb = mr.jain(ctx.version, f), mr.jain(ctx.version, prev)
     ui.kpi(col, "Fairness (Jain index)", None if j is None else f"{j:.2f}",
            None if j is None or jb is None else f"{j - jb:+.2f}",
            help="1 = every team with waiting jobs got the same multiple of its entitlement.",
            missing="no team had waiting jobs")
-    _row("Fairness (Jain index over teams with demand)", "index", j, jb, "Fairness & queues")
+    _row("Fairness (Jain index over teams with demand)", "index", j, jb, "Fairness & queues", "")
 
 
-def _month_lines(month: str) -> tuple | None:
-    """(statement, its lines kept by the filters), or None when there is no statement for the month."""
-    res = mr.statement(ctx.version, month, detail=False)
-    if res is None or isinstance(res, str):
+def _cost(col) -> dict | None:
+    now = mr.month_cost(ctx.version, f)
+    if isinstance(now, str):
+        ui.kpi(col, "Cost this month", None, missing=f"no statement: {now}")
         return None
-    stmt, views = res
-    lines = f.apply(views["by team"].with_columns(pl.col("team").fill_null("(unmapped)")), skip=("partitions",))
-    return stmt, lines
-
-
-def _cost(col) -> tuple | None:
-    month = f"{f.end - dt.timedelta(days=1):%Y-%m}"
-    now = _month_lines(month)
-    if now is None:
-        ui.kpi(col, "Cost this month", None, missing="no statement (is a governance file loaded?)")
-        return None
-    stmt, lines = now
-    y, m = int(month[:4]), int(month[5:])
-    last_month = f"{y - (m == 1):04d}-{12 if m == 1 else m - 1:02d}"
-    before = _month_lines(last_month)
-    cost = float(lines["total"].cast(pl.Float64).sum())
-    pcost = float(before[1]["total"].cast(pl.Float64).sum()) if before else None
-    cur = stmt.policy.currency
-    ui.kpi(col, f"Cost {month}" + (" so far" if stmt.status != "closed" else ""), f"{cost:,.0f} {cur}",
+    month, cur, closed = now["month"], now["currency"], now["status"] == "closed"
+    to_date = now["status"] == "provisional"      # the accounting does not reach the month's end yet
+    last_month = mr.previous_month(month)
+    before = mr.month_cost(ctx.version, f, last_month)
+    pcost = before["cost"] if isinstance(before, dict) else None
+    ui.kpi(col, f"Cost {month}" + (" so far" if to_date else ""), f"{now['cost']:,.0f} {cur}",
            None if pcost is None else f"{last_month}: {pcost:,.0f} {cur}", delta_color="off", arrow=False,
-           help=f"Statement lines charged to the selected teams and pools for {month} ({stmt.status}); below it "
+           help=f"Statement lines charged to the selected teams and pools for {month} ({now['status']}); below it "
                 "the whole previous month.")
-    _row(f"Cost {month}" + (" (month to date)" if stmt.status != "closed" else ""), cur, cost, pcost, "Chargeback")
-    return month, stmt, lines
+    col.caption(ui.statement_status(now["status"]))
+    _row(f"Cost {month}" + (" (closed)" if closed else " (month to date)" if to_date else " (open)"), cur,
+         now["cost"], pcost, "Chargeback")
+    return now
 
 
 def _capacity(col) -> None:
-    cluster = f.clusters[0] if len(f.clusters) == 1 else None
-    cap = mr.forecast(ctx.version, "demanded", 90, 0.85, "80", ("pool",), cluster)["capacity"]
-    if cap is None or cap.height == 0:
+    hit = mr.capacity_reached(ctx.version, f)
+    if hit is None:
         return ui.kpi(col, "Capacity reached (forecast)", None, missing="no pool with a forecast")
-    cap = cap.filter(pl.col("pool").is_in(f.pools) if f.pools else pl.col("capacity_gpus").is_not_null())
-    hits = cap.filter(pl.col("exhausted_upper80").is_not_null()).sort("exhausted_upper80")
-    if hits.height == 0:
+    if not hit:
         ui.kpi(col, "Capacity reached (forecast)", "not within 90 days")
         return _row("Capacity reached", "date", "not within 90 days", None, "Forecast & capacity")
-    h = hits.row(0, named=True)
-    ui.kpi(col, "Capacity reached (forecast)", f"{h['exhausted_upper80']:%Y-%m-%d}",
-           f"{h['pool']}, {h['capacity_gpus']:,.0f} GPUs", delta_color="off", arrow=False,
+    ui.kpi(col, "Capacity reached (forecast)", f"{hit['date']:%Y-%m-%d}",
+           f"{hit['pool']}, {hit['capacity_gpus']:,.0f} GPUs", delta_color="off", arrow=False,
            help="First day the upper 80 % demand forecast exceeds 85 % of a pool's capacity.")
-    _row(f"Capacity reached ({h['pool']})", "date", f"{h['exhausted_upper80']:%Y-%m-%d}", None, "Forecast & capacity")
+    _row(f"Capacity reached ({hit['pool']})", "date", f"{hit['date']:%Y-%m-%d}", None, "Forecast & capacity")
 
 
 def _wait(col) -> None:
-    w, wb = mr.waits(ctx.version, f, ("cluster",)), mr.waits(ctx.version, prev, ("cluster",))
-    p95 = w["wait_p95_h"].max() if w.height else None
-    p95b = wb["wait_p95_h"].max() if wb.height else None
+    w, wb = mr.worst_wait(ctx.version, f), mr.worst_wait(ctx.version, prev)
+    p95 = w["wait_p95_h"] if w else None
+    p95b = wb["wait_p95_h"] if wb else None
     ui.kpi(col, "p95 queue wait", None if p95 is None else f"{p95:.1f} h",
            None if p95 is None or p95b is None else f"{p95 - p95b:+.1f} h", delta_color="inverse",
            missing="no job started in the window")
-    _row("p95 queue wait", "hours", p95, p95b, "Fairness & queues")
+    _row("p95 queue wait", "hours", p95, p95b, "Fairness & queues", "h")
 
 
 def _prefetch() -> None:
     """Compute the tiles' model reads (this period and the previous one) concurrently, slowest first."""
-    month = f"{f.end - dt.timedelta(days=1):%Y-%m}"
-    y, m = int(month[:4]), int(month[5:])
-    last_month = f"{y - (m == 1):04d}-{12 if m == 1 else m - 1:02d}"
+    month = f.month
+    last_month = mr.previous_month(month)
     cluster = f.clusters[0] if len(f.clusters) == 1 else None
     calls = []
     calls += [lambda: mr.fairness(ctx.version, f), lambda: mr.fairness(ctx.version, prev)]
     calls += [lambda: mr.statement(ctx.version, month, detail=False),
               lambda: mr.statement(ctx.version, last_month, detail=False)]
     calls += [lambda: mr.blocked(ctx.version, f), lambda: mr.blocked(ctx.version, prev)]
-    calls += [lambda: mr.fragmentation(ctx.version, f, "month"), lambda: mr.fragmentation(ctx.version, prev, "month")]
+    calls += [lambda: mr.fragmentation(ctx.version, f, WINDOW_BUCKET),
+              lambda: mr.fragmentation(ctx.version, prev, WINDOW_BUCKET)]
     calls += [lambda: mr.efficiency(ctx.version, f), lambda: mr.efficiency(ctx.version, prev)]
     calls += [lambda: mr.utilization(ctx.version, f, "month"), lambda: mr.utilization(ctx.version, prev, "month"),
               lambda: mr.utilization(ctx.version, f, mr.auto_bucket(f), "gpu_type")]
@@ -184,7 +167,7 @@ if pools is not None and pools.height:
                                    color="gpu_type", colours=ctx.pool_colours, y_title="Allocation ratio (%)",
                                    title=f"Allocation ratio by pool per {bucket}", height=340), key="ov_alloc")
 if cost is not None:
-    month, stmt, lines = cost
+    month, stmt, lines = cost["month"], cost["statement"], cost["lines"]
     per_team = lines.group_by("team").agg(pl.col("total").cast(pl.Float64).sum()).sort("total", descending=True)
     fig = charts.bars(per_team, "team", "total", color="team", colours=ctx.team_colours, horizontal=True,
                       category_order=per_team["team"].to_list(),
@@ -197,8 +180,10 @@ st.subheader("The headline figures")
 if rows:
     text = pl.DataFrame({"metric": [r["metric"] for r in rows], "unit": [r["unit"] for r in rows],
                          "now": [_fmt_value(r["now"]) for r in rows],
-                         "previous": [_fmt_value(r["previous"]) for r in rows], "page": [r["page"] for r in rows]})
+                         "previous": [_fmt_value(r["previous"]) for r in rows],
+                         "change": [r["change"] or "—" for r in rows], "page": [r["page"] for r in rows]})
     ui.table(text, key="ov_headline", file_stem="overview", ctx=ctx,
              columns={"metric": "Figure", "unit": "Unit", "now": "This period", "previous": "Previous period",
-                      "page": "Details on page"},
-             caption="—: not available for that period (no data, or no telemetry); never shown as zero.")
+                      "change": "Change", "page": "Details on page"},
+             caption="—: not available for that period (no data, or no telemetry); never shown as zero. A change "
+                     "of a percentage is in percentage points (pp).")

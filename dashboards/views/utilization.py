@@ -26,8 +26,8 @@ now = mr.window_totals(util, f)
 before = mr.window_totals(mr.utilization(ctx.version, f.previous(), "month"), f)
 
 k = st.columns(5)
-ui.kpi(k[0], "Allocation ratio", ui.pct(now["allocation_ratio"]),
-       ui.pp_delta(now["allocation_ratio"], before.get("allocation_ratio")),
+ratio, ratio_before = mr.allocation_ratio(ctx.version, f), mr.allocation_ratio(ctx.version, f.previous())
+ui.kpi(k[0], "Allocation ratio", ui.pct(ratio), ui.pp_delta(ratio, ratio_before),
        help="Allocated GPU-hours inside capacity / available GPU-hours (capacity minus down, drained and "
             "maintenance). With a team filter: the selected teams' allocated GPU-hours / available GPU-hours.")
 ui.kpi(k[1], "Allocated GPU-hours", f"{now['allocated_gpu_h']:,.0f}",

@@ -21,6 +21,7 @@ import datetime as dt
 import duckdb
 import polars as pl
 
+from models.definitions.jobs_sql import open_sql
 from models.definitions.labels import UNTYPED
 from models.kernels.attribution import N_BINS
 
@@ -178,20 +179,35 @@ def by_group(con: duckdb.DuckDBPyConnection, date_from: dt.datetime | None = Non
     SELECT {', '.join(f'g.{n}' for n in names) + ', ' if names else ''}
            x.metric, g.jobs, g.jobs_without_telemetry,
            g.alloc / 3600 AS alloc_gpu_h, g.tel / 3600 AS telemetry_gpu_h,
-           100 * g.tel / nullif(g.alloc, 0) AS coverage_pct,
-           100 * g.act / nullif(g.tel, 0) AS mean_pct, 100 * p.p95 AS p95_pct,
+           NULL::DOUBLE AS coverage_pct, NULL::DOUBLE AS mean_pct, 100 * p.p95 AS p95_pct,   -- shares() fills them
            g.act / 3600 AS active_gpu_h, g.idle / 3600 AS idle_alloc_gpu_h,
-           100 * g.idle / nullif(g.tel, 0) AS idle_alloc_pct, g.fb AS mem_hwm_mib, g.energy / 3.6e6 AS energy_kwh,
+           NULL::DOUBLE AS idle_alloc_pct, g.fb AS mem_hwm_mib, g.energy / 3.6e6 AS energy_kwh,
            100 * g.lab / nullif(g.tel, 0) AS exact_label_pct, 100 * g.idx / nullif(g.tel, 0) AS exact_index_pct,
            100 * g.shr / nullif(g.tel, 0) AS node_share_pct
     FROM g LEFT JOIN mix x ON {on} LEFT JOIN p95 p ON {on.replace('x.', 'p.')}
     ORDER BY {', '.join(f'g.{n}' for n in names) or '1'}"""
-    return con.sql(q, params={"lo": lo, "hi": hi}).pl()
+    return shares(con.sql(q, params={"lo": lo, "hi": hi}).pl())
+
+
+def shares(df: pl.DataFrame) -> pl.DataFrame:
+    """The percentages of a group's summed GPU-hours, one definition for every report and page (so a page that
+    sums groups recomputes them the same way):
+
+    * ``coverage_pct`` = telemetry GPU-hours / allocated GPU-hours: the share of the allocation that readings
+      cover. 0 means no telemetry: how busy the GPUs were is *unknown*, never 0 %; None without allocation;
+    * ``mean_pct`` = active / telemetry GPU-hours; ``idle_alloc_pct`` = idle-allocated / telemetry GPU-hours
+      (both None without telemetry)."""
+    tel, alloc = pl.col("telemetry_gpu_h"), pl.col("alloc_gpu_h")
+    return df.with_columns(
+        pl.when(alloc > 0).then(100 * tel / alloc).cast(pl.Float64).alias("coverage_pct"),
+        pl.when(tel > 0).then(100 * pl.col("active_gpu_h") / tel).cast(pl.Float64).alias("mean_pct"),
+        pl.when(tel > 0).then(100 * pl.col("idle_alloc_gpu_h") / tel).cast(pl.Float64).alias("idle_alloc_pct"))
 
 
 def per_job(con: duckdb.DuckDBPyConnection, date_from: dt.datetime | None = None,
             date_to: dt.datetime | None = None, order: str = "start", limit: int | None = None) -> pl.DataFrame:
-    """One row per GPU job overlapping the window, its figures within the window (GPU-hours, %).
+    """One row per GPU job overlapping the window, its figures within the window (GPU-hours, %). ``running``: the
+    job's allocation is still open at the data horizon (its GPU-hours stop there; ``end`` is empty).
 
     ``order``: ``start`` or ``idle`` (worst offenders first: most idle-allocated GPU-hours).
     """
@@ -226,6 +242,7 @@ def per_job(con: duckdb.DuckDBPyConnection, date_from: dt.datetime | None = None
     p95 AS (SELECT job_uid, arg_min({_BIN_LO} + ({_BIN_HI} - {_BIN_LO}) * (0.95 * tot - (c - s)) / s, i) AS p95
             FROM cum WHERE c >= 0.95 * tot AND s > 0 AND tot > 0 GROUP BY job_uid)
     SELECT j.cluster, j.job_id, j.user, j.team, j.account, j.partition, s.gpu_type, j.state, j.start, j."end",
+           {open_sql("j")} AS running,
            j.ngpus, CASE WHEN s.tel > 0 THEN e.metric ELSE 'no telemetry' END AS metric,
            s.alloc / 3600 AS alloc_gpu_h, s.tel / 3600 AS telemetry_gpu_h,
            100 * s.tel / nullif(s.alloc, 0) AS coverage_pct, 100 * s.act / nullif(s.tel, 0) AS mean_pct,

@@ -29,6 +29,8 @@ from models.metrics import timeline
 CELL_DIMS = ("gpu_type", "partition")
 #: Request sizes (GPUs on one node) whose stranded GPUs the report gives (``stranded_k``).
 STRANDED_SIZES = (1, 2, 4, 8, 16, 32, 64)
+#: The bucket of a window's FGD rate: each UTC day's samples against the requests submitted that day.
+WINDOW_BUCKET = "day"
 
 
 def samples(con: duckdb.DuckDBPyConnection, start=None, end=None, interval: str | int = DEFAULT_INTERVAL_S,
@@ -193,3 +195,28 @@ def _assemble(st, rhist, wl, keys, k_max, popularity) -> pl.DataFrame:
             "largest_gang_gpus", "largest_gang_gpus_min", *[f"stranded_{s}" for s in sizes], "stranded_multinode",
             "fgd_frag_gpus", "fgd_rate", "workload_jobs", "workload_specs"]
     return out.drop("free_gpus").rename({"free_gpus_mean": "free_gpus"}).select(cols).sort(keys)
+
+
+def rate(df: pl.DataFrame | None) -> float | None:
+    """The FGD rate pooled over the rows of a :func:`report` frame (any buckets and cells): Σ F / Σ free GPUs over
+    every sample of every row (``fgd_frag_gpus`` and ``free_gpus`` are means per sample, so both are weighted by
+    ``samples``). None without free GPUs."""
+    if df is None or df.height == 0:
+        return None
+    w = df["samples"]
+    free = (df["free_gpus"] * w).sum()
+    return float((df["fgd_frag_gpus"].fill_null(0) * w).sum() / free) if free else None
+
+
+def window_rate(con: duckdb.DuckDBPyConnection, start=None, end=None, by: str | Iterable[str] = ("gpu_type",),
+                keep: dict[str, Iterable[str]] | None = None, interval: str | int = DEFAULT_INTERVAL_S,
+                popularity: float = 1.0) -> float | None:
+    """The fragmentation rate of a window, the one figure every page and report gives for it: Σ F(M_d) / Σ free
+    GPUs over every sample of the window, where each UTC day d's samples are measured against M_d, the GPU
+    requests submitted that day (inside the window). The free-GPU-weighted mean of the daily rates, so it does not
+    depend on how a page buckets its chart. ``keep``: cells to keep, e.g. ``{"gpu_type": ["h100"]}``."""
+    df = report(con, start, end, WINDOW_BUCKET, by, interval, popularity)
+    for col, values in (keep or {}).items():
+        if df.height:
+            df = df.filter(pl.col(col).is_in(list(values)))
+    return rate(df)

@@ -28,7 +28,7 @@ import duckdb
 import polars as pl
 
 from ingest.warehouse import frame, has_table, parse_time
-from models.definitions.jobs_sql import pending_from_sql, pending_until_sql, req_gpus_sql
+from models.definitions.jobs_sql import open_sql, pending_from_sql, pending_until_sql, req_gpus_sql
 from models.definitions.labels import CAPACITY_DIMS, UNTYPED, normalise_dims
 from models.definitions.nodes_sql import explode_partitions
 from models.definitions.timeline_sql import SEGMENTS_SQL
@@ -214,6 +214,14 @@ def job_gpu_seconds(con: duckdb.DuckDBPyConnection, start=None, end=None) -> pl.
                sum(gpus * (epoch_us(least(t1, $e)) - epoch_us(greatest(t0, $s))) / 1e6) AS gpu_seconds
         FROM tl_job_alloc WHERE t1 > $s AND t0 < $e
         GROUP BY ALL ORDER BY job_uid, gpu_type""", {"s": win[0], "e": win[1]})
+
+
+def running_jobs(con: duckdb.DuckDBPyConnection) -> pl.DataFrame:
+    """Jobs whose allocation is still open at their cluster's horizon (``jobs_sql.open_sql``): job_uid, cluster,
+    horizon. Their GPU-hours stop at the horizon; a listing shows them as running, not as ending there."""
+    return con.sql(f"""
+        SELECT j.job_uid, j.cluster, c.horizon FROM jobs j JOIN tl_clusters c USING (cluster)
+        WHERE {open_sql("j")} AND j.start IS NOT NULL AND j.start < c.horizon ORDER BY j.job_uid""").pl()
 
 
 

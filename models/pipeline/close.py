@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+from pathlib import Path
 
 import duckdb
 
@@ -12,12 +13,18 @@ from ingest import warehouse
 from models.definitions.policy import CostError
 from models.definitions.times import period_bounds
 from models.metrics import chargeback, cost
+from models.pipeline import refresh
 
 
-def close_period(con: duckdb.DuckDBPyConnection, period: str, now: dt.datetime | None = None) -> chargeback.Statement:
+def close_period(con: duckdb.DuckDBPyConnection, period: str, now: dt.datetime | None = None,
+                 db_path: str | Path | None = None) -> chargeback.Statement:
     """Freeze the statement of ``period`` (YYYY-MM) and return it as read back. Refuses a period already closed,
     one the accounting does not reach the end of yet, and one no accounting covers at all (it would freeze an
-    empty statement)."""
+    empty statement).
+
+    With ``db_path`` (the warehouse file of ``con``), then refreshes and republishes the serving snapshot, so the
+    dashboard shows the period closed at once (the Chargeback page and the Overview's cost tile read the snapshot;
+    without a new one they would keep showing the open statement they were published with)."""
     if period in chargeback.closed_periods(con):
         raise CostError(f"period {period} is already closed; re-export it with "
                         f"`gpuledger chargeback --period {period} --out FILE`")
@@ -42,4 +49,6 @@ def close_period(con: duckdb.DuckDBPyConnection, period: str, now: dt.datetime |
         con.execute("INSERT INTO statements VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     [period, closed_at, digest, start, end, st.policy.currency, st.policy.minor_units,
                      st.policy.idle_policy, st.policy.billing_basis, json.dumps(st.header), st.policy.document])
+    if db_path is not None:
+        refresh.run(con, db_path)   # the open statements drop the period; the snapshot carries the frozen one
     return chargeback.statement(con, period)
