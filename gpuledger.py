@@ -443,12 +443,16 @@ def cmd_report_efficiency(args) -> int:
     except ValueError as exc:
         raise UsageError(f"report efficiency: {exc}") from exc
     emit(df, args.format, args.out)
-    _efficiency_footer(args, con, efficiency.summary(con, lo, hi))
+    _efficiency_footer(args, con, efficiency.summary(con, lo, hi), lo, hi)
     return EXIT_OK
 
 
-def _efficiency_footer(args, con, s: dict) -> None:
-    """What the numbers rest on: metric, attribution methods, jobs without telemetry; stale mart warning."""
+def _efficiency_footer(args, con, s: dict, lo, hi) -> None:
+    """What the numbers rest on: window, metric, attribution methods, jobs without telemetry; stale marts."""
+    w0, w1 = s["window"]
+    if (lo and lo != w0) or (hi and hi != w1):
+        _say(args, f"window widened to whole UTC hours, the efficiency mart's grain: {w0:%Y-%m-%d %H:%M} to "
+                   f"{w1:%Y-%m-%d %H:%M}")
     tel = s["telemetry_gpu_h"] or 0.0
     pct = (lambda x: f"{100 * x / tel:.1f}%") if tel else (lambda x: "-")
     metrics = ", ".join(f"{name} {pct(s[k])}" for name, k in (("SM_ACTIVE", "sm_active_gpu_h"),

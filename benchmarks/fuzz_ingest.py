@@ -1,7 +1,7 @@
 """The ingest fuzz at scale: thousands of mutated inputs (tests/fuzz_inputs.py) through every text ingestor, with
 refresh and every report every --refresh-every cases, on one accumulating warehouse.
 
-`make test` runs 80 cases (tests/test_fuzz_ingest.py); this runs as many as asked and prints what happened:
+`make test` runs 250 cases, the same ones every run (tests/test_fuzz_ingest.py); this runs as many as asked and prints what happened:
 cases per ingestor and outcome, and the time taken. A failing case stops the
 run with Hypothesis' minimal reproducing input.
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import os
 import sys
 import tempfile
 import time
@@ -18,6 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+os.environ.setdefault("HYPOTHESIS_PROFILE", "explore")   # tests/conftest.py would fix the examples otherwise
 
 from hypothesis import HealthCheck, given, seed as hseed, settings  # noqa: E402
 

@@ -174,6 +174,11 @@ def test_report_cli(run_cli, db_path, tmp_path):
     code, out, err = run_cli("report", "efficiency", "--by", "job", "--from", "2026-07-14", "--to", "2026-07-15",
                              "--format", "json")
     assert code == 0 and '"idle_alloc_gpu_h": 0.5' in out
+    assert "widened" not in err
+    code, out, err = run_cli("report", "efficiency", "--total", "--from", "2026-07-14T00:20:00",
+                             "--to", "2026-07-14T05:10:30")
+    assert code == 0 and ("window widened to whole UTC hours, the efficiency mart's grain: 2026-07-14 00:00 to "
+                          "2026-07-14 06:00") in err
     code, out, err = run_cli("report", "efficiency", "--by", "size_class")
     assert code == 2 and "cannot group efficiency by size_class" in err
 
