@@ -47,6 +47,12 @@ class Catalogue:
     all_teams: tuple[str, ...]         # every team known (for stable colours)
     node_gpus: tuple[tuple[str, int], ...] = ()   # (pool, GPUs of its most common current node)
 
+    @property
+    def pool_keys(self) -> tuple[str, ...]:
+        """What identifies a pool: its GPU type, and its cluster when there are several (two clusters may both
+        have an "a100" pool, each with its own capacity)."""
+        return ("cluster", "pool") if len(self.clusters) > 1 else ("pool",)
+
 
 @st.cache_data(**CACHE)
 def catalogue(version: str) -> Catalogue:

@@ -27,8 +27,7 @@ target = c[2].slider("Target utilization (%)", 50, 100, 85, 5, key="fc_target",
 band = c[3].selectbox("Plan for", ["median", "upper 80 %"], index=1, key="fc_band",
                       help="Which forecast the GPUs-needed figures use.")
 cluster = f.clusters[0] if len(f.clusters) == 1 else None
-# Pools are per cluster: two clusters may both have an "a100" pool, each with its own capacity and forecast.
-by = ("cluster", "pool") if len(ctx.cat.clusters) > 1 else ("pool",)
+by = ctx.cat.pool_keys     # pools per cluster when there are several: each has its own capacity and forecast
 with st.spinner("Fitting and backtesting the forecast models..."):
     res = mr.forecast(ctx.version, measure, horizon, target / 100, "80" if band != "median" else "median",
                       by, cluster)
