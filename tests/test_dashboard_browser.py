@@ -162,6 +162,31 @@ def _table_csv_has_human_labels(page) -> None:
     assert rows and all(len(r) == len(header) for r in rows)
 
 
+LOCAL_URL = re.compile(r"^(?:(?:https?|wss?)://(?:127\.0\.0\.1|localhost)(?::\d+)?(?:/|$)|data:|blob:|about:)")
+
+
+def test_pages_fetch_nothing_from_outside_the_server(server, browser):
+    """Every request a page makes while it loads and renders (documents, scripts, fonts, icons, the favicon,
+    websockets) goes to the dashboard server itself: nothing is fetched from a CDN or font host, so the
+    dashboard works offline and tells no third party who looks at it."""
+    for slug, title in PAGES:
+        page = browser.new_page(viewport=VIEWPORT)
+        urls: list[str] = []
+        page.on("request", lambda r: urls.append(r.url))
+        page.on("websocket", lambda ws: urls.append(ws.url))
+        try:
+            _open(page, f"{server}/{slug}", title)
+            page.wait_for_timeout(500)       # late fetches (favicon, lazily loaded fonts)
+            # what the document points at, fetched or not yet: icons, stylesheets, scripts, images
+            urls += page.evaluate("""() => [...document.querySelectorAll('link[href], script[src], img[src]')]
+                                              .map(e => e.href || e.src)""")
+        finally:
+            page.close()
+        assert urls, slug
+        outside = sorted({u for u in urls if not LOCAL_URL.match(u)})
+        assert not outside, f"{slug or 'overview'} fetched from outside the server: {outside}"
+
+
 def test_server_warmed_the_default_views(server, server_log):
     """After the first visit the server computed every page's default views in the background, once."""
     deadline = time.monotonic() + 300
