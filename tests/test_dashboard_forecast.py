@@ -72,3 +72,9 @@ def test_two_clusters_sharing_a_pool_name_get_one_forecast_each(two_clusters_db,
             "lab2 / h100: Demanded GPU-hours, history and forecast"} <= titles
     table = dfx.frame_with(at, "Cluster", "Pool (GPU type)", "Model chosen")
     assert sorted(zip(table["Cluster"], table["Pool (GPU type)"])) == sorted(cap.select("cluster", "pool").iter_rows())
+
+
+def test_cluster_filter_keeps_that_clusters_pools(two_clusters_db, monkeypatch):
+    at = dfx.open_page(dfx.app(two_clusters_db, monkeypatch, timeout=300), "forecast", f_clusters=["lab2"])
+    assert sorted(m.label for m in at.metric if m.label.endswith("capacity reached")) == [
+        "lab2 / a100: capacity reached", "lab2 / h100: capacity reached"]

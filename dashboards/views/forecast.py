@@ -33,11 +33,14 @@ with st.spinner("Fitting and backtesting the forecast models..."):
                       by, cluster)
 hist, fc, summary, cap = res["history"], res["forecast"], res["summary"], res["capacity"]
 unit, per_hour, keys = res["unit"], res["per_hour"], list(res["keys"])
-# The series charted: each pool (on each cluster) with a capacity answer, else each one forecast.
+# The series charted: each pool (on each cluster) with a capacity answer, else each one forecast; those the
+# cluster and pool filters keep.
 listed = cap if cap is not None else fc
 skeys = [k for k in keys if k in listed.columns]
-series = [dict(zip(skeys, r)) for r in sorted(set(listed.select(skeys).iter_rows()), key=lambda r: tuple(map(str, r)))
-          if r[-1] and r[-1] != ANY_POOL and (not f.pools or r[-1] in f.pools)]
+series = [s for s in (dict(zip(skeys, r)) for r in sorted(set(listed.select(skeys).iter_rows()),
+                                                          key=lambda r: tuple(map(str, r))))
+          if s["pool"] and s["pool"] != ANY_POOL and (not f.pools or s["pool"] in f.pools)
+          and (not f.clusters or s.get("cluster", f.clusters[0]) in f.clusters)]
 
 
 def _rows(df: pl.DataFrame, s: dict) -> pl.DataFrame:
@@ -49,7 +52,7 @@ def _name(s: dict) -> str:
     return " / ".join(str(v) for v in s.values())
 
 
-if len(f.clusters) > 1:
+if "cluster" in skeys:
     st.caption("One forecast per cluster and pool: a pool name shared by several clusters is planned per cluster.")
 if f.teams or f.partitions:
     st.caption("Capacity answers are per pool: the team and partition filters do not apply on this page.")
