@@ -1,7 +1,7 @@
 """The dashboards in a real browser: `gpuledger dashboard` serving a demo warehouse, driven by Playwright through
 Debian's chromium (no browser download). Every page loads with its charts and no exception; the statement CSV
 downloaded from the Chargeback page is the finance export byte for byte, and a table's CSV carries the page's
-labels; no page fetches anything from outside the server; behind the shipped nginx site
+labels; no page fetches anything from outside the server (every request is recorded); behind the shipped nginx site
 (deploy/nginx/gpuledger.conf, a real nginx) the security headers are set and pages render with no CSP violation;
 the server warms the new snapshot's views once; a screenshot of each page is kept under
 tests/artifacts/dashboard/ (git-ignored) for people to look at.
@@ -125,6 +125,7 @@ def _screenshot(page, name: str) -> Path:
 @pytest.mark.parametrize("slug,title", PAGES, ids=[p or "overview" for p, _ in PAGES])
 def test_every_page_renders_charts_without_exception(server, browser, warehouse_db, tmp_path, slug, title):
     page = browser.new_page(viewport=VIEWPORT, accept_downloads=True)
+    urls = _record_requests(page)
     try:
         _open(page, f"{server}/{slug}", title)
         n_charts = page.locator(".js-plotly-plot .main-svg").count()
@@ -139,6 +140,7 @@ def test_every_page_renders_charts_without_exception(server, browser, warehouse_
             _table_csv_has_human_labels(page)
         shot = _screenshot(page, slug or "overview")
         assert shot.stat().st_size > 10_000
+        _fetched_only_from_the_server(page, urls, slug or "overview")
     finally:
         page.close()
 
@@ -170,26 +172,25 @@ def _table_csv_has_human_labels(page) -> None:
 LOCAL_URL = re.compile(r"^(?:(?:https?|wss?)://(?:127\.0\.0\.1|localhost)(?::\d+)?(?:/|$)|data:|blob:|about:)")
 
 
-def test_pages_fetch_nothing_from_outside_the_server(server, browser):
-    """Every request a page makes while it loads and renders (documents, scripts, fonts, icons, the favicon,
-    websockets) goes to the dashboard server itself: nothing is fetched from a CDN or font host, so the
-    dashboard works offline and tells no third party who looks at it."""
-    for slug, title in PAGES:
-        page = browser.new_page(viewport=VIEWPORT)
-        urls: list[str] = []
-        page.on("request", lambda r: urls.append(r.url))
-        page.on("websocket", lambda ws: urls.append(ws.url))
-        try:
-            _open(page, f"{server}/{slug}", title)
-            page.wait_for_timeout(500)       # late fetches (favicon, lazily loaded fonts)
-            # what the document points at, fetched or not yet: icons, stylesheets, scripts, images
-            urls += page.evaluate("""() => [...document.querySelectorAll('link[href], script[src], img[src]')]
-                                              .map(e => e.href || e.src)""")
-        finally:
-            page.close()
-        assert urls, slug
-        outside = sorted({u for u in urls if not LOCAL_URL.match(u)})
-        assert not outside, f"{slug or 'overview'} fetched from outside the server: {outside}"
+def _record_requests(page) -> list[str]:
+    """Every URL ``page`` requests from now on (websockets included)."""
+    urls: list[str] = []
+    page.on("request", lambda r: urls.append(r.url))
+    page.on("websocket", lambda ws: urls.append(ws.url))
+    return urls
+
+
+def _fetched_only_from_the_server(page, urls: list[str], name: str) -> None:
+    """Every request the page made while it loaded and rendered (documents, scripts, fonts, icons, the favicon,
+    websockets, downloads) went to the dashboard server itself: nothing from a CDN or font host, so the
+    dashboard works offline and tells no third party who looks at it. What the document points at (icons,
+    stylesheets, scripts, images) counts too, fetched or not yet."""
+    page.wait_for_timeout(500)       # late fetches (favicon, lazily loaded fonts)
+    urls = urls + page.evaluate("() => [...document.querySelectorAll('link[href], script[src], img[src]')]"
+                                ".map(e => e.href || e.src)")
+    assert urls, name
+    outside = sorted({u for u in urls if not LOCAL_URL.match(u)})
+    assert not outside, f"{name} fetched from outside the server: {outside}"
 
 
 NGINX = Path("/usr/sbin/nginx")
@@ -262,12 +263,14 @@ def test_behind_nginx_headers_are_set_and_pages_render_without_csp_violations(pr
     page.on("pageerror", lambda e: errors.append(str(e)))
     failed: list[str] = []
     page.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+    urls = _record_requests(page)
     try:
         for slug, title in (("", "Overview"), ("utilization", "Utilization")):
             _open(page, f"{proxy}/{slug}", title)
             assert page.locator(".js-plotly-plot .main-svg").count(), f"{slug or 'overview'}: no chart via the proxy"
         _table_csv_has_human_labels(page)          # a download through the proxy (Streamlit's /media/ route)
-        page.wait_for_timeout(500)
+        _fetched_only_from_the_server(page, urls, "via the proxy")
+        assert all(u.startswith((proxy, proxy.replace("http", "ws", 1), "data:", "blob:", "about:")) for u in urls)
     finally:
         page.close()
     violations = [e for e in errors if "Content Security Policy" in e or "CSP violation" in e]
