@@ -14,7 +14,9 @@ from dashboards import model_reads, prewarm, queries, sidebar, ui
 HERE = Path(__file__).resolve().parent
 PAGES = HERE / "views"   # not "pages/": Streamlit 1.67 would run that directory in legacy mode on a cold deep link
 
-st.set_page_config(page_title="gpuledger", page_icon=":material/memory:", layout="wide",
+# The favicon is the logo's mark, served inline: a ":material/...:" page icon makes the browser fetch an SVG from
+# fonts.gstatic.com (the dashboard fetches nothing from outside the server it is served by).
+st.set_page_config(page_title="gpuledger", page_icon=str(HERE / "icon.svg"), layout="wide",
                    initial_sidebar_state="expanded")
 
 

@@ -193,7 +193,8 @@ def statement_xlsx(version: str, period: str) -> bytes:
     always gives the same bytes."""
     stmt, views = statement(version, period)
     created = stmt.closed_at or queries.published_at(version)
-    return exports.xlsx_bytes(views, title=f"GPU chargeback {stmt.period}", created=created)
+    return exports.xlsx_bytes(views, title=f"GPU chargeback {stmt.period}", created=created,
+                              units=chargeback_mod.units(stmt))
 
 
 # ---------------------------------------------------------------- forecasts (models/capacity.py + forecast.py, issue 7)

@@ -47,6 +47,12 @@ class Catalogue:
     all_teams: tuple[str, ...]         # every team known (for stable colours)
     node_gpus: tuple[tuple[str, int], ...] = ()   # (pool, GPUs of its most common current node)
 
+    @property
+    def pool_keys(self) -> tuple[str, ...]:
+        """What identifies a pool: its GPU type, and its cluster when there are several (two clusters may both
+        have an "a100" pool, each with its own capacity)."""
+        return ("cluster", "pool") if len(self.clusters) > 1 else ("pool",)
+
 
 @st.cache_data(**CACHE)
 def catalogue(version: str) -> Catalogue:
@@ -92,12 +98,25 @@ def published_at(version: str) -> dt.datetime | None:
 
 
 # ---------------------------------------------------------------- data health (audit tables)
+# What the page may show of the audit: input files by base name (where they were on the ingesting machine is
+# not the viewers' business), run messages with every absolute path cut to its base name, and rejected lines
+# as line number, field and reason, never their raw content (it stays in the warehouse's ``rejects`` table).
+
+#: SQL: a path's last component
+_BASE_NAME = r"regexp_replace({}, '^.*[/\\]', '')"
+#: SQL: text with the directories of every absolute path in it removed (the file's base name stays)
+_NO_DIRS = r"""regexp_replace({}, '(^|[\s''"(=,;])(?:[A-Za-z]:)?[/\\](?:[^\s/\\''"]*[/\\])+', '\1', 'g')"""
+#: SQL: an ingest run's message as shown (its input named by base name, no absolute paths)
+_MESSAGE = _NO_DIRS.format("replace(message, coalesce(input_name, ''), "
+                           + _BASE_NAME.format("coalesce(input_name, '')") + ")")
+
 
 @st.cache_data(**CACHE)
 def ingest_runs(version: str, f: Filters) -> pl.DataFrame:
     """Ingest runs that started in the window (newest first), with their line accounting."""
-    return _frame("""SELECT run_id, source, input_name, cluster, status, lines_read, loaded, skipped, rejected,
-                            inserted, updated, unchanged, started_at, finished_at, message
+    return _frame(f"""SELECT run_id, source, {_BASE_NAME.format("input_name")} AS input_name, cluster, status,
+                             lines_read, loaded, skipped, rejected, inserted, updated, unchanged, started_at,
+                             finished_at, {_MESSAGE} AS message
                      FROM ingest_runs
                      WHERE started_at >= ? AND started_at < ?
                        AND (len(?::VARCHAR[]) = 0 OR cluster IS NULL OR list_contains(?::VARCHAR[], cluster))
@@ -108,15 +127,18 @@ def ingest_runs(version: str, f: Filters) -> pl.DataFrame:
 @st.cache_data(**CACHE)
 def all_ingest_runs(version: str) -> pl.DataFrame:
     """Every ingest run, newest first (the Data health page falls back to it when the window has none)."""
-    return _frame("""SELECT run_id, source, input_name, cluster, status, lines_read, loaded, skipped, rejected,
-                            inserted, updated, unchanged, started_at, finished_at, message
+    return _frame(f"""SELECT run_id, source, {_BASE_NAME.format("input_name")} AS input_name, cluster, status,
+                             lines_read, loaded, skipped, rejected, inserted, updated, unchanged, started_at,
+                             finished_at, {_MESSAGE} AS message
                      FROM ingest_runs ORDER BY started_at DESC, run_id DESC""")
 
 
 @st.cache_data(**CACHE)
 def rejects(version: str, run_ids: tuple[int, ...], limit: int = 5000) -> pl.DataFrame:
-    """Rejected input lines of the given runs with the field and reason, newest run first."""
-    return _frame("""SELECT r.run_id, i.source, i.input_name, r.line_no, r.field, r.reason, r.raw
+    """Rejected input lines of the given runs: input base name, line number, field and reason, newest run first.
+    Not the raw line (it may hold anything the input held; operators read it in the ``rejects`` table)."""
+    return _frame(f"""SELECT r.run_id, i.source, {_BASE_NAME.format("i.input_name")} AS input_name, r.line_no,
+                            r.field, r.reason
                      FROM rejects r JOIN ingest_runs i USING (run_id)
                      WHERE list_contains(?::BIGINT[], r.run_id)
                      ORDER BY r.run_id DESC, r.line_no LIMIT ?""", [list(run_ids), limit])

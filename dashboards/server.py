@@ -26,11 +26,19 @@ class PortInUse(Exception):
 
 
 def command(port: int, host: str = "127.0.0.1") -> list[str]:
-    """The `streamlit run` command line: headless, no telemetry, no file watcher, our theme."""
+    """The `streamlit run` command line: headless, no telemetry, no file watcher, our theme.
+
+    Safe behind a proxy: uncaught exceptions show viewers a generic message only (``showErrorDetails none``:
+    no type, message or traceback; "false" would still show the traceback), XSRF protection on, and CORS
+    protection on (``enableCORS true``: no ``Access-Control-Allow-Origin: *``, websockets from this origin
+    only), the experimental agent API off. Streamlit sets no other security headers; deploy/nginx/gpuledger.conf
+    adds them."""
     argv = [sys.executable, "-m", "streamlit", "run", str(APP),
             "--server.headless", "true", "--server.address", host, "--server.port", str(port),
             "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
-            "--server.runOnSave", "false", "--client.toolbarMode", "viewer", "--client.showErrorDetails", "true",
+            "--server.runOnSave", "false", "--client.toolbarMode", "viewer", "--client.showErrorDetails", "none",
+            "--server.enableXsrfProtection", "true", "--server.enableCORS", "true",
+            "--server.enableAgentApi", "false",
             "--logger.level", "warning"]
     for k, v in theme.STREAMLIT_THEME.items():
         argv += [f"--{k}", v]

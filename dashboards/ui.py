@@ -1,9 +1,15 @@
 """Page furniture shared by every page: the page context, headers, KPI tiles, tables with CSV download, and
-what a page says when a model cannot compute on this snapshot (never invented numbers)."""
+what a page says when a model cannot compute on this snapshot (never invented numbers).
+
+A failure is shown to viewers as one line and a short reference; the traceback (which names source paths and
+may quote data) goes only to the server's log, under the same reference, for the administrator.
+"""
 from __future__ import annotations
 
 import datetime as dt
-import traceback
+import logging
+import secrets
+import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -11,11 +17,20 @@ import duckdb
 import polars as pl
 import streamlit as st
 
-from dashboards import theme
+from dashboards import exports, theme
 from dashboards.filters import Filters
 from dashboards.queries import Catalogue
 
 _CTX_KEY = "_gpuledger_ctx"
+
+#: Failures the viewer is told about by reference; the server's stderr (its log) gets the traceback.
+log = logging.getLogger("gpuledger.dashboard")
+if not log.handlers:          # Streamlit configures only its own loggers: give ours a line format of its own
+    _handler = logging.StreamHandler(sys.stderr)
+    _handler.setFormatter(logging.Formatter("%(asctime)s gpuledger dashboard %(levelname)s: %(message)s"))
+    log.addHandler(_handler)
+    log.setLevel(logging.INFO)
+    log.propagate = False
 
 
 @dataclass(frozen=True)
@@ -61,27 +76,40 @@ def header(title: str, question: str, ctx: Context, deltas: bool = True) -> None
 FAILED_TEXT = "could not be computed"
 
 
+def reference() -> str:
+    """A short random id that ties what a viewer sees to the server log's entry (8 hex digits)."""
+    return secrets.token_hex(4)
+
+
+def log_failure(what: str, exc: BaseException) -> str:
+    """Log ``exc`` with its traceback under a new reference, for the administrator; returns the reference."""
+    ref = reference()
+    log.error("reference %s: %s failed", ref, what, exc_info=exc)
+    return ref
+
+
 def page_failed(title: str, exc: Exception) -> None:
-    """A model raised on this snapshot: one clear line for the manager, the traceback for the admin."""
+    """A model raised on this snapshot: one clear line and a reference for the viewer; the traceback is in the
+    server log under that reference (never on the page: it names source paths and may quote data)."""
+    ref = log_failure(f"page {title!r}", exc)
     hint = ""
     if isinstance(exc, duckdb.CatalogException):   # a mart this version reads is missing from the snapshot
         hint = (" If gpuledger was upgraded since the last ingest, `gpuledger refresh` rebuilds the marts and "
                 "republishes the snapshot.")
-    st.error(f"**{title} {FAILED_TEXT}** from this snapshot: {type(exc).__name__}: {str(exc).splitlines()[0]}"
-             + hint, icon=":material/error:")
-    with st.expander("Details for the administrator"):
-        st.code("".join(traceback.format_exception(exc)), language="text")
+    st.error(f"**{title} {FAILED_TEXT}** from this snapshot. Reference `{ref}`: the administrator finds the "
+             f"details in the dashboard server's log under it." + hint, icon=":material/error:")
 
 
 @contextmanager
 def guarded(col, label: str):
-    """Run one tile's computation; if its model raises on this snapshot, that tile says so and the rest of
-    the page still renders."""
+    """Run one tile's computation; if its model raises on this snapshot, that tile says so (with a reference
+    to the server log's entry) and the rest of the page still renders."""
     try:
         yield
     except Exception as exc:
+        ref = log_failure(f"tile {label!r}", exc)
         col.metric(label, "—")
-        col.caption(f":red[{FAILED_TEXT}]: {type(exc).__name__}: {str(exc).splitlines()[0][:160]}")
+        col.caption(f":red[{FAILED_TEXT}] (reference `{ref}`)")
 
 
 def no_data(what: str, hint: str | None = None) -> None:
@@ -93,6 +121,12 @@ def present(df: pl.DataFrame, columns: dict[str, str] | None = None, currency: s
     if columns is not None:
         df = df.select([c for c in columns if c in df.columns])
     return df.rename({c: (columns or {}).get(c) or theme.label(c, currency) for c in df.columns})
+
+
+def table_csv(df: pl.DataFrame, columns: dict[str, str] | None = None, currency: str | None = None) -> bytes:
+    """The bytes of a table's CSV download: the labelled columns shown, text cells neutralised against formula
+    injection (exports.csv_bytes, the one rule for every file that leaves the product)."""
+    return exports.csv_bytes(present(df, columns, currency))
 
 
 def table(df: pl.DataFrame, *, key: str, file_stem: str, ctx: Context, columns: dict[str, str] | None = None,
@@ -109,7 +143,7 @@ def table(df: pl.DataFrame, *, key: str, file_stem: str, ctx: Context, columns: 
     if caption:
         left.caption(caption)
     # A callable: the file is written when someone clicks, not on every page view.
-    right.download_button("Download CSV", data=lambda: shown.write_csv(),
+    right.download_button("Download CSV", data=lambda: table_csv(df, columns, ctx.currency),
                           file_name=f"{file_stem}_{ctx.filters.slug()}.csv",
                           mime="text/csv", key=f"dl_{key}", icon=":material/download:", on_click="ignore",
                           width="stretch")

@@ -42,6 +42,34 @@ def build_lab(directory: Path, late: bool = True, extra_sacct: tuple[Path, ...] 
     return db
 
 
+def build_two_clusters(directory: Path) -> Path:
+    """The lab cluster twice, as clusters "lab" and "lab2" (same node names and pools, the same jobs under the
+    second cluster's name), in ``directory``/two.duckdb with its serving snapshot: pools shared by two clusters."""
+    directory.mkdir(parents=True, exist_ok=True)
+    db = directory / "two.duckdb"
+    sacct2 = directory / "sacct-lab2.psv"
+    sacct2.write_text((FIX / "sacct.psv").read_text().replace("|lab|", "|lab2|"))
+    gov = directory / "governance.toml"
+    gov.write_text((FIX / "governance.toml").read_text().replace(
+        '[[clusters]]\nname = "lab"\ntimezone = "UTC"\n',
+        '[[clusters]]\nname = "lab"\ntimezone = "UTC"\n\n[[clusters]]\nname = "lab2"\ntimezone = "UTC"\n', 1))
+    for cluster in ("lab", "lab2"):
+        cli(db, "ingest", "nodes", str(FIX / "nodes.txt"), "--cluster", cluster, "--as-of", "2026-09-21T00:00:00",
+            "--no-refresh")
+    cli(db, "ingest", "sacct", str(FIX / "sacct.psv"), "--no-refresh")
+    cli(db, "ingest", "sacct", str(sacct2), "--no-refresh")
+    cli(db, "ingest", "governance", str(gov))
+    return db
+
+
+@pytest.fixture(scope="session")
+def two_clusters_db(tmp_path_factory) -> Path:
+    """A warehouse of two clusters sharing their pool names (see build_two_clusters). Do not write to it."""
+    if "two" not in _built:
+        _built["two"] = build_two_clusters(tmp_path_factory.mktemp("two"))
+    return _built["two"]
+
+
 @pytest.fixture(scope="session")
 def lab_db(tmp_path_factory) -> Path:
     """The shared lab warehouse (its serving snapshot beside it). Do not write to it."""

@@ -1,7 +1,9 @@
 """The dashboards in a real browser: `gpuledger dashboard` serving a demo warehouse, driven by Playwright through
 Debian's chromium (no browser download). Every page loads with its charts and no exception; the statement CSV
 downloaded from the Chargeback page is the finance export byte for byte, and a table's CSV carries the page's
-labels; the server warms the new snapshot's views once; a screenshot of each page is kept under
+labels; no page fetches anything from outside the server (every request is recorded); behind the shipped nginx site
+(deploy/nginx/gpuledger.conf, a real nginx) the security headers are set and pages render with no CSP violation;
+the server warms the new snapshot's views once; a screenshot of each page is kept under
 tests/artifacts/dashboard/ (git-ignored) for people to look at.
 
 The warehouse is the demo generator's (a small one: 28 days of a 13-node cluster) when it is available,
@@ -17,11 +19,14 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
 
 import dashboard_fixtures as dfx
+from dashboards.server import wait_ready
 from dashboards.ui import FAILED_TEXT
 
 CHROMIUM = Path("/usr/bin/chromium")
@@ -120,6 +125,7 @@ def _screenshot(page, name: str) -> Path:
 @pytest.mark.parametrize("slug,title", PAGES, ids=[p or "overview" for p, _ in PAGES])
 def test_every_page_renders_charts_without_exception(server, browser, warehouse_db, tmp_path, slug, title):
     page = browser.new_page(viewport=VIEWPORT, accept_downloads=True)
+    urls = _record_requests(page)
     try:
         _open(page, f"{server}/{slug}", title)
         n_charts = page.locator(".js-plotly-plot .main-svg").count()
@@ -134,6 +140,7 @@ def test_every_page_renders_charts_without_exception(server, browser, warehouse_
             _table_csv_has_human_labels(page)
         shot = _screenshot(page, slug or "overview")
         assert shot.stat().st_size > 10_000
+        _fetched_only_from_the_server(page, urls, slug or "overview")
     finally:
         page.close()
 
@@ -160,6 +167,120 @@ def _table_csv_has_human_labels(page) -> None:
     assert header[:2] == ["Period (day, UTC)", "Pool (GPU type)"] and "Allocated (GPU-hours)" in header
     assert not any("_" in h for h in header)
     assert rows and all(len(r) == len(header) for r in rows)
+
+
+LOCAL_URL = re.compile(r"^(?:(?:https?|wss?)://(?:127\.0\.0\.1|localhost)(?::\d+)?(?:/|$)|data:|blob:|about:)")
+
+
+def _record_requests(page) -> list[str]:
+    """Every URL ``page`` requests from now on (websockets included)."""
+    urls: list[str] = []
+    page.on("request", lambda r: urls.append(r.url))
+    page.on("websocket", lambda ws: urls.append(ws.url))
+    return urls
+
+
+def _fetched_only_from_the_server(page, urls: list[str], name: str) -> None:
+    """Every request the page made while it loaded and rendered (documents, scripts, fonts, icons, the favicon,
+    websockets, downloads) went to the dashboard server itself: nothing from a CDN or font host, so the
+    dashboard works offline and tells no third party who looks at it. What the document points at (icons,
+    stylesheets, scripts, images) counts too, fetched or not yet."""
+    page.wait_for_timeout(500)       # late fetches (favicon, lazily loaded fonts)
+    urls = urls + page.evaluate("() => [...document.querySelectorAll('link[href], script[src], img[src]')]"
+                                ".map(e => e.href || e.src)")
+    assert urls, name
+    outside = sorted({u for u in urls if not LOCAL_URL.match(u)})
+    assert not outside, f"{name} fetched from outside the server: {outside}"
+
+
+NGINX = Path("/usr/sbin/nginx")
+NGINX_SITE = Path(__file__).resolve().parent.parent / "deploy" / "nginx" / "gpuledger.conf"
+SECURITY_HEADERS = {"x-frame-options": "DENY", "x-content-type-options": "nosniff", "referrer-policy": "no-referrer"}
+
+
+@pytest.fixture(scope="module")
+def proxy(server, tmp_path_factory):
+    """deploy/nginx/gpuledger.conf served by a real nginx (in the foreground, one process, a temporary prefix)
+    on a free 127.0.0.1 port, in front of the dashboard server; yields the proxy's URL."""
+    if not NGINX.exists():
+        pytest.skip("Debian's nginx (/usr/sbin/nginx) is not installed")
+    from dashboards.server import free_port
+    prefix = tmp_path_factory.mktemp("nginx")
+    port, upstream = free_port(), server.rsplit(":", 1)[1]
+    site = NGINX_SITE.read_text()
+    for default, ours in (("server 127.0.0.1:8501;", f"server 127.0.0.1:{upstream};"),
+                          ("listen 80;", f"listen 127.0.0.1:{port};")):
+        assert site.count(default) == 1, f"{NGINX_SITE} no longer has one {default!r}"
+        site = site.replace(default, ours)
+    (prefix / "gpuledger.conf").write_text(site)
+    temp = " ".join(f"{d}_temp_path {prefix / d};" for d in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))
+    (prefix / "nginx.conf").write_text(
+        f"daemon off; master_process off; worker_processes 1; pid {prefix / 'nginx.pid'};\n"
+        f"error_log {prefix / 'error.log'} warn;\nevents {{ worker_connections 256; }}\n"
+        f"http {{ include /etc/nginx/mime.types; access_log {prefix / 'access.log'}; {temp}\n"
+        f"       include {prefix / 'gpuledger.conf'}; }}\n")
+    proc = subprocess.Popen([str(NGINX), "-p", str(prefix), "-c", str(prefix / "nginx.conf"),
+                             "-e", str(prefix / "error.log")], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_ready(url, proc, timeout=20)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _headers(url: str) -> tuple[int, dict[str, str]]:
+    req = urllib.request.Request(url)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, {k.lower(): v for k, v in r.headers.items()}
+    except urllib.error.HTTPError as exc:       # an error page must carry the headers too
+        return exc.code, {k.lower(): v for k, v in exc.headers.items()}
+
+
+def test_behind_nginx_headers_are_set_and_pages_render_without_csp_violations(proxy, browser):
+    """Through the shipped nginx site: the security headers on the page, its assets and an error response;
+    the pages render (the websocket is upgraded through the proxy) with no Content-Security-Policy violation
+    and no console error."""
+    for path in ("/", "/_stcore/health", "/no-such-file.js"):
+        status, headers = _headers(proxy + path)
+        assert status in (200, 404), (path, status)
+        for name, value in SECURITY_HEADERS.items():
+            assert headers.get(name) == value, (path, name, headers.get(name))
+        csp = headers.get("content-security-policy", "")
+        assert "frame-ancestors 'none'" in csp and "default-src 'self'" in csp, (path, csp)
+        assert "'unsafe-eval'" not in csp and "'unsafe-inline'" not in csp.split("script-src")[1].split(";")[0]
+        assert "nginx/" not in headers.get("server", "")                  # no version advertised
+    page = browser.new_page(viewport=VIEWPORT, accept_downloads=True)
+    errors: list[str] = []
+    page.add_init_script("document.addEventListener('securitypolicyviolation', e => "
+                         "console.error('CSP violation: ' + e.violatedDirective + ' ' + e.blockedURI))")
+    page.on("console", lambda m: (errors if m.type == "error" else []).append(m.text))
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    failed: list[str] = []
+    page.on("response", lambda r: failed.append(f"{r.status} {r.url}") if r.status >= 400 else None)
+    urls = _record_requests(page)
+    try:
+        for slug, title in (("", "Overview"), ("utilization", "Utilization")):
+            _open(page, f"{proxy}/{slug}", title)
+            assert page.locator(".js-plotly-plot .main-svg").count(), f"{slug or 'overview'}: no chart via the proxy"
+        _table_csv_has_human_labels(page)          # a download through the proxy (Streamlit's /media/ route)
+        _fetched_only_from_the_server(page, urls, "via the proxy")
+        assert all(u.startswith((proxy, proxy.replace("http", "ws", 1), "data:", "blob:", "about:")) for u in urls)
+    finally:
+        page.close()
+    violations = [e for e in errors if "Content Security Policy" in e or "CSP violation" in e]
+    assert not violations, violations
+    # Streamlit looks for its endpoints under a deep link's path first (/utilization/_stcore/health, a 404) and
+    # then at the root: those probes are the only failed requests, and their console lines the only errors
+    probes = [u for u in failed if re.fullmatch(r"404 http://127\.0\.0\.1:\d+/[a-z_]+/_stcore/(health|host-config)", u)]
+    assert failed == probes, failed
+    assert [e for e in errors if "status of 404" not in e] == [], errors
+    assert len(errors) == len(probes), (errors, failed)
 
 
 def test_server_warmed_the_default_views(server, server_log):

@@ -1,11 +1,15 @@
 """The Chargeback page shows models.chargeback's statement, its reconciliation and its jobs (AppTest, lab)."""
 from __future__ import annotations
 
+import io
+import zipfile
+
 import polars as pl
 import pytest
 
 import dashboard_fixtures as dfx
 from dashboard_fixtures import lab_db  # noqa: F401 (fixture)
+from dashboards import model_reads as mr, queries
 from dashboards.snapshot import Snapshot
 from models.metrics import chargeback
 
@@ -61,3 +65,19 @@ def test_filters_and_drill_down_to_jobs(lab_db, october, monkeypatch):
     at.selectbox(key="cb_period").set_value("2026-09").run()
     assert not at.exception
     assert any(s.value.endswith("reconciles to the cent.") for s in at.success)
+
+
+def test_workbook_download_is_the_cli_workbook(lab_db, tmp_path, monkeypatch):
+    """The page's XLSX is `gpuledger chargeback --out X.xlsx`'s workbook: same sheets, cells and number formats
+    (amounts show the currency). Only the creation stamp differs for an open month (the CLI stamps the time it
+    ran, the page the snapshot's publication), so every part but the document properties is compared."""
+    monkeypatch.setenv("GPULEDGER_DB", str(lab_db))
+    got = mr.statement_xlsx(queries.current().version, "2026-10")
+    out = tmp_path / "october.xlsx"
+    dfx.cli(lab_db, "chargeback", "--period", "2026-10", "--out", str(out))
+    page, cli = zipfile.ZipFile(io.BytesIO(got)), zipfile.ZipFile(out)
+    assert page.namelist() == cli.namelist()
+    for name in page.namelist():
+        if name != "docProps/core.xml":
+            assert page.read(name) == cli.read(name), name
+    assert b'formatCode="#,##0.00 &quot;EUR&quot;"' in page.read("xl/styles.xml")

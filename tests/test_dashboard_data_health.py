@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import dashboard_fixtures as dfx
-from dashboard_fixtures import lab_db  # noqa: F401 (fixture)
+import gpuledger
+from dashboard_fixtures import lab_copy, lab_db  # noqa: F401 (fixtures)
 from dashboards.snapshot import Snapshot
 
 
@@ -16,10 +17,19 @@ def test_runs_rejects_and_unmapped_accounts(lab_db, monkeypatch):
     assert dfx.metric(at, "Lines read").value == f"{runs['lines_read'].sum():,}"
     # the late export has two unreadable lines; each is shown with its line number, field and reason
     assert dfx.metric(at, "Rejected lines").value == "2"
-    rej = dfx.frame_with(at, "Line", "Field", "Reason", "Input line")
+    rej = dfx.frame_with(at, "Input", "Line", "Field", "Reason")
     assert list(rej["Line"]) == [4, 5]
     assert list(rej["Field"])[0] == "submit" and "cannot read time 2026-10-20T25:61:00" in list(rej["Reason"])[0]
     assert "expected 21 fields" in list(rej["Reason"])[1]
+    # where and why, never the line's content (it stays in the warehouse's rejects table, for operators)
+    raw = snap.frame("SELECT raw FROM rejects")["raw"].to_list()
+    assert len(raw) == 2 and list(rej.columns) == ["Run", "Source", "Input", "Line", "Field", "Reason"]
+    assert not any(r in cell for r in raw for cell in _page_text(at))
+    assert any("`rejects` table" in c.value for c in at.caption)
+    # inputs are named by file name: no directory of the ingesting machine reaches a viewer
+    assert set(rej["Input"]) == {"sacct-late.psv"}
+    assert set(dfx.frame_with(at, "Run", "Input")["Input"]) >= {"sacct.psv", "nodes.txt", "governance.toml"}
+    assert str(dfx.FIX) not in "\n".join(_page_text(at))
     # the ingest ran today, outside the data's window: the page says it shows the latest runs instead
     assert any("latest 100" in (f["layout"]["title"]["text"] or "") for f in dfx.figures(at))
 
@@ -28,6 +38,35 @@ def test_runs_rejects_and_unmapped_accounts(lab_db, monkeypatch):
                          AND submit >= '2026-09-21' AND submit < '2026-10-21'""")["n"][0]
     assert list(um["Slurm account"]) == ["guest"] and list(um["Jobs"]) == [want]
     assert any("map to no team" in w.value for w in at.warning)
+
+
+def _page_text(at) -> list[str]:
+    """Every text the page shows: its elements' text and every cell of its tables."""
+    parts = [e.value for kind in (at.markdown, at.caption, at.info, at.warning, at.error, at.success, at.code)
+             for e in kind]
+    parts += [str(v) for t in at.dataframe for v in t.value.astype(str).to_numpy().ravel()]
+    parts += [str(c) for t in at.dataframe for c in t.value.columns]
+    return parts
+
+
+def test_failed_run_message_names_files_without_directories(lab_copy, tmp_path, monkeypatch):
+    """A failed ingest's message names its input (and any other file) by base name on the page."""
+    bad = tmp_path / "deep" / "dir" / "late.psv"
+    bad.parent.mkdir(parents=True)
+    bad.write_text((dfx.FIX / "sacct-late.psv").read_text())
+    # a --delimiter the header line contradicts: the run fails, and its message names the file
+    assert gpuledger.main(["-q", "--db", str(lab_copy), "ingest", "sacct", str(bad), "--delimiter", "^|^",
+                           "--no-refresh"]) == 1
+    dfx.cli(lab_copy, "refresh")
+    snap = Snapshot(lab_copy)
+    message = snap.frame("SELECT message FROM ingest_runs WHERE input_name = ?", [str(bad)])["message"][0]
+    assert str(bad.parent) in message                 # the warehouse keeps the full path for operators
+    at = dfx.open_page(dfx.app(lab_copy, monkeypatch), "data_health")
+    runs = dfx.frame_with(at, "Run", "Input", "Status", "Message")
+    shown = runs.filter(items=["Input", "Status", "Message"])[runs["Input"] == "late.psv"]
+    assert len(shown) == 1 and shown["Status"].iloc[0] != "ok"
+    assert "late.psv" in shown["Message"].iloc[0]
+    assert str(tmp_path) not in "\n".join(_page_text(at))
 
 
 def test_team_filter_without_unmapped_explains_itself(lab_db, monkeypatch):

@@ -5,7 +5,7 @@ import polars as pl
 import pytest
 
 import dashboard_fixtures as dfx
-from dashboard_fixtures import lab_db  # noqa: F401 (fixture)
+from dashboard_fixtures import lab_db, two_clusters_db  # noqa: F401 (fixtures)
 from dashboards.snapshot import Snapshot
 from models.forecasting import capacity
 
@@ -53,3 +53,28 @@ def test_whatif_runs_the_simulator_and_compares_p95_wait(lab_db, monkeypatch):
     assert m.delta.startswith(f"{p95(scen) - p95(base):+.2f} h (baseline")
     # two more H100 nodes cannot make the queue longer
     assert p95(scen) <= p95(base) + 1e-9
+
+
+def test_two_clusters_sharing_a_pool_name_get_one_forecast_each(two_clusters_db, monkeypatch):
+    """Both clusters have an "a100" and an "h100" pool: the page plans each (cluster, pool) on its own, with
+    the model's answer for that cluster's pool, instead of failing on a duplicate element key."""
+    at = dfx.open_page(dfx.app(two_clusters_db, monkeypatch, timeout=300), "forecast")
+    res = capacity.forecast_warehouse(Snapshot(two_clusters_db).cursor(), 90, by=("cluster", "pool"),
+                                      measure="demanded", target_util=0.85, band="80")
+    cap = res["capacity"]
+    assert sorted(cap.select("cluster", "pool").iter_rows()) == [("lab", "a100"), ("lab", "h100"),
+                                                                  ("lab2", "a100"), ("lab2", "h100")]
+    for cluster, pool, ex in cap.select("cluster", "pool", "exhausted_upper80").iter_rows():
+        m = dfx.metric(at, f"{cluster} / {pool}: capacity reached")
+        assert m.value == (f"{ex:%Y-%m-%d}" if ex else "not within 90 days")
+    titles = {f["layout"]["title"]["text"] for f in dfx.figures(at)}
+    assert {"lab / h100: Demanded GPU-hours, history and forecast",
+            "lab2 / h100: Demanded GPU-hours, history and forecast"} <= titles
+    table = dfx.frame_with(at, "Cluster", "Pool (GPU type)", "Model chosen")
+    assert sorted(zip(table["Cluster"], table["Pool (GPU type)"])) == sorted(cap.select("cluster", "pool").iter_rows())
+
+
+def test_cluster_filter_keeps_that_clusters_pools(two_clusters_db, monkeypatch):
+    at = dfx.open_page(dfx.app(two_clusters_db, monkeypatch, timeout=300), "forecast", f_clusters=["lab2"])
+    assert sorted(m.label for m in at.metric if m.label.endswith("capacity reached")) == [
+        "lab2 / a100: capacity reached", "lab2 / h100: capacity reached"]

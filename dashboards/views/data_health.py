@@ -51,7 +51,8 @@ else:
                       "status": "Status", "lines_read": "Lines read", "loaded": "Loaded", "skipped": "Skipped",
                       "rejected": "Rejected", "inserted": "New", "updated": "Updated", "unchanged": "Unchanged",
                       "started_at": "Started (UTC)", "finished_at": "Finished (UTC)", "message": "Message"},
-             caption="Every line read is loaded, skipped with a reason, or rejected with a reason.")
+             caption="Every line read is loaded, skipped with a reason, or rejected with a reason. Inputs are "
+                     "named by file name only.")
 
     ids = tuple(runs["run_id"].to_list())
 
@@ -67,8 +68,10 @@ else:
         rej_lines = queries.rejects(ctx.version, ids)
         ui.table(rej_lines, key="rejects", file_stem="rejected_lines", ctx=ctx,
                  columns={"run_id": "Run", "source": "Source", "input_name": "Input", "line_no": "Line",
-                          "field": "Field", "reason": "Reason", "raw": "Input line"},
-                 caption=f"Up to 5,000 rejected lines of these runs (of {int(reasons['lines'].sum()):,}).")
+                          "field": "Field", "reason": "Reason"},
+                 caption=f"Up to 5,000 rejected lines of these runs (of {int(reasons['lines'].sum()):,}): where "
+                         "and why, not their content. The lines themselves stay in the warehouse's `rejects` "
+                         "table (column `raw`), for operators with access to the warehouse.")
     skips = queries.skip_reasons(ctx.version, ids)
     if skips.height:
         with st.expander(f"Skipped lines by reason ({int(skips['lines'].sum()):,})"):

@@ -27,36 +27,54 @@ target = c[2].slider("Target utilization (%)", 50, 100, 85, 5, key="fc_target",
 band = c[3].selectbox("Plan for", ["median", "upper 80 %"], index=1, key="fc_band",
                       help="Which forecast the GPUs-needed figures use.")
 cluster = f.clusters[0] if len(f.clusters) == 1 else None
+by = ctx.cat.pool_keys     # pools per cluster when there are several: each has its own capacity and forecast
 with st.spinner("Fitting and backtesting the forecast models..."):
     res = mr.forecast(ctx.version, measure, horizon, target / 100, "80" if band != "median" else "median",
-                      ("pool",), cluster)
+                      by, cluster)
 hist, fc, summary, cap = res["history"], res["forecast"], res["summary"], res["capacity"]
-unit, per_hour = res["unit"], res["per_hour"]
-pools = [p for p in (cap["pool"].to_list() if cap is not None else sorted(set(fc["pool"].to_list())))
-         if p and p != ANY_POOL and (not f.pools or p in f.pools)]
-if len(f.clusters) > 1:
-    st.caption("Forecasts cover all clusters together when several are selected; pick one cluster to split.")
+unit, per_hour, keys = res["unit"], res["per_hour"], list(res["keys"])
+# The series charted: each pool (on each cluster) with a capacity answer, else each one forecast; those the
+# cluster and pool filters keep.
+listed = cap if cap is not None else fc
+skeys = [k for k in keys if k in listed.columns]
+series = [s for s in (dict(zip(skeys, r)) for r in sorted(set(listed.select(skeys).iter_rows()),
+                                                          key=lambda r: tuple(map(str, r))))
+          if s["pool"] and s["pool"] != ANY_POOL and (not f.pools or s["pool"] in f.pools)
+          and (not f.clusters or s.get("cluster", f.clusters[0]) in f.clusters)]
+
+
+def _rows(df: pl.DataFrame, s: dict) -> pl.DataFrame:
+    """The rows of ``df`` for series ``s`` (matched on the key columns ``df`` has)."""
+    return df.filter(*[pl.col(k) == v for k, v in s.items() if k in df.columns])
+
+
+def _name(s: dict) -> str:
+    return " / ".join(str(v) for v in s.values())
+
+
+if "cluster" in skeys:
+    st.caption("One forecast per cluster and pool: a pool name shared by several clusters is planned per cluster.")
 if f.teams or f.partitions:
     st.caption("Capacity answers are per pool: the team and partition filters do not apply on this page.")
 for note in res.get("notes", []):      # pools without demand or without known capacity: not charted
     st.caption(f"Not forecast or without a capacity answer: {note}")
-if not pools:
+if not series:
     ui.no_data("forecastable pools")
 else:
     y_title = f"{'GPUs' if measure == 'peak' else 'GPU-hours per day'}"
-    k = st.columns(max(1, len(pools)))
-    for col, p in zip(k, pools):
-        row = cap.filter(pl.col("pool") == p).row(0, named=True) if cap is not None else {}
+    k = st.columns(max(1, len(series)))
+    for col, s in zip(k, series):
+        row = _rows(cap, s).row(0, named=True) if cap is not None else {}
         ex = row.get("exhausted_upper80" if band != "median" else "exhausted_median")
-        ui.kpi(col, f"{p}: capacity reached", f"{ex:%Y-%m-%d}" if ex else f"not within {horizon} days",
+        ui.kpi(col, f"{_name(s)}: capacity reached", f"{ex:%Y-%m-%d}" if ex else f"not within {horizon} days",
                f"{row.get('capacity_gpus', 0):,.0f} GPUs installed" if row.get("capacity_gpus") else None,
                delta_color="off", arrow=False,
                help=f"First day the {band} forecast (smoothed) exceeds {target} % of installed capacity.")
     grid = st.columns(2)
-    for i, p in enumerate(pools):
-        h = hist.filter((pl.col("pool") == p) & (pl.col("ts") >= f.t0 - dt.timedelta(days=f.days)))
-        fp = fc.filter(pl.col("pool") == p)
-        row = cap.filter(pl.col("pool") == p).row(0, named=True) if cap is not None else {}
+    for i, s in enumerate(series):
+        h = _rows(hist, s).filter(pl.col("ts") >= f.t0 - dt.timedelta(days=f.days))
+        fp = _rows(fc, s)
+        row = _rows(cap, s).row(0, named=True) if cap is not None else {}
         ex = row.get("exhausted_upper80" if band != "median" else "exhausted_median")
         limit = None
         if row.get("capacity_gpus") and measure != "served":
@@ -64,22 +82,23 @@ else:
             xs = [h["ts"].min() if h.height else fp["ts"].min(), fp["ts"].max()]
             limit = pl.DataFrame({"ts": xs, "cap": [level, level]})
         fig = charts.forecast_band(h, fp, x="ts", y="value", mean="forecast", lo80="lo80", hi80="hi80",
-                                   lo95="lo95", hi95="hi95", colour=ctx.pool_colours.get(p, theme.PRIMARY),
-                                   y_title=y_title, title=f"{p}: {measure_label}, history and forecast",
+                                   lo95="lo95", hi95="hi95", colour=ctx.pool_colours.get(s["pool"], theme.PRIMARY),
+                                   y_title=y_title, title=f"{_name(s)}: {measure_label}, history and forecast",
                                    capacity=limit, capacity_col="cap", exhaustion=ex, height=360)
-        grid[i % 2].plotly_chart(fig, key=f"fc_{p}")
+        grid[i % 2].plotly_chart(fig, key=f"fc_{tuple(s.values())!r}")
     st.caption(f"Dotted red: {target} % of installed capacity, in the series' units. Bands: 80 % and 95 % "
                "prediction intervals, calibrated on the backtest's errors.")
     for r in (cap.filter(pl.col("above_ceiling_from").is_not_null()).iter_rows(named=True)
               if cap is not None and "above_ceiling_from" in cap.columns else ()):
-        st.caption(f"{r['pool']}: {r['note']}")      # a band beyond physical demand is drawn capped, and said
+        st.caption(f"{_name({k: r[k] for k in skeys})}: {r['note']}")   # a band beyond physical demand: drawn capped
 
     st.subheader("Models and capacity answers")
-    table = summary.filter(pl.col("pool").is_in(pools))
+    chosen = pl.DataFrame(series, schema={k: summary.schema[k] for k in skeys})
+    table = summary.join(chosen, on=skeys, how="semi")
     if cap is not None:
-        table = table.join(cap.drop("note"), on="pool", how="left")
+        table = table.join(cap.drop("note"), on=[k for k in keys if k in cap.columns], how="left")
     need = f"gpus_needed_h{horizon}"
-    cols = {"pool": "Pool (GPU type)", "model": "Model chosen", "model_detail": "Model detail",
+    cols = {"cluster": "Cluster", "pool": "Pool (GPU type)", "model": "Model chosen", "model_detail": "Model detail",
             "history_periods": "History (days)", "backtest_mase": "Backtest MASE",
             "coverage80": "80 % interval coverage (%)", "coverage95": "95 % interval coverage (%)",
             "capacity_gpus": "Installed (GPUs)", "recent_gpus": "Recent demand (GPUs)",
@@ -98,10 +117,10 @@ else:
                       "capacity_gpus": "%.0f", "recent_gpus": "%.1f"},
              caption="MASE below 1 beats the seasonal naive forecast in the rolling-origin backtest.")
     with st.expander("Forecast values"):
-        ui.table(fc.filter(pl.col("pool").is_in(pools)), key="fc_values", file_stem=f"forecast_{measure}", ctx=ctx,
-                 columns={"pool": "Pool (GPU type)", "ts": "Day (UTC)", "forecast": f"Forecast ({unit})",
-                          "lo80": "80 % low", "hi80": "80 % high", "lo95": "95 % low", "hi95": "95 % high",
-                          "model": "Model"},
+        ui.table(fc.join(chosen, on=skeys, how="semi"), key="fc_values", file_stem=f"forecast_{measure}", ctx=ctx,
+                 columns={"cluster": "Cluster", "pool": "Pool (GPU type)", "ts": "Day (UTC)",
+                          "forecast": f"Forecast ({unit})", "lo80": "80 % low", "hi80": "80 % high",
+                          "lo95": "95 % low", "hi95": "95 % high", "model": "Model"},
                  formats={c: "%.1f" for c in ("forecast", "lo80", "hi80", "lo95", "hi95")})
 
 # ---------------------------------------------------------------- what-if

