@@ -454,18 +454,23 @@ def previous_month(month: str) -> str:
 
 def capacity_reached(version: str, f: Filters) -> dict | None:
     """The first pool (of those the filters keep) whose upper 80 % demand forecast exceeds 85 % of its capacity
-    within 90 days (``gpuledger forecast --horizon 90``): {date, pool, capacity_gpus}; {} when none does; None
-    without a forecast."""
+    within 90 days (``gpuledger forecast --horizon 90``; the Forecast page's defaults, the same call): {date,
+    pool, capacity_gpus}, the pool named "cluster / pool" when there are several clusters; {} when none
+    reaches it; None without a forecast."""
+    keys = queries.catalogue(version).pool_keys   # each cluster's pool has its own capacity and forecast
     cluster = f.clusters[0] if len(f.clusters) == 1 else None
-    cap = forecast(version, "demanded", 90, 0.85, "80", ("pool",), cluster)["capacity"]
+    cap = forecast(version, "demanded", 90, 0.85, "80", keys, cluster)["capacity"]
     if cap is None or cap.height == 0:
         return None
     cap = cap.filter(pl.col("pool").is_in(f.pools) if f.pools else pl.col("capacity_gpus").is_not_null())
+    if f.clusters and "cluster" in cap.columns:
+        cap = cap.filter(pl.col("cluster").is_in(f.clusters))
     hits = cap.filter(pl.col("exhausted_upper80").is_not_null()).sort("exhausted_upper80")
     if hits.height == 0:
         return {}
     h = hits.row(0, named=True)
-    return {"date": h["exhausted_upper80"], "pool": h["pool"], "capacity_gpus": h["capacity_gpus"]}
+    pool = f"{h['cluster']} / {h['pool']}" if "cluster" in keys else h["pool"]
+    return {"date": h["exhausted_upper80"], "pool": pool, "capacity_gpus": h["capacity_gpus"]}
 
 
 @st.cache_data(**CACHE)

@@ -41,7 +41,6 @@ def views(version: str, f: Filters) -> list[Callable[[], object]]:
         lambda: mr.blocked(version, f), lambda: mr.blocked(version, prev),
         lambda: mr.fairness(version, f), lambda: mr.fairness(version, prev),
         lambda: mr.statement(version, month, detail=False), lambda: mr.statement(version, last_month, detail=False),
-        lambda: mr.forecast(version, "demanded", 90, 0.85, "80", ("pool",), None),
         lambda: mr.forecast(version, "demanded", 90, 0.85, "80", queries.catalogue(version).pool_keys, None),
         lambda: mr.waits(version, f, ("cluster",)), lambda: mr.waits(version, prev, ("cluster",)),
         # Utilization

@@ -7,6 +7,7 @@ import pytest
 import dashboard_fixtures as dfx
 from dashboard_fixtures import lab_db, two_clusters_db  # noqa: F401 (fixtures)
 from dashboards.snapshot import Snapshot
+from models.definitions.labels import SIZE_CLASSES
 from models.forecasting import capacity
 
 
@@ -53,6 +54,14 @@ def test_whatif_runs_the_simulator_and_compares_p95_wait(lab_db, monkeypatch):
     assert m.delta.startswith(f"{p95(scen) - p95(base):+.2f} h (baseline")
     # two more H100 nodes cannot make the queue longer
     assert p95(scen) <= p95(base) + 1e-9
+    # a change of a percentage is in percentage points; request sizes in their order, not alphabetical
+    assert dfx.metric(at, "GPU utilization (allocation)").delta.split()[1] == "pp"
+    table = dfx.frame_with(at, "Figure", "For", "Change in")
+    units = dict(zip(table["Figure"], table["Change in"]))
+    assert units["GPU utilization (%)"] == "pp" and units["p95 queue wait (h)"] == "h"
+    sizes = [s.split(": ")[1] for s, fig in zip(table["For"], table["Figure"])
+             if fig == "p95 queue wait (h)" and s.startswith("Request size")]
+    assert len(sizes) >= 2 and sizes == sorted(sizes, key=SIZE_CLASSES.index)
 
 
 def test_two_clusters_sharing_a_pool_name_get_one_forecast_each(two_clusters_db, monkeypatch):
@@ -78,3 +87,18 @@ def test_cluster_filter_keeps_that_clusters_pools(two_clusters_db, monkeypatch):
     at = dfx.open_page(dfx.app(two_clusters_db, monkeypatch, timeout=300), "forecast", f_clusters=["lab2"])
     assert sorted(m.label for m in at.metric if m.label.endswith("capacity reached")) == [
         "lab2 / a100: capacity reached", "lab2 / h100: capacity reached"]
+
+
+def test_overview_capacity_tile_plans_each_clusters_pool(two_clusters_db, monkeypatch):
+    """The Overview's tile is the earliest of the Forecast page's per-(cluster, pool) answers, named by both."""
+    res = capacity.forecast_warehouse(Snapshot(two_clusters_db).cursor(), 90, by=("cluster", "pool"),
+                                      measure="demanded", target_util=0.85, band="80")
+    hits = res["capacity"].filter(pl.col("exhausted_upper80").is_not_null()).sort("exhausted_upper80")
+    at = dfx.open_page(dfx.app(two_clusters_db, monkeypatch, timeout=300), "overview")
+    assert not at.exception, [e.value for e in at.exception]
+    m = dfx.metric(at, "Capacity reached (forecast)")
+    if hits.height == 0:
+        assert m.value == "not within 90 days"
+    else:
+        h = hits.row(0, named=True)
+        assert m.value == f"{h['exhausted_upper80']:%Y-%m-%d}" and m.delta.startswith(f"{h['cluster']} / {h['pool']},")

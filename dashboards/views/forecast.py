@@ -7,7 +7,7 @@ import polars as pl
 import streamlit as st
 
 from dashboards import charts, model_reads as mr, theme, ui
-from models.definitions.labels import ANY_POOL
+from models.definitions.labels import ANY_POOL, size_order
 
 ctx = ui.context()
 f = ctx.filters
@@ -182,7 +182,8 @@ for col, metric, name, unit in ((k[0], "p95_wait_h", "p95 queue wait", "h"), (k[
     if s is None:
         ui.kpi(col, name, None, missing="not produced by the simulator")
         continue
-    delta = f"{s['mean'] - b['mean']:+.2f} {unit} (baseline {b['mean']:.2f})" if b else None
+    change_unit = "pp" if unit == "%" else unit   # a change of a percentage is in percentage points
+    delta = f"{s['mean'] - b['mean']:+.2f} {change_unit} (baseline {b['mean']:.2f} {unit})" if b else None
     ui.kpi(col, name, f"{s['mean']:.2f} {unit}", delta, delta_color="inverse" if metric != "utilization_pct" else "normal",
            help=f"95 % interval {s['ci_low']:.2f}-{s['ci_high']:.2f} {unit} over {s['replications']} replications.")
 
@@ -200,16 +201,22 @@ for col, (prefix, title, key) in zip(charts_row, (("team=", "p95 wait by team", 
 METRICS = {"p95_wait_h": "p95 queue wait (h)", "p50_wait_h": "Median queue wait (h)", "jobs": "Jobs simulated",
            "utilization_pct": "GPU utilization (%)", "fragmentation_pct": "Fragmentation (%)"}
 SCOPES = {"team": "Team", "size_class": "Request size (GPUs)", "pool": "Pool"}
+#: The unit of each figure's change: percentage points for percentages.
+CHANGE_UNITS = {"p95_wait_h": "h", "p50_wait_h": "h", "jobs": "jobs", "utilization_pct": "pp",
+                "fragmentation_pct": "pp"}
 table = (base.select("metric", "scope", pl.col("mean").alias("baseline"))
          .join(scen.select("metric", "scope", pl.col("mean").alias("scenario"), "ci_low", "ci_high"),
                on=["metric", "scope"], how="full", coalesce=True)
-         .with_columns((pl.col("scenario") - pl.col("baseline")).alias("change"))
-         .sort("metric", "scope")
+         .with_columns((pl.col("scenario") - pl.col("baseline")).alias("change"),
+                       pl.col("metric").replace_strict(CHANGE_UNITS, default="").alias("change_unit"),
+                       pl.col("scope").str.extract(r"^(\w+)=").fill_null("").alias("_kind"),
+                       size_order(pl.col("scope").str.replace("size_class=", "", literal=True)).alias("_size"))
+         .sort("metric", "_kind", "_size", "scope").drop("_kind", "_size")
          .with_columns(pl.col("metric").replace(METRICS),
                        pl.when(pl.col("scope") == "all").then(pl.lit("All jobs"))
                        .otherwise(pl.col("scope").str.replace_many(
                            [f"{k}=" for k in SCOPES], [f"{v}: " for v in SCOPES.values()])).alias("scope")))
 ui.table(table, key="wi_table", file_stem="whatif", ctx=ctx,
          columns={"metric": "Figure", "scope": "For", "baseline": "Baseline", "scenario": "Scenario",
-                  "change": "Change", "ci_low": "Scenario 95 % low", "ci_high": "Scenario 95 % high"},
+                  "change": "Change", "change_unit": "Change in", "ci_low": "Scenario 95 % low", "ci_high": "Scenario 95 % high"},
          formats={c: "%.2f" for c in ("baseline", "scenario", "change", "ci_low", "ci_high")})

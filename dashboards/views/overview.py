@@ -129,7 +129,6 @@ def _prefetch() -> None:
     """Compute the tiles' model reads (this period and the previous one) concurrently, slowest first."""
     month = f.month
     last_month = mr.previous_month(month)
-    cluster = f.clusters[0] if len(f.clusters) == 1 else None
     calls = []
     calls += [lambda: mr.fairness(ctx.version, f), lambda: mr.fairness(ctx.version, prev)]
     calls += [lambda: mr.statement(ctx.version, month, detail=False),
@@ -140,7 +139,7 @@ def _prefetch() -> None:
     calls += [lambda: mr.efficiency(ctx.version, f), lambda: mr.efficiency(ctx.version, prev)]
     calls += [lambda: mr.utilization(ctx.version, f, "month"), lambda: mr.utilization(ctx.version, prev, "month"),
               lambda: mr.utilization(ctx.version, f, mr.auto_bucket(f), "gpu_type")]
-    calls.append(lambda: mr.forecast(ctx.version, "demanded", 90, 0.85, "80", ("pool",), cluster))
+    calls.append(lambda: mr.capacity_reached(ctx.version, f))
     calls += [lambda: mr.waits(ctx.version, f, ("cluster",)), lambda: mr.waits(ctx.version, prev, ("cluster",))]
     mr.prefetch(calls)
 
