@@ -33,7 +33,8 @@ def test_warehouse_without_snapshot_says_refresh(tmp_path, monkeypatch):
     at = dfx.app(db, monkeypatch)
     at.run()
     assert not at.exception
-    assert f"gpuledger --db {db} refresh" in _texts(at)
+    text = _texts(at)
+    assert "gpuledger --db w.duckdb refresh" in text and str(tmp_path) not in text   # no directories to viewers
 
 
 def test_empty_snapshot_offers_welcome_and_data_health(tmp_path, monkeypatch):
