@@ -194,7 +194,7 @@ def _classify_sql(ts_unit: str) -> str:
                  WHEN isnan(p.d) THEN 'skip|NaN reading (no value)'
                  WHEN isinf(p.d) THEN 'reject|value|not a finite number: ' || p.v
                  WHEN p.d >= 2147483632 THEN CASE
-                   WHEN TRY_CAST(p.v AS HUGEINT) >= 9223372036854775792 THEN 'skip|DCGM blank sentinel (INT64 '
+                   WHEN TRY_CAST(p.v AS HUGEINT) BETWEEN 9223372036854775792 AND 9223372036854775807 THEN 'skip|DCGM blank sentinel (INT64 '
                         || coalesce({_SENTINEL}[(TRY_CAST(p.v AS HUGEINT) - 9223372036854775792)::INT + 1], 'BLANK') || ')'
                    WHEN p.d >= 140737488355328.0 AND p.d < 140737488355344.0 THEN 'skip|DCGM blank sentinel (FP64 '
                         || coalesce({_SENTINEL}[(p.d - 140737488355328.0)::INT + 1], 'BLANK') || ')'
