@@ -18,8 +18,9 @@ training data. Horizons: hourly 24, daily 7 and 28 (issue #17). MASE's scale is 
 MAE of each fold's training data (M4). Every method is given exactly the same training data per fold.
 
 Methods: ours = what `gpuledger forecast` does (the history prepared by `forecast.prepare`: leading zeros
-dropped, cut at a level shift with enough data after it; every candidate backtested; the lowest backtest MASE
-chosen, the inverse-MASE combination of the best three competing with the singles), and each of our
+dropped, cut at a level shift with enough data after it; every candidate backtested; the combination of the
+singles not clearly worse than the best, or the best single when selecting it clearly beats that combination
+out of sample: `forecast.choose`), and each of our
 candidates forced (SeasonalNaive, ETS, Theta, ARIMA, MSTL, Combination) on the same prepared history, all with
 backtest-calibrated intervals (where a candidate cannot be fitted on a fold's history, the fallback the CLI
 would use is scored in its place, so every method covers the same folds); statsforecast's AutoARIMA, AutoETS,

@@ -58,9 +58,13 @@ def test_calibration_reports_leave_one_origin_out_coverage():
     absu = np.array([[0.5, 1.0], [2.0, 0.1], [0.2, 0.3], [5.0, 0.4], [1.5, 0.9]])
     scale, cov, raw = F._calibrate(absu)
     assert raw[80] == pytest.approx(7 / 10)         # |u| <= 1.2816
-    assert scale[80] == pytest.approx(np.quantile(absu, 0.8) / F.Z[80])
-    hits = [absu[i] <= np.quantile(np.delete(absu, i, axis=0), 0.8) for i in range(5)]
+    # split-conformal quantile with the finite-sample correction: the ⌈(10+1)·0.8⌉ = 9th smallest of 10 errors
+    assert scale[80] == pytest.approx(2.0 / F.Z[80])
+    assert scale[95] == pytest.approx(5.0 / F.Z[95])                     # ⌈11·0.95⌉ = 11 > 10: the largest
+    # leave one origin out: 8 errors, ⌈9·0.8⌉ = 8th smallest = the largest of the other origins'
+    hits = [absu[i] <= np.delete(absu, i, axis=0).max() for i in range(5)]
     assert cov[80] == pytest.approx(np.mean(hits))
+    assert [F.conformal_rank(n, 0.8) for n in (4, 10, 100)] == [3, 8, 80]
     few = F._calibrate(absu[:2])                    # too few errors to calibrate on: model-based intervals
     assert few[0] == {80: 1.0, 95: 1.0} and few[1] == few[2]
 
@@ -81,9 +85,13 @@ def test_combination_keeps_the_singles_not_clearly_worse_than_the_best():
     inv = {"ETS": 1.0, "ARIMA": 0.55 / np.mean(ARIMA_O)}
     assert w == pytest.approx({c: v / sum(inv.values()) for c, v in inv.items()})
     assert list(w) == ["ETS", "ARIMA"]                                   # largest weight first
-    # 28-period forecasts from origins 7 apart overlap: 6·7/28 = 1.5 independent origins, nothing can be
-    # told apart, every single is kept
+    # 28-period forecasts from origins 7 apart overlap: 6 origins span 1 + 5·7/28 = 2.25 independent windows;
+    # Theta is still clearly worse (t = 4.2·√(2.25/6) = 2.6 > t_.8,1.25 = 1.24)
     w = F.combination_weights({"ETS": ETS_O, "Theta": THETA_O, "ARIMA": ARIMA_O}, step=7, horizon=28)
+    assert set(w) == {"ETS", "ARIMA"}
+    assert F.n_independent(6, 7, 28) == pytest.approx(2.25) and F.n_independent(6, 7, 7) == 6
+    # 4 origins: 1.75 independent windows, nothing can be told apart, every single is kept
+    w = F.combination_weights({"ETS": ETS_O[:4], "Theta": THETA_O[:4], "ARIMA": ARIMA_O[:4]}, step=7, horizon=28)
     assert set(w) == {"ETS", "Theta", "ARIMA"}
     assert F.combination_weights({"ETS": [0.0] * 4, "Theta": [1.0] * 4}) == {"ETS": 1.0}
 
@@ -93,6 +101,22 @@ def test_choice_is_the_combination_and_names_every_member():
     bt.weights = F.combination_weights(bt.mase_o, bt.step, bt.horizon)
     model, why = F.choose(bt)
     assert model == "Combination" and "ETS 0.51 (MASE 0.55)" in why and "left out as clearly worse: Theta" in why
+
+
+def test_the_best_single_is_used_only_when_selecting_it_beats_the_combination_out_of_sample():
+    bt = _bt({"ETS": ETS_O, "Theta": THETA_O, "ARIMA": ARIMA_O, "Combination": [0.6] * 6})
+    bt.weights = F.combination_weights({c: v for c, v in bt.mase_o.items() if c != "Combination"}, 7, 7)
+    bt.selection_o = np.array([0.62, 0.58, 0.61, 0.6, 0.57, 0.63])        # as good as the combination: kept
+    assert F.choose(bt)[0] == "Combination"
+    bt.selection_o = np.array([0.5, 0.55, 0.52, 0.5, 0.56, 0.54])         # better at every origin: the best single
+    model, why = F.choose(bt)
+    assert model == "ETS" and "beat the combination clearly out of sample" in why
+    bt.selection_o = np.array([0.4, 0.7, 0.5, 0.65, 0.45, 0.62])          # lower on average, not clearly: kept
+    assert F.choose(bt)[0] == "Combination"
+    # 2 origins: too few independent origins to test, the combination stays however low the selection's MASE
+    short = _bt({"ETS": ETS_O[:2], "Theta": THETA_O[:2], "Combination": [0.6, 0.6]}, horizon=28)
+    short.selection_o = np.array([0.1, 0.1])
+    assert F.choose(short)[0] == "Combination"
 
 
 @settings(max_examples=40, deadline=None)
@@ -132,8 +156,13 @@ def test_selection_on_a_seasonal_series_runs_the_backtest_of_every_candidate():
     assert r.model == F.choose(r.backtest)[0]
     assert r.backtest.mase[r.model] < 1.0                     # beats in-sample seasonal naive scale
     assert len(r.backtest.origins) == F.MIN_ORIGINS and r.backtest.step == 7
-    assert r.model == "Combination" and any(n.startswith("model combination of the candidates") for n in r.notes)
-    assert sum(r.weights.values()) == pytest.approx(1.0) and set(r.weights) <= set(F.SINGLES)
+    assert sum(r.backtest.weights.values()) == pytest.approx(1.0) and set(r.backtest.weights) <= set(F.SINGLES)
+    if r.model == "Combination":
+        assert any(n.startswith("model combination of the candidates") for n in r.notes)
+        assert r.weights == pytest.approx(r.backtest.weights)
+    else:     # here seasonal ARIMA: alone in the combination, and its selection beats the combination's LOO score
+        best = min((c for c in F.SINGLES if c in r.backtest.mase), key=r.backtest.mase.get)
+        assert r.model == best and any(n.startswith(f"model {best}, the best single") for n in r.notes)
 
 
 def test_intervals_cover_close_to_nominal_on_simulated_demand():

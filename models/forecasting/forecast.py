@@ -3,10 +3,11 @@
 numpy and scipy only. One series at a time (`forecast_series`) or a long table of many (`forecast_table`).
 For each series every candidate is scored by a rolling-origin backtest (mean MASE over horizons 1..H); the
 forecast combines the candidates the backtest does not show clearly worse than the best, weighted by inverse
-MASE (no preferred model); its 80 % and 95 % prediction intervals are calibrated on the backtest's
-standardised errors, and the backtest coverage of those intervals (leave-one-origin-out, so not in-sample) is
-reported beside them. Gaps, zeros, short histories
-and level shifts are handled and explained in ``notes``. Equations and sources: docs/FORECAST.md, which
+MASE (no preferred model), unless selecting the best single clearly beats that combination out of sample;
+its 80 % and 95 % prediction intervals are calibrated on the backtest's standardised errors (split conformal
+with the finite-sample correction), and the backtest coverage of those intervals (leave-one-origin-out, so
+not in-sample) is reported beside them. Gaps, zeros, short histories and level shifts are handled and
+explained in ``notes``. Equations and sources: docs/FORECAST.md, which
 follows ../shared/METRICS.md §4 (FPP3 §8, Hyndman et al. 2008 Table 6.1, statsmodels' ETS log-likelihood,
 the M4 Theta benchmark code). Units are those of the input series (GPU-hours per bucket, GPUs, ...).
 """
@@ -74,6 +75,7 @@ def smape(actual: np.ndarray, point: np.ndarray) -> np.ndarray:
 SINGLES = ("SeasonalNaive", "ETS", "Theta", "ARIMA", "MSTL")
 CANDIDATES = (*SINGLES, "Combination")
 KEEP_LEVEL = 0.8                        # one-sided confidence that a single is worse than the best, to drop it
+SELECT_LEVEL = 0.95                     # one-sided confidence that selecting one single beats the combination
 MIN_ORIGINS = 12
 
 
@@ -170,13 +172,31 @@ def _clip(paths: Paths, nonneg: bool) -> Paths:
     return paths
 
 
+def n_independent(k: int, step: int, horizon: int) -> float:
+    """Independent forecast windows among k backtest origins ``step`` apart with windows of ``horizon``
+    periods: together they cover (k-1)·step + horizon periods, i.e. 1 + (k-1)·step/horizon windows that do
+    not overlap (k when the windows do not overlap at all)."""
+    return min(float(k), 1 + (k - 1) * step / max(horizon, 1))
+
+
+def clearly_worse(d: np.ndarray, n_eff: float, level: float = KEEP_LEVEL) -> bool | None:
+    """Whether per-origin differences d = MASE(other) - MASE(reference) show the other worse with one-sided
+    confidence ``level`` (paired t-test counting n_eff independent origins); None when n_eff <= 2 (too few
+    independent origins to test)."""
+    if n_eff <= 2:
+        return None
+    mean, sd = float(np.mean(d)), float(np.std(d, ddof=1))
+    t = mean / (sd / math.sqrt(n_eff)) if sd > 0 else (math.inf if mean > 0 else 0.0)
+    return t >= float(student_t.ppf(level, n_eff - 1))
+
+
 def combination_weights(mase_o: dict[str, np.ndarray], step: int = 1, horizon: int = 1) -> dict[str, float]:
     """Weights (summing to 1) of the singles that the backtest does not show clearly worse than the best one.
 
     ``mase_o``: per candidate, the mean MASE at each backtest origin. The best single is the lowest mean;
     another is left out when its per-origin MASE exceeds the best's with one-sided confidence KEEP_LEVEL
-    (paired t-test on the differences, counting n_eff = K·step/horizon independent origins because the
-    forecast windows of successive origins overlap when the horizon exceeds the step). The others are weighted
+    (paired t-test on the differences, counting n_eff = 1 + (K-1)·step/horizon independent origins because
+    the forecast windows of successive origins overlap when the horizon exceeds the step). The others are weighted
     by inverse mean MASE. So a model that loses at every origin gets nothing, and models the backtest cannot
     tell apart are averaged (the combination "puzzle": averages of comparable forecasts beat picking one on a
     few noisy origins). With under two independent origins nothing can be told apart: every single is kept."""
@@ -185,16 +205,8 @@ def combination_weights(mase_o: dict[str, np.ndarray], step: int = 1, horizon: i
         return {}
     mean = {c: float(v.mean()) for c, v in singles.items()}
     best = min(mean, key=lambda c: (mean[c], SINGLES.index(c)))
-    k = len(singles[best])
-    n_eff = min(k, k * step / max(horizon, 1))
-    keep = [best]
-    crit = float(student_t.ppf(KEEP_LEVEL, n_eff - 1)) if n_eff > 2 else math.inf
-    for c, v in singles.items():
-        d = v - singles[best]
-        sd = float(np.std(d, ddof=1)) if k > 1 else 0.0
-        t = float(np.mean(d)) / (sd / math.sqrt(n_eff)) if sd > 0 else (math.inf if np.mean(d) > 0 else 0.0)
-        if c != best and (t < crit or not math.isfinite(crit)):
-            keep.append(c)
+    n_eff = n_independent(len(singles[best]), step, horizon)
+    keep = [best] + [c for c, v in singles.items() if c != best and not clearly_worse(v - singles[best], n_eff)]
     if mean[best] <= 0:
         return {best: 1.0}
     inv = {c: mean[best] / mean[c] for c in keep}          # 1/MASE relative to the best: no overflow near 0
@@ -233,6 +245,7 @@ class Backtest:
     mase_o: dict[str, np.ndarray] = field(default_factory=dict)    # per origin: mean MASE over horizons 1..hb
     step: int = 1                                                 # periods between origins
     weights: dict[str, float] = field(default_factory=dict)       # the combination's, from every origin
+    selection_o: np.ndarray | None = None    # per origin: MASE of the single selected on the other origins
 
 
 def backtest_origins(n: int, m: int, h: int, max_origins: int = 28) -> tuple[list[int], int]:
@@ -250,20 +263,29 @@ def backtest_origins(n: int, m: int, h: int, max_origins: int = 28) -> tuple[lis
     return sorted(last - i * step for i in range(k) if last - i * step >= min_train), hb
 
 
+def conformal_rank(n: int, level: float) -> int:
+    """0-based rank of the split-conformal quantile of n scores at coverage ``level``: the ⌈(n+1)·level⌉-th
+    smallest (the finite-sample correction; the largest when that exceeds n)."""
+    return min(n, math.ceil((n + 1) * level - 1e-9)) - 1
+
+
 def _calibrate(absu: np.ndarray) -> tuple[dict[int, float], dict[int, float], dict[int, float]]:
-    """Scale factors c_L = quantile_L(|u|)/z_L of the standardised errors u = e/sd (rows = origins), the
-    raw coverage, and the leave-one-origin-out coverage of the calibrated intervals."""
+    """Scale factors c_L = q_L(|u|)/z_L of the standardised errors u = e/sd (rows = origins), q_L the
+    split-conformal quantile with the finite-sample correction (`conformal_rank`), the raw coverage, and the
+    leave-one-origin-out coverage of the calibrated intervals."""
     scale, cov, raw = {}, {}, {}
     k = absu.shape[0]
-    # row i: the errors of every origin but i (leave-one-origin-out), for all origins at once
-    others = np.broadcast_to(absu, (k, *absu.shape))[~np.eye(k, dtype=bool)].reshape(k, -1) if k >= 3 else None
+    # row i: the errors of every origin but i (leave-one-origin-out), for all origins at once, sorted
+    others = (np.sort(np.broadcast_to(absu, (k, *absu.shape))[~np.eye(k, dtype=bool)].reshape(k, -1), axis=1)
+              if k >= 3 else None)
+    ordered = np.sort(absu, axis=None)
     for lv in LEVELS:
         raw[lv] = float(np.mean(absu <= Z[lv]))
         if k < 3 or absu.size < 10:
             scale[lv], cov[lv] = 1.0, raw[lv]
             continue
-        scale[lv] = float(np.quantile(absu, lv / 100)) / Z[lv]
-        cov[lv] = float(np.mean(absu <= np.quantile(others, lv / 100, axis=1)[:, None]))
+        scale[lv] = float(ordered[conformal_rank(ordered.size, lv / 100)]) / Z[lv]
+        cov[lv] = float(np.mean(absu <= others[:, conformal_rank(others.shape[1], lv / 100)][:, None]))
     return scale, cov, raw
 
 
@@ -279,6 +301,18 @@ def _loo_combination(paths: dict[str, Paths], mase_o: dict[str, np.ndarray], ste
     return Paths(point, sd)
 
 
+def _loo_selection(paths: dict[str, Paths], mase_o: dict[str, np.ndarray]) -> np.ndarray:
+    """The forecasts of selecting the best single at each origin from the other origins' MASE only (the
+    selection scored out of sample, like the combination)."""
+    singles = [c for c in SINGLES if c in mase_o and c in paths and np.all(np.isfinite(mase_o[c]))]
+    k = len(mase_o[singles[0]])
+    point = np.empty_like(paths[singles[0]].point)
+    for i in range(k):
+        best = min(singles, key=lambda c: (float(np.delete(mase_o[c], i).mean()), SINGLES.index(c)))
+        point[i] = paths[best].point[i]
+    return point
+
+
 def backtest(y: np.ndarray, m: int, h: int, max_origins: int = 28,
              periods: tuple[int, ...] | None = None) -> Backtest | None:
     origins, hb = backtest_origins(len(y), m, h, max_origins)
@@ -291,7 +325,9 @@ def backtest(y: np.ndarray, m: int, h: int, max_origins: int = 28,
                   step=origins[1] - origins[0])
     for name, p in paths.items():
         bt.mase_o[name] = (np.abs(actual - p.point) / scales).mean(axis=1)
-    if len(origins) >= 3 and len(paths) > 1:
+    if len(origins) >= 3 and len(paths) > 1 and any(np.all(np.isfinite(v)) for v in bt.mase_o.values()):
+        selected = _loo_selection(paths, bt.mase_o)
+        bt.selection_o = (np.abs(actual - selected) / scales).mean(axis=1)
         paths["Combination"] = _loo_combination(paths, bt.mase_o, bt.step, hb)
     for name, p in paths.items():
         err = actual - p.point
@@ -309,9 +345,25 @@ def backtest(y: np.ndarray, m: int, h: int, max_origins: int = 28,
 
 
 def choose(bt: Backtest) -> tuple[str, str]:
-    """What to forecast with, and why: the combination of the singles the backtest does not show clearly worse
-    than the best (`combination_weights`; one single when the others all lose clearly). No model is preferred:
-    only the backtest's errors decide. The reason lists every member's weight and backtest MASE."""
+    """What to forecast with, and why. No model is preferred: only the backtest's errors decide.
+
+    The default is the combination of the singles the backtest does not show clearly worse than the best
+    (`combination_weights`; one single when the others all lose clearly). Selecting the best single instead
+    is a strategy the backtest scores too, out of sample like the combination (at each origin the single
+    chosen on the other origins): the best single is used only when that selection beats the combination
+    with one-sided confidence SELECT_LEVEL (`clearly_worse`, the same paired test as for the members; a
+    stricter level because a wrong switch loses the average's robustness). With too few independent origins
+    to test, the combination stays. The reason lists every member's weight and backtest MASE."""
+    singles = {c: v for c, v in bt.mase.items() if c in SINGLES}
+    comb_o = bt.mase_o.get("Combination")
+    if singles and comb_o is not None and bt.selection_o is not None:
+        best = min(singles, key=lambda c: (singles[c], SINGLES.index(c)))
+        d = comb_o - bt.selection_o
+        if clearly_worse(d, n_independent(len(d), bt.step, bt.horizon), SELECT_LEVEL):
+            return best, (f"{best}, the best single in the backtest ({len(bt.origins)} origins, horizons "
+                          f"1..{bt.horizon}, MASE {singles[best]:.3g}): selecting the best single beat the "
+                          f"combination clearly out of sample (MASE {float(np.mean(bt.selection_o)):.3g} against "
+                          f"{float(np.mean(comb_o)):.3g})")
     members = ", ".join(f"{c} {w:.2f} (MASE {bt.mase[c]:.3g})" for c, w in bt.weights.items())
     dropped = sorted(c for c in bt.mase if c in SINGLES and c not in bt.weights)
     return "Combination", (f"combination of the candidates not clearly worse than the best in the backtest "
