@@ -1,16 +1,19 @@
-"""The dashboard's only door to data: the read-only serving snapshot of a warehouse.
+"""The dashboard's only door to data: the published serving view of a warehouse.
 
 The dashboard never opens the live warehouse (docs/ARCHITECTURE.md, "Concurrency"). ``refresh`` publishes
-``X.serving.duckdb`` by writing a new file and renaming it over the old one, so the path always names a
-complete snapshot. We hold one read-only connection per snapshot file and reopen when the path starts naming
-a different file (inode, mtime or size changed). The old connection keeps reading the old, unlinked file
-until its last cursor is gone (POSIX semantics), so a page never sees half of two snapshots. Each snapshot
-is ATTACHed read-only to its own in-memory database (see ``_open_read_only`` for why).
+``X.serving/``: immutable Parquet parts and ``manifest.json``, which it replaces atomically by rename
+(ingest/warehouse/serving.py). For each manifest version we build one in-memory DuckDB database whose catalog
+``snapshot`` holds a view per published table over that manifest's parts, so unqualified table names resolve
+to the published tables and further views can be layered on top. A new manifest gets a new database; the old
+one keeps serving the cursors still open on it (its parts outlive it by the publisher's grace period), so a
+page never sees half of two publishes.
 
-``version`` identifies the snapshot file; caches key on it, so a new snapshot invalidates every cached view.
+``version`` is the manifest's version; it changes exactly when the published content changes, and caches key
+on it, so a new publish invalidates every cached view.
 """
 from __future__ import annotations
 
+import json
 import os
 import threading
 from dataclasses import dataclass
@@ -24,15 +27,15 @@ from ingest import warehouse
 
 @dataclass(frozen=True)
 class SnapshotState:
-    """What the dashboard knows about the snapshot file right now."""
-    db_path: Path            # the live warehouse the snapshot belongs to (never opened here)
-    path: Path               # the serving snapshot
+    """What the dashboard knows about the published view right now."""
+    db_path: Path            # the live warehouse the view belongs to (never opened here)
+    path: Path               # the published manifest
     exists: bool
-    version: str             # '' when there is no snapshot
+    version: str             # '' when nothing is published
 
 
 class Snapshot:
-    """A read-only view of ``serving_path(db_path)`` that follows atomic replacements of the file."""
+    """A read-only view of the manifest at ``serving_path(db_path)`` that follows its atomic replacements."""
 
     def __init__(self, db_path: str | os.PathLike):
         self.db_path = Path(db_path)
@@ -40,42 +43,57 @@ class Snapshot:
         self._lock = threading.Lock()
         self._con: duckdb.DuckDBPyConnection | None = None
         self._version = ""
+        self._stat_key: tuple | None = None
+        self._manifest: dict | None = None
 
-    def _stat_version(self) -> str:
+    def _current(self) -> tuple[str, dict | None]:
+        """(version, manifest) of the manifest file now; the file is parsed again only when it was replaced."""
         try:
             st = self.path.stat()
         except FileNotFoundError:
-            return ""
-        return f"{st.st_ino}-{st.st_mtime_ns}-{st.st_size}"
+            return "", None
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        with self._lock:
+            if key != self._stat_key:
+                try:
+                    m = json.loads(self.path.read_text(encoding="utf-8"))
+                except FileNotFoundError:
+                    return "", None
+                self._stat_key, self._manifest = key, m
+            m = self._manifest
+        return m["version"], m
+
+    def _stat_version(self) -> str:
+        return self._current()[0]
 
     def state(self) -> SnapshotState:
         v = self._stat_version()
         return SnapshotState(self.db_path, self.path, bool(v), v)
 
     def cursor(self) -> duckdb.DuckDBPyConnection:
-        """An independent cursor on the current snapshot (one per query: cursors are not shared by threads).
+        """An independent cursor on the current view (one per query: cursors are not shared by threads).
 
-        Raises FileNotFoundError when no snapshot has been published yet.
+        Raises FileNotFoundError when nothing has been published yet.
         """
+        v, m = self._current()
+        if not v:
+            raise FileNotFoundError(f"{self.path}: no serving view published yet")
         with self._lock:
-            v = self._stat_version()
-            if not v:
-                raise FileNotFoundError(f"{self.path}: no serving snapshot yet")
             if self._con is None or v != self._version:
-                # Dropping our reference is enough: cursors still reading the old file keep it alive.
-                self._con = _open_read_only(self.path)
+                # Dropping our reference is enough: cursors still reading the old views keep that database alive.
+                self._con = _open_views(self.path.parent, m)
                 self._version = v
             cur = self._con.cursor()
-        cur.execute(f"USE {CATALOG}")   # a cursor starts in the in-memory catalog
+        cur.execute(f"USE {CATALOG}")   # a cursor starts in the default in-memory catalog
         return cur
 
     @property
     def version(self) -> str:
-        """The version of the file the next :meth:`cursor` will read ('' when absent)."""
+        """The version of the view the next :meth:`cursor` will read ('' when nothing is published)."""
         return self._stat_version()
 
     def frame(self, sql: str, params: list | dict | None = None) -> pl.DataFrame:
-        """Run a parameterised query on the snapshot and return a Polars frame."""
+        """Run a parameterised query on the view and return a Polars frame."""
         cur = self.cursor()
         try:
             return cur.sql(sql, params=params or None).pl()
@@ -87,8 +105,9 @@ class Snapshot:
 
     def tables(self) -> set[str]:
         return set(self.frame(
-            "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' AND database_name = ?", [CATALOG]
-        )["table_name"].to_list())
+            "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' AND database_name = $c "
+            "UNION SELECT view_name FROM duckdb_views() WHERE schema_name = 'main' AND database_name = $c "
+            "AND NOT internal", {"c": CATALOG})["table_name"].to_list())
 
     def close(self) -> None:
         with self._lock:
@@ -98,26 +117,42 @@ class Snapshot:
             self._version = ""
 
 
-#: The catalog name the snapshot is attached under; every cursor makes it its default.
+#: The catalog the published tables live in; every cursor makes it its default.
 CATALOG = "snapshot"
 
 
-def _open_read_only(path: Path) -> duckdb.DuckDBPyConnection:
-    """A fresh in-memory database with the snapshot file ATTACHed read-only.
+def _open_views(folder: Path, manifest: dict) -> duckdb.DuckDBPyConnection:
+    """A fresh in-memory database whose catalog ``snapshot`` has a view per published table of ``manifest``.
 
-    Not ``duckdb.connect(path)``: DuckDB caches one database instance per path in a process, so while any
-    cursor still held the previous snapshot, connecting to the path again would hand back that old instance.
-    """
+    Each view casts its columns to the warehouse's types (Parquet would give, e.g., no ENUM), so the view
+    has the table's exact schema; a table without rows is an empty SELECT of typed NULLs."""
     con = duckdb.connect(":memory:")
-    con.execute(f"ATTACH '{_quoted(path)}' AS {CATALOG} (READ_ONLY)")
-    con.execute(f"USE {CATALOG}")
     con.execute("SET TimeZone = 'UTC'")
+    con.execute("SET parquet_metadata_cache = true")   # footers read once per database, not once per query
+    con.execute(f"ATTACH ':memory:' AS {CATALOG}")
+    con.execute(f"USE {CATALOG}")
+    for t, e in manifest["tables"].items():
+        cols = ", ".join(f'CAST({_ident(c)} AS {ty}) AS {_ident(c)}' for c, ty in e["columns"])
+        files = [str(folder / p["file"]) for _, p in sorted(e["parts"].items())]
+        if files:
+            src = "read_parquet([" + ", ".join(_literal(f) for f in files) + "])"
+            con.execute(f"CREATE VIEW {_ident(t)} AS SELECT {cols} FROM {src}")
+        else:
+            nulls = ", ".join(f"CAST(NULL AS {ty}) AS {_ident(c)}" for c, ty in e["columns"])
+            con.execute(f"CREATE VIEW {_ident(t)} AS SELECT {nulls} LIMIT 0")
+    con.execute(f"""CREATE VIEW snapshot_info AS SELECT CAST({_literal(manifest['published_at'])} AS TIMESTAMP)
+                    AS published_at, {_literal(manifest['source_db'])} AS source_db,
+                    {_literal(manifest['version'])} AS version""")
     return con
 
 
-def _quoted(path: Path) -> str:
-    # ATTACH takes no bound parameters; the path is configuration (--db), never a filter value.
-    return str(path).replace("'", "''")
+def _ident(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'
+
+
+def _literal(text: str) -> str:
+    # Views take no bound parameters; the texts are the manifest's own file names and times, never user input.
+    return "'" + text.replace("'", "''") + "'"
 
 
 _registry: dict[Path, Snapshot] = {}

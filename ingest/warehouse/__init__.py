@@ -11,11 +11,13 @@ from ingest.warehouse.mart_state import is_current, mart_run, newest_run, record
 from ingest.warehouse.query import execute, frame, has_table
 from ingest.warehouse.schema import migrate, migration_files, schema_version
 from ingest.warehouse.times import TimeParseError, parse_time
-from ingest.warehouse.serving import (SERVING_EXCLUDE, publish_serving, remove_orphaned_snapshots, serving_path,
-                                      table_names)
+from ingest.warehouse.serving import (PARTITIONS, SERVING_EXCLUDE, WHOLE, collect_garbage, note_changed,
+                                      publish_serving, read_manifest, remove_orphaned_snapshots, serving_dir,
+                                      serving_path, table_names)
 
 __all__ = ["IngestAccountingError", "IngestRun", "get_watermark", "set_watermark", "ENV_MEMORY_LIMIT", "WarehouseError",
            "bounded_memory", "transaction", "utcnow", "DEFAULT_DB", "ENV_DB", "ENV_LOCK_TIMEOUT", "connect", "resolve_path",
            "is_current", "mart_run", "newest_run", "record_mart", "states_of", "execute", "frame", "has_table", "migrate",
            "migration_files", "schema_version", "SERVING_EXCLUDE", "publish_serving", "serving_path",
+           "serving_dir", "read_manifest", "collect_garbage", "note_changed", "WHOLE", "PARTITIONS",
            "table_names", "nothing_loaded", "remove_orphaned_snapshots", "TimeParseError", "parse_time"]

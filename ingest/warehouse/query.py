@@ -25,5 +25,8 @@ def execute(con: duckdb.DuckDBPyConnection, sql: str, params: dict | None = None
 
 
 def has_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
-    """True when the database has table ``name`` (a migration newer than the file may not have run)."""
-    return bool(con.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = ?", [name]).fetchall()[0][0])
+    """True when the database has table ``name`` (a migration newer than the file may not have run). On the
+    dashboards' serving view the published tables are views over Parquet parts: those count too."""
+    return bool(con.execute("""SELECT (SELECT count(*) FROM duckdb_tables() WHERE table_name = $n)
+                                    + (SELECT count(*) FROM duckdb_views() WHERE view_name = $n AND NOT internal)""",
+                            {"n": name}).fetchall()[0][0])

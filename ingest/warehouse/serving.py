@@ -1,13 +1,34 @@
-"""The serving snapshot: a read-only copy of the warehouse that dashboards open, swapped in by rename.
+"""The serving view: what dashboards read, published in O(change) as immutable Parquet parts and a manifest.
 
 Concurrency (docs/ARCHITECTURE.md): one process may hold the warehouse read-write. Dashboards never open it;
-they read the snapshot that :func:`publish_serving` writes next to it, so an ingest never waits for a dashboard
-and a dashboard never sees half a batch.
+they read the view that :func:`publish_serving` publishes next to it, in ``X.serving/``:
+
+- ``parts/<table>/<key>.<id>.parquet``: immutable files, one per (table, partition). A partitioned table
+  (:data:`PARTITIONS`) has a part per month of a time column or per range of an integer key (job_uid, run_id);
+  any other table is one part, republished when its fingerprint (row count and summed row hashes) changes.
+- ``manifest.json``: every table's columns and parts, the version, and the parts retired lately. It is
+  written whole to a temporary file and renamed over the old one (atomic on POSIX), so a reader sees one
+  publish or the next, never half of two. ``version`` changes exactly when the published content does.
+
+What changed comes from :func:`note_changed`, one call by each writer of a partitioned table (the jobs merge,
+the mart builders, the ingest audit), kept in the ``serving_journal`` table inside the writer's transaction.
+A publish rewrites the partitions from each noted lower bound on, and only those whose row count or
+fingerprint differ; the rest of the manifest is carried over. A full publish (``refresh --full``, a new or
+swapped-in warehouse, a manifest that does not match the warehouse's ``serving_state``) rewrites everything.
+
+Old parts are deleted ``$GPULEDGER_SERVING_GRACE_S`` seconds (default 600) after the publish that retired them,
+so a reader still on an older manifest keeps working; files no manifest names (a publish killed mid-way) go at
+the next publish.
 """
 from __future__ import annotations
 
+import datetime as dt
+import json
 import os
 import re
+import sys
+import time
+import uuid
 from pathlib import Path
 from typing import Iterable
 
@@ -15,18 +36,57 @@ import duckdb
 
 from ingest.warehouse.base import utcnow
 
-#: Tables too large or too raw to copy into the serving snapshot.
-SERVING_EXCLUDE = frozenset({"gpu_samples", "schema_migrations"})
+#: Tables not published: raw telemetry and its 5-minute rollup (read only by the efficiency mart's builder,
+#: and by far the largest tables of a site with telemetry), ingest bookkeeping of telemetry, and our own state.
+SERVING_EXCLUDE = frozenset({"gpu_samples", "gpu_samples_5m", "gpu_ingest_ranges", "schema_migrations",
+                             "serving_journal", "serving_state"})
+
+#: Width of a part of the job-keyed tables, in job_uids (a month of the 5M-job year is ~420,000).
+UID_WIDTH = 1 << 18
+#: Width of a part of the run-keyed audit tables, in run_ids.
+RUN_WIDTH = 1024
+
+#: Partitioned tables: (column, bucket) with bucket 'month' or an integer width. Every writer of one of these
+#: calls note_changed. Interval tables are keyed on their end (t1): an incremental rebuild from T deletes the
+#: segments starting after T and cuts those running past it, rows that all end after T.
+PARTITIONS: dict[str, tuple[str, str | int]] = {
+    "jobs": ("job_uid", UID_WIDTH),
+    "job_nodes": ("job_uid", UID_WIDTH),
+    "tl_job_alloc": ("job_uid", UID_WIDTH),
+    "gpu_efficiency_job": ("job_uid", UID_WIDTH),
+    "gpu_efficiency_job_hour": ("job_uid", UID_WIDTH),
+    "tl_node_segments": ("t1", "month"),
+    "tl_hourly": ("hour", "month"),
+    "tl_pending_hourly": ("hour", "month"),
+    "tl_demand_daily": ("day", "month"),
+    "tl_blocked_daily": ("day", "month"),
+    "ingest_runs": ("run_id", RUN_WIDTH),
+    "ingest_skips": ("run_id", RUN_WIDTH),
+    "rejects": ("run_id", RUN_WIDTH),
+}
+
+#: ``note_changed(con, tables)``: the whole table changed.
+WHOLE = "whole"
+ENV_GRACE = "GPULEDGER_SERVING_GRACE_S"
+MANIFEST = "manifest.json"
+FORMAT = 1
+
+
+def serving_dir(db_path: str | os.PathLike) -> Path:
+    """The folder of the published view of ``db_path`` (``X.duckdb`` -> ``X.serving/``)."""
+    p = Path(db_path)
+    return p.with_name(p.stem + ".serving")
 
 
 def serving_path(db_path: str | os.PathLike) -> Path:
-    """Where the read-only serving snapshot of ``db_path`` lives (``X.duckdb`` -> ``X.serving.duckdb``)."""
+    """The manifest of the published view of ``db_path`` (exists once a publish has run)."""
+    return serving_dir(db_path) / MANIFEST
+
+
+def legacy_serving_file(db_path: str | os.PathLike) -> Path:
+    """Where versions before the Parquet parts kept a whole copy (``X.serving.duckdb``); removed on publish."""
     p = Path(db_path)
     return p.with_name(p.stem + ".serving" + (p.suffix or ".duckdb"))
-
-
-def _sql_string(s: str) -> str:
-    return "'" + s.replace("'", "''") + "'"
 
 
 def table_names(con, schema: str = "main") -> list[str]:
@@ -35,33 +95,268 @@ def table_names(con, schema: str = "main") -> list[str]:
         "ORDER BY table_name", [schema]).fetchall()]
 
 
-def publish_serving(con: duckdb.DuckDBPyConnection, db_path: str | os.PathLike,
-                    exclude: Iterable[str] = SERVING_EXCLUDE) -> Path:
-    """Copy every table but ``exclude`` into a fresh snapshot file and swap it in by rename.
+# ---------------------------------------------------------------- the journal (writers)
 
-    Readers that still have the previous snapshot open keep reading it (POSIX rename semantics);
-    new readers see the new one. Returns the snapshot path.
-    """
-    target = serving_path(db_path)
-    remove_orphaned_snapshots(db_path)
-    tmp = target.with_name(f"{target.name}.tmp{os.getpid()}")
-    for stale in (tmp, Path(str(tmp) + ".wal")):
-        stale.unlink(missing_ok=True)
-    skip = set(exclude)
-    con.execute(f"ATTACH {_sql_string(str(tmp))} AS serving_snap")
+def note_changed(con: duckdb.DuckDBPyConnection, tables: str | Iterable[str], since=WHOLE) -> None:
+    """Tell the next publish that ``tables`` changed from partition key ``since`` on (a timestamp for month-
+    partitioned tables, an int for job_uid/run_id ones; :data:`WHOLE`: everywhere; None: nothing changed).
+
+    One call per writer of a table in :data:`PARTITIONS`, inside its transaction, so a rolled-back write
+    leaves no note. Unpartitioned tables need no call (their fingerprint is compared at each publish)."""
+    if since is None:
+        return
+    names = [tables] if isinstance(tables, str) else list(tables)
+    ts = since if isinstance(since, (dt.datetime, dt.date)) else None
+    n = int(since) if since is not WHOLE and ts is None else None
+    con.executemany("INSERT INTO serving_journal VALUES (?, ?, ?, ?)",
+                    [[t, ts, n, utcnow()] for t in names if t in PARTITIONS])
+
+
+def _journal(con) -> dict[str, object]:
+    """table -> the lowest noted bound (WHOLE when any note was for the whole table)."""
+    out: dict[str, object] = {}
+    for t, whole, lo_ts, lo_n in con.execute("""
+            SELECT table_name, bool_or(since_ts IS NULL AND since_int IS NULL), min(since_ts), min(since_int)
+            FROM serving_journal GROUP BY table_name""").fetchall():
+        out[t] = WHOLE if whole else (lo_ts if lo_ts is not None else lo_n)
+    return out
+
+
+# ---------------------------------------------------------------- partitions
+
+def _key_sql(col: str, bucket) -> str:
+    """SQL for a row's partition key as text ('null' for a NULL key)."""
+    if bucket == "month":
+        return f"coalesce(strftime(\"{col}\", '%Y-%m'), 'null')"
+    return f"coalesce((\"{col}\" // {int(bucket)})::VARCHAR, 'null')"
+
+
+def _range_sql(col: str, bucket, key: str) -> tuple[str, list]:
+    """WHERE clause (and its parameters) selecting the rows of partition ``key`` (a range: zone maps prune)."""
+    if key == "null":
+        return f'"{col}" IS NULL', []
+    if bucket == "month":
+        lo = dt.datetime.strptime(key, "%Y-%m")
+        hi = dt.datetime(lo.year + lo.month // 12, lo.month % 12 + 1, 1)
+        return f'"{col}" >= ? AND "{col}" < ?', [lo, hi]
+    k = int(key)
+    return f'"{col}" >= ? AND "{col}" < ?', [k * int(bucket), (k + 1) * int(bucket)]
+
+
+def _key_of(bucket, since) -> str:
+    if bucket == "month":
+        return since.strftime("%Y-%m")
+    return str(int(since) // int(bucket))
+
+
+def _key_order(bucket, key: str):
+    """Sortable form of a key (NULL last), so 'from key k on' compares correctly for integer keys."""
+    if key == "null":
+        return (1, 0)
+    return (0, key) if bucket == "month" else (0, int(key))
+
+
+# ---------------------------------------------------------------- publishing
+
+def _read_manifest(d: Path) -> dict | None:
     try:
-        for t in table_names(con):
-            if t not in skip:
-                con.execute(f'CREATE TABLE serving_snap."{t}" AS SELECT * FROM main."{t}"')
-        con.execute("CREATE TABLE serving_snap.snapshot_info AS SELECT ?::TIMESTAMP AS published_at, ? AS source_db",
-                    [utcnow(), str(Path(db_path).resolve())])
-    finally:
-        con.execute("DETACH serving_snap")
-    os.replace(tmp, target)
-    return target
+        return json.loads((d / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
 
 
-# ---------------------------------------------------------------- orphaned snapshot files
+def _state(con) -> dict[str, str]:
+    return dict(con.execute("SELECT key, value FROM serving_state").fetchall())
+
+
+def _columns(con) -> dict[str, list[list[str]]]:
+    cols: dict[str, list[list[str]]] = {}
+    for t, c, ty in con.execute("""SELECT table_name, column_name, data_type FROM duckdb_columns()
+                                   WHERE schema_name = 'main' AND database_name = current_database()
+                                   ORDER BY table_name, column_index""").fetchall():
+        cols.setdefault(t, []).append([c, ty])
+    return cols
+
+
+def _sizes(con) -> dict[str, int]:
+    return dict(con.execute("SELECT table_name, estimated_size FROM duckdb_tables() "
+                            "WHERE schema_name = 'main' AND database_name = current_database()").fetchall())
+
+
+def _fingerprints(con, t: str, key_sql: str, where: str = "true", params: list | None = None) -> dict[str, list]:
+    """key -> [rows, fingerprint] of table ``t``'s rows matching ``where``, grouped by ``key_sql``."""
+    rows = con.execute(f"""SELECT {key_sql} AS k, count(*), sum(hash(r)::HUGEINT)::VARCHAR
+                           FROM main."{t}" r WHERE {where} GROUP BY k""", params or []).fetchall()
+    return {k: [n, fp] for k, n, fp in rows}
+
+
+def _write_part(con, d: Path, t: str, key: str, where: str, params: list) -> str:
+    rel = f"parts/{t}/{key}.{uuid.uuid4().hex[:12]}.parquet"
+    (d / rel).parent.mkdir(parents=True, exist_ok=True)
+    con.execute(f"COPY (SELECT * FROM main.\"{t}\" WHERE {where}) TO '{_sql_path(d / rel)}' (FORMAT parquet)",
+                params)
+    return rel
+
+
+def _sql_path(p: Path) -> str:
+    # COPY takes no bound parameter for its target; the path is configuration (--db), never user data.
+    return str(p).replace("'", "''")
+
+
+def _publish_table(con, d: Path, t: str, cols, prev: dict | None, since, size: int) -> tuple[dict, list[str]]:
+    """The manifest entry of table ``t`` and the parts it no longer uses. ``prev`` is its previous entry (None:
+    publish it whole); ``since`` the journal's bound for it (None: not noted)."""
+    spec = PARTITIONS.get(t)
+    if spec and spec[0] not in {c for c, _ in cols}:
+        spec = None
+    part_by = list(spec) if spec else None
+    if prev is not None and (prev.get("columns") != cols or prev.get("partition") != part_by):
+        prev = None
+    if spec is None:
+        col, bucket, key_sql = None, None, "'all'"
+    else:
+        col, bucket = spec
+        key_sql = _key_sql(col, bucket)
+    if prev is not None and spec is not None and since is None:
+        if size <= prev.get("size", 0):
+            return prev, []                 # not noted, not grown: unchanged
+        print(f"gpuledger publish: {t} grew without a serving_journal note; republishing it whole "
+              "(a writer is missing warehouse.note_changed)", file=sys.stderr)
+        since = WHOLE
+    old_parts = dict(prev["parts"]) if prev is not None else {}
+    if prev is None or spec is None or since is WHOLE:
+        fresh = _fingerprints(con, t, key_sql)
+        stale = set(old_parts)
+    else:
+        k0 = _key_of(bucket, since)
+        lo = _range_sql(col, bucket, k0)[1][0]
+        fresh = _fingerprints(con, t, key_sql, f'"{col}" >= ? OR "{col}" IS NULL', [lo])
+        stale = {k for k in old_parts if _key_order(bucket, k) >= _key_order(bucket, k0)}
+    parts = {k: v for k, v in old_parts.items() if k not in stale}
+    retired = []
+    for k in stale - set(fresh):
+        retired.append(old_parts[k]["file"])
+    for k, (n, fp) in fresh.items():
+        old = old_parts.get(k)
+        if old is not None and old["rows"] == n and old["fp"] == fp:
+            parts[k] = old
+            continue
+        if old is not None:
+            retired.append(old["file"])
+        where, params = ("true", []) if spec is None else _range_sql(col, bucket, k)
+        parts[k] = {"file": _write_part(con, d, t, k, where, params), "rows": n, "fp": fp}
+    return {"columns": cols, "partition": part_by, "size": size, "parts": parts}, retired
+
+
+def publish_serving(con: duckdb.DuckDBPyConnection, db_path: str | os.PathLike,
+                    exclude: Iterable[str] = SERVING_EXCLUDE, full: bool = False) -> Path:
+    """Publish the warehouse's tables but ``exclude`` as the serving view; returns the manifest's path.
+
+    Incremental: only the partitions noted in ``serving_journal`` are compared, and only those whose content
+    changed are written again. With ``full``, or when the manifest does not belong to this warehouse file
+    (its epoch or sequence number differ from ``serving_state``), every partition of every table is compared.
+    When no content changed, the version readers see stays as it was."""
+    d = serving_dir(db_path)
+    (d / "parts").mkdir(parents=True, exist_ok=True)
+    remove_orphaned_snapshots(db_path)
+    old = _read_manifest(d)
+    if old is not None and old.get("format") != FORMAT:
+        old = None
+    state = _state(con)
+    matches = old is not None and state.get("epoch") == old["epoch"] and state.get("seq") == str(old["seq"])
+    cols, sizes = _columns(con), _sizes(con)
+    names = sorted(set(cols) - set(exclude))
+    journal = {t: WHOLE for t in names} if full or not matches else _journal(con)
+    prev_tables = old["tables"] if old is not None else {}
+    tables, retired = {}, []
+    for t in names:
+        tables[t], gone = _publish_table(con, d, t, cols[t], prev_tables.get(t), journal.get(t), sizes.get(t, 0))
+        retired += gone
+    for t in set(prev_tables) - set(tables):
+        retired += [p["file"] for p in prev_tables[t]["parts"].values()]
+    same = matches and _content(tables) == _content(prev_tables)
+    epoch = old["epoch"] if matches else uuid.uuid4().hex
+    seq = (int(old["seq"]) if same else int(old["seq"]) + 1) if matches else 1
+    if not same or tables != prev_tables:   # sizes alone: same version, the new sizes kept for the next publish
+        now = time.time()
+        keep = {p["file"] for e in tables.values() for p in e["parts"].values()}
+        gone = {f: at for f, at in (old or {}).get("retired", {}).items() if f not in keep}
+        gone.update({f: now for f in retired if f not in keep})
+        published_at = old["published_at"] if same else utcnow().isoformat()
+        _write_manifest(d, {"format": FORMAT, "epoch": epoch, "seq": seq, "version": f"{epoch[:12]}-{seq}",
+                            "published_at": published_at, "source_db": str(Path(db_path).resolve()),
+                            "tables": tables, "retired": gone})
+    # The manifest is in place; now the warehouse records it. A crash between the two leaves sequence numbers
+    # that differ, which the next publish answers with a full one.
+    con.execute("DELETE FROM serving_journal")
+    if not same:
+        con.execute("INSERT OR REPLACE INTO serving_state VALUES ('epoch', ?), ('seq', ?)", [epoch, str(seq)])
+    legacy = legacy_serving_file(db_path)
+    for f in (legacy, Path(str(legacy) + ".wal")):
+        f.unlink(missing_ok=True)
+    collect_garbage(db_path)
+    return d / MANIFEST
+
+
+def _content(tables: dict) -> dict:
+    """What readers see of a manifest's tables: columns and parts (not the bookkeeping sizes)."""
+    return {t: (e["columns"], {k: p["file"] for k, p in e["parts"].items()}) for t, e in tables.items()}
+
+
+def _write_manifest(d: Path, manifest: dict) -> None:
+    tmp = d / f"{MANIFEST}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(manifest, f, separators=(",", ":"))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, d / MANIFEST)
+
+
+def read_manifest(db_path: str | os.PathLike) -> dict | None:
+    """The published manifest of ``db_path`` (None before the first publish)."""
+    return _read_manifest(serving_dir(db_path))
+
+
+# ---------------------------------------------------------------- garbage
+
+def grace_seconds() -> float:
+    return float(os.environ.get(ENV_GRACE, 600))
+
+
+def collect_garbage(db_path: str | os.PathLike, now: float | None = None) -> list[Path]:
+    """Delete parts retired more than the grace period ago (dropping them from the manifest's list), and
+    files no manifest names: parts and manifests a publish killed mid-way left behind. Only the warehouse's
+    writer calls this (it holds the warehouse lock, so no other publish is running). Returns what it removed."""
+    d = serving_dir(db_path)
+    m = _read_manifest(d)
+    removed = []
+    if m is not None:
+        now = time.time() if now is None else now
+        live = {p["file"] for e in m["tables"].values() for p in e["parts"].values()}
+        retired = m.get("retired", {})
+        expired = {f for f, at in retired.items() if at + grace_seconds() <= now and f not in live}
+        if expired:
+            m["retired"] = {f: at for f, at in retired.items() if f not in expired}
+            _write_manifest(d, m)
+        known = live | set(m["retired"])
+        for part in (d / "parts").glob("*/*.parquet"):
+            rel = part.relative_to(d).as_posix()
+            if rel not in known:
+                part.unlink(missing_ok=True)
+                removed.append(part)
+    for tmp in d.glob(f"{MANIFEST}.tmp*"):
+        if _pid_of(tmp.name) != os.getpid():
+            tmp.unlink(missing_ok=True)
+            removed.append(tmp)
+    return removed
+
+
+def _pid_of(name: str) -> int | None:
+    m = re.search(r"\.tmp(\d+)", name)
+    return int(m.group(1)) if m else None
+
+
+# ---------------------------------------------------------------- orphaned files
 
 def _pid_alive(pid: int) -> bool:
     try:
@@ -74,19 +369,22 @@ def _pid_alive(pid: int) -> bool:
 
 
 def remove_orphaned_snapshots(db_path: str | os.PathLike) -> list[Path]:
-    """Delete the ``X.serving.duckdb.tmpPID`` files (and their ``.wal``) that a publish killed mid-way left behind:
-    those whose process is gone. A live process's file may be a publish in progress and is kept (so is one whose
-    PID was reused: it goes on a later call). Returns the paths removed."""
-    target = serving_path(db_path)
-    pattern = re.compile(re.escape(target.name) + r"\.tmp(\d+)(\.wal)?")
+    """What a publish killed mid-way left behind, removed by the warehouse's writer on connect: temporary
+    manifests and copies (``X.serving.duckdb.tmpPID`` of older versions) of processes that are gone, and parts
+    no manifest names. A live process's file may be a publish in progress and is kept. Returns the paths."""
     removed = []
-    try:
-        names = os.listdir(target.parent)
-    except OSError:
-        return removed
-    for name in names:
-        m = pattern.fullmatch(name)
-        if m and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1))):
-            (target.parent / name).unlink(missing_ok=True)
-            removed.append(target.parent / name)
+    for target, directory in ((legacy_serving_file(db_path), Path(db_path).parent),
+                              (serving_path(db_path), serving_dir(db_path))):
+        pattern = re.compile(re.escape(target.name) + r"\.tmp(\d+)(\.wal)?")
+        try:
+            names = os.listdir(directory)
+        except OSError:
+            continue
+        for name in names:
+            m = pattern.fullmatch(name)
+            if m and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1))):
+                (directory / name).unlink(missing_ok=True)
+                removed.append(directory / name)
+    if _read_manifest(serving_dir(db_path)) is not None:
+        removed += [p for p in collect_garbage(db_path) if p.suffix == ".parquet"]
     return removed
