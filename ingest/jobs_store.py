@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from ingest import hostlist, textsplit
+from ingest import hostlist, textsplit, warehouse
 from ingest.slurm_sql import register as register_macros
 
 #: Data columns of ``jobs`` that an ingestor stages (everything but keys and lineage).
@@ -97,6 +97,10 @@ def merge_jobs(con, run, table: str) -> None:
     # 4. jobs already stored: replace or fill in, where something changed
     if n_match:
         _merge_existing(con, run, table)
+    since = con.sql("SELECT min(job_uid) FROM _new").fetchall()[0][0]
+    if run.updated:
+        since = min(u for u in (since, con.sql("SELECT min(job_uid) FROM _upd").fetchall()[0][0]) if u is not None)
+    warehouse.note_changed(con, ("jobs", "job_nodes"), since)
     for t in ("_k", "_match", "_new", "_in", "_upd"):
         con.execute(f"DROP TABLE IF EXISTS {t}")
 
@@ -152,6 +156,8 @@ def assign_teams(con, run_id: int | None = None) -> int:
     params = {"run": run_id} if run_id is not None else {}
     if run_id is not None and not con.sql("SELECT count(*) FROM team_map").fetchall()[0][0]:
         return 0
+    if run_id is None:
+        warehouse.note_changed(con, "jobs")      # every job may change team (a run's own jobs: merge_jobs notes)
     return con.execute(f"""
         WITH combos AS (SELECT DISTINCT cluster, account, "user" FROM jobs {scope}),
         resolved AS (

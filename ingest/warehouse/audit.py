@@ -12,6 +12,7 @@ import duckdb
 import pyarrow as pa
 
 from ingest.warehouse.base import utcnow
+from ingest.warehouse.serving import note_changed
 
 
 class IngestAccountingError(Exception):
@@ -125,6 +126,7 @@ class IngestRun:
              self.started_at, utcnow(), status, message, json.dumps(self.options, sort_keys=True, default=str)])
         for reason, (count, first) in self.skips.items():
             self.con.execute("INSERT INTO ingest_skips VALUES (?, ?, ?, ?)", [self.run_id, reason, count, first])
+        note_changed(self.con, ("ingest_runs", "ingest_skips", "rejects"), self.run_id)
 
     def summary(self) -> dict:
         """The run's counts for the CLI; ``error`` is set when it loaded nothing from an input with data

@@ -46,7 +46,7 @@ UID_WIDTH = 1 << 18
 #: Width of a part of the run-keyed audit tables, in run_ids.
 RUN_WIDTH = 1024
 
-#: Partitioned tables: (column, bucket) with bucket 'month' or an integer width. Every writer of one of these
+#: Partitioned tables: (column, bucket) with bucket 'month', 'day' or an integer width. Every writer of one of these
 #: calls note_changed. Interval tables are keyed on their end (t1): an incremental rebuild from T deletes the
 #: segments starting after T and cuts those running past it, rows that all end after T.
 PARTITIONS: dict[str, tuple[str, str | int]] = {
@@ -64,6 +64,9 @@ PARTITIONS: dict[str, tuple[str, str | int]] = {
     "ingest_skips": ("run_id", RUN_WIDTH),
     "rejects": ("run_id", RUN_WIDTH),
 }
+
+#: Time buckets and their keys (which sort as text in time order).
+TIME_FORMATS = {"month": "%Y-%m", "day": "%Y-%m-%d"}
 
 #: ``note_changed(con, tables)``: the whole table changed.
 WHOLE = "whole"
@@ -108,8 +111,9 @@ def note_changed(con: duckdb.DuckDBPyConnection, tables: str | Iterable[str], si
     names = [tables] if isinstance(tables, str) else list(tables)
     ts = since if isinstance(since, (dt.datetime, dt.date)) else None
     n = int(since) if since is not WHOLE and ts is None else None
-    con.executemany("INSERT INTO serving_journal VALUES (?, ?, ?, ?)",
-                    [[t, ts, n, utcnow()] for t in names if t in PARTITIONS])
+    rows = [[t, ts, n, utcnow()] for t in names if t in PARTITIONS]
+    if rows:
+        con.executemany("INSERT INTO serving_journal VALUES (?, ?, ?, ?)", rows)
 
 
 def _journal(con) -> dict[str, object]:
@@ -126,8 +130,8 @@ def _journal(con) -> dict[str, object]:
 
 def _key_sql(col: str, bucket) -> str:
     """SQL for a row's partition key as text ('null' for a NULL key)."""
-    if bucket == "month":
-        return f"coalesce(strftime(\"{col}\", '%Y-%m'), 'null')"
+    if bucket in TIME_FORMATS:
+        return f"coalesce(strftime(\"{col}\", '{TIME_FORMATS[bucket]}'), 'null')"
     return f"coalesce((\"{col}\" // {int(bucket)})::VARCHAR, 'null')"
 
 
@@ -135,17 +139,17 @@ def _range_sql(col: str, bucket, key: str) -> tuple[str, list]:
     """WHERE clause (and its parameters) selecting the rows of partition ``key`` (a range: zone maps prune)."""
     if key == "null":
         return f'"{col}" IS NULL', []
-    if bucket == "month":
-        lo = dt.datetime.strptime(key, "%Y-%m")
-        hi = dt.datetime(lo.year + lo.month // 12, lo.month % 12 + 1, 1)
+    if bucket in TIME_FORMATS:
+        lo = dt.datetime.strptime(key, TIME_FORMATS[bucket])
+        hi = lo + dt.timedelta(days=1) if bucket == "day" else dt.datetime(lo.year + lo.month // 12, lo.month % 12 + 1, 1)
         return f'"{col}" >= ? AND "{col}" < ?', [lo, hi]
     k = int(key)
     return f'"{col}" >= ? AND "{col}" < ?', [k * int(bucket), (k + 1) * int(bucket)]
 
 
 def _key_of(bucket, since) -> str:
-    if bucket == "month":
-        return since.strftime("%Y-%m")
+    if bucket in TIME_FORMATS:
+        return since.strftime(TIME_FORMATS[bucket])
     return str(int(since) // int(bucket))
 
 
@@ -153,7 +157,7 @@ def _key_order(bucket, key: str):
     """Sortable form of a key (NULL last), so 'from key k on' compares correctly for integer keys."""
     if key == "null":
         return (1, 0)
-    return (0, key) if bucket == "month" else (0, int(key))
+    return (0, key) if bucket in TIME_FORMATS else (0, int(key))
 
 
 # ---------------------------------------------------------------- publishing
@@ -185,8 +189,8 @@ def _sizes(con) -> dict[str, int]:
 
 def _fingerprints(con, t: str, key_sql: str, where: str = "true", params: list | None = None) -> dict[str, list]:
     """key -> [rows, fingerprint] of table ``t``'s rows matching ``where``, grouped by ``key_sql``."""
-    rows = con.execute(f"""SELECT {key_sql} AS k, count(*), sum(hash(r)::HUGEINT)::VARCHAR
-                           FROM main."{t}" r WHERE {where} GROUP BY k""", params or []).fetchall()
+    rows = con.execute(f"""SELECT {key_sql} AS _serving_key, count(*), sum(hash(_row)::HUGEINT)::VARCHAR
+                           FROM main."{t}" _row WHERE {where} GROUP BY _serving_key""", params or []).fetchall()
     return {k: [n, fp] for k, n, fp in rows}
 
 

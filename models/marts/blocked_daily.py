@@ -9,6 +9,7 @@ import duckdb
 import numpy as np
 import polars as pl
 
+from ingest import warehouse
 from models.definitions.times import DEFAULT_INTERVAL_S
 from models.kernels.blocked_grid import classify_waits, pending_jobs
 from models.kernels.free_grid import chunk_params
@@ -18,6 +19,7 @@ def rollup(con: duckdb.DuckDBPyConnection, c: str, D: dt.datetime) -> None:
     pending interval split at UTC midnights (a day is a whole number of samples) and classified like
     :func:`models.metrics.blocked.per_job`. A step of the timeline build: tl_node_segments and tl_clusters must be current."""
     con.execute("DELETE FROM tl_blocked_daily WHERE cluster = ? AND day >= ?", [c, D])
+    warehouse.note_changed(con, "tl_blocked_daily", D)
     rows = con.execute("SELECT horizon FROM tl_clusters WHERE cluster = ?", [c]).fetchall()
     hz = rows[0][0] if rows else None
     if hz is None or hz <= D:

@@ -178,6 +178,10 @@ def _empty_attribution(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("CREATE OR REPLACE TEMP TABLE _runs (dev INTEGER, metric INTEGER, run BIGINT, rs BIGINT, re BIGINT)")
 
 
+#: The marts this builder writes (noted for the serving view).
+EFFICIENCY_TABLES = ("gpu_efficiency_job", "gpu_efficiency_job_hour")
+
+
 def build(con: duckdb.DuckDBPyConnection, full: bool = False) -> None:
     """Mart builder for models/pipeline/refresh.py: recompute the changed jobs' rows of both efficiency marts.
 
@@ -199,9 +203,15 @@ def build(con: duckdb.DuckDBPyConnection, full: bool = False) -> None:
     _chunk(con, now)
     with warehouse.transaction(con):
         if full:
+            warehouse.note_changed(con, EFFICIENCY_TABLES)
             con.execute("DELETE FROM gpu_efficiency_job")
             con.execute("DELETE FROM gpu_efficiency_job_hour")
         else:
+            # the serving view: the targets' rows and those of jobs that left (both deleted below) changed
+            warehouse.note_changed(con, EFFICIENCY_TABLES, con.sql(
+                """SELECT least((SELECT min(job_uid) FROM _eff_targets), (SELECT min(job_uid) FROM gpu_efficiency_job
+                   WHERE job_uid NOT IN (SELECT job_uid FROM jobs WHERE ngpus > 0 AND start IS NOT NULL)))"""
+            ).fetchall()[0][0])
             con.execute("DELETE FROM gpu_efficiency_job WHERE job_uid IN (SELECT job_uid FROM _eff_targets)")
             con.execute("DELETE FROM gpu_efficiency_job_hour WHERE job_uid IN (SELECT job_uid FROM _eff_targets)")
             # jobs that stopped being GPU jobs (or vanished) leave the marts

@@ -17,6 +17,7 @@ import datetime as dt
 import numpy as np
 import polars as pl
 
+from ingest import warehouse
 from models.definitions.jobs_sql import (PARTITION_POOL_SQL, PENDING_TEAM_INTERVALS_SQL, pending_from_sql,
                                          pending_until_sql, req_gpus_sql)
 from models.kernels.decay import DECAY_PIECES_SQL
@@ -48,6 +49,7 @@ def _rollup(con, c: str, H: dt.datetime, sql: str, keys: tuple[str, ...], value:
     """Integrate the intervals ``sql`` returns (k, keys..., t0, t1, v) per key and ``period`` (hour or day)
     into ``table``, from H on."""
     con.execute(f"DELETE FROM {table} WHERE cluster = $c AND {period} >= $H", {"c": c, "H": H})
+    warehouse.note_changed(con, table, H)
     con.execute("CREATE OR REPLACE TEMP TABLE _rollup_in AS " + sql, params)
     try:
         arr = _numbered(con, keys)

@@ -33,6 +33,9 @@ from models.kernels.intervals import group_cumsum, hour_integrals
 from models.marts import blocked_daily, fragmentation_daily, rollups as timeline_rollups
 
 END_EFF_SQL = end_eff_sql("$hz")
+#: The partitioned timeline marts (ingest/warehouse/serving.PARTITIONS): a cluster rebuilt whole notes them all.
+TIMELINE_TABLES = ("tl_job_alloc", "tl_node_segments", "tl_hourly", "tl_pending_hourly", "tl_demand_daily",
+                   "tl_blocked_daily")
 OPEN_SQL = open_sql()
 EVENT_CLASS_SQL = event_class_sql("e")
 
@@ -296,6 +299,7 @@ def build(con: duckdb.DuckDBPyConnection, full: bool = False) -> dict[str, dict]
                           "tl_pending_hourly", "tl_blocked_daily", "tl_pending_team_daily", "tl_decay_daily",
                           "tl_frag_state_daily", "tl_frag_partial_daily", "tl_frag_workload_daily", "tl_clusters"):
                     con.execute(f"DELETE FROM {t} WHERE cluster = ?", [gone])
+                warehouse.note_changed(con, TIMELINE_TABLES)
             for cluster, (ds, hz) in sorted(spans.items()):
                 report[cluster] = _build_cluster(con, cluster, ds, hz, None if full else old.get(cluster), last_run,
                                                  half_life_s)
@@ -332,6 +336,7 @@ def _build_cluster(con, c: str, ds, hz, old, last_run: int, half_life_s: float |
                   "tl_pending_team_daily", "tl_decay_daily", "tl_frag_state_daily", "tl_frag_partial_daily",
                   "tl_frag_workload_daily"):
             _ex(con, f"DELETE FROM {t} WHERE cluster = ?", [c])
+        warehouse.note_changed(con, TIMELINE_TABLES)
     p["T"] = T
     register_ids(con, c)
     _ex(con, "DELETE FROM tl_node_state WHERE cluster = ?", [c])
@@ -345,11 +350,15 @@ def _build_cluster(con, c: str, ds, hz, old, last_run: int, half_life_s: float |
         _ex(con, "DELETE FROM tl_job_alloc WHERE cluster = $c AND job_uid IN (SELECT job_uid FROM _rb)", {"c": c})
     _ex(con, "INSERT INTO tl_job_alloc " + _job_alloc_sql("j.job_uid IN (SELECT job_uid FROM _rb)"),
                 {k: p[k] for k in ("c", "ds", "hz")})
+    # the serving view: placements of _rb's jobs changed; segments ending after T and hours from H (below)
+    warehouse.note_changed(con, "tl_job_alloc", con.sql("SELECT min(job_uid) FROM _rb").fetchall()[0][0])
+    warehouse.note_changed(con, "tl_node_segments", T)
     _ex(con, "DELETE FROM tl_node_segments WHERE cluster = $c AND t0 >= $T", {"c": c, "T": T})
     _ex(con, "UPDATE tl_node_segments SET t1 = $T WHERE cluster = $c AND t1 > $T", {"c": c, "T": T})
     new = build_segments(con, c, T)
     H = floor_hour(T)
     _ex(con, "DELETE FROM tl_hourly WHERE cluster = $c AND hour >= $H", {"c": c, "H": H})
+    warehouse.note_changed(con, "tl_hourly", H)
     hourly_rollup(con, c, H, T, new)
     # Job attributes (team, account, ...) and waits can change without changing placements: roll demand up
     # from the earliest start of a changed job, waits from the earliest eligibility (or everything when

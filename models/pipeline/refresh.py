@@ -35,6 +35,6 @@ def run(con: duckdb.DuckDBPyConnection, db_path: str | Path, full: bool = False,
         done.append((name, time.perf_counter() - t0))
     if publish:
         t0 = time.perf_counter()
-        warehouse.publish_serving(con, db_path)
+        warehouse.publish_serving(con, db_path, full=full)   # only what changed, unless full
         done.append(("serving snapshot", time.perf_counter() - t0))
     return done
