@@ -83,6 +83,8 @@ def lab_copy(lab_db, tmp_path) -> Path:
     """A private copy of the lab warehouse and its snapshot, for tests that ingest or republish."""
     for src in lab_db.parent.glob("lab*.duckdb"):
         shutil.copy2(src, tmp_path / src.name)
+    for src in lab_db.parent.glob("lab*.serving"):      # the published view: Parquet parts and manifest
+        shutil.copytree(src, tmp_path / src.name)
     return tmp_path / "lab.duckdb"
 
 

@@ -22,7 +22,7 @@ POINTS = {
     "ingest: jobs merged, teams not yet": ("ingest.jobs_store", "assign_teams", False),
     "ingest: audit row written, not committed": ("ingest.warehouse", "IngestRun._write_run", False),
     "refresh: timeline mart built": ("models.marts.timeline", "build", False),
-    "refresh: snapshot copied, not yet renamed": ("os", "replace", True),
+    "refresh: parts written, manifest not yet swapped": ("os", "replace", True),
 }
 CHILD = """
 import importlib, os, signal, sys
@@ -79,8 +79,8 @@ def _content(db: Path) -> dict:
                 rows = con.sql("""SELECT DISTINCT source, regexp_replace(input_name, '^.*/', ''), status, lines_read,
                                          loaded, skipped, rejected
                                   FROM ingest_runs""").fetchall()
-            elif t in ("ingest_skips", "mart_state"):
-                continue          # per run id / refresh time only
+            elif t in ("ingest_skips", "mart_state", "serving_journal", "serving_state"):
+                continue          # per run id / refresh time only; the serving view's bookkeeping (random epoch)
             else:
                 rows = con.sql(f"SELECT DISTINCT {', '.join(chr(34) + c + chr(34) for c in cols)} FROM \"{t}\"").fetchall()
             out[t] = sorted(rows, key=repr)
@@ -129,9 +129,14 @@ def test_kill9_inside_a_refresh_then_rerun(point, baseline, tmp_path):
     _cli(db, *SACCT, str(files["sacct"]))
     _cli(db, *GOVERNANCE)
     _killed(db, point, ["refresh"])
-    orphans = [p.name for p in tmp_path.iterdir() if ".tmp" in p.name]
-    assert bool(orphans) == point.startswith("refresh: snapshot copied")
+    serving = warehouse.serving_dir(db)
+    orphans = [p.name for p in serving.rglob("*.parquet")] if serving.exists() else []
+    assert bool(orphans) == point.startswith("refresh: parts written")
+    assert not warehouse.serving_path(db).exists()      # nothing half-published: no manifest before the first
     _cli(db, "refresh")
     assert _content(db) == baseline["refreshed"]
-    assert warehouse.serving_path(db).exists()
-    assert [p.name for p in tmp_path.iterdir() if ".tmp" in p.name] == []   # the killed publish's files are gone
+    manifest = warehouse.read_manifest(db)
+    named = {p["file"] for e in manifest["tables"].values() for p in e["parts"].values()} | set(manifest["retired"])
+    on_disk = {p.relative_to(serving).as_posix() for p in serving.rglob("*") if p.is_file()}
+    assert on_disk - named == {"manifest.json"}          # the killed publish's parts and temporaries are gone
+    assert [p.name for p in tmp_path.rglob("*") if ".tmp" in p.name] == []

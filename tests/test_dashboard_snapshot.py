@@ -64,4 +64,4 @@ def test_parameters_not_text(tmp_path):
 def test_registry_shares_one_snapshot_per_warehouse(tmp_path, monkeypatch):
     monkeypatch.setenv("GPULEDGER_DB", str(tmp_path / "x.duckdb"))
     assert for_warehouse(None) is for_warehouse(tmp_path / "x.duckdb")
-    assert for_warehouse(None).path == tmp_path / "x.serving.duckdb"
+    assert for_warehouse(None).path == tmp_path / "x.serving" / "manifest.json"

@@ -7,6 +7,7 @@ import time
 import duckdb
 import pytest
 
+from dashboards.snapshot import Snapshot
 from ingest import warehouse
 
 
@@ -16,7 +17,7 @@ def test_path_resolution(monkeypatch, tmp_path):
     monkeypatch.setenv("GPULEDGER_DB", str(tmp_path / "env.duckdb"))
     assert warehouse.resolve_path(None) == tmp_path / "env.duckdb"
     assert warehouse.resolve_path(tmp_path / "x.duckdb") == tmp_path / "x.duckdb"
-    assert warehouse.serving_path("data/warehouse.duckdb").name == "warehouse.serving.duckdb"
+    assert warehouse.serving_path("data/warehouse.duckdb").as_posix() == "data/warehouse.serving/manifest.json"
 
 
 def test_migrations_apply_once_and_in_order(db_path):
@@ -61,19 +62,19 @@ def test_a_lock_that_never_clears_fails_with_one_line(db_path):
         holder.kill()
 
 
-def test_serving_snapshot_is_swapped_while_a_reader_keeps_the_old_one(con, db_path):
+def test_serving_view_is_swapped_while_a_reader_keeps_the_old_one(con, db_path):
     con.execute("INSERT INTO teams VALUES ('ml', 'CC-1', 'ML')")
     target = warehouse.publish_serving(con, db_path)
-    reader = duckdb.connect(str(target), read_only=True)
-    assert reader.sql("SELECT team FROM teams").fetchall() == [("ml",)]
+    assert target == warehouse.serving_path(db_path) == db_path.parent / "warehouse.serving" / "manifest.json"
+    reader = Snapshot(db_path)
+    old = reader.cursor()
+    assert old.sql("SELECT team FROM teams").fetchall() == [("ml",)]
     con.execute("INSERT INTO teams VALUES ('vision', 'CC-2', 'Vision')")
     warehouse.publish_serving(con, db_path)
-    assert reader.sql("SELECT count(*) FROM teams").fetchall() == [(1,)]   # still the old file
-    reader.close()   # DuckDB caches open databases by path: a reader closes before it reopens
-    fresh = duckdb.connect(str(target), read_only=True)
-    assert fresh.sql("SELECT count(*) FROM teams").fetchall() == [(2,)]
-    assert "gpu_samples" not in {r[0] for r in fresh.sql("SHOW TABLES").fetchall()}
-    assert not [p for p in os.listdir(db_path.parent) if ".tmp" in p]
+    assert old.sql("SELECT count(*) FROM teams").fetchall() == [(1,)]   # still the old manifest's parts
+    assert reader.frame("SELECT count(*) AS n FROM teams")["n"].to_list() == [2]
+    assert not {"gpu_samples", "gpu_samples_5m", "serving_journal", "serving_state"} & reader.tables()
+    assert not [p for p in db_path.parent.rglob("*") if ".tmp" in p.name]
 
 
 def test_accounting_that_does_not_add_up_is_never_committed(con):
@@ -113,7 +114,7 @@ def _dead_pid() -> int:
 
 
 def test_orphaned_snapshot_files_of_dead_processes_go_on_connect_and_publish(db_path):
-    """A refresh killed while publishing leaves X.serving.duckdb.tmpPID (+.wal); only dead PIDs' files go."""
+    """Older versions' publish killed mid-way left X.serving.duckdb.tmpPID (+.wal); only dead PIDs' files go."""
     d, dead, alive = db_path.parent, _dead_pid(), os.getppid()
     names = [f"warehouse.serving.duckdb.tmp{pid}{ext}" for pid in (dead, alive) for ext in ("", ".wal")]
     for name in names + ["other.serving.duckdb.tmp1"]:
