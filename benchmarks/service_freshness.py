@@ -44,7 +44,6 @@ from models.marts import timeline  # noqa: E402
 from models.pipeline import refresh  # noqa: E402
 
 CYCLE = dt.timedelta(minutes=15)
-START = dt.datetime(2027, 1, 5, 8, 15)          # after the year's last submit (2027-01-05 07:59:55)
 FMT = "%Y-%m-%dT%H:%M:%S"
 HEADER = ("JobID|JobIDRaw|Cluster|Partition|QOS|Account|User|State|ExitCode|Submit|Eligible|Start|End|Elapsed|"
           "Timelimit|NNodes|NCPUS|ReqMem|AllocTRES|ReqTRES|NodeList|JobName")
@@ -123,16 +122,17 @@ def _templates(con, n: int) -> pl.DataFrame:
                        ORDER BY submit DESC LIMIT {n}""").pl()
 
 
-def sacct_lines(tpl: pl.DataFrame, cycle: int, first_id: int) -> tuple[list[str], list[str]]:
+def sacct_lines(tpl: pl.DataFrame, cluster: str, start: dt.datetime, cycle: int,
+                first_id: int) -> tuple[list[str], list[str]]:
     """(150 lines of cycle ``cycle``, the ids of its new jobs): 120 new jobs, 30 of the previous cycle ended."""
-    w0 = START + cycle * CYCLE
+    w0 = start + cycle * CYCLE
     lines, new_ids = [], []
 
     def line(i: int, r: dict, submit: dt.datetime, end: dt.datetime | None) -> str:
         start = submit + dt.timedelta(seconds=30)
         state = "COMPLETED" if end else "RUNNING"
         el = int(((end or w0 + CYCLE) - start).total_seconds())
-        return "|".join([str(i), str(i), "orion", r["partition"], r["qos"], r["account"], r["user"], state, "0:0",
+        return "|".join([str(i), str(i), cluster, r["partition"], r["qos"], r["account"], r["user"], state, "0:0",
                          submit.strftime(FMT), submit.strftime(FMT), start.strftime(FMT),
                          end.strftime(FMT) if end else "Unknown", f"{el // 3600:02d}:{el // 60 % 60:02d}:{el % 60:02d}",
                          r["timelimit_raw"], "1", str(r["ncpus"]), "64G", r["alloc_tres"], r["req_tres"],
@@ -152,9 +152,9 @@ def sacct_lines(tpl: pl.DataFrame, cycle: int, first_id: int) -> tuple[list[str]
     return lines, new_ids
 
 
-def telemetry_file(nodes: list[str], models: list[str], cycle: int, path: Path) -> int:
+def telemetry_file(nodes: list[str], models: list[str], start: dt.datetime, cycle: int, path: Path) -> int:
     """15 minutes of 1-minute readings of 8 GPUs per node, four metrics, as dcgm-exporter text; returns points."""
-    w0 = START + cycle * CYCLE
+    w0 = start + cycle * CYCLE
     t0 = int((w0 - dt.datetime(1970, 1, 1)).total_seconds()) * 1000
     g = pl.DataFrame({"node": nodes, "model": models}).join(pl.DataFrame({"gpu": list(range(8))}), how="cross")
     g = g.join(pl.DataFrame({"m": list(range(15))}), how="cross").with_row_index("r")
@@ -200,15 +200,19 @@ def run_cycles(src: Path, work: Path, cycles: int, label: str) -> dict:
     old = old_copy_publish(con, db)
     _log(f"{label}: full publish {full:.1f} s, old full copy {old:.1f} s")
     tpl = _templates(con, 200)
+    cluster, last = con.sql("""SELECT any_value(cluster), greatest(max(submit), max(start), max("end"))
+                               FROM jobs""").fetchall()[0]
+    epoch = dt.datetime(1970, 1, 1)
+    start = epoch + dt.timedelta(seconds=(int((last - epoch).total_seconds()) // 900 + 1) * 900)  # next quarter hour
     first_id = int(con.sql("SELECT max(try_cast(job_id_raw AS BIGINT)) FROM jobs").fetchall()[0][0]) + 1000
     nodes = con.sql("""SELECT node, any_value(gpu_type) FROM nodes WHERE valid_to IS NULL AND gpus = 8
                        GROUP BY node ORDER BY node""").fetchall()
     steps: dict[str, list[float]] = {k: [] for k in ("ingest sacct", "ingest dcgm", "refresh", "publish", "reader",
                                                      "end to end")}
     for c in range(cycles):
-        lines, new_ids = sacct_lines(tpl, c, first_id)
+        lines, new_ids = sacct_lines(tpl, cluster, start, c, first_id)
         (work / "cycle.psv").write_text("\n".join([HEADER, *lines]) + "\n")
-        points = telemetry_file([n for n, _ in nodes], [f"NVIDIA {m.upper()}" for _, m in nodes], c,
+        points = telemetry_file([n for n, _ in nodes], [f"NVIDIA {str(m).upper()}" for _, m in nodes], start, c,
                                 work / "cycle.prom")
         took = {}
         t = time.perf_counter()
@@ -216,7 +220,7 @@ def run_cycles(src: Path, work: Path, cycles: int, label: str) -> dict:
         took["ingest sacct"] = time.perf_counter() - t
         assert s["error"] is None and s["loaded"] == len(lines), s
         t = time.perf_counter()
-        runs = list(dcgm.ingest_paths(con, [str(work / "cycle.prom")], telemetry_store.TelemetryOptions(cluster="orion")))
+        runs = list(dcgm.ingest_paths(con, [str(work / "cycle.prom")], telemetry_store.TelemetryOptions(cluster=cluster)))
         took["ingest dcgm"] = time.perf_counter() - t
         assert runs[0]["error"] is None, runs[0]
         t = time.perf_counter()
@@ -247,10 +251,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cycles", type=int, default=3)
     ap.add_argument("--skip-4x", action="store_true", help="only the cycle on the year")
+    ap.add_argument("--db", type=Path, help="another warehouse with marts instead of the year (a quick check)")
     a = ap.parse_args(argv)
     # the synthetic year runs past today's date: let its times (and the cycles after it) through
     os.environ.setdefault("GPULEDGER_TIME_WINDOW", "2020-01-01..2027-03-01")
-    year = year_warehouse(marts=True)
+    year = a.db or year_warehouse(marts=True)
     with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
         one = run_cycles(year, Path(tmp), a.cycles, "1x")
         shutil.rmtree(warehouse.serving_dir(one["db"]))

@@ -25,6 +25,7 @@ import dashboard_fixtures as dfx
 from dashboards import charts, model_reads as mr, ui
 from dashboards.filters import Filters
 from dashboards.snapshot import Snapshot
+from ingest import warehouse
 from models.definitions.labels import SIZE_CLASSES
 from models.definitions.times import period_bounds
 from models.forecasting import capacity
@@ -379,6 +380,7 @@ def test_a_closed_month_shows_closed_at_once(lab, tmp_path, monkeypatch):
     db0, _, _ = lab
     for src in db0.parent.glob("lab*.duckdb"):
         shutil.copy2(src, tmp_path / src.name)
+    shutil.copytree(warehouse.serving_dir(db0), warehouse.serving_dir(tmp_path / "lab.duckdb"))
     db = tmp_path / "lab.duckdb"
     state = {"f_dates": (dt.date(2026, 9, 21), dt.date(2026, 9, 30))}     # September (the data starts on the 21st)
     at = dfx.open_page(dfx.app(db, monkeypatch), "overview", **state)

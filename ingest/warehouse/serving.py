@@ -207,12 +207,26 @@ def _sql_path(p: Path) -> str:
     return str(p).replace("'", "''")
 
 
-def _publish_table(con, d: Path, t: str, cols, prev: dict | None, since, size: int) -> tuple[dict, list[str]]:
-    """The manifest entry of table ``t`` and the parts it no longer uses. ``prev`` is its previous entry (None:
-    publish it whole); ``since`` the journal's bound for it (None: not noted)."""
+def _spec(t: str, cols) -> tuple[str, str | int] | None:
     spec = PARTITIONS.get(t)
-    if spec and spec[0] not in {c for c, _ in cols}:
-        spec = None
+    return spec if spec and spec[0] in {c for c, _ in cols} else None
+
+
+def _whole_fingerprints(con, names: list[str]) -> dict[str, dict[str, list]]:
+    """{table: {'all': [rows, fingerprint]}} of unpartitioned tables, in one query (empty tables: {})."""
+    if not names:
+        return {}
+    rows = con.execute(" UNION ALL ".join(
+        f"""SELECT '{t}', count(*), sum(hash(_row)::HUGEINT)::VARCHAR FROM main."{t}" _row""" for t in names)).fetchall()
+    return {t: ({"all": [n, fp]} if n else {}) for t, n, fp in rows}
+
+
+def _publish_table(con, d: Path, t: str, cols, prev: dict | None, since, size: int,
+                   whole: dict | None = None) -> tuple[dict, list[str]]:
+    """The manifest entry of table ``t`` and the parts it no longer uses. ``prev`` is its previous entry (None:
+    publish it whole); ``since`` the journal's bound for it (None: not noted); ``whole`` the fingerprints of an
+    unpartitioned table, computed beforehand."""
+    spec = _spec(t, cols)
     part_by = list(spec) if spec else None
     if prev is not None and (prev.get("columns") != cols or prev.get("partition") != part_by):
         prev = None
@@ -228,9 +242,11 @@ def _publish_table(con, d: Path, t: str, cols, prev: dict | None, since, size: i
               "(a writer is missing warehouse.note_changed)", file=sys.stderr)
         since = WHOLE
     old_parts = dict(prev["parts"]) if prev is not None else {}
-    if prev is None or spec is None or since is WHOLE:
+    stale = set(old_parts)
+    if spec is None:
+        fresh = whole if whole is not None else (_fingerprints(con, t, key_sql) if size else {})
+    elif prev is None or since is WHOLE:
         fresh = _fingerprints(con, t, key_sql)
-        stale = set(old_parts)
     else:
         k0 = _key_of(bucket, since)
         lo = _range_sql(col, bucket, k0)[1][0]
@@ -273,8 +289,10 @@ def publish_serving(con: duckdb.DuckDBPyConnection, db_path: str | os.PathLike,
     journal = {t: WHOLE for t in names} if full or not matches else _journal(con)
     prev_tables = old["tables"] if old is not None else {}
     tables, retired = {}, []
+    whole = _whole_fingerprints(con, [t for t in names if _spec(t, cols[t]) is None and sizes.get(t, 0)])
     for t in names:
-        tables[t], gone = _publish_table(con, d, t, cols[t], prev_tables.get(t), journal.get(t), sizes.get(t, 0))
+        tables[t], gone = _publish_table(con, d, t, cols[t], prev_tables.get(t), journal.get(t), sizes.get(t, 0),
+                                         whole.get(t, {}))
         retired += gone
     for t in set(prev_tables) - set(tables):
         retired += [p["file"] for p in prev_tables[t]["parts"].values()]
