@@ -97,7 +97,7 @@ def warehouse_4x(year: Path) -> Path:
         con.execute(f'INSERT INTO "{t}" SELECT * FROM "_x4_{t}"')
         con.execute(f'DROP TABLE "_x4_{t}"')
         _log(f"  {t}: x4")
-    con.execute(f"DROP SEQUENCE seq_job_uid")
+    con.execute("DROP SEQUENCE seq_job_uid")
     con.execute(f"CREATE SEQUENCE seq_job_uid START {con.sql('SELECT max(job_uid) + 1 FROM jobs').fetchall()[0][0]}")
     for c, ds, hz in con.sql(f"SELECT cluster, data_start, horizon FROM ({timeline.SPANS_SQL})").fetchall():
         con.execute("UPDATE tl_clusters SET data_start = ? WHERE cluster = ?", [ds, c])

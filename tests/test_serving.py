@@ -21,7 +21,7 @@ from ingest.warehouse import serving
 from models.pipeline import refresh
 
 #: Narrow partitions, so a handful of jobs over a few days spreads over many parts.
-SMALL_PARTS = {t: (col, "day" if b == "month" else 2) for t, (col, b) in serving.PARTITIONS.items()}
+SMALL_PARTS = {t: (col, {"month": "day", "value": "value"}.get(b, 2)) for t, (col, b) in serving.PARTITIONS.items()}
 GOVERNANCE = FIXTURES / "dashboard" / "governance.toml"
 
 
@@ -220,6 +220,26 @@ def test_an_unnoted_growth_is_caught_and_a_schema_change_republishes(template, t
     assert "job_nodes grew without a serving_journal note" in capsys.readouterr().err
     con.execute("ALTER TABLE teams ADD COLUMN note VARCHAR DEFAULT 'x'")
     warehouse.publish_serving(con, db)
+    _view_equals_warehouse(con, db)
+    con.close()
+
+
+def test_closed_statements_are_a_part_per_period(template, tmp_path):
+    db = _copy(template, tmp_path)
+    con = warehouse.connect(db)
+    refresh.run(con, db)
+    cols = "(period, kind, job_uid, cluster, gpu_hours, direct_cost)"
+    for period, uid in (("2026-09", 1), ("2026-10", 2), ("2026-10", 3)):
+        con.execute(f"INSERT INTO statement_jobs {cols} VALUES (?, 'charge', ?, 'lab', 1.5, 3.25)", [period, uid])
+    warehouse.note_changed(con, "statement_jobs", "2026-09")
+    warehouse.publish_serving(con, db)
+    first = warehouse.read_manifest(db)["tables"]["statement_jobs"]["parts"]
+    assert {k: p["rows"] for k, p in first.items()} == {"2026-09": 1, "2026-10": 2}
+    con.execute(f"INSERT INTO statement_jobs {cols} VALUES ('2026-11', 'charge', 4, 'lab', 2.0, 4.5)")
+    warehouse.note_changed(con, "statement_jobs", "2026-11")     # closing November touches its part only
+    warehouse.publish_serving(con, db)
+    second = warehouse.read_manifest(db)["tables"]["statement_jobs"]["parts"]
+    assert second["2026-09"] == first["2026-09"] and second["2026-10"] == first["2026-10"] and "2026-11" in second
     _view_equals_warehouse(con, db)
     con.close()
 

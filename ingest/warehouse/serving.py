@@ -46,8 +46,8 @@ UID_WIDTH = 1 << 18
 #: Width of a part of the run-keyed audit tables, in run_ids.
 RUN_WIDTH = 1024
 
-#: Partitioned tables: (column, bucket) with bucket 'month', 'day' or an integer width. Every writer of one of these
-#: calls note_changed. Interval tables are keyed on their end (t1): an incremental rebuild from T deletes the
+#: Partitioned tables: (column, bucket) with bucket 'month', 'day', 'value' (a part per value) or an integer
+#: width. Every writer of one of these calls note_changed. Interval tables are keyed on their end (t1): an incremental rebuild from T deletes the
 #: segments starting after T and cuts those running past it, rows that all end after T.
 PARTITIONS: dict[str, tuple[str, str | int]] = {
     "jobs": ("job_uid", UID_WIDTH),
@@ -63,6 +63,7 @@ PARTITIONS: dict[str, tuple[str, str | int]] = {
     "ingest_runs": ("run_id", RUN_WIDTH),
     "ingest_skips": ("run_id", RUN_WIDTH),
     "rejects": ("run_id", RUN_WIDTH),
+    "statement_jobs": ("period", "value"),     # every job of every closed month
 }
 
 #: Time buckets and their keys (which sort as text in time order).
@@ -110,19 +111,22 @@ def note_changed(con: duckdb.DuckDBPyConnection, tables: str | Iterable[str], si
         return
     names = [tables] if isinstance(tables, str) else list(tables)
     ts = since if isinstance(since, (dt.datetime, dt.date)) else None
-    n = int(since) if since is not WHOLE and ts is None else None
-    rows = [[t, ts, n, utcnow()] for t in names if t in PARTITIONS]
+    text = since if isinstance(since, str) and since is not WHOLE else None
+    n = int(since) if since is not WHOLE and ts is None and text is None else None
+    rows = [[t, ts, n, text, utcnow()] for t in names if t in PARTITIONS]
     if rows:
-        con.executemany("INSERT INTO serving_journal VALUES (?, ?, ?, ?)", rows)
+        con.executemany("INSERT INTO serving_journal (table_name, since_ts, since_int, since_text, noted_at) "
+                        "VALUES (?, ?, ?, ?, ?)", rows)
 
 
 def _journal(con) -> dict[str, object]:
     """table -> the lowest noted bound (WHOLE when any note was for the whole table)."""
     out: dict[str, object] = {}
-    for t, whole, lo_ts, lo_n in con.execute("""
-            SELECT table_name, bool_or(since_ts IS NULL AND since_int IS NULL), min(since_ts), min(since_int)
+    for t, whole, lo_ts, lo_n, lo_text in con.execute("""
+            SELECT table_name, bool_or(since_ts IS NULL AND since_int IS NULL AND since_text IS NULL), min(since_ts),
+                   min(since_int), min(since_text)
             FROM serving_journal GROUP BY table_name""").fetchall():
-        out[t] = WHOLE if whole else (lo_ts if lo_ts is not None else lo_n)
+        out[t] = WHOLE if whole else next(v for v in (lo_ts, lo_n, lo_text) if v is not None)
     return out
 
 
@@ -132,6 +136,8 @@ def _key_sql(col: str, bucket) -> str:
     """SQL for a row's partition key as text ('null' for a NULL key)."""
     if bucket in TIME_FORMATS:
         return f"coalesce(strftime(\"{col}\", '{TIME_FORMATS[bucket]}'), 'null')"
+    if bucket == "value":
+        return f"coalesce(\"{col}\"::VARCHAR, 'null')"
     return f"coalesce((\"{col}\" // {int(bucket)})::VARCHAR, 'null')"
 
 
@@ -139,6 +145,8 @@ def _range_sql(col: str, bucket, key: str) -> tuple[str, list]:
     """WHERE clause (and its parameters) selecting the rows of partition ``key`` (a range: zone maps prune)."""
     if key == "null":
         return f'"{col}" IS NULL', []
+    if bucket == "value":
+        return f'"{col}" >= ? AND "{col}" <= ?', [key, key]
     if bucket in TIME_FORMATS:
         lo = dt.datetime.strptime(key, TIME_FORMATS[bucket])
         hi = lo + dt.timedelta(days=1) if bucket == "day" else dt.datetime(lo.year + lo.month // 12, lo.month % 12 + 1, 1)
@@ -150,6 +158,8 @@ def _range_sql(col: str, bucket, key: str) -> tuple[str, list]:
 def _key_of(bucket, since) -> str:
     if bucket in TIME_FORMATS:
         return since.strftime(TIME_FORMATS[bucket])
+    if bucket == "value":
+        return str(since)
     return str(int(since) // int(bucket))
 
 
@@ -157,7 +167,7 @@ def _key_order(bucket, key: str):
     """Sortable form of a key (NULL last), so 'from key k on' compares correctly for integer keys."""
     if key == "null":
         return (1, 0)
-    return (0, key) if bucket in TIME_FORMATS else (0, int(key))
+    return (0, key) if bucket in TIME_FORMATS or bucket == "value" else (0, int(key))
 
 
 # ---------------------------------------------------------------- publishing
@@ -195,7 +205,7 @@ def _fingerprints(con, t: str, key_sql: str, where: str = "true", params: list |
 
 
 def _write_part(con, d: Path, t: str, key: str, where: str, params: list) -> str:
-    rel = f"parts/{t}/{key}.{uuid.uuid4().hex[:12]}.parquet"
+    rel = f"parts/{t}/{re.sub(r'[^A-Za-z0-9_.-]', '_', key)}.{uuid.uuid4().hex[:12]}.parquet"
     (d / rel).parent.mkdir(parents=True, exist_ok=True)
     con.execute(f"COPY (SELECT * FROM main.\"{t}\" WHERE {where}) TO '{_sql_path(d / rel)}' (FORMAT parquet)",
                 params)

@@ -41,6 +41,7 @@ def close_period(con: duckdb.DuckDBPyConnection, period: str, now: dt.datetime |
     closed_at = (now or warehouse.utcnow()).replace(microsecond=0)
     parts = {"lines": st.lines, "recon": st.recon, "rates": st.rates, "jobs": st.jobs}
     with warehouse.transaction(con):
+        warehouse.note_changed(con, "statement_jobs", period)     # the serving view: this period's part
         for name, (table, _, _) in chargeback.PARTS.items():
             con.register("_st_part", parts[name].to_arrow())
             con.execute(f"INSERT INTO {table} SELECT * FROM _st_part")
