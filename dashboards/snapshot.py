@@ -135,7 +135,7 @@ def _open_views(folder: Path, manifest: dict) -> duckdb.DuckDBPyConnection:
         cols = ", ".join(f'CAST({_ident(c)} AS {ty}) AS {_ident(c)}' for c, ty in e["columns"])
         files = [str(folder / p["file"]) for _, p in sorted(e["parts"].items())]
         if files:
-            src = "read_parquet([" + ", ".join(_literal(f) for f in files) + "])"
+            src = "read_parquet([" + ", ".join(_literal(f) for f in files) + "], hive_partitioning = false)"
             con.execute(f"CREATE VIEW {_ident(t)} AS SELECT {cols} FROM {src}")
         else:
             nulls = ", ".join(f"CAST(NULL AS {ty}) AS {_ident(c)}" for c, ty in e["columns"])
