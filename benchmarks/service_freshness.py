@@ -88,7 +88,8 @@ def warehouse_4x(year: Path) -> Path:
                                            AND (data_type = 'TIMESTAMP' OR column_name = 'job_uid')""").fetchall()
                 if t not in ("tl_clusters", "tl_node_state", "nodes", "ingest_runs", "mart_state", "watermarks",
                              "governance", "clusters", "rates", "entitlements", "synthetic_builds", "demand_scopes",
-                             "gpu_devices", "open_statements", "schema_migrations", "serving_journal")]
+                             "gpu_devices", "open_statements", "open_statement_lines", "open_statement_rates",
+                             "open_statement_recon", "schema_migrations", "serving_journal")]
     for t in multiply:
         con.execute(f'CREATE TABLE "_x4_{t}" AS SELECT * FROM "{t}" LIMIT 0')
         for k in (3, 2, 1, 0):                      # oldest first: the order a warehouse grows in
