@@ -41,8 +41,9 @@ from ingest.warehouse.base import utcnow
 SERVING_EXCLUDE = frozenset({"gpu_samples", "gpu_samples_5m", "gpu_ingest_ranges", "schema_migrations",
                              "serving_journal", "serving_state"})
 
-#: Width of a part of the job-keyed tables, in job_uids (a month of the 5M-job year is ~420,000).
-UID_WIDTH = 1 << 18
+#: Width of a part of the job-keyed tables, in job_uids (a month of the 5M-job year is ~420,000; a 15-minute
+#: cycle of that year touches the running jobs, whose uids span ~65,000: two parts of each job-keyed table).
+UID_WIDTH = 1 << 16
 #: Width of a part of the run-keyed audit tables, in run_ids.
 RUN_WIDTH = 1024
 
@@ -207,7 +208,7 @@ def _fingerprints(con, t: str, key_sql: str, where: str = "true", params: list |
 def _write_part(con, d: Path, t: str, key: str, where: str, params: list) -> str:
     rel = f"parts/{t}/{re.sub(r'[^A-Za-z0-9_.-]', '_', key)}.{uuid.uuid4().hex[:12]}.parquet"
     (d / rel).parent.mkdir(parents=True, exist_ok=True)
-    con.execute(f"COPY (SELECT * FROM main.\"{t}\" WHERE {where}) TO '{_sql_path(d / rel)}' (FORMAT parquet)",
+    con.execute(f"COPY (SELECT * FROM main.\"{t}\" WHERE {where}) TO '{_sql_path(d / rel)}' (FORMAT parquet, COMPRESSION zstd)",
                 params)
     return rel
 
