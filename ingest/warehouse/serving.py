@@ -208,8 +208,8 @@ def _fingerprints(con, t: str, key_sql: str, where: str = "true", params: list |
 def _write_part(con, d: Path, t: str, key: str, where: str, params: list) -> str:
     rel = f"parts/{t}/{re.sub(r'[^A-Za-z0-9_.-]', '_', key)}.{uuid.uuid4().hex[:12]}.parquet"
     (d / rel).parent.mkdir(parents=True, exist_ok=True)
-    con.execute(f"COPY (SELECT * FROM main.\"{t}\" WHERE {where}) TO '{_sql_path(d / rel)}' (FORMAT parquet, COMPRESSION zstd)",
-                params)
+    con.execute(f"""COPY (SELECT * FROM main."{t}" WHERE {where}) TO '{_sql_path(d / rel)}'
+                    (FORMAT parquet, COMPRESSION zstd)""", params)
     return rel
 
 
