@@ -48,8 +48,9 @@ UID_WIDTH = 1 << 16
 RUN_WIDTH = 1024
 
 #: Partitioned tables: (column, bucket) with bucket 'month', 'day', 'value' (a part per value) or an integer
-#: width. Every writer of one of these calls note_changed. Interval tables are keyed on their end (t1): an incremental rebuild from T deletes the
-#: segments starting after T and cuts those running past it, rows that all end after T.
+#: width. Every writer of one of these calls note_changed. Interval tables are keyed on their end (t1): an
+#: incremental rebuild from T deletes the segments starting after T and cuts those running past it, rows that all
+#: end after T.
 PARTITIONS: dict[str, tuple[str, str | int]] = {
     "jobs": ("job_uid", UID_WIDTH),
     "job_nodes": ("job_uid", UID_WIDTH),
@@ -150,7 +151,8 @@ def _range_sql(col: str, bucket, key: str) -> tuple[str, list]:
         return f'"{col}" >= ? AND "{col}" <= ?', [key, key]
     if bucket in TIME_FORMATS:
         lo = dt.datetime.strptime(key, TIME_FORMATS[bucket])
-        hi = lo + dt.timedelta(days=1) if bucket == "day" else dt.datetime(lo.year + lo.month // 12, lo.month % 12 + 1, 1)
+        hi = (lo + dt.timedelta(days=1) if bucket == "day"
+              else dt.datetime(lo.year + lo.month // 12, lo.month % 12 + 1, 1))
         return f'"{col}" >= ? AND "{col}" < ?', [lo, hi]
     k = int(key)
     return f'"{col}" >= ? AND "{col}" < ?', [k * int(bucket), (k + 1) * int(bucket)]
@@ -228,7 +230,8 @@ def _whole_fingerprints(con, names: list[str]) -> dict[str, dict[str, list]]:
     if not names:
         return {}
     rows = con.execute(" UNION ALL ".join(
-        f"""SELECT '{t}', count(*), sum(hash(_row)::HUGEINT)::VARCHAR FROM main."{t}" _row""" for t in names)).fetchall()
+        f"""SELECT '{t}', count(*), sum(hash(_row)::HUGEINT)::VARCHAR FROM main."{t}" _row"""
+        for t in names)).fetchall()
     return {t: ({"all": [n, fp]} if n else {}) for t, n, fp in rows}
 
 
