@@ -131,7 +131,7 @@ OPS = st.one_of(
 # An example costs a second or two (ingests, refreshes), so no shrinking: the failing sequence is printed as is.
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture],
           phases=[Phase.explicit, Phase.reuse, Phase.generate])
-@given(ops=st.lists(OPS, min_size=2, max_size=5))
+@given(ops=st.lists(OPS, min_size=2, max_size=4))
 def test_incremental_view_equals_the_warehouse_and_a_full_publish_changes_nothing(ops, template, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("prop")
     db = _copy(template, tmp)
