@@ -225,7 +225,7 @@ def run_cycles(src: Path, work: Path, cycles: int, label: str, old: bool = True)
         took["ingest dcgm"] = time.perf_counter() - t
         assert runs[0]["error"] is None, runs[0]
         t = time.perf_counter()
-        refresh.run(con, db, publish=False)
+        marts = refresh.run(con, db, publish=False)
         took["refresh"] = time.perf_counter() - t
         t = time.perf_counter()
         warehouse.publish_serving(con, db)
@@ -241,7 +241,8 @@ def run_cycles(src: Path, work: Path, cycles: int, label: str, old: bool = True)
         for k, v in took.items():
             steps[k].append(v)
         _log(f"{label} cycle {c}: " + ", ".join(f"{k} {v:.2f} s" for k, v in took.items())
-             + f" ({len(lines)} sacct lines, {points:,} telemetry points)")
+             + f" ({len(lines)} sacct lines, {points:,} telemetry points; refresh: "
+             + ", ".join(f"{k} {v:.1f} s" for k, v in marts) + ")")
     rows = con.sql("SELECT count(*) FROM jobs").fetchall()[0][0]
     con.close()
     return {"median": {k: statistics.median(v) for k, v in steps.items()}, "full": full, "old": old, "jobs": rows,
