@@ -1,6 +1,6 @@
 """Serving the dashboards: `streamlit run dashboards/app.py` on 127.0.0.1, pointed at one warehouse.
 
-The server process reads only ``X.serving.duckdb`` (see dashboards.snapshot); it is told which warehouse
+The server process reads only the serving view ``X.serving/`` (see dashboards.snapshot); it is told which warehouse
 through ``$GPULEDGER_DB``. ``serve`` blocks (the CLI and the demo call it); ``start`` returns the process
 (tests, benchmarks).
 """
