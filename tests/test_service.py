@@ -1,0 +1,194 @@
+"""The collector service (models/service/, `gpuledger serve`): per-source backoff and source_status, /healthz and
+/metrics, SIGTERM in a real process with its dashboard child; against a real Prometheus (stopped and restarted
+mid-run, and scraping /metrics) and a real Slurm (a job submitted while the service runs; downtime and catch-up).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+import prometheus_server
+from conftest import ROOT
+from dashboards.snapshot import Snapshot
+from ingest import warehouse
+from models.service import config, health, loop
+
+GOVERNANCE = ROOT / "data" / "governance.example.toml"
+
+
+def _config(tmp_path: Path, body: str, cycle: int = 1) -> config.ServiceConfig:
+    p = tmp_path / "gpuledger.toml"
+    p.write_text(f'[service]\nwarehouse = "wh.duckdb"\ncycle = {cycle}\nbackoff_initial = 1\nbackoff_max = 4\n'
+                 f'lock_timeout = 30\n{body}', encoding="utf-8")
+    return config.load(p)
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError:
+        return 0, ""            # nothing listens (yet)
+
+
+def _wait(what: str, cond, timeout: float, every: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = cond()
+        if got:
+            return got
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+class Running:
+    """A Collector looping in a thread of this process (signals are the subprocess test's business)."""
+
+    def __init__(self, cfg: config.ServiceConfig):
+        self.collector = loop.Collector(cfg)
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self.collector.run, args=(self.stop_event,), daemon=True)
+        self.thread.start()
+
+    def cycles(self) -> int:
+        return self.collector.snapshot()["cycles"]
+
+    def source(self, cluster: str, source: str) -> dict:
+        return next(s for s in self.collector.snapshot()["sources"] if (s["cluster"], s["source"]) == (cluster, source))
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.thread.join(timeout=60)
+        assert not self.thread.is_alive()
+
+
+# ---------------------------------------------------------------- backoff, status, health (no external server)
+
+def test_failing_sources_back_off_alone_and_are_recorded(tmp_path):
+    gov = tmp_path / "governance.toml"
+    gov.write_bytes(GOVERNANCE.read_bytes())
+    cfg = _config(tmp_path, f'[governance]\npath = "{gov}"\ninterval = 1\n[[clusters]]\nname = "lab"\n'
+                            '[clusters.sacct]\ncommand = "/nonexistent/sacct"\n'
+                            '[clusters.nodes]\ncommand = "sh -c \'echo slurm_load_node: Unable to contact >&2; exit 3\'"\n')
+    c = loop.Collector(cfg)
+    stop = threading.Event()
+    waits = []
+    for i in range(4):
+        for st in c.states.values():
+            st.next_due = 0.0                          # every source due: the backoff is read from the schedule
+        if i == 2:
+            gov.write_bytes(GOVERNANCE.read_bytes() + b"\n# edited\n")
+        assert c.cycle(stop)                           # source failures are not cycle failures
+        # between cycles the warehouse is closed: another process (a CLI report) opens it at once
+        ro = subprocess.run([sys.executable, "-c", f"import duckdb; duckdb.connect({str(cfg.warehouse)!r}, "
+                                                   "read_only=True).execute('SELECT 1')"], capture_output=True)
+        assert ro.returncode == 0, ro.stderr
+        con = warehouse.connect(cfg.warehouse, read_only=True)
+        rows = {r[1]: r for r in con.execute("SELECT cluster, source, consecutive_failures, last_error, "
+                                             "epoch(next_attempt - last_attempt), last_success, attempts "
+                                             "FROM source_status").fetchall()}
+        con.close()
+        waits.append([round(rows[s][4]) for s in ("sacct", "nodes")])
+        assert rows["sacct"][2] == rows["nodes"][2] == i + 1 and rows["sacct"][5] is None
+        assert rows["sacct"][3] == "/nonexistent/sacct: sacct not found on PATH (is slurm-client installed?)"
+        assert rows["nodes"][3] == "sh -c echo slurm_load_node: Unable to contact >&2; exit 3: exited 3: " \
+                                   "slurm_load_node: Unable to contact"
+        assert rows["governance"][0] == "*" and rows["governance"][2] == 0 and rows["governance"][6] == i + 1
+    assert waits == [[1, 1], [2, 2], [4, 4], [4, 4]]          # 1 s doubling, capped at backoff_max
+    con = warehouse.connect(cfg.warehouse, read_only=True)
+    # the file is loaded again only when its content changed (cycle 3), never on an unchanged check
+    assert con.execute("SELECT count(*) FROM ingest_runs WHERE source = 'governance'").fetchall() == [(2,)]
+    # the statuses reached the dashboard's snapshot
+    con.close()
+    shown = Snapshot(cfg.warehouse).frame("SELECT source, consecutive_failures FROM source_status ORDER BY 1")
+    assert shown.rows() == [("governance", 0), ("nodes", 4), ("sacct", 4)]
+
+    snap = c.snapshot()
+    code, body = health.status(snap)
+    assert code == 200 and body["failing_sources"] == ["lab/nodes", "lab/sacct"] and body["cycles"] == 4
+    text = health.metrics(snap)
+    assert 'gpuledger_source_consecutive_failures{cluster="lab",source="sacct"} 4.0' in text
+    assert 'gpuledger_source_up{cluster="*",source="governance"} 1.0' in text
+    assert 'gpuledger_source_lines_total{cluster="*",source="governance",outcome="loaded"} 44.0' in text
+    assert "gpuledger_cycles_total 4.0" in text
+    size = int(float(re.search(r"^gpuledger_warehouse_size_bytes (\S+)$", text, re.M).group(1)))
+    assert size == os.path.getsize(cfg.warehouse) > 0
+    assert not re.search(r'last_success_timestamp_seconds\{cluster="lab"', text)     # never succeeded: no series
+    # a failed cycle (the warehouse unavailable), a stale last cycle: 503 with the reason
+    assert health.status({**snap, "cycle_error": "wh.duckdb: warehouse is locked"})[1]["reason"] == \
+        "last cycle failed: wh.duckdb: warehouse is locked"
+    stale = health.status({**snap, "last_cycle_end": time.time() - 3600})
+    assert stale[0] == 503 and stale[1]["reason"].startswith("the last cycle ended 3600 s ago (limit 63 s)")
+
+
+def test_prometheus_window_catches_up_in_bounded_steps():
+    opts = {"step": 60, "overlap": 300, "lookback": 3600, "max_window": 1800}
+    now = dt.datetime(2026, 7, 14, 12, 0, 42)
+    from models.service.sources import prometheus_window
+    assert prometheus_window(None, now, opts) == (dt.datetime(2026, 7, 14, 11, 0), dt.datetime(2026, 7, 14, 11, 30))
+    assert prometheus_window(dt.datetime(2026, 7, 14, 11, 30), now, opts) == \
+        (dt.datetime(2026, 7, 14, 11, 25), dt.datetime(2026, 7, 14, 11, 55))
+    assert prometheus_window(dt.datetime(2026, 7, 14, 11, 55), now, opts) == \
+        (dt.datetime(2026, 7, 14, 11, 50), dt.datetime(2026, 7, 14, 12, 0))
+
+
+# ---------------------------------------------------------------- a real process, a real signal
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(d.name))
+    return out
+
+
+def test_sigterm_finishes_the_cycle_stops_the_dashboard_and_exits_0(tmp_path):
+    health_port, dash_port = prometheus_server.free_port(), prometheus_server.free_port()
+    cfg = _config(tmp_path, f'[governance]\npath = "{GOVERNANCE}"\n[health]\nlisten = "127.0.0.1:{health_port}"\n'
+                            f'[dashboard]\nport = {dash_port}\n[access]\nheader = "X-Forwarded-User"\n')
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, str(ROOT / "gpuledger.py"), "serve", "--config", str(cfg.path)],
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env, text=True)
+    try:
+        code, body = _wait("/healthz 200", lambda: (r := _get(f"http://127.0.0.1:{health_port}/healthz"))[0] == 200
+                           and r, 60)
+        assert json.loads(body)["status"] == "ok"
+        _wait("the dashboard", lambda: _get(f"http://127.0.0.1:{dash_port}/_stcore/health")[0] == 200, 60)
+        children = _children(proc.pid)
+        assert children
+        environ = Path(f"/proc/{children[0]}/environ").read_bytes().split(b"\0")
+        assert f"GPULEDGER_CONFIG={cfg.path.resolve()}".encode() in environ
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        err = proc.stderr.read()
+        assert "signal 15: finishing the current step, then stopping" in err and "stopped after" in err
+        assert all(not Path(f"/proc/{c}").exists() for c in children), "the dashboard child outlived the service"
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"http://127.0.0.1:{health_port}/healthz", timeout=2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    con = warehouse.connect(cfg.warehouse, lock_timeout=0)          # released: a writer gets it at once
+    assert con.execute("SELECT count(*) FROM ingest_runs WHERE source = 'governance' AND status = 'ok'").fetchall() \
+        == [(1,)]
+    con.close()
