@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -192,3 +193,78 @@ def test_sigterm_finishes_the_cycle_stops_the_dashboard_and_exits_0(tmp_path):
     assert con.execute("SELECT count(*) FROM ingest_runs WHERE source = 'governance' AND status = 'ok'").fetchall() \
         == [(1,)]
     con.close()
+
+
+# ---------------------------------------------------------------- a real Prometheus, stopped and restarted mid-run
+
+def _prom_query(url: str, expr: str) -> list:
+    q = urllib.parse.urlencode({"query": expr})
+    code, body = _get(f"{url}/api/v1/query?{q}")
+    return json.loads(body)["data"]["result"] if code == 200 else []
+
+
+@pytest.mark.prometheus
+def test_prometheus_outage_is_shown_then_the_gap_is_filled(tmp_path):
+    prometheus_server.binaries()
+    now = int(time.time())
+    end = now - now % 60                      # readings once a minute over the hour before this minute
+    minutes = 60
+    devices = [(g, f'gpu="{g}",UUID="GPU-00{g}",Hostname="gpu01",modelName="NVIDIA A100-SXM4-80GB"') for g in (0, 1)]
+    util = {(g, m): (7 * m + 31 * g) % 101 for g, _ in devices for m in range(minutes)}
+    fams = {"DCGM_FI_DEV_GPU_UTIL": [(lab, [(end - 60 * (minutes - m), util[g, m]) for m in range(minutes)])
+                                     for g, lab in devices]}
+    health_port = prometheus_server.free_port()
+    prom = prometheus_server.start(prometheus_server.openmetrics(fams), tmp_path / "prom",
+                                   scrape=(f"127.0.0.1:{health_port}",), scrape_interval="1s")
+    cfg = _config(tmp_path, f'[health]\nlisten = "127.0.0.1:{health_port}"\n[[clusters]]\nname = "lab"\n'
+                            f'[clusters.prometheus]\nurl = "{prom.url}"\ninterval = 1\nlookback = "{minutes + 2}m"\n'
+                            'max_window = "10m"\noverlap = "2m"\nretries = 0\ntimeout = 2\n'
+                            'metrics = ["DCGM_FI_DEV_GPU_UTIL"]\n')
+    run = Running(cfg)
+    http = health.start(cfg.health_listen, run.collector.snapshot)
+    try:
+        _wait("a first pull", lambda: run.source("lab", "prometheus")["last_success"], 30, 0.05)
+        prom.stop()                                      # mid-run: the hour is pulled in 10-minute windows
+        st = run.source("lab", "prometheus")
+        assert st["attempts"] - st["failures"] < 7, "the whole hour was pulled before the outage"
+        _wait("the outage recorded", lambda: run.source("lab", "prometheus")["consecutive_failures"] >= 1, 30)
+        assert "cannot reach Prometheus: connection refused" in run.source("lab", "prometheus")["last_error"]
+        code, text = _get(f"http://127.0.0.1:{health_port}/metrics")
+        assert code == 200 and 'gpuledger_source_up{cluster="lab",source="prometheus"} 0.0' in text
+        assert _get(f"http://127.0.0.1:{health_port}/healthz")[0] == 200     # the service itself is fine
+
+        def published_error():
+            snap = Snapshot(cfg.warehouse)
+            return snap.frame("SELECT last_error FROM source_status WHERE source = 'prometheus' "
+                              "AND consecutive_failures > 0").rows()
+        assert "connection refused" in _wait("the error on Data health's table", published_error, 30)[0][0]
+        assert run.thread.is_alive()
+
+        prom.restart()
+        mark = dt.datetime.fromtimestamp(end, dt.timezone.utc).replace(tzinfo=None)
+
+        def caught_up():
+            rows = Snapshot(cfg.warehouse).frame("SELECT value FROM watermarks WHERE source = 'prometheus'").rows()
+            return rows and rows[0][0] >= mark
+        _wait("the catch-up to the present", caught_up, 60, 0.5)
+        # the real Prometheus scraped /metrics: the failures counter reads back through its HTTP API
+        series = _wait("gpuledger's series in Prometheus", lambda: _prom_query(
+            prom.url, 'gpuledger_source_failures_total{cluster="lab",source="prometheus"}'), 30, 0.5)
+        assert float(series[0]["value"][1]) >= 1
+        assert _prom_query(prom.url, "gpuledger_cycles_total")
+    finally:
+        run.stop()
+        http.shutdown()
+        http.server_close()
+        prom.stop()
+    con = warehouse.connect(cfg.warehouse, read_only=True)
+    got = con.execute("""SELECT gpu, count(*), count(DISTINCT ts), min(ts), max(ts), list(gpu_util ORDER BY ts)
+                         FROM gpu_samples GROUP BY gpu ORDER BY gpu""").fetchall()
+    fails = con.execute("SELECT failures FROM source_status WHERE source = 'prometheus'").fetchall()[0][0]
+    con.close()
+    first = dt.datetime.fromtimestamp(end - 60 * minutes, dt.timezone.utc).replace(tzinfo=None)
+    for (g, _), (gpu, n, distinct, lo, hi, values) in zip(devices, got):
+        # every minute of the hour once: nothing lost in the outage, nothing counted twice by the overlaps
+        assert (gpu, n, distinct, lo, hi) == (str(g), minutes, minutes, first, mark - dt.timedelta(minutes=1))
+        assert values == pytest.approx([util[g, m] / 100 for m in range(minutes)])
+    assert fails >= 1
