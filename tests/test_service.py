@@ -268,3 +268,104 @@ def test_prometheus_outage_is_shown_then_the_gap_is_filled(tmp_path):
         assert (gpu, n, distinct, lo, hi) == (str(g), minutes, minutes, first, mark - dt.timedelta(minutes=1))
         assert values == pytest.approx([util[g, m] / 100 for m in range(minutes)])
     assert fails >= 1
+
+
+# ---------------------------------------------------------------- a real Slurm: a new job, then downtime and catch-up
+
+@pytest.fixture(scope="module")
+def slurm():
+    """The cluster of tests/slurm/up.sh, fresh (empty accounting), under test_slurm_integration's lock."""
+    from test_slurm_integration import PATH, SLURM_DIR, STATE, _env, _interrupt, _script, _take_turn, _why_unavailable
+    why = _why_unavailable()
+    if why:
+        pytest.skip(why)
+    STATE.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{STATE}.lock", "w") as lock:
+        _take_turn(lock)
+        mp = pytest.MonkeyPatch()
+        default_term = signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+        if default_term:                    # a CI timeout's SIGTERM must still stop the daemons
+            signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            _script("up.sh", "--fresh", timeout=240)
+            mp.setenv("SLURM_CONF", str(STATE / "etc" / "slurm.conf"))
+            mp.setenv("PATH", PATH)
+            yield STATE
+        finally:
+            mp.undo()
+            subprocess.run([str(SLURM_DIR / "down.sh")], check=False, env=_env(), capture_output=True, timeout=120)
+            if default_term:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _sbatch(state: Path, user: str, *args: str) -> str:
+    """Submit as ``user`` (the harness' users have associations) from the shared job directory; the job id."""
+    out = subprocess.run(["runuser", "-u", user, "--", "env", f"SLURM_CONF={state}/etc/slurm.conf", "sbatch",
+                          "--parsable", "-o", f"{state}/jobs/%x-%j.out", "-t", "5", *args], cwd=state / "jobs",
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip().split(";")[0]
+
+
+def _final(job_id: str) -> bool:
+    out = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "--format=State"], capture_output=True,
+                         text=True, timeout=30).stdout.split()
+    return bool(out) and not {"PENDING", "RUNNING", "REQUEUED"} & set(out)
+
+
+def _jobs(db: Path) -> tuple[list, int, list]:
+    """(every job's key, state and GPU-seconds; their GPU-seconds in total from the occupancy timeline; the sacct
+    runs' new/updated counts)."""
+    from models.metrics import timeline
+    con = warehouse.connect(db, read_only=True)
+    try:
+        jobs = con.execute("""SELECT job_id_raw, submit, state, elapsed_s, ngpus, elapsed_s * ngpus FROM jobs
+                              ORDER BY 1, 2""").fetchall()
+        gpu_s = timeline.job_gpu_seconds(con)["gpu_seconds"].sum()
+        runs = con.execute("SELECT inserted, updated FROM ingest_runs WHERE source = 'sacct-live' AND status = 'ok' "
+                           "ORDER BY run_id").fetchall()
+        return jobs, gpu_s, runs
+    finally:
+        con.close()
+
+
+@pytest.mark.slurm
+def test_real_slurm_new_job_within_two_cycles_and_downtime_loses_nothing(slurm, tmp_path):
+    cfg = _config(tmp_path, f'[[clusters]]\nname = "glcluster"\nslurm_conf = "{slurm}/etc/slurm.conf"\n'
+                            '[clusters.sacct]\ninterval = 2\n[clusters.nodes]\ninterval = "1h"\n'
+                            '[clusters.events]\ninterval = "1h"\n', cycle=2)
+    run = Running(cfg)
+    try:
+        _wait("the first cycle", lambda: run.cycles() >= 1, 60)
+        first = _sbatch(slurm, "alice", "-A", "ml", "-p", "a100", "--gres=gpu:a100:1", "--wrap", "sleep 1")
+        c0 = run.cycles()
+
+        def published():
+            return Snapshot(cfg.warehouse).frame("SELECT state FROM jobs WHERE job_id = ?", [first]).rows()
+        _wait(f"job {first} in the serving snapshot", published, 30, 0.1)
+        assert run.cycles() - c0 <= 2, f"job {first} took {run.cycles() - c0} cycles to reach the dashboard"
+        nodes = Snapshot(cfg.warehouse).frame("SELECT node, gpus FROM nodes ORDER BY node").rows()
+        assert nodes == [("gpu01", 4), ("gpu02", 4), ("gpu03", 4)]       # the inventory source ran too
+    finally:
+        run.stop()
+    # downtime: accounting the service has not seen (and the first job's end)
+    more = [_sbatch(slurm, "bob", "-A", "vision", "-p", "a100", "--gres=gpu:a100:2", "--wrap", "sleep 2"),
+            _sbatch(slurm, "dave", "-A", "infra", "-p", "h100", "--gres=gpu:h100:1", "--wrap", "exit 3")]
+    for job in [first, *more]:
+        _wait(f"job {job} to end", lambda job=job: _final(job), 60, 0.5)
+    run = Running(cfg)                                  # restart: catch up from the watermark
+    try:
+        _wait("a cycle after the restart", lambda: run.cycles() >= 1, 60)
+    finally:
+        run.stop()
+    import gpuledger
+    once = tmp_path / "one-shot.duckdb"
+    assert gpuledger.main(["--db", str(once), "-q", "ingest", "sacct", "--live", "--cluster", "glcluster"]) == 0
+    served, gpu_s, runs = _jobs(cfg.warehouse)
+    alone, gpu_s_alone, _ = _jobs(once)
+    assert served == alone and gpu_s == gpu_s_alone
+    assert {j[0] for j in served} >= {first, *more} and len(served) == 3
+    assert [j[2] for j in served] == ["COMPLETED", "COMPLETED", "FAILED"]
+    assert gpu_s == sum(j[5] for j in served) > 0
+    # every job was inserted once over all the service's overlapping reads; re-reads were updates or no-ops
+    assert sum(r[0] for r in runs) == len(served) and len(runs) >= 3
