@@ -369,3 +369,18 @@ def test_real_slurm_new_job_within_two_cycles_and_downtime_loses_nothing(slurm, 
     assert gpu_s == sum(j[5] for j in served) > 0
     # every job was inserted once over all the service's overlapping reads; re-reads were updates or no-ops
     assert sum(r[0] for r in runs) == len(served) and len(runs) >= 3
+
+
+def test_once_runs_one_cycle_and_exits_1_when_a_source_failed(tmp_path, caplog):
+    import gpuledger
+    cfg = _config(tmp_path, f'[governance]\npath = "{GOVERNANCE}"\n')
+    assert gpuledger.main(["serve", "--config", str(cfg.path), "--once"]) == 0
+    cfg = _config(tmp_path, f'[governance]\npath = "{GOVERNANCE}"\n[[clusters]]\nname = "lab"\n[clusters.events]\n'
+                            'command = "/nonexistent/sacctmgr"\n')
+    assert gpuledger.main(["serve", "--config", str(cfg.path), "--once", "-q"]) == 1
+    assert "lab/events failed (1 in a row; next try in 1 s): /nonexistent/sacctmgr: not found on PATH" \
+        in caplog.text
+    con = warehouse.connect(cfg.warehouse, read_only=True)
+    assert con.execute("SELECT source, consecutive_failures, attempts FROM source_status ORDER BY 1").fetchall() == \
+        [("events", 1, 1), ("governance", 0, 2)]
+    con.close()

@@ -92,7 +92,14 @@ class Collector:
 
     def cycle(self, stop: threading.Event) -> bool:
         """Collect what is due, refresh if anything new was loaded (else publish if a status changed); True when
-        the cycle ended without a cycle-level error (warehouse unavailable, refresh failed)."""
+        the cycle ended without a cycle-level error (warehouse unavailable, refresh failed, status not written)."""
+        try:
+            return self._cycle(stop)
+        except Exception as exc:                # noqa: BLE001 -- the loop outlives anything one cycle meets
+            log.exception("cycle failed")
+            return self._cycle_failed(one_line(exc))
+
+    def _cycle(self, stop: threading.Event) -> bool:
         t0 = time.perf_counter()
         due = self.due(time.monotonic())
         try:
@@ -107,6 +114,7 @@ class Collector:
                 if stop.is_set():
                     break
                 self._collect(con, st)
+                self.heartbeat = time.monotonic()      # a long cycle is a live loop
             if stop.is_set():
                 return True
             self.need_refresh = self.need_refresh or warehouse.newest_run(con) > before
@@ -226,7 +234,8 @@ class Collector:
 
 def serve(cfg: ServiceConfig, dashboard: Callable[[], subprocess.Popen] | None = None, once: bool = False) -> int:
     """Run the service until SIGTERM/SIGINT: /healthz and /metrics (``[health] listen``), the dashboard child
-    (``dashboard()`` starts it) and the collector loop in this thread. Returns the exit status (0)."""
+    (``dashboard()`` starts it) and the collector loop in this thread. Returns the exit status: 0; with ``once``
+    (one cycle, no health server, no dashboard) 1 when the cycle or a source failed."""
     stop = threading.Event()
     collector = Collector(cfg)
 
@@ -252,6 +261,9 @@ def serve(cfg: ServiceConfig, dashboard: Callable[[], subprocess.Popen] | None =
             http.server_close()
         _stop_child(collector.child)
     log.info("gpuledger serve: stopped after %d cycles", collector.cycles)
+    if once:       # cron-style: say whether everything worked
+        snap = collector.snapshot()
+        return 1 if snap["cycle_error"] or any(s["consecutive_failures"] for s in snap["sources"]) else 0
     return 0
 
 
