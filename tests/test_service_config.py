@@ -94,7 +94,7 @@ def test_errors_name_file_line_and_key(tmp_path):
     assert _error(tmp_path, MINIMAL.replace("[clusters.sacct]", "[clusters.sacc]")) == \
         ":8: key clusters[0].sacc: unknown key (allowed: events, name, nodes, prometheus, sacct, slurm_conf)"
     assert _error(tmp_path, MINIMAL + "[dashboard]\nport = \"8501\"\n") == \
-        ":11: key dashboard.port: must be a whole number >= 0, got '8501'"
+        ":11: key dashboard.port: must be a TCP port 1-65535, got '8501'"
     assert _error(tmp_path, "[service]\ncycle = 5\n") .startswith(":1: key clusters: nothing to collect")
     assert _error(tmp_path, "[service\ncycle = 5\n") == ":1: not valid TOML: Expected ']' at the end of a table declaration"
 

@@ -33,7 +33,7 @@ SECTIONS: dict[str, dict[str, Key]] = {
                                                    "(0: 3 cycles + 60 s)")},
     "dashboard": {"enabled": Key("bool", True, "start the dashboard child (also --no-dashboard)"),
                   "host": Key("str", "127.0.0.1", "bind address"),
-                  "port": Key("int", 8501, "TCP port")},
+                  "port": Key("port", 8501, "TCP port")},
 }
 CLUSTER_KEYS = {"name": Key("str", None, "the cluster's name in Slurm and in the warehouse"),
                 "slurm_conf": Key("path", "", "SLURM_CONF for this cluster's commands (default: the host's)")}
@@ -128,6 +128,8 @@ def _value(chk: _Where, path: tuple, key: Key, value: Any, base: Path) -> Any:
         chk.fail(path, f"must be true or false, got {value!r}")
     if t == "int" and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
         chk.fail(path, f"must be a whole number >= 0, got {value!r}")
+    if t == "port" and (isinstance(value, bool) or not isinstance(value, int) or not 0 < value < 65536):
+        chk.fail(path, f"must be a TCP port 1-65535, got {value!r}")
     if t in ("str", "path") and not isinstance(value, str):
         chk.fail(path, f"must be a string, got {value!r}")
     if t == "strings" and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):

@@ -39,7 +39,8 @@ GLOBAL = "*"
 
 @dataclass(frozen=True)
 class Key:
-    """One config key: its type (duration = whole seconds, str, strings, bool, int, path), default and meaning."""
+    """One config key: its type (duration = whole seconds, str, strings, bool, int, port, path), default (None:
+    required, except for durations) and meaning."""
     type: str
     default: Any
     help: str = ""
