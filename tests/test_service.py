@@ -19,6 +19,8 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import prometheus_server
 from conftest import ROOT
@@ -141,10 +143,40 @@ def test_prometheus_window_catches_up_in_bounded_steps():
     now = dt.datetime(2026, 7, 14, 12, 0, 42)
     from models.service.sources import prometheus_window
     assert prometheus_window(None, now, opts) == (dt.datetime(2026, 7, 14, 11, 0), dt.datetime(2026, 7, 14, 11, 30))
+    assert prometheus_window(dt.datetime(2026, 7, 14, 11, 0), now, opts) == \
+        (dt.datetime(2026, 7, 14, 10, 55), dt.datetime(2026, 7, 14, 11, 30))      # max_window past the watermark
     assert prometheus_window(dt.datetime(2026, 7, 14, 11, 30), now, opts) == \
-        (dt.datetime(2026, 7, 14, 11, 25), dt.datetime(2026, 7, 14, 11, 55))
+        (dt.datetime(2026, 7, 14, 11, 25), dt.datetime(2026, 7, 14, 12, 0))
     assert prometheus_window(dt.datetime(2026, 7, 14, 11, 55), now, opts) == \
         (dt.datetime(2026, 7, 14, 11, 50), dt.datetime(2026, 7, 14, 12, 0))
+
+
+def _unix(t: dt.datetime) -> float:
+    return t.replace(tzinfo=dt.timezone.utc).timestamp()
+
+
+@settings(max_examples=60)
+@given(step=st.sampled_from([15, 60, 300]), overlap=st.integers(0, 7200), lookback=st.integers(60, 86400),
+       max_window=st.integers(1, 86400), downtime=st.integers(0, 86400), second=st.integers(0, 59))
+def test_prometheus_windows_cover_every_step_after_any_downtime(step, overlap, lookback, max_window, downtime, second):
+    """From any watermark, successive windows reach the present on the step grid with no hole, each advancing
+    at most max_window (at least a step) past the watermark."""
+    from models.service.sources import prometheus_window
+    opts = {"step": step, "overlap": overlap, "lookback": lookback, "max_window": max_window}
+    now = dt.datetime(2026, 7, 14, 12, 0, second)
+    mark = now - dt.timedelta(seconds=downtime) if downtime else None
+    for _ in range(86400 // 15 + 2):
+        start, end = prometheus_window(mark, now, opts)
+        assert _unix(start) % step == 0 and _unix(end) % step == 0 and start <= end
+        if mark is not None:
+            assert start <= mark                       # no hole between two pulls
+            assert mark < end or (now - mark).total_seconds() < step
+            assert (end - mark).total_seconds() <= max(step, max_window)
+        mark = end
+        if (now - end).total_seconds() < step:         # caught up: the last whole step is in
+            break
+    else:
+        raise AssertionError("never caught up")
 
 
 # ---------------------------------------------------------------- a real process, a real signal

@@ -111,14 +111,16 @@ def collect_events(con, where: Where, opts: dict) -> dict:
 
 def prometheus_window(mark: dt.datetime | None, now: dt.datetime, opts: dict) -> tuple[dt.datetime, dt.datetime]:
     """The next pull [start, end], both on the step grid: from the watermark minus ``overlap`` (the first time:
-    ``lookback`` before now), at most ``max_window`` long, ending at the last step boundary before now."""
+    ``lookback`` before now) to the last step boundary before now, but at most ``max_window`` (at least one step)
+    past the watermark, so that each pull advances and a catch-up goes in bounded windows."""
     step = opts["step"]
 
     def floor(t: dt.datetime) -> dt.datetime:
         epoch = int(t.replace(tzinfo=dt.timezone.utc).timestamp())
         return dt.datetime.fromtimestamp(epoch - epoch % step, dt.timezone.utc).replace(tzinfo=None)
     start = floor(mark - dt.timedelta(seconds=opts["overlap"]) if mark else now - dt.timedelta(seconds=opts["lookback"]))
-    end = min(floor(now), start + dt.timedelta(seconds=opts["max_window"]))
+    ahead = dt.timedelta(seconds=max(step, opts["max_window"]))
+    end = min(floor(now), floor((mark or start) + ahead))
     return start, max(start, end)
 
 
@@ -171,7 +173,7 @@ KINDS: dict[str, SourceKind] = {
         "step": Key("duration", 60, "query resolution (stored rows are >= 1 minute)"),
         "lookback": Key("duration", 3600, "how far back the first pull reaches"),
         "overlap": Key("duration", 300, "re-read before the watermark (late scrapes)"),
-        "max_window": Key("duration", 6 * 3600, "longest window one collection pulls (catch-up goes in steps)"),
+        "max_window": Key("duration", 6 * 3600, "at most this far past the watermark per collection (catch-up in steps)"),
         "retries": Key("int", 1, "retries of a transient HTTP failure inside one collection"),
         "keep_raw_days": Key("int", 0, "prune raw rows older than N days after loading (0: keep)"),
         "timeout": Key("duration", 60, "seconds per HTTP request")}),
