@@ -29,6 +29,7 @@ from ingest import warehouse
 from models.service import config, health, loop
 
 GOVERNANCE = ROOT / "data" / "governance.example.toml"
+SCONTROL = ROOT / "tests" / "fixtures" / "slurm_real" / "scontrol-show-node-o.txt"
 
 
 def _config(tmp_path: Path, body: str, cycle: int = 1, backoff_max: int = 4) -> config.ServiceConfig:
@@ -86,7 +87,9 @@ def test_failing_sources_back_off_alone_and_are_recorded(tmp_path):
     gov.write_bytes(GOVERNANCE.read_bytes())
     cfg = _config(tmp_path, f'[governance]\npath = "{gov}"\ninterval = 1\n[[clusters]]\nname = "lab"\n'
                             '[clusters.sacct]\ncommand = "/nonexistent/sacct"\n'
-                            '[clusters.nodes]\ncommand = "sh -c \'echo slurm_load_node: Unable to contact >&2; exit 3\'"\n')
+                            '[clusters.nodes]\ncommand = "sh -c \'echo slurm_load_node: Unable to contact >&2; exit 3\'"\n'
+                            # a second cluster whose inventory source works (a real scontrol capture)
+                            f'[[clusters]]\nname = "lab2"\n[clusters.nodes]\ncommand = "cat {SCONTROL}"\n')
     c = loop.Collector(cfg)
     stop = threading.Event()
     waits = []
@@ -103,8 +106,11 @@ def test_failing_sources_back_off_alone_and_are_recorded(tmp_path):
         con = warehouse.connect(cfg.warehouse, read_only=True)
         rows = {r[1]: r for r in con.execute("SELECT cluster, source, consecutive_failures, last_error, "
                                              "epoch(next_attempt - last_attempt), last_success, attempts "
-                                             "FROM source_status").fetchall()}
+                                             "FROM source_status WHERE cluster <> 'lab2'").fetchall()}
+        lab2 = con.execute("SELECT consecutive_failures, attempts, last_success IS NOT NULL FROM source_status "
+                           "WHERE cluster = 'lab2'").fetchall()
         con.close()
+        assert lab2 == [(0, i + 1, True)]              # the other cluster's source goes on
         waits.append([round(rows[s][4]) for s in ("sacct", "nodes")])
         assert rows["sacct"][2] == rows["nodes"][2] == i + 1 and rows["sacct"][5] is None
         assert rows["sacct"][3] == "/nonexistent/sacct: sacct not found on PATH (is slurm-client installed?)"
@@ -117,8 +123,11 @@ def test_failing_sources_back_off_alone_and_are_recorded(tmp_path):
     assert con.execute("SELECT count(*) FROM ingest_runs WHERE source = 'governance'").fetchall() == [(2,)]
     # the statuses reached the dashboard's snapshot
     con.close()
-    shown = Snapshot(cfg.warehouse).frame("SELECT source, consecutive_failures FROM source_status ORDER BY 1")
-    assert shown.rows() == [("governance", 0), ("nodes", 4), ("sacct", 4)]
+    shown = Snapshot(cfg.warehouse).frame("SELECT cluster, source, consecutive_failures FROM source_status "
+                                          "ORDER BY 1, 2")
+    assert shown.rows() == [("*", "governance", 0), ("lab", "nodes", 4), ("lab", "sacct", 4), ("lab2", "nodes", 0)]
+    assert Snapshot(cfg.warehouse).frame("SELECT DISTINCT cluster, node FROM nodes ORDER BY 2").rows() == \
+        [("lab2", "gpu01"), ("lab2", "gpu02"), ("lab2", "gpu03")]
 
     snap = c.snapshot()
     code, body = health.status(snap)
