@@ -386,6 +386,9 @@ def test_real_slurm_new_job_within_two_cycles_and_downtime_loses_nothing(slurm, 
             return Snapshot(cfg.warehouse).frame("SELECT state FROM jobs WHERE job_id = ?", [first]).rows()
         _wait(f"job {first} in the serving snapshot", published, 30, 0.1)
         assert run.cycles() - c0 <= 2, f"job {first} took {run.cycles() - c0} cycles to reach the dashboard"
+        t = run.collector.snapshot()["timings"]
+        print(f"\nserve on the real Slurm: {run.cycles() - c0} cycle(s) from sbatch to the snapshot; last cycle "
+              f"{t['cycle']:.2f} s (refresh {t['refresh']:.2f} s, publish {t['publish']:.2f} s)")
         nodes = Snapshot(cfg.warehouse).frame("SELECT node, gpus FROM nodes ORDER BY node").rows()
         assert nodes == [("gpu01", 4), ("gpu02", 4), ("gpu03", 4)]       # the inventory source ran too
     finally:

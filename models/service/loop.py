@@ -110,6 +110,7 @@ class Collector:
             if not self.loaded_status:
                 self._load_status(con)
             before = warehouse.newest_run(con)
+            timed = {"refresh": 0.0, "publish": 0.0}
             for st in due:
                 if stop.is_set():
                     break
@@ -122,12 +123,12 @@ class Collector:
                 if self.need_refresh:
                     steps = refresh.run(con, self.cfg.warehouse)
                     pub = sum(s for n, s in steps if n == "serving snapshot")
-                    self._timed(refresh=sum(s for n, s in steps) - pub, publish=pub)
+                    timed = {"refresh": sum(s for n, s in steps) - pub, "publish": pub}
                     self.need_refresh = False
                 elif due:
                     p0 = time.perf_counter()
                     warehouse.publish_serving(con, self.cfg.warehouse)
-                    self._timed(refresh=0.0, publish=time.perf_counter() - p0)
+                    timed = {"refresh": 0.0, "publish": time.perf_counter() - p0}
             except Exception as exc:            # noqa: BLE001 -- the loop outlives a failed refresh
                 log.exception("refresh failed")
                 return self._cycle_failed(f"refresh failed: {one_line(exc)}")
@@ -137,12 +138,8 @@ class Collector:
             self.cycles += 1
             self.cycle_error = None
             self.last_cycle_end = time.time()
-            self.timings["cycle"] = time.perf_counter() - t0
+            self.timings = {**timed, "cycle": time.perf_counter() - t0}     # one cycle's figures together
         return True
-
-    def _timed(self, **secs: float) -> None:
-        with self.lock:
-            self.timings.update(secs)
 
     def _cycle_failed(self, msg: str) -> bool:
         log.error("cycle failed: %s", msg)
