@@ -203,10 +203,24 @@ def _children(pid: int) -> list[int]:
     return out
 
 
-def test_sigterm_finishes_the_cycle_stops_the_dashboard_and_exits_0(tmp_path):
+def _command_running(pid: int, word: str) -> list[int]:
+    """Children of ``pid`` whose command line contains ``word``."""
+    out = []
+    for c in _children(pid):
+        try:
+            if word.encode() in Path(f"/proc/{c}/cmdline").read_bytes():
+                out.append(c)
+        except OSError:
+            pass
+    return out
+
+
+def test_sigterm_finishes_the_collection_stops_the_dashboard_and_exits_0(tmp_path):
     health_port, dash_port = prometheus_server.free_port(), prometheus_server.free_port()
+    # an inventory source that takes 2 s (a slow scontrol), collected back to back: SIGTERM lands inside it
     cfg = _config(tmp_path, f'[governance]\npath = "{GOVERNANCE}"\n[health]\nlisten = "127.0.0.1:{health_port}"\n'
-                            f'[dashboard]\nport = {dash_port}\n')
+                            f'[dashboard]\nport = {dash_port}\n[[clusters]]\nname = "lab"\n[clusters.nodes]\n'
+                            f'interval = 1\ncommand = "sh -c \'sleep 2; cat {SCONTROL}\'"\n')
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen([sys.executable, str(ROOT / "gpuledger.py"), "serve", "--config", str(cfg.path)],
                             stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env, text=True)
@@ -217,13 +231,15 @@ def test_sigterm_finishes_the_cycle_stops_the_dashboard_and_exits_0(tmp_path):
         _wait("the dashboard", lambda: _get(f"http://127.0.0.1:{dash_port}/_stcore/health")[0] == 200, 60)
         children = _children(proc.pid)
         assert children
-        environ = Path(f"/proc/{children[0]}/environ").read_bytes().split(b"\0")
+        dash = [c for c in children if b"streamlit" in Path(f"/proc/{c}/cmdline").read_bytes()]
+        environ = Path(f"/proc/{dash[0]}/environ").read_bytes().split(b"\0")
         assert f"GPULEDGER_CONFIG={cfg.path.resolve()}".encode() in environ
+        _wait("a collection in progress", lambda: _command_running(proc.pid, "sleep 2"), 30, 0.05)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
         err = proc.stderr.read()
         assert "signal 15: finishing the current step, then stopping" in err and "stopped after" in err
-        assert all(not Path(f"/proc/{c}").exists() for c in children), "the dashboard child outlived the service"
+        assert not Path(f"/proc/{dash[0]}").exists(), "the dashboard child outlived the service"
         with pytest.raises(OSError):
             urllib.request.urlopen(f"http://127.0.0.1:{health_port}/healthz", timeout=2)
     finally:
@@ -233,7 +249,11 @@ def test_sigterm_finishes_the_cycle_stops_the_dashboard_and_exits_0(tmp_path):
     con = warehouse.connect(cfg.warehouse, lock_timeout=0)          # released: a writer gets it at once
     assert con.execute("SELECT count(*) FROM ingest_runs WHERE source = 'governance' AND status = 'ok'").fetchall() \
         == [(1,)]
+    # the collection under way when the signal came finished and committed: every attempt is an ok run
+    runs = con.execute("SELECT status, count(*) FROM ingest_runs WHERE source = 'nodes' GROUP BY 1").fetchall()
+    status = con.execute("SELECT attempts, consecutive_failures FROM source_status WHERE source = 'nodes'").fetchall()
     con.close()
+    assert runs == [("ok", status[0][0])] and status[0][1] == 0 and status[0][0] >= 2
 
 
 # ---------------------------------------------------------------- a real Prometheus, stopped and restarted mid-run
