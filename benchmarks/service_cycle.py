@@ -2,7 +2,7 @@
 
 Usage: ``python benchmarks/service_cycle.py [DEMO_DB]`` (default data/demo.duckdb; build it with
 ``gpuledger demo --no-serve --keep-inputs``). On a copy of the warehouse, with a config of the governance file the
-demo kept (``demo-inputs/governance.toml``), it times, median of 3:
+demo kept (``data/demo/inputs/governance.toml``), it times, median of 3:
 
 - the first cycle after a start: open, check the governance file (unchanged: nothing loaded), an incremental
   refresh with nothing new, publish, close;
@@ -38,9 +38,7 @@ def _cycle(cfg, first: bool) -> tuple[float, dict]:
 
 def main() -> None:
     demo = Path(sys.argv[1] if len(sys.argv) > 1 else ROOT / "data" / "demo.duckdb")
-    gov_src = demo.parent / (demo.stem + "-inputs") / "governance.toml"
-    if not gov_src.exists():
-        gov_src = next(demo.parent.glob("*inputs*/governance.toml"))
+    gov_src = demo.parent / demo.stem / "inputs" / "governance.toml"      # where --keep-inputs keeps them
     with tempfile.TemporaryDirectory() as d:
         db, gov = Path(d) / "wh.duckdb", Path(d) / "governance.toml"
         shutil.copy2(demo, db)
