@@ -25,7 +25,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from ingest import warehouse  # noqa: E402
-from models.service import config, loop  # noqa: E402
+from models.service import config, health, loop  # noqa: E402
 
 
 def _cycle(cfg, first: bool) -> tuple[float, dict]:
@@ -56,8 +56,7 @@ def main() -> None:
             rows["steady cycle (publish only)"].append(_cycle(cfg, False))
             gov.write_text(gov.read_text() + f"\n# edit {i}\n")
             rows["cycle loading governance"].append(_cycle(cfg, False))
-        print(f"{demo.name}: {jobs:,} jobs, warehouse {warehouse.serving_path(db).stat().st_size / 1e6:.0f} MB "
-              "snapshot")
+        print(f"{demo.name}: {jobs:,} jobs, warehouse {health.warehouse_bytes(str(db)) / 1e6:.0f} MB")
         for name, runs in rows.items():
             total = statistics.median(r[0] for r in runs)
             ref = statistics.median(r[1]["refresh"] for r in runs)
