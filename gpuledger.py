@@ -902,6 +902,40 @@ def cmd_dashboard(args) -> int:
         raise CliError(str(exc)) from exc
 
 
+def cmd_serve(args) -> int:
+    """Run the collector service from a config: scheduled collection, refresh and publish, /healthz and /metrics,
+    and the dashboard child (unless --no-dashboard) told the config's path in $GPULEDGER_CONFIG."""
+    import logging
+    from dataclasses import replace
+    from dashboards import server
+    from ingest.errors import InputError
+    from models.service import config, loop
+    try:
+        cfg = config.load(args.config)
+    except InputError as exc:
+        raise CliError(str(exc)) from exc
+    if getattr(args, "db", None):
+        cfg = replace(cfg, warehouse=Path(args.db))
+    if args.health_listen is not None:
+        try:
+            cfg = replace(cfg, health_listen=config.parse_listen(args.health_listen, "--health-listen"))
+        except ValueError as exc:
+            raise UsageError(f"serve: {exc}") from exc
+    logging.basicConfig(level=logging.WARNING if args.quiet else logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(message)s")
+    dashboard = None
+    if cfg.dashboard and not args.no_dashboard and not args.once:
+        os.environ["GPULEDGER_CONFIG"] = str(cfg.path.resolve())     # the dashboard reads its [access] table
+        server.check_port(cfg.dashboard_port, cfg.dashboard_host)
+
+        def dashboard():
+            return server.start(cfg.warehouse, cfg.dashboard_port, cfg.dashboard_host)
+    try:
+        return loop.serve(cfg, dashboard, once=args.once)
+    except (server.PortInUse, OSError) as exc:
+        raise CliError(f"serve: {exc}") from exc
+
+
 #: The demo's own warehouse: `demo` never writes to $GPULEDGER_DB (that may be a real site's warehouse).
 DEMO_DB = Path("data") / "demo.duckdb"
 
@@ -1339,6 +1373,22 @@ def _serving_parsers(sub) -> None:
     _serve_options(s, "dashboard")
 
 
+def _serve_parser(sub) -> None:
+    s = _command(sub, "serve", cmd_serve, "run the collector service: scheduled collection, refresh, dashboard",
+                 "One long-running writer: per cluster of the config it collects each source on its schedule (sacct "
+                 "from the watermark, node inventory, events, Prometheus/DCGM telemetry, the governance file when it "
+                 "changes), then refreshes the marts and publishes the dashboard snapshot; a failing source backs off "
+                 "alone. Serves /healthz and /metrics and starts the dashboard. Stops cleanly on SIGTERM or Ctrl-C. "
+                 "Config format: data/gpuledger.example.toml.",
+                 db_help="warehouse file (default: the config's [service] warehouse)")
+    s.add_argument("--config", required=True, metavar="FILE.toml", help="the service config")
+    s.add_argument("--no-dashboard", action="store_true", help="do not start the dashboard child")
+    s.add_argument("--once", action="store_true",
+                   help="run one cycle of every source, refresh, publish and exit (no dashboard, no health server)")
+    s.add_argument("--health-listen", metavar="HOST:PORT",
+                   help="address of /healthz and /metrics instead of the config's [health] listen ('' turns it off)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="gpuledger",
@@ -1355,6 +1405,7 @@ def build_parser() -> argparse.ArgumentParser:
     _simulate_parsers(sub)
     _plan_parser(sub)
     _serving_parsers(sub)
+    _serve_parser(sub)
     return p
 
 

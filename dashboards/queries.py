@@ -177,3 +177,15 @@ def unmapped_accounts(version: str, f: Filters) -> pl.DataFrame:
                   [f.t0, f.t1, list(f.clusters), list(f.clusters), list(f.partitions), list(f.partitions),
                    list(f.pools), list(f.pools)])
 
+
+
+@st.cache_data(**CACHE)
+def source_status(version: str) -> pl.DataFrame:
+    """Per (cluster, source) the collector service collects (`gpuledger serve`): last attempt and success (UTC),
+    consecutive failures and the last error (its absolute paths cut to base names); empty without the service."""
+    if "source_status" not in current().tables():
+        return pl.DataFrame()
+    return _frame(f"""SELECT cluster, source, last_attempt, last_success, consecutive_failures,
+                             {_NO_DIRS.format("last_error")} AS last_error, next_attempt,
+                             lines_loaded, lines_skipped, lines_rejected
+                      FROM source_status ORDER BY cluster, source""")

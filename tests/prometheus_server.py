@@ -49,6 +49,13 @@ class PromServer:
     proc: subprocess.Popen
     log: Path
 
+    def restart(self, ready_timeout_s: float = 60.0) -> None:
+        """Start the stopped server again: same data, same port, same configuration."""
+        self.stop()
+        with open(self.log, "ab") as lf:
+            self.proc = subprocess.Popen(self.proc.args, stdout=lf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        _wait_ready(self, ready_timeout_s)
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.terminate()
@@ -59,9 +66,11 @@ class PromServer:
                 self.proc.wait(timeout=5)
 
 
-def start(om: str | Path, workdir: Path, ready_timeout_s: float = 60.0) -> PromServer:
+def start(om: str | Path, workdir: Path, ready_timeout_s: float = 60.0, scrape: tuple[str, ...] = (),
+          scrape_interval: str = "1m") -> PromServer:
     """Backfill ``om`` (OpenMetrics text, or the Path of such a file) with promtool, then start prometheus on
-    a free port; returns when /-/ready."""
+    a free port; returns when /-/ready. ``scrape``: HOST:PORT targets whose /metrics it scrapes (job "scrape")
+    every ``scrape_interval``."""
     prom, tool = binaries()
     workdir.mkdir(parents=True, exist_ok=True)
     data = workdir / "data"
@@ -73,7 +82,9 @@ def start(om: str | Path, workdir: Path, ready_timeout_s: float = 60.0) -> PromS
     if done.returncode != 0:
         raise RuntimeError(f"promtool failed: {done.stderr.strip() or done.stdout.strip()}")
     conf = workdir / "prometheus.yml"
-    conf.write_text("global:\n  scrape_interval: 1m\nscrape_configs: []\n", encoding="utf-8")
+    jobs = ("\n  - job_name: scrape\n    static_configs:\n      - targets: [" + ", ".join(f'"{t}"' for t in scrape)
+            + "]\n") if scrape else " []\n"
+    conf.write_text(f"global:\n  scrape_interval: {scrape_interval}\nscrape_configs:{jobs}", encoding="utf-8")
     port = free_port()
     log = workdir / "prometheus.log"
     with open(log, "wb") as lf:
@@ -81,15 +92,20 @@ def start(om: str | Path, workdir: Path, ready_timeout_s: float = 60.0) -> PromS
                                  "--storage.tsdb.retention.time=100y", f"--web.listen-address=127.0.0.1:{port}",
                                  "--log.level=warn"], stdout=lf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     server = PromServer(f"http://127.0.0.1:{port}", proc, log)
+    _wait_ready(server, ready_timeout_s)
+    return server
+
+
+def _wait_ready(server: PromServer, ready_timeout_s: float) -> None:
     deadline = time.monotonic() + ready_timeout_s
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"prometheus exited ({proc.returncode}): {log.read_text()[-2000:]}")
+        if server.proc.poll() is not None:
+            raise RuntimeError(f"prometheus exited ({server.proc.returncode}): {server.log.read_text()[-2000:]}")
         try:
             with urllib.request.urlopen(server.url + "/-/ready", timeout=2) as r:
                 if r.status == 200:
-                    return server
+                    return
         except OSError:
             time.sleep(0.1)
     server.stop()
-    raise RuntimeError(f"prometheus not ready after {ready_timeout_s} s: {log.read_text()[-2000:]}")
+    raise RuntimeError(f"prometheus not ready after {ready_timeout_s} s: {server.log.read_text()[-2000:]}")

@@ -95,3 +95,33 @@ def test_telemetry_gaps_match_the_efficiency_model(lab_db, monkeypatch):
     h100 = {f"{r['bucket']:%Y-%m-%d}": r["coverage_pct"]
             for r in daily.filter(pl.col("gpu_type") == "h100").iter_rows(named=True)}
     assert h100["2026-10-12"] > 50 and ("2026-10-11", "h100") in got
+
+
+
+def test_sources_of_the_collector_service_with_lag_and_last_error(lab_copy, monkeypatch, tmp_path):
+    """`gpuledger serve` records each source's status; the page lists them, the failing one with its error."""
+    import threading
+
+    from models.service import config, loop
+    cfg_path = tmp_path / "gpuledger.toml"
+    cfg_path.write_text(f'[service]\nwarehouse = "{lab_copy}"\n[[clusters]]\nname = "lab"\n[clusters.nodes]\n'
+                        "command = \"sh -c 'echo slurm_load_node: Unable to contact slurm controller >&2; exit 1'\"\n"
+                        f'[clusters.events]\ncommand = "cat {dfx.FIX}/events.psv"\n', encoding="utf-8")
+    collector = loop.Collector(config.load(cfg_path))
+    assert collector.cycle(threading.Event())
+    at = dfx.open_page(dfx.app(lab_copy, monkeypatch), "data_health")
+    assert "Sources" in [s.value for s in at.subheader]
+    shown = dfx.frame_with(at, "Cluster", "Source", "Last success (UTC)", "Lag (minutes)", "Failures in a row",
+                           "Last error")
+    assert list(shown["Source"]) == ["events", "nodes"] and set(shown["Cluster"]) == {"lab"}
+    events, nodes = shown.iloc[0], shown.iloc[1]
+    assert events["Failures in a row"] == 0 and 0 <= events["Lag (minutes)"] < 5 and not isinstance(events["Last error"], str)
+    assert nodes["Failures in a row"] == 1 and nodes["Last error"].endswith(
+        "exited 1: slurm_load_node: Unable to contact slurm controller")
+    assert str(nodes["Last success (UTC)"]) in ("NaT", "None")          # never succeeded
+    assert any("1 source(s) failing: lab/nodes" in e.value for e in at.error)
+
+
+def test_no_sources_section_without_the_service(lab_db, monkeypatch):
+    at = dfx.open_page(dfx.app(lab_db, monkeypatch), "data_health")
+    assert "Sources" not in [s.value for s in at.subheader]

@@ -136,7 +136,7 @@ def _take_turn(lock) -> None:
             time.sleep(2)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")      # the lock is released with the module: tests/test_service.py takes it too
 def slurm_cluster():
     """Bring the cluster up fresh, run the job mix; always stop every daemon afterwards (by PID file)."""
     why = _why_unavailable()
@@ -169,7 +169,7 @@ def slurm_cluster():
                 signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ingested(slurm_cluster, tmp_path_factory):
     """Two `ingest sacct --live` runs around the `late` job's completion, then nodes and events."""
     d = tmp_path_factory.mktemp("slurm-real")

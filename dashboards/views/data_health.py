@@ -2,6 +2,8 @@
 unmapped accounts."""
 from __future__ import annotations
 
+import datetime as dt
+
 import polars as pl
 import streamlit as st
 
@@ -12,6 +14,33 @@ f = ctx.filters
 ui.header("Data health", "Did every input line arrive, and is every job attributed to a team?", ctx, deltas=False)
 
 OUTCOME_COLOURS = {"Loaded": theme.GOOD, "Skipped": "#A0AEC0", "Rejected": theme.BAD}
+
+# ---------------------------------------------------------------- sources of the collector service
+sources = queries.source_status(ctx.version)
+if sources.height:
+    st.subheader("Sources")
+    now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    shown = sources.with_columns(
+        ((pl.lit(now) - pl.col("last_success")).dt.total_seconds() / 60).round(1).alias("lag_min"))
+    failing = shown.filter(pl.col("consecutive_failures") > 0)
+    if failing.height:
+        st.error(f"{failing.height} source(s) failing: " + "; ".join(
+            f"{r['cluster']}/{r['source']}: {r['last_error']}" for r in failing.head(5).iter_rows(named=True)),
+            icon=":material/error:")
+    else:
+        st.success("Every source's last collection succeeded.", icon=":material/check_circle:")
+    ui.table(shown.select("cluster", "source", "last_success", "lag_min", "consecutive_failures", "last_error",
+                          "last_attempt", "next_attempt", "lines_loaded", "lines_skipped", "lines_rejected"),
+             key="sources", file_stem="source_status", ctx=ctx,
+             columns={"cluster": "Cluster", "source": "Source", "last_success": "Last success (UTC)",
+                      "lag_min": "Lag (minutes)", "consecutive_failures": "Failures in a row",
+                      "last_error": "Last error", "last_attempt": "Last attempt (UTC)",
+                      "next_attempt": "Next attempt (UTC)", "lines_loaded": "Lines loaded",
+                      "lines_skipped": "Lines skipped", "lines_rejected": "Lines rejected"},
+             formats={"lag_min": "%.1f"},
+             caption="What `gpuledger serve` collects: lag is the time since a source's last successful "
+                     "collection; a failing source is retried with backoff while the others go on "
+                     "(cluster * is the governance file). As of the dashboard's snapshot.")
 
 # ---------------------------------------------------------------- ingest runs
 st.subheader("Ingest runs")

@@ -1,0 +1,451 @@
+"""The collector service (models/service/, `gpuledger serve`): per-source backoff and source_status, /healthz and
+/metrics, SIGTERM in a real process with its dashboard child; against a real Prometheus (stopped and restarted
+mid-run, and scraping /metrics) and a real Slurm (a job submitted while the service runs; downtime and catch-up).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import prometheus_server
+from conftest import ROOT
+from dashboards.snapshot import Snapshot
+from ingest import warehouse
+from models.service import config, health, loop
+
+GOVERNANCE = ROOT / "data" / "governance.example.toml"
+SCONTROL = ROOT / "tests" / "fixtures" / "slurm_real" / "scontrol-show-node-o.txt"
+
+
+def _config(tmp_path: Path, body: str, cycle: int = 1, backoff_max: int = 4) -> config.ServiceConfig:
+    p = tmp_path / "gpuledger.toml"
+    p.write_text(f'[service]\nwarehouse = "wh.duckdb"\ncycle = {cycle}\nbackoff_initial = 1\nbackoff_max = {backoff_max}\n'
+                 f'lock_timeout = 30\n{body}', encoding="utf-8")
+    return config.load(p)
+
+
+def _get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+    except OSError:
+        return 0, ""            # nothing listens (yet)
+
+
+def _wait(what: str, cond, timeout: float, every: float = 0.2):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = cond()
+        if got:
+            return got
+        time.sleep(every)
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}")
+
+
+class Running:
+    """A Collector looping in a thread of this process (signals are the subprocess test's business)."""
+
+    def __init__(self, cfg: config.ServiceConfig):
+        self.collector = loop.Collector(cfg)
+        self.stop_event = threading.Event()
+        self.thread = threading.Thread(target=self.collector.run, args=(self.stop_event,), daemon=True)
+        self.thread.start()
+
+    def cycles(self) -> int:
+        return self.collector.snapshot()["cycles"]
+
+    def source(self, cluster: str, source: str) -> dict:
+        return next(s for s in self.collector.snapshot()["sources"] if (s["cluster"], s["source"]) == (cluster, source))
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.thread.join(timeout=60)
+        assert not self.thread.is_alive()
+
+
+# ---------------------------------------------------------------- backoff, status, health (no external server)
+
+def test_failing_sources_back_off_alone_and_are_recorded(tmp_path):
+    gov = tmp_path / "governance.toml"
+    gov.write_bytes(GOVERNANCE.read_bytes())
+    cfg = _config(tmp_path, f'[governance]\npath = "{gov}"\ninterval = 1\n[[clusters]]\nname = "lab"\n'
+                            '[clusters.sacct]\ncommand = "/nonexistent/sacct"\n'
+                            '[clusters.nodes]\ncommand = "sh -c \'echo slurm_load_node: Unable to contact >&2; exit 3\'"\n'
+                            # a second cluster whose inventory source works (a real scontrol capture)
+                            f'[[clusters]]\nname = "lab2"\n[clusters.nodes]\ncommand = "cat {SCONTROL}"\n')
+    c = loop.Collector(cfg)
+    stop = threading.Event()
+    waits = []
+    for i in range(4):
+        for st in c.states.values():
+            st.next_due = 0.0                          # every source due: the backoff is read from the schedule
+        if i == 2:
+            gov.write_bytes(GOVERNANCE.read_bytes() + b"\n# edited\n")
+        assert c.cycle(stop)                           # source failures are not cycle failures
+        # between cycles the warehouse is closed: another process (a CLI report) opens it at once
+        ro = i == 1 and subprocess.run([sys.executable, "-c", f"import duckdb; duckdb.connect({str(cfg.warehouse)!r}, "
+                                                   "read_only=True).execute('SELECT 1')"], capture_output=True)
+        assert not ro or ro.returncode == 0, ro.stderr
+        con = warehouse.connect(cfg.warehouse, read_only=True)
+        rows = {r[1]: r for r in con.execute("SELECT cluster, source, consecutive_failures, last_error, "
+                                             "epoch(next_attempt - last_attempt), last_success, attempts "
+                                             "FROM source_status WHERE cluster <> 'lab2'").fetchall()}
+        lab2 = con.execute("SELECT consecutive_failures, attempts, last_success IS NOT NULL FROM source_status "
+                           "WHERE cluster = 'lab2'").fetchall()
+        con.close()
+        assert lab2 == [(0, i + 1, True)]              # the other cluster's source goes on
+        waits.append([round(rows[s][4]) for s in ("sacct", "nodes")])
+        assert rows["sacct"][2] == rows["nodes"][2] == i + 1 and rows["sacct"][5] is None
+        assert rows["sacct"][3] == "/nonexistent/sacct: sacct not found on PATH (is slurm-client installed?)"
+        assert rows["nodes"][3] == "sh -c echo slurm_load_node: Unable to contact >&2; exit 3: exited 3: " \
+                                   "slurm_load_node: Unable to contact"
+        assert rows["governance"][0] == "*" and rows["governance"][2] == 0 and rows["governance"][6] == i + 1
+    assert waits == [[1, 1], [2, 2], [4, 4], [4, 4]]          # 1 s doubling, capped at backoff_max
+    con = warehouse.connect(cfg.warehouse, read_only=True)
+    # the file is loaded again only when its content changed (cycle 3), never on an unchanged check
+    assert con.execute("SELECT count(*) FROM ingest_runs WHERE source = 'governance'").fetchall() == [(2,)]
+    # the statuses reached the dashboard's snapshot
+    con.close()
+    shown = Snapshot(cfg.warehouse).frame("SELECT cluster, source, consecutive_failures FROM source_status "
+                                          "ORDER BY 1, 2")
+    assert shown.rows() == [("*", "governance", 0), ("lab", "nodes", 4), ("lab", "sacct", 4), ("lab2", "nodes", 0)]
+    assert Snapshot(cfg.warehouse).frame("SELECT DISTINCT cluster, node FROM nodes ORDER BY 2").rows() == \
+        [("lab2", "gpu01"), ("lab2", "gpu02"), ("lab2", "gpu03")]
+
+    snap = c.snapshot()
+    code, body = health.status(snap)
+    assert code == 200 and body["failing_sources"] == ["lab/nodes", "lab/sacct"] and body["cycles"] == 4
+    text = health.metrics(snap)
+    assert 'gpuledger_source_consecutive_failures{cluster="lab",source="sacct"} 4.0' in text
+    assert 'gpuledger_source_up{cluster="*",source="governance"} 1.0' in text
+    assert 'gpuledger_source_lines_total{cluster="*",source="governance",outcome="loaded"} 44.0' in text
+    assert "gpuledger_cycles_total 4.0" in text
+    size = int(float(re.search(r"^gpuledger_warehouse_size_bytes (\S+)$", text, re.M).group(1)))
+    assert size == os.path.getsize(cfg.warehouse) > 0
+    assert not re.search(r'last_success_timestamp_seconds\{cluster="lab"', text)     # never succeeded: no series
+    # a failed cycle (the warehouse unavailable), a stale last cycle: 503 with the reason
+    assert health.status({**snap, "cycle_error": "wh.duckdb: warehouse is locked"})[1]["reason"] == \
+        "last cycle failed: wh.duckdb: warehouse is locked"
+    stale = health.status({**snap, "last_cycle_end": time.time() - 3600})
+    assert stale[0] == 503 and stale[1]["reason"].startswith("the last cycle ended 3600 s ago (limit 63 s)")
+
+
+def test_prometheus_window_catches_up_in_bounded_steps():
+    opts = {"step": 60, "overlap": 300, "lookback": 3600, "max_window": 1800}
+    now = dt.datetime(2026, 7, 14, 12, 0, 42)
+    from models.service.sources import prometheus_window
+    assert prometheus_window(None, now, opts) == (dt.datetime(2026, 7, 14, 11, 0), dt.datetime(2026, 7, 14, 11, 30))
+    assert prometheus_window(dt.datetime(2026, 7, 14, 11, 0), now, opts) == \
+        (dt.datetime(2026, 7, 14, 10, 55), dt.datetime(2026, 7, 14, 11, 30))      # max_window past the watermark
+    assert prometheus_window(dt.datetime(2026, 7, 14, 11, 30), now, opts) == \
+        (dt.datetime(2026, 7, 14, 11, 25), dt.datetime(2026, 7, 14, 12, 0))
+    assert prometheus_window(dt.datetime(2026, 7, 14, 11, 55), now, opts) == \
+        (dt.datetime(2026, 7, 14, 11, 50), dt.datetime(2026, 7, 14, 12, 0))
+
+
+def _unix(t: dt.datetime) -> float:
+    return t.replace(tzinfo=dt.timezone.utc).timestamp()
+
+
+@settings(max_examples=60)
+@given(step=st.sampled_from([15, 60, 300]), overlap=st.integers(0, 7200), lookback=st.integers(60, 86400),
+       max_window=st.integers(1, 86400), downtime=st.integers(0, 86400), second=st.integers(0, 59))
+def test_prometheus_windows_cover_every_step_after_any_downtime(step, overlap, lookback, max_window, downtime, second):
+    """From any watermark, successive windows reach the present on the step grid with no hole, each advancing
+    at most max_window (at least a step) past the watermark."""
+    from models.service.sources import prometheus_window
+    opts = {"step": step, "overlap": overlap, "lookback": lookback, "max_window": max_window}
+    now = dt.datetime(2026, 7, 14, 12, 0, second)
+    mark = now - dt.timedelta(seconds=downtime) if downtime else None
+    for _ in range(86400 // 15 + 2):
+        start, end = prometheus_window(mark, now, opts)
+        assert _unix(start) % step == 0 and _unix(end) % step == 0 and start <= end
+        if mark is not None:
+            assert start <= mark                       # no hole between two pulls
+            assert mark < end or (now - mark).total_seconds() < step
+            assert (end - mark).total_seconds() <= max(step, max_window)
+        mark = end
+        if (now - end).total_seconds() < step:         # caught up: the last whole step is in
+            break
+    else:
+        raise AssertionError("never caught up")
+
+
+# ---------------------------------------------------------------- a real process, a real signal
+
+def _children(pid: int) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                stat = (d / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(d.name))
+    return out
+
+
+def _command_running(pid: int, word: str) -> list[int]:
+    """Children of ``pid`` whose command line contains ``word``."""
+    out = []
+    for c in _children(pid):
+        try:
+            if word.encode() in Path(f"/proc/{c}/cmdline").read_bytes():
+                out.append(c)
+        except OSError:
+            pass
+    return out
+
+
+def test_sigterm_finishes_the_collection_stops_the_dashboard_and_exits_0(tmp_path):
+    health_port, dash_port = prometheus_server.free_port(), prometheus_server.free_port()
+    # an inventory source that takes 2 s (a slow scontrol), collected back to back: SIGTERM lands inside it
+    cfg = _config(tmp_path, f'[governance]\npath = "{GOVERNANCE}"\n[health]\nlisten = "127.0.0.1:{health_port}"\n'
+                            f'[dashboard]\nport = {dash_port}\n[[clusters]]\nname = "lab"\n[clusters.nodes]\n'
+                            f'interval = 1\ncommand = "sh -c \'sleep 2; cat {SCONTROL}\'"\n')
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, str(ROOT / "gpuledger.py"), "serve", "--config", str(cfg.path)],
+                            stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env, text=True)
+    try:
+        code, body = _wait("/healthz 200", lambda: (r := _get(f"http://127.0.0.1:{health_port}/healthz"))[0] == 200
+                           and r, 60)
+        assert json.loads(body)["status"] == "ok"
+        _wait("the dashboard", lambda: _get(f"http://127.0.0.1:{dash_port}/_stcore/health")[0] == 200, 60)
+        children = _children(proc.pid)
+        assert children
+        dash = [c for c in children if b"streamlit" in Path(f"/proc/{c}/cmdline").read_bytes()]
+        environ = Path(f"/proc/{dash[0]}/environ").read_bytes().split(b"\0")
+        assert f"GPULEDGER_CONFIG={cfg.path.resolve()}".encode() in environ
+        _wait("a collection in progress", lambda: _command_running(proc.pid, "sleep 2"), 30, 0.05)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        err = proc.stderr.read()
+        assert "signal 15: finishing the current step, then stopping" in err and "stopped after" in err
+        assert not Path(f"/proc/{dash[0]}").exists(), "the dashboard child outlived the service"
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"http://127.0.0.1:{health_port}/healthz", timeout=2)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    con = warehouse.connect(cfg.warehouse, lock_timeout=0)          # released: a writer gets it at once
+    assert con.execute("SELECT count(*) FROM ingest_runs WHERE source = 'governance' AND status = 'ok'").fetchall() \
+        == [(1,)]
+    # the collection under way when the signal came finished and committed: every attempt is an ok run
+    runs = con.execute("SELECT status, count(*) FROM ingest_runs WHERE source = 'nodes' GROUP BY 1").fetchall()
+    status = con.execute("SELECT attempts, consecutive_failures FROM source_status WHERE source = 'nodes'").fetchall()
+    con.close()
+    assert runs == [("ok", status[0][0])] and status[0][1] == 0 and status[0][0] >= 2
+
+
+# ---------------------------------------------------------------- a real Prometheus, stopped and restarted mid-run
+
+def _prom_query(url: str, expr: str) -> list:
+    q = urllib.parse.urlencode({"query": expr})
+    code, body = _get(f"{url}/api/v1/query?{q}")
+    return json.loads(body)["data"]["result"] if code == 200 else []
+
+
+@pytest.mark.prometheus
+def test_prometheus_outage_is_shown_then_the_gap_is_filled(tmp_path):
+    prometheus_server.binaries()
+    now = int(time.time())
+    end = now - now % 60                      # readings once a minute over the hour before this minute
+    minutes = 60
+    devices = [(g, f'gpu="{g}",UUID="GPU-00{g}",Hostname="gpu01",modelName="NVIDIA A100-SXM4-80GB"') for g in (0, 1)]
+    util = {(g, m): (7 * m + 31 * g) % 101 for g, _ in devices for m in range(minutes)}
+    fams = {"DCGM_FI_DEV_GPU_UTIL": [(lab, [(end - 60 * (minutes - m), util[g, m]) for m in range(minutes)])
+                                     for g, lab in devices]}
+    health_port = prometheus_server.free_port()
+    prom = prometheus_server.start(prometheus_server.openmetrics(fams), tmp_path / "prom",
+                                   scrape=(f"127.0.0.1:{health_port}",), scrape_interval="1s")
+    cfg = _config(tmp_path, f'[health]\nlisten = "127.0.0.1:{health_port}"\n[[clusters]]\nname = "lab"\n'
+                            f'[clusters.prometheus]\nurl = "{prom.url}"\ninterval = 1\nlookback = "{minutes + 2}m"\n'
+                            'max_window = "10m"\noverlap = "2m"\nretries = 0\ntimeout = 2\n'
+                            'metrics = ["DCGM_FI_DEV_GPU_UTIL"]\n', backoff_max=2)
+    run = Running(cfg)
+    http = health.start(cfg.health_listen, run.collector.snapshot)
+    try:
+        _wait("a first pull", lambda: run.source("lab", "prometheus")["last_success"], 30, 0.05)
+        prom.stop()                                      # mid-run: the hour is pulled in 10-minute windows
+        st = run.source("lab", "prometheus")
+        assert st["attempts"] - st["failures"] < 7, "the whole hour was pulled before the outage"
+        _wait("the outage recorded", lambda: run.source("lab", "prometheus")["consecutive_failures"] >= 1, 30)
+        assert "cannot reach Prometheus: connection refused" in run.source("lab", "prometheus")["last_error"]
+        code, text = _get(f"http://127.0.0.1:{health_port}/metrics")
+        assert code == 200 and 'gpuledger_source_up{cluster="lab",source="prometheus"} 0.0' in text
+        assert _get(f"http://127.0.0.1:{health_port}/healthz")[0] == 200     # the service itself is fine
+
+        def published_error():
+            snap = Snapshot(cfg.warehouse)
+            return snap.frame("SELECT last_error FROM source_status WHERE source = 'prometheus' "
+                              "AND consecutive_failures > 0").rows()
+        assert "connection refused" in _wait("the error on Data health's table", published_error, 30)[0][0]
+        assert run.thread.is_alive()
+
+        prom.restart()
+        mark = dt.datetime.fromtimestamp(end, dt.timezone.utc).replace(tzinfo=None)
+
+        def caught_up():
+            rows = Snapshot(cfg.warehouse).frame("SELECT value FROM watermarks WHERE source = 'prometheus'").rows()
+            return rows and rows[0][0] >= mark
+        _wait("the catch-up to the present", caught_up, 60, 0.5)
+        # the real Prometheus scraped /metrics: the failures counter reads back through its HTTP API
+        series = _wait("gpuledger's series in Prometheus", lambda: _prom_query(
+            prom.url, 'gpuledger_source_failures_total{cluster="lab",source="prometheus"}'), 30, 0.5)
+        assert float(series[0]["value"][1]) >= 1
+        assert _prom_query(prom.url, "gpuledger_cycles_total")
+    finally:
+        run.stop()
+        http.shutdown()
+        http.server_close()
+        prom.stop()
+    con = warehouse.connect(cfg.warehouse, read_only=True)
+    got = con.execute("""SELECT gpu, count(*), count(DISTINCT ts), min(ts), max(ts), list(gpu_util ORDER BY ts)
+                         FROM gpu_samples GROUP BY gpu ORDER BY gpu""").fetchall()
+    fails = con.execute("SELECT failures FROM source_status WHERE source = 'prometheus'").fetchall()[0][0]
+    con.close()
+    first = dt.datetime.fromtimestamp(end - 60 * minutes, dt.timezone.utc).replace(tzinfo=None)
+    for (g, _), (gpu, n, distinct, lo, hi, values) in zip(devices, got):
+        # every minute of the hour once: nothing lost in the outage, nothing counted twice by the overlaps
+        assert (gpu, n, distinct, lo, hi) == (str(g), minutes, minutes, first, mark - dt.timedelta(minutes=1))
+        assert values == pytest.approx([util[g, m] / 100 for m in range(minutes)])
+    assert fails >= 1
+
+
+# ---------------------------------------------------------------- a real Slurm: a new job, then downtime and catch-up
+
+@pytest.fixture(scope="module")
+def slurm():
+    """The cluster of tests/slurm/up.sh, fresh (empty accounting), under test_slurm_integration's lock."""
+    from test_slurm_integration import PATH, SLURM_DIR, STATE, _env, _interrupt, _script, _take_turn, _why_unavailable
+    why = _why_unavailable()
+    if why:
+        pytest.skip(why)
+    STATE.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{STATE}.lock", "w") as lock:
+        _take_turn(lock)
+        mp = pytest.MonkeyPatch()
+        default_term = signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+        if default_term:                    # a CI timeout's SIGTERM must still stop the daemons
+            signal.signal(signal.SIGTERM, _interrupt)
+        try:
+            _script("up.sh", "--fresh", timeout=240)
+            mp.setenv("SLURM_CONF", str(STATE / "etc" / "slurm.conf"))
+            mp.setenv("PATH", PATH)
+            yield STATE
+        finally:
+            mp.undo()
+            subprocess.run([str(SLURM_DIR / "down.sh")], check=False, env=_env(), capture_output=True, timeout=120)
+            if default_term:
+                signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _sbatch(state: Path, user: str, *args: str) -> str:
+    """Submit as ``user`` (the harness' users have associations) from the shared job directory; the job id."""
+    out = subprocess.run(["runuser", "-u", user, "--", "env", f"SLURM_CONF={state}/etc/slurm.conf", "sbatch",
+                          "--parsable", "-o", f"{state}/jobs/%x-%j.out", "-t", "5", *args], cwd=state / "jobs",
+                         capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip().split(";")[0]
+
+
+def _final(job_id: str) -> bool:
+    out = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "--format=State"], capture_output=True,
+                         text=True, timeout=30).stdout.split()
+    return bool(out) and not {"PENDING", "RUNNING", "REQUEUED"} & set(out)
+
+
+def _jobs(db: Path) -> tuple[list, int, list]:
+    """(every job's key, state and GPU-seconds; their GPU-seconds in total from the occupancy timeline; the sacct
+    runs' new/updated counts)."""
+    from models.metrics import timeline
+    con = warehouse.connect(db, read_only=True)
+    try:
+        jobs = con.execute("""SELECT job_id_raw, submit, state, elapsed_s, ngpus, elapsed_s * ngpus FROM jobs
+                              ORDER BY 1, 2""").fetchall()
+        gpu_s = timeline.job_gpu_seconds(con)["gpu_seconds"].sum()
+        runs = con.execute("SELECT inserted, updated FROM ingest_runs WHERE source = 'sacct-live' AND status = 'ok' "
+                           "ORDER BY run_id").fetchall()
+        return jobs, gpu_s, runs
+    finally:
+        con.close()
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_real_slurm_new_job_within_two_cycles_and_downtime_loses_nothing(slurm, tmp_path):
+    cfg = _config(tmp_path, f'[[clusters]]\nname = "glcluster"\nslurm_conf = "{slurm}/etc/slurm.conf"\n'
+                            '[clusters.sacct]\ninterval = 2\n[clusters.nodes]\ninterval = "1h"\n'
+                            '[clusters.events]\ninterval = "1h"\n', cycle=2)
+    run = Running(cfg)
+    try:
+        _wait("the first cycle", lambda: run.cycles() >= 1, 60)
+        first = _sbatch(slurm, "alice", "-A", "ml", "-p", "a100", "--gres=gpu:a100:1", "--wrap", "sleep 1")
+        c0 = run.cycles()
+
+        def published():
+            return Snapshot(cfg.warehouse).frame("SELECT state FROM jobs WHERE job_id = ?", [first]).rows()
+        _wait(f"job {first} in the serving snapshot", published, 30, 0.1)
+        assert run.cycles() - c0 <= 2, f"job {first} took {run.cycles() - c0} cycles to reach the dashboard"
+        t = run.collector.snapshot()["timings"]
+        print(f"\nserve on the real Slurm: {run.cycles() - c0} cycle(s) from sbatch to the snapshot; last cycle "
+              f"{t['cycle']:.2f} s (refresh {t['refresh']:.2f} s, publish {t['publish']:.2f} s)")
+        nodes = Snapshot(cfg.warehouse).frame("SELECT node, gpus FROM nodes ORDER BY node").rows()
+        assert nodes == [("gpu01", 4), ("gpu02", 4), ("gpu03", 4)]       # the inventory source ran too
+    finally:
+        run.stop()
+    # downtime: accounting the service has not seen (and the first job's end)
+    more = [_sbatch(slurm, "bob", "-A", "vision", "-p", "a100", "--gres=gpu:a100:2", "--wrap", "sleep 2"),
+            _sbatch(slurm, "dave", "-A", "infra", "-p", "h100", "--gres=gpu:h100:1", "--wrap", "exit 3")]
+    for job in [first, *more]:
+        _wait(f"job {job} to end", lambda job=job: _final(job), 60, 0.5)
+    run = Running(cfg)                                  # restart: catch up from the watermark
+    try:
+        _wait("a cycle after the restart", lambda: run.cycles() >= 1, 60)
+    finally:
+        run.stop()
+    import gpuledger
+    once = tmp_path / "one-shot.duckdb"
+    assert gpuledger.main(["--db", str(once), "-q", "ingest", "sacct", "--live", "--cluster", "glcluster"]) == 0
+    served, gpu_s, runs = _jobs(cfg.warehouse)
+    alone, gpu_s_alone, _ = _jobs(once)
+    assert served == alone and gpu_s == gpu_s_alone
+    assert {j[0] for j in served} >= {first, *more} and len(served) == 3
+    assert [j[2] for j in served] == ["COMPLETED", "COMPLETED", "FAILED"]
+    assert gpu_s == sum(j[5] for j in served) > 0
+    # every job was inserted once over all the service's overlapping reads; re-reads were updates or no-ops
+    assert sum(r[0] for r in runs) == len(served) and len(runs) >= 3
+
+
+def test_once_runs_one_cycle_and_exits_1_when_a_source_failed(tmp_path, caplog):
+    import gpuledger
+    cfg = _config(tmp_path, f'[governance]\npath = "{GOVERNANCE}"\n')
+    assert gpuledger.main(["serve", "--config", str(cfg.path), "--once"]) == 0
+    cfg = _config(tmp_path, f'[governance]\npath = "{GOVERNANCE}"\n[[clusters]]\nname = "lab"\n[clusters.events]\n'
+                            'command = "/nonexistent/sacctmgr"\n')
+    assert gpuledger.main(["serve", "--config", str(cfg.path), "--once", "-q"]) == 1
+    assert "lab/events failed (1 in a row; next try in 1 s): /nonexistent/sacctmgr: not found on PATH" \
+        in caplog.text
+    con = warehouse.connect(cfg.warehouse, read_only=True)
+    assert con.execute("SELECT source, consecutive_failures, attempts FROM source_status ORDER BY 1").fetchall() == \
+        [("events", 1, 1), ("governance", 0, 2)]
+    con.close()
