@@ -19,6 +19,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
+from dashboards import access
 from ingest import warehouse
 
 
@@ -40,6 +41,7 @@ class Snapshot:
         self._lock = threading.Lock()
         self._con: duckdb.DuckDBPyConnection | None = None
         self._version = ""
+        self._scopes: dict[str, str] = {}   # scope -> the schema of its views on the current connection
 
     def _stat_version(self) -> str:
         try:
@@ -52,8 +54,9 @@ class Snapshot:
         v = self._stat_version()
         return SnapshotState(self.db_path, self.path, bool(v), v)
 
-    def cursor(self) -> duckdb.DuckDBPyConnection:
-        """An independent cursor on the current snapshot (one per query: cursors are not shared by threads).
+    def cursor(self, scope: str = "") -> duckdb.DuckDBPyConnection:
+        """An independent cursor on the current snapshot (one per query: cursors are not shared by threads),
+        its tables scoped to ``scope`` (dashboards/access.py: '' is everything).
 
         Raises FileNotFoundError when no snapshot has been published yet.
         """
@@ -65,8 +68,14 @@ class Snapshot:
                 # Dropping our reference is enough: cursors still reading the old file keep it alive.
                 self._con = _open_read_only(self.path)
                 self._version = v
+                self._scopes = {}
             cur = self._con.cursor()
+            if scope and scope not in self._scopes:   # the scope's views, once per snapshot (dashboards/access.py)
+                self._scopes[scope] = access.create_views(cur, scope, CATALOG)
+            schema = self._scopes.get(scope, "")
         cur.execute(f"USE {CATALOG}")   # a cursor starts in the in-memory catalog
+        if scope:
+            cur.execute(access.search_path(schema, CATALOG))
         return cur
 
     @property
@@ -74,9 +83,9 @@ class Snapshot:
         """The version of the file the next :meth:`cursor` will read ('' when absent)."""
         return self._stat_version()
 
-    def frame(self, sql: str, params: list | dict | None = None) -> pl.DataFrame:
-        """Run a parameterised query on the snapshot and return a Polars frame."""
-        cur = self.cursor()
+    def frame(self, sql: str, params: list | dict | None = None, scope: str = "") -> pl.DataFrame:
+        """Run a parameterised query on the snapshot (scoped to ``scope``) and return a Polars frame."""
+        cur = self.cursor(scope)
         try:
             return cur.sql(sql, params=params or None).pl()
         finally:
