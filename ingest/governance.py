@@ -35,7 +35,7 @@ USER_PRIORITY, ACCOUNT_PRIORITY = 50, 100
 
 TOP_KEYS = {"currency", "minor_units", "period_timezone", "clusters", "cost_centers", "teams", "mappings",
             "entitlements", "rates", "billing", "idle", "fairness",
-            "access", "access_contact"}
+            "access", "access_policy"}
 SECTION_KEYS = {
     "clusters": {"name", "timezone", "description"},
     "cost_centers": {"id", "name", "owner"},
@@ -47,6 +47,7 @@ SECTION_KEYS = {
     "idle": {"policy"},
     "fairness": {"half_life_days", "windows_days", "starvation_hours", "bsld_tau_minutes", "parent_shares"},
     "access": {"user", "role", "teams"},
+    "access_policy": {"contact"},
 }
 TCO_KEYS = {"capex_per_gpu", "depreciation_years", "interest_rate", "power_kw_per_gpu", "pue", "price_per_kwh",
             "facility_per_gpu_year", "staff_per_gpu_year"}
@@ -467,9 +468,10 @@ TEAM_ROLES = ("team_lead", "member")
 
 
 def _parse_access(chk: _Checker, doc: dict, gov: Governance, teams: set[str]) -> None:
-    """``[[access]] user = "ana@example.org" role = "team_lead" teams = ["nlp"]`` and ``access_contact``."""
-    contact = doc.get("access_contact")
-    gov.access_contact = _str(chk, ("access_contact",), contact, required=False)
+    """``[[access]] user = "ana@example.org" role = "team_lead" teams = ["nlp"]``, and ``[access_policy]
+    contact = "..."`` (whom an unknown user is told to ask)."""
+    policy = _table(chk, ("access_policy",), doc.get("access_policy", {}), SECTION_KEYS["access_policy"])
+    gov.access_contact = _str(chk, ("access_policy", "contact"), policy.get("contact"), required=False)
     seen: set[str] = set()
     for i, a in enumerate(_array(chk, doc, "access")):
         user = _str(chk, ("access", i, "user"), a.get("user")).lower()
@@ -487,7 +489,7 @@ def _parse_access(chk: _Checker, doc: dict, gov: Governance, teams: set[str]) ->
                 if t not in teams:
                     chk.fail(("access", i, "teams"), f"team {t!r} is not declared in [[teams]]")
         elif names is not None:
-            chk.fail(("access", i, "teams"), f"a {role} sees every team; teams applies to team_lead and member only")
+            chk.fail(("access", i, "teams"), f"the {role} role sees every team; teams applies to team_lead and member only")
         gov.access.append((user, role, sorted(set(names or []))))
 
 
