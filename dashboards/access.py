@@ -25,8 +25,10 @@ import hashlib
 import ipaddress
 import os
 import re
+import json
 import tomllib
 from dataclasses import dataclass, field
+from decimal import Decimal
 from pathlib import Path
 from typing import Iterable, Mapping
 
@@ -340,7 +342,45 @@ def view_sql(table: str, columns: set[str], teams: tuple[str, ...], catalog: str
 
 
 def scoped_tables() -> set[str]:
-    return set(_AS_OTHER) | set(_AS_NULL) | set(_ALWAYS_NULL) | set(_EMPTY) | {"team_tree"}
+    return (set(_AS_OTHER) | set(_AS_NULL) | set(_ALWAYS_NULL) | set(_EMPTY) | set(_DOCUMENTS)
+            | {"team_tree", "open_statements"})
+
+
+#: tables holding the governance document (teams, mappings, tree, entitlements) -> its column
+_DOCUMENTS = {"governance": "document", "statements": "policy_document"}
+
+
+def mask_document(document: str, teams: tuple[str, ...]) -> str:
+    """The governance document (models/definitions/policy.py reads it) with every other team merged into
+    OTHER: one team row, one tree node with their shares summed, their entitlements summed per pool and
+    validity, their mappings without patterns. The figures the policy gives a scoped read stay the cluster's."""
+    d = json.loads(document)
+    other = lambda t: t is not None and t not in teams   # noqa: E731
+    add = lambda a, b: None if a is None and b is None else str(Decimal(a or 0) + Decimal(b or 0))  # noqa: E731
+    d["teams"] = [t for t in d.get("teams", []) if not other(t[0])] + (
+        [[OTHER, None, OTHER]] if any(other(t[0]) for t in d.get("teams", [])) else [])
+    d["team_map"] = _unique([[OTHER, None, None, *m[3:]] if other(m[0]) else m for m in d.get("team_map", [])])
+    tree: dict = {}
+    for node, parent, shares, is_team in d.get("team_tree", []):
+        key = (OTHER if is_team and other(node) else node, parent, is_team)
+        tree[key] = shares if key not in tree else (None if tree[key] is None and shares is None
+                                                    else (tree[key] or 0) + (shares or 0))
+    d["team_tree"] = [[n, p, sh, it] for (n, p, it), sh in tree.items()]
+    ent: dict = {}
+    for team, cluster, gpu_type, share, gpus, t0, t1 in d.get("entitlements", []):
+        key = (OTHER if other(team) else team, cluster, gpu_type, t0, t1, share is None)
+        old = ent.get(key)
+        ent[key] = (share, gpus) if old is None else (add(old[0], share), add(old[1], gpus))
+    d["entitlements"] = [[t, c, g, sh, n, a, b] for (t, c, g, a, b, _), (sh, n) in ent.items()]
+    return json.dumps(d, sort_keys=True, separators=(",", ":"))
+
+
+def _unique(rows: list) -> list:
+    out = []
+    for r in rows:
+        if r not in out:
+            out.append(r)
+    return out
 
 
 def teams_of(key: str) -> tuple[str, ...]:
@@ -354,6 +394,26 @@ def schema_of(key: str) -> str:
     return "scope_" + hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
+def _document_views(con, table: str, column: str, teams: tuple[str, ...], catalog: str, schema: str,
+                    hashes: bool) -> list[str]:
+    """Views over the tables that hold governance documents, each document swapped for its masked form (and the
+    stored open statements' policy hash for the masked document's, so they stay usable)."""
+    docs = [r[0] for r in con.execute(f'SELECT DISTINCT "{column}" FROM {catalog}.main."{table}" '
+                                      f'WHERE "{column}" IS NOT NULL').fetchall()]
+    masked = {doc: mask_document(doc, teams) for doc in docs}
+    case = " ".join(f"WHEN md5({column}) = {_literal(hashlib.md5(d.encode()).hexdigest())} THEN {_literal(m)}"
+                    for d, m in masked.items())
+    out = [f'CREATE VIEW {schema}."{table}" AS SELECT * REPLACE '
+           f'({f"CASE {case} END" if case else "NULL"} AS "{column}") FROM {catalog}.main."{table}"']
+    if table == "governance" and hashes:
+        sha = " ".join(f"WHEN {_literal(hashlib.sha256(d.encode()).hexdigest())} "
+                       f"THEN {_literal(hashlib.sha256(m.encode()).hexdigest())}" for d, m in masked.items())
+        out.append(f'CREATE VIEW {schema}."open_statements" AS SELECT * REPLACE '
+                   f'({f"CASE policy_sha {sha} END" if sha else "NULL"} AS policy_sha) '
+                   f'FROM {catalog}.main."open_statements"')
+    return out
+
+
 def create_views(con, key: str, catalog: str, home: str = "memory") -> str:
     """Create the views of scope ``key`` over ``catalog`` in a schema of catalog ``home`` (the reader
     connection's own in-memory database) and return the schema's qualified name. Once per snapshot and scope."""
@@ -362,7 +422,13 @@ def create_views(con, key: str, catalog: str, home: str = "memory") -> str:
                           WHERE database_name = ? AND schema_name = 'main' AND list_contains(?, table_name)
                           GROUP BY table_name ORDER BY table_name""", [catalog, sorted(scoped_tables())]).fetchall()
     con.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+    have = {table for table, _ in rows}
     for table, cols in rows:
+        if table in _DOCUMENTS:
+            for sql in _document_views(con, table, _DOCUMENTS[table], teams, catalog, schema,
+                                       hashes="open_statements" in have):
+                con.execute(sql)
+            continue
         sql = view_sql(table, set(cols), teams, catalog, schema)
         if sql:
             con.execute(sql)
