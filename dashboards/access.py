@@ -73,19 +73,19 @@ class DashboardConfig:
 
 
 def _fail(path: str, text: str, key: str, problem: str) -> None:
-    """One line naming the file, the line of ``key`` (best effort) and the key."""
-    leaf = key.split(".")[-1].split("[")[0]
-    table = key.split(".")[0]
-    line, in_table = None, False
+    """One line naming the file, the line of ``key`` (else of its table's header) and the key."""
+    table, _, rest = key.partition(".")
+    leaf = rest.split("[")[0]
+    header = line = None
+    in_table = False
     for n, ln in enumerate(text.split("\n"), 1):
         s = ln.strip()
         if s.startswith("["):
             in_table = s.strip("[] ") == table
-            if in_table and leaf == table:
-                line = n
-        elif in_table and re.match(rf"{re.escape(leaf)}\s*=", s):
+            header = n if in_table and header is None else header
+        elif in_table and leaf and line is None and re.match(rf"{re.escape(leaf)}\s*=", s):
             line = n
-    raise InputError(path, f"key {key}: {problem}", line_no=line)
+    raise InputError(path, f"key {key}: {problem}", line_no=line or header)
 
 
 def parse_config(text: str, source: str = "<config>") -> DashboardConfig:
