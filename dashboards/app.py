@@ -8,6 +8,7 @@ of the version key every cached read takes.
 """
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -29,6 +30,9 @@ def _page(name: str, title: str, icon: str, default: bool = False) -> st.Page:
     return st.Page(PAGES / f"{name}.py", title=title, icon=f":material/{icon}:", url_path=name, default=default)
 
 
+_MARKDOWN = re.compile(r"([\\`*_{}\[\]()#+!<>|~$])")
+
+
 def identify(snapshot_version: str) -> access.Scope:
     """The viewer of this request, or a refusal page and stop (see dashboards/access.py)."""
     try:
@@ -45,7 +49,7 @@ def identify(snapshot_version: str) -> access.Scope:
     who = access.identify([(k, v) for k in headers for v in headers.get_all(k)], peer, cfg, roles)
     if isinstance(who, access.Refusal):
         st.title(who.title)
-        st.markdown(who.reason)
+        st.markdown(_MARKDOWN.sub(r"\\\1", who.reason))   # a user name from the header is text, never markup
         st.stop()
     access.remember(who)
     return who
