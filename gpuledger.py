@@ -892,21 +892,23 @@ def cmd_dashboard(args) -> int:
     """Serve the dashboards; they read only the serving snapshot, so ingests can run meanwhile.
 
     With ``--config``: host and port from its [dashboard] table (the command line's win), who may connect from its
-    [access] table (dashboards/access.py). Without an [access] table only loopback is served, whatever --host says."""
+    [access] table (dashboards/access.py), the warehouse from its [service] table (unless --db). Without an
+    [access] table only loopback is served, whatever --host says."""
     from dashboards import access, server
     from ingest import warehouse
     from ingest.errors import InputError
-    db = _db_path(args)
-    if not warehouse.serving_path(db).exists():
-        _say(args, f"gpuledger dashboard: no snapshot of {db} yet; the first page explains how to load data "
-                   "(`gpuledger refresh` publishes one from an existing warehouse)")
-    host, port, guarded = args.host, args.port, False
+    host, port, guarded, db = args.host, args.port, False, _db_path(args)
     if args.config:
         try:
             cfg = access.read_config(args.config)
         except InputError as exc:
             raise CliError(str(exc)) from exc
         host, port, guarded = host or cfg.host, port or cfg.port, cfg.access is not None
+        if cfg.warehouse and not args.db:      # the collector's warehouse, unless --db names another
+            db = Path(cfg.warehouse)
+    if not warehouse.serving_path(db).exists():
+        _say(args, f"gpuledger dashboard: no snapshot of {db} yet; the first page explains how to load data "
+                   "(`gpuledger refresh` publishes one from an existing warehouse)")
     host = host or "127.0.0.1"
     if not guarded and not access.is_loopback(host):
         _say(args, f"gpuledger dashboard: no [access] table configured (--config), so only this machine is "

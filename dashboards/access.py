@@ -67,9 +67,12 @@ class AccessConfig:
 
 @dataclass(frozen=True)
 class DashboardConfig:
+    """What the dashboard reads of a service configuration: [dashboard] host and port, [access], and the
+    warehouse of [service] (so one file configures the collector and the dashboard alike)."""
     host: str | None = None
     port: int | None = None
     access: AccessConfig | None = None
+    warehouse: str | None = None      # as written: relative to the configuration file's directory
 
 
 def _fail(path: str, text: str, key: str, problem: str) -> None:
@@ -105,9 +108,13 @@ def parse_config(text: str, source: str = "<config>") -> DashboardConfig:
         _fail(source, text, "dashboard.host", f"must be an address like \"127.0.0.1\", got {host!r}")
     if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536):
         _fail(source, text, "dashboard.port", f"must be a TCP port 1-65535, got {port!r}")
+    svc = doc.get("service", {})
+    wh = svc.get("warehouse") if isinstance(svc, dict) else None
+    if wh is not None and (not isinstance(wh, str) or not wh.strip()):
+        _fail(source, text, "service.warehouse", f"must be a file path, got {wh!r}")
     acc = doc.get("access")
     if acc is None:
-        return DashboardConfig(host, port, None)
+        return DashboardConfig(host, port, None, wh)
     if not isinstance(acc, dict):
         _fail(source, text, "access", "must be a table ([access])")
     for k in acc:
@@ -129,10 +136,11 @@ def parse_config(text: str, source: str = "<config>") -> DashboardConfig:
     contact = acc.get("contact")
     if contact is not None and (not isinstance(contact, str) or not contact.strip()):
         _fail(source, text, "access.contact", f"must be a non-empty string, got {contact!r}")
-    return DashboardConfig(host, port, AccessConfig(header, tuple(proxies), contact and contact.strip(), source))
+    return DashboardConfig(host, port, AccessConfig(header, tuple(proxies), contact and contact.strip(), source), wh)
 
 
 def read_config(path: str | os.PathLike) -> DashboardConfig:
+    """:func:`parse_config` of a file, its [service] warehouse made absolute (relative to the file's directory)."""
     p = Path(path)
     try:
         text = p.read_bytes().decode("utf-8-sig")
@@ -140,7 +148,10 @@ def read_config(path: str | os.PathLike) -> DashboardConfig:
         raise InputError(str(p), f"cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise InputError(str(p), f"not UTF-8 text (byte {exc.start})") from None
-    return parse_config(text, str(p))
+    cfg = parse_config(text, str(p))
+    if cfg.warehouse:
+        cfg = DashboardConfig(cfg.host, cfg.port, cfg.access, str((p.resolve().parent / cfg.warehouse).resolve()))
+    return cfg
 
 
 _cached: dict[str, tuple[int, DashboardConfig]] = {}

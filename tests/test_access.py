@@ -46,7 +46,10 @@ contact = "gpu-admins@lab.example"
 """
 
 
-def test_config_reads_dashboard_and_access():
+def test_config_reads_dashboard_and_access(tmp_path):
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc" / "svc.toml").write_text('[service]\nwarehouse = "../var/w.duckdb"\n' + CONFIG.split("\n", 2)[2])
+    assert access.read_config(tmp_path / "etc" / "svc.toml").warehouse == str(tmp_path / "var" / "w.duckdb")
     cfg = access.parse_config(CONFIG, "svc.toml")
     assert (cfg.host, cfg.port) == ("0.0.0.0", 8600)
     assert cfg.access.header == "X-Forwarded-User" and cfg.access.contact == "gpu-admins@lab.example"
