@@ -11,6 +11,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import threading
 from decimal import Decimal
 
 import polars as pl
@@ -286,10 +287,10 @@ def test_full_roles_read_the_snapshot_as_it_is(snap):
     assert snap.frame("SELECT count(raw) FROM rejects")[0, 0] > 0
 
 
-HOLD = """import sys, time, duckdb
+HOLD = """import sys, duckdb
 con = duckdb.connect(sys.argv[1])
 print("held", flush=True)
-time.sleep(2.0)
+sys.stdin.readline()
 con.close()
 """
 
@@ -304,14 +305,16 @@ def test_closed_statement_is_verified_then_read_scoped(lab_db, tmp_path):
     with pytest.raises(access.Forbidden):
         actions.close_period(access.Scope("team_lead", ("nlp",), "nlp-lead@lab.example"), db, "2026-09")
     # the collector holds the warehouse (another process, read-write) for a moment
-    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(db)], stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(db)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
         busy = actions.close_period(access.Scope("finance", (), "fin@lab.example"), db, "2026-09", wait=0.3)
         assert not busy.ok and "locked" in busy.message and "try again" in busy.message
-        done = actions.close_period(access.Scope("finance", (), "fin@lab.example"), db, "2026-09", wait=30)
+        threading.Timer(3.0, lambda: holder.communicate("release\n")).start()   # the cycle ends meanwhile
+        done = actions.close_period(access.Scope("finance", (), "fin@lab.example"), db, "2026-09", wait=60)
     finally:
-        holder.wait(timeout=30)
+        holder.wait(timeout=60)
     assert done.ok and done.message.startswith("closed 2026-09 at ") and "fin@lab.example" in done.message
     again = actions.close_period(access.Scope("admin", (), "admin@lab.example"), db, "2026-09")
     assert not again.ok and "already closed" in again.message
