@@ -335,6 +335,12 @@ def view_sql(table: str, columns: set[str], teams: tuple[str, ...], catalog: str
         mine = f"(coalesce(node IN ({listed}), false) OR NOT coalesce(is_team, false))" if teams else "NOT is_team"
         return (f"CREATE VIEW {name} AS SELECT CASE WHEN {mine} THEN node ELSE {_literal(OTHER)} END AS node, "
                 f"parent, sum(raw_shares) AS raw_shares, is_team FROM {src} GROUP BY ALL")
+    if table == "cost_centers":   # a cost centre (and its owner) of the scoped teams only
+        mine = (f"coalesce(cost_center IN (SELECT cost_center FROM {catalog}.main.teams WHERE team IN ({listed})), "
+                "false)") if teams else "false"
+        keep = [f'CASE WHEN {mine} THEN "{c}" ELSE {_literal(OTHER)} END AS "{c}"' for c in ("cost_center", "name")]
+        return (f'CREATE VIEW {name} AS SELECT DISTINCT * REPLACE ({", ".join(keep)}, CASE WHEN {mine} THEN owner '
+                f"END AS owner) FROM {src}")
     mine = f"coalesce(team IN ({listed}), false)" if teams else "false"
     repl = []
     for c in _AS_OTHER.get(table, ()):
@@ -354,7 +360,7 @@ def view_sql(table: str, columns: set[str], teams: tuple[str, ...], catalog: str
 
 def scoped_tables() -> set[str]:
     return (set(_AS_OTHER) | set(_AS_NULL) | set(_ALWAYS_NULL) | set(_EMPTY) | set(_DOCUMENTS)
-            | {"team_tree", "open_statements"})
+            | {"team_tree", "open_statements", "cost_centers"})
 
 
 #: tables holding the governance document (teams, mappings, tree, entitlements) -> its column

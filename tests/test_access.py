@@ -285,6 +285,9 @@ def test_full_roles_read_the_snapshot_as_it_is(snap):
     assert snap.frame("SELECT count(*) FROM access_roles", scope="teams:vision")[0, 0] == 0
     assert snap.frame("SELECT count(raw) FROM rejects", scope="teams:vision")[0, 0] == 0
     assert snap.frame("SELECT count(raw) FROM rejects")[0, 0] > 0
+    # cost centres: the scoped teams' own (CC-100 is vision's and nlp's), every other one merged
+    assert snap.frame("SELECT cost_center FROM cost_centers ORDER BY 1", scope="teams:vision")["cost_center"].to_list() \
+        == ["CC-100", OTHER]
 
 
 HOLD = """import sys, duckdb
