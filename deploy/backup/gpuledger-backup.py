@@ -29,6 +29,7 @@ def backup(src: Path, dest: Path, wait: float) -> tuple[int, float]:
     tmp = dest.with_name(f".{dest.name}.tmp{os.getpid()}")
     tmp.unlink(missing_ok=True)
     con = duckdb.connect(str(tmp))
+    ok = False
     try:
         deadline, delay = time.monotonic() + wait, 0.1
         while True:
@@ -41,13 +42,18 @@ def backup(src: Path, dest: Path, wait: float) -> tuple[int, float]:
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
         held = time.monotonic()
-        con.execute("COPY FROM DATABASE src TO " + con.sql("SELECT current_database()").fetchall()[0][0])
+        here = con.sql("SELECT current_database()").fetchall()[0][0].replace('"', '""')
+        con.execute(f'COPY FROM DATABASE src TO "{here}"')
         tables = con.sql("SELECT count(*) FROM duckdb_tables() WHERE database_name = 'src'").fetchall()[0][0]
         con.execute("DETACH src")
         held = time.monotonic() - held
         con.execute("CHECKPOINT")
+        ok = True
     finally:
         con.close()
+        if not ok:                                   # nothing half-written is left behind
+            for leftover in (tmp, Path(f"{tmp}.wal")):
+                leftover.unlink(missing_ok=True)
     os.replace(tmp, dest)
     return tables, held
 
