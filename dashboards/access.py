@@ -196,7 +196,7 @@ class Scope:
     def key(self) -> str:
         """The data scope as text: '' for everything, else the teams whose rows are shown (two leads of one team
         share their caches)."""
-        return "" if self.full else "teams:" + ",".join(sorted(self.teams))
+        return "" if self.full else "teams:" + json.dumps(sorted(set(self.teams)), separators=(",", ":"))
 
     def may(self, action: str) -> bool:
         return {"close": self.role in CLOSE_ROLES, "health": self.role in HEALTH_ROLES}.get(action, False)
@@ -403,7 +403,7 @@ def _unique(rows: list) -> list:
 def teams_of(key: str) -> tuple[str, ...]:
     if not key.startswith("teams:"):
         raise ValueError(f"unknown data scope {key!r}")
-    return tuple(t for t in key.removeprefix("teams:").split(",") if t)
+    return tuple(json.loads(key.removeprefix("teams:")))
 
 
 def schema_of(key: str) -> str:

@@ -109,14 +109,16 @@ def test_without_access_config_only_loopback_is_served_as_local_operator():
 def test_roles_and_what_they_may_do():
     lead, member, fin = (access.Scope("team_lead", ("nlp",)), access.Scope("member", ("nlp",)),
                          access.Scope("finance"))
-    assert (lead.key, member.key, fin.key, access.Scope("admin").key) == ("teams:nlp", "teams:nlp", "", "")
-    assert access.Scope("team_lead", ("vision", "nlp")).key == "teams:nlp,vision"
+    assert (lead.key, member.key, fin.key, access.Scope("admin").key) == ('teams:["nlp"]', 'teams:["nlp"]', "", "")
+    assert access.Scope("team_lead", ("vision", "nlp")).key == 'teams:["nlp","vision"]'
+    odd = access.Scope("team_lead", ("a,b", "c|scope=d"))          # any team name survives the cache key
+    assert access.teams_of(access.scope_key(access.scoped_version("1-2-3", odd))) == ("a,b", "c|scope=d")
     assert [s.may("close") for s in (lead, member, fin, access.Scope("manager"))] == [False, False, True, True]
     assert [s.may("health") for s in (lead, fin, access.Scope("admin"))] == [False, False, True]
     with pytest.raises(access.Forbidden, match="may not close"):
         access.require(member, "close")
     v = access.scoped_version("123-456-789", lead)
-    assert access.scope_key(v) == "teams:nlp" and access.snapshot_version(v) == "123-456-789"
+    assert access.scope_key(v) == 'teams:["nlp"]' and access.snapshot_version(v) == "123-456-789"
     assert access.scoped_version("123-456-789", fin) == "123-456-789"
 
 
@@ -279,14 +281,14 @@ def test_full_roles_read_the_snapshot_as_it_is(snap):
     a = snap.frame("SELECT team, count(*)::BIGINT AS n FROM jobs GROUP BY team ORDER BY team NULLS LAST")
     assert a["team"].to_list() == ["nlp", "platform", "vision", None]
     lead = snap.frame("SELECT team, count(*)::BIGINT AS n FROM jobs GROUP BY team ORDER BY team",
-                      scope="teams:vision")
+                      scope=access.Scope("member", ("vision",)).key)
     assert lead["team"].to_list() == [OTHER, "vision"] and lead["n"].sum() == a["n"].sum()
     # audit details, node drainers and the access table itself stay with the full roles
-    assert snap.frame("SELECT count(*) FROM access_roles", scope="teams:vision")[0, 0] == 0
-    assert snap.frame("SELECT count(raw) FROM rejects", scope="teams:vision")[0, 0] == 0
+    assert snap.frame("SELECT count(*) FROM access_roles", scope=access.Scope("member", ("vision",)).key)[0, 0] == 0
+    assert snap.frame("SELECT count(raw) FROM rejects", scope=access.Scope("member", ("vision",)).key)[0, 0] == 0
     assert snap.frame("SELECT count(raw) FROM rejects")[0, 0] > 0
     # cost centres: the scoped teams' own (CC-100 is vision's and nlp's), every other one merged
-    assert snap.frame("SELECT cost_center FROM cost_centers ORDER BY 1", scope="teams:vision")["cost_center"].to_list() \
+    assert snap.frame("SELECT cost_center FROM cost_centers ORDER BY 1", scope=access.Scope("member", ("vision",)).key)["cost_center"].to_list() \
         == ["CC-100", OTHER]
 
 
@@ -326,8 +328,8 @@ def test_closed_statement_is_verified_then_read_scoped(lab_db, tmp_path):
         full = chargeback.statement(snap.cursor(), "2026-09")
         assert full.status == "closed"
         with pytest.raises(Exception, match="content hash"):
-            chargeback.statement(snap.cursor("teams:nlp"), "2026-09")      # masked rows never pass as frozen ones
-        lead = chargeback.statement(snap.cursor("teams:nlp"), "2026-09", verify=False)
+            chargeback.statement(snap.cursor(access.Scope("team_lead", ("nlp",)).key), "2026-09")      # masked rows never pass as frozen ones
+        lead = chargeback.statement(snap.cursor(access.Scope("team_lead", ("nlp",)).key), "2026-09", verify=False)
         assert set(lead.lines["team"].drop_nulls()) == {"nlp", OTHER}
         assert lead.total_row["cluster_cost"] == full.total_row["cluster_cost"]
         total = lambda s: sum((x for x in s.lines["total"].to_list()), Decimal(0))  # noqa: E731
