@@ -889,15 +889,36 @@ def cmd_plan(args) -> int:
 # ---------------------------------------------------------------- dashboard and demo
 
 def cmd_dashboard(args) -> int:
-    """Serve the dashboards; they read only the serving snapshot, so ingests can run meanwhile."""
-    from dashboards import server
+    """Serve the dashboards; they read only the serving snapshot, so ingests can run meanwhile.
+
+    With ``--config``: host and port from its [dashboard] table (the command line's win), who may connect from its
+    [access] table (dashboards/access.py), the warehouse from its [service] table (unless --db). Without an
+    [access] table only loopback is served, whatever --host says."""
+    from dashboards import access, server
     from ingest import warehouse
-    db = _db_path(args)
+    from ingest.errors import InputError
+    host, port, guarded, db = args.host, args.port, False, _db_path(args)
+    if args.config:
+        try:
+            cfg = access.read_config(args.config)
+        except InputError as exc:
+            raise CliError(str(exc)) from exc
+        host, port, guarded = host or cfg.host, port or cfg.port, cfg.access is not None
+        if cfg.warehouse and not args.db:      # the collector's warehouse, unless --db names another
+            db = Path(cfg.warehouse)
     if not warehouse.serving_path(db).exists():
         _say(args, f"gpuledger dashboard: no snapshot of {db} yet; the first page explains how to load data "
                    "(`gpuledger refresh` publishes one from an existing warehouse)")
+    host = host or "127.0.0.1"
+    if not guarded and not access.is_loopback(host):
+        _say(args, f"gpuledger dashboard: no [access] table configured (--config), so only this machine is "
+                   f"served: binding 127.0.0.1, not {host}")
+        host = "127.0.0.1"
+    elif not guarded:
+        _say(args, "gpuledger dashboard: no [access] table configured: serving this machine only, its users with "
+                   "full rights")
     try:
-        return server.serve(db, port=args.port, host=args.host)
+        return server.serve(db, port=port or 8501, host=host, config=args.config)
     except server.PortInUse as exc:
         raise CliError(str(exc)) from exc
 
@@ -1345,9 +1366,10 @@ def _plan_parser(sub) -> None:
     _scenario_options(s, 5)
 
 
-def _serve_options(s, what: str) -> None:
-    s.add_argument("--port", type=int, default=8501, help=f"{what} TCP port (default 8501)")
-    s.add_argument("--host", default="127.0.0.1",
+def _serve_options(s, what: str, from_config: bool = False) -> None:
+    # the dashboard's defaults come from --config's [dashboard] table when given, so they are resolved later
+    s.add_argument("--port", type=int, default=None if from_config else 8501, help=f"{what} TCP port (default 8501)")
+    s.add_argument("--host", default=None if from_config else "127.0.0.1",
                    help=f"{what} bind address (default 127.0.0.1; 0.0.0.0 only behind an authenticating proxy)")
 
 
@@ -1356,7 +1378,11 @@ def _serving_parsers(sub) -> None:
                  "Serve the governance dashboards (Streamlit) for the warehouse. They read the read-only serving "
                  "snapshot that every ingest/refresh republishes, never the warehouse itself, so ingests can run "
                  "while they are open.")
-    _serve_options(s, "dashboard")
+    _serve_options(s, "dashboard", from_config=True)
+    s.add_argument("--config", metavar="FILE",
+                   help="service configuration (data/gpuledger.example.toml): [dashboard] host and port (the "
+                        "command line's win), [access] who may connect (dashboards/access.py); without [access] "
+                        "only loopback is served")
     s = _command(sub, "demo", cmd_demo, "build the demo warehouse from a synthetic cluster and serve the dashboard",
                  "Generate a realistic synthetic GPU cluster (scale 1: 60 nodes x 8 GPUs, 26 weeks, 12 teams), write "
                  "it as real sacct/scontrol/sacctmgr/DCGM/governance files, ingest them through the normal ingestors "

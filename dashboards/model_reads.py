@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 import polars as pl
 import streamlit as st
 
-from dashboards import exports, queries
+from dashboards import access, exports, queries
 from dashboards.filters import Filters
 from dashboards.queries import CACHE
 from models.definitions.labels import ALL, UNMAPPED, sized
@@ -27,8 +27,14 @@ from models.metrics import timeline, utilization as utilization_mod
 from models.simulation import simulate as simulate_mod, whatif as whatif_mod
 
 
-def _cursor():
-    return queries.current().cursor()
+def _cursor(version: str):
+    """A snapshot cursor scoped as ``version`` (the cache key) says: a cached view is computed in its own scope."""
+    return queries.current().cursor(access.scope_key(version))
+
+
+def db_path():
+    """The warehouse this dashboard serves (the period-close action writes it; reads never do)."""
+    return queries.current().db_path
 
 
 def prefetch(calls, workers: int | None = None) -> None:
@@ -88,7 +94,7 @@ def utilization(version: str, f: Filters, bucket: str, group: str | None = None)
     by = _capacity_by(f, group)
     if f.teams:
         by.append("team")
-    df = mod.by_bucket(_cursor(), f.t0, f.t1, bucket, by=by or None)
+    df = mod.by_bucket(_cursor(version), f.t0, f.t1, bucket, by=by or None)
     keys = ["bucket"] + ([group] if group and group != "team" else [])
     if df.height == 0:
         return df
@@ -124,7 +130,7 @@ def allocation_by_team(version: str, f: Filters, bucket: str) -> pl.DataFrame | 
     """Allocated GPU-hours per bucket and team (teams the filter keeps; unmapped jobs as UNMAPPED)."""
     mod = utilization_mod
     by = _capacity_by(f, None) + ["team"]
-    df = mod.by_bucket(_cursor(), f.t0, f.t1, bucket, by=by)
+    df = mod.by_bucket(_cursor(version), f.t0, f.t1, bucket, by=by)
     if df.height == 0:
         return pl.DataFrame(schema={"bucket": pl.Datetime, "team": pl.String, "allocated_gpu_h": pl.Float64})
     df = _team_rows(f.apply(df, skip=("teams",)), f, mod.TOTAL_LABEL)
@@ -154,7 +160,7 @@ def window_totals(df: pl.DataFrame | None, f: Filters) -> dict[str, float | None
 def currency(version: str) -> str | None:
     """The governance currency, or None before a governance file is loaded (or before the cost model lands)."""
     try:
-        return current_policy(_cursor()).currency
+        return current_policy(_cursor(version)).currency
     except CostError:  # no governance loaded yet: amounts are simply not shown
         return None
 
@@ -162,7 +168,7 @@ def currency(version: str) -> str | None:
 @st.cache_data(**CACHE)
 def chargeback_periods(version: str, first: dt.date | None, last: dt.date | None) -> tuple[list[str], list[str]]:
     """(every month the data touches, newest first; the months closed so far)."""
-    closed = chargeback_mod.closed_periods(_cursor())
+    closed = chargeback_mod.closed_periods(_cursor(version))
     months = set(closed)
     if first and last:
         y, m = first.year, first.month
@@ -179,7 +185,12 @@ def statement(version: str, period: str, detail: bool = True):
 
     Cached as a resource (not copied per view): the statement of a big month carries every job."""
     try:
-        st_ = chargeback_mod.statement(_cursor(), period, detail=detail)
+        if access.scope_key(version) and period in chargeback_mod.closed_periods(_cursor(version)):
+            # a closed statement's hash holds over its stored rows: checked on them, then read as scoped
+            chargeback_mod.statement(queries.current().cursor(), period, detail=False)
+            st_ = chargeback_mod.statement(_cursor(version), period, detail=detail, verify=False)
+        else:
+            st_ = chargeback_mod.statement(_cursor(version), period, detail=detail)
     except CostError as exc:
         return str(exc)
     return st_, chargeback_mod.views(st_)
@@ -205,7 +216,7 @@ def forecast(version: str, measure: str, horizon: int, target_util: float, band:
     """capacity.forecast_warehouse's answer (history, forecast with intervals, model summary, capacity answers).
 
     Cached as a resource per snapshot and settings: fitting and backtesting every series takes seconds."""
-    return capacity_mod.forecast_warehouse(_cursor(), horizon, by=by, freq="day", measure=measure, cluster=cluster,
+    return capacity_mod.forecast_warehouse(_cursor(version), horizon, by=by, freq="day", measure=measure, cluster=cluster,
                                   target_util=target_util, band=band)
 
 
@@ -216,7 +227,7 @@ def whatif_inputs(version: str, t0: dt.datetime, t1: dt.datetime, cluster: str |
     """The simulator's inputs for the window (capacity at its start, its jobs and outages), or the reason
     there are none as a string."""
     try:
-        return whatif_mod.load_inputs(_cursor(), t0.isoformat(), t1.isoformat(), cluster)
+        return whatif_mod.load_inputs(_cursor(version), t0.isoformat(), t1.isoformat(), cluster)
     except ValueError as exc:
         return str(exc)
 
@@ -253,7 +264,7 @@ def efficiency(version: str, f: Filters, group: str | None = None, bucket: str |
     mod = efficiency_mod
     extra = [col for name, col in _EFF_FILTERS.items() if f.dimensions()[name] and col != group]
     by = ([group] if group else []) + extra
-    df = mod.by_group(_cursor(), f.t0, f.t1, by=by, bucket=bucket)
+    df = mod.by_group(_cursor(version), f.t0, f.t1, by=by, bucket=bucket)
     if df.height == 0:
         return df
     df = f.apply(df.with_columns(pl.col("team").fill_null(UNMAPPED)) if "team" in df.columns else df)
@@ -270,7 +281,7 @@ def efficiency_jobs(version: str, f: Filters, n: int = 25) -> pl.DataFrame | Non
     """The worst offenders: jobs with the most idle-allocated GPU-hours in the window, for the filters."""
     mod = efficiency_mod
     filtered = any(f.dimensions().values())
-    df = mod.per_job(_cursor(), f.t0, f.t1, order="idle", limit=None if filtered else n)
+    df = mod.per_job(_cursor(version), f.t0, f.t1, order="idle", limit=None if filtered else n)
     df = f.apply(df.with_columns(pl.col("team").fill_null(UNMAPPED)))
     return df.filter(pl.col("idle_alloc_gpu_h") > 0).head(n)
 
@@ -278,7 +289,7 @@ def efficiency_jobs(version: str, f: Filters, n: int = 25) -> pl.DataFrame | Non
 @st.cache_data(**CACHE)
 def efficiency_methods(version: str, f: Filters) -> pl.DataFrame | None:
     """Share of telemetry GPU-hours attributed exactly (exporter label, GPU index) or by node share (window)."""
-    return efficiency_mod.method_shares(_cursor(), f.t0, f.t1)
+    return efficiency_mod.method_shares(_cursor(version), f.t0, f.t1)
 
 
 # ---------------------------------------------------------------- fragmentation (models/fragmentation*.py, issue 5)
@@ -291,7 +302,7 @@ def fragmentation(version: str, f: Filters, bucket: str) -> pl.DataFrame | None:
     Partitions are split only when filtered on (a node in several partitions would count in each)."""
     mod = fragmentation_mod
     by = ("gpu_type", "partition") if f.partitions else ("gpu_type",)
-    df = mod.report(_cursor(), f.t0, f.t1, bucket, by=by)
+    df = mod.report(_cursor(version), f.t0, f.t1, bucket, by=by)
     if df.height == 0:
         return df
     df = f.apply(df, skip=("teams",))
@@ -320,7 +331,7 @@ def blocked(version: str, f: Filters) -> pl.DataFrame | None:
     mod = blocked_mod
     by = ["team", "size_class"]
     extra = [col for name, col in _EFF_FILTERS.items() if f.dimensions()[name] and col not in by]
-    df = mod.blocked(_cursor(), f.t0, f.t1, by=by + extra)
+    df = mod.blocked(_cursor(version), f.t0, f.t1, by=by + extra)
     if df.height == 0:
         return sized(pl.DataFrame(schema={"team": pl.String, "size_class": pl.String,
                                           **{c: pl.Float64 for c in BLOCKED_SUMS}}))
@@ -341,7 +352,7 @@ def blocked_by(df: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
 @st.cache_data(**CACHE)
 def fairness(version: str, f: Filters) -> dict[str, pl.DataFrame] | str | None:
     """fairness.report over the window (clipped to the data horizon): per team and pool, and per pool."""
-    cur = _cursor()
+    cur = _cursor(version)
     end = min(f.t1, timeline.horizon(cur) or f.t1)
     if end <= f.t0:
         return {"teams": pl.DataFrame(), "pools": pl.DataFrame()}
@@ -361,7 +372,7 @@ def waits(version: str, f: Filters, by: tuple[str, ...] = ("team", "size_class")
     mod = queue_mod
     dims = {"clusters": "cluster", "pools": "pool", "partitions": "partition", "teams": "team"}
     extra = tuple(col for name, col in dims.items() if f.dimensions()[name] and col not in by)
-    df = mod.waits(_cursor(), f.t0, f.t1, by=by + extra)
+    df = mod.waits(_cursor(version), f.t0, f.t1, by=by + extra)
     return f.apply(df) if df.height else df
 
 
@@ -370,7 +381,7 @@ def starvation(version: str, f: Filters, threshold_hours: float) -> tuple[pl.Dat
     """(per team: starved and pending-too-long counts, oldest pending age; the jobs pending longer than the
     threshold at the end of the window), for the team, pool and cluster filters."""
     mod = queue_mod
-    cur = _cursor()
+    cur = _cursor(version)
     end = min(f.t1, timeline.horizon(cur) or f.t1)
     per_team = f.apply(mod.starvation(cur, f.t0, end, threshold_hours), skip=("pools", "partitions"))
     pending = mod.pending_at(cur, end)
@@ -476,4 +487,4 @@ def capacity_reached(version: str, f: Filters) -> dict | None:
 @st.cache_data(**CACHE)
 def running_jobs(version: str) -> pl.DataFrame:
     """Jobs still running at the horizon (timeline.running_jobs): job_uid, cluster, horizon."""
-    return timeline.running_jobs(_cursor())
+    return timeline.running_jobs(_cursor(version))

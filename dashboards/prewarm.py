@@ -16,7 +16,7 @@ import threading
 import time
 from typing import Callable
 
-from dashboards import model_reads as mr, queries
+from dashboards import access, model_reads as mr, queries
 from dashboards.filters import Filters
 from models.metrics.fragmentation import WINDOW_BUCKET
 
@@ -75,7 +75,7 @@ def _run(version: str, f: Filters) -> None:
     t0 = time.perf_counter()
     done = failed = 0
     for view in views(version, f):
-        if queries.current().version != version:
+        if queries.current().version != access.snapshot_version(version):
             return                      # a newer snapshot arrived: warming this one helps nobody
         try:
             view()

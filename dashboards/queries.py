@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import polars as pl
 import streamlit as st
 
-from dashboards import snapshot
+from dashboards import access, snapshot
 from dashboards.filters import Filters
 from dashboards.theme import UNMAPPED
 
@@ -26,8 +26,9 @@ def current() -> snapshot.Snapshot:
     return snapshot.for_warehouse(None)
 
 
-def _frame(sql: str, params: list | dict | None = None) -> pl.DataFrame:
-    return current().frame(sql, params)
+def _frame(version: str, sql: str, params: list | dict | None = None) -> pl.DataFrame:
+    """A query on the snapshot in the data scope the cache key ``version`` carries (dashboards/access.py)."""
+    return current().frame(sql, params, scope=access.scope_key(version))
 
 
 # ---------------------------------------------------------------- what the snapshot holds
@@ -59,23 +60,35 @@ def catalogue(version: str) -> Catalogue:
     tables = frozenset(current().tables())
     if "jobs" not in tables:
         return Catalogue(tables, 0, None, None, None, (), (), (), (), ())
-    ext = _frame("""SELECT count(*)::BIGINT AS n, min(submit) AS first,
+    ext = _frame(version, """SELECT count(*)::BIGINT AS n, min(submit) AS first,
                            greatest(max("end"), max(start), max(submit)) AS horizon FROM jobs""").row(0, named=True)
     def distinct(sql: str) -> tuple[str, ...]:
-        return tuple(sorted(v for v in _frame(sql)[:, 0].to_list() if v))
+        return tuple(sorted(v for v in _frame(version, sql)[:, 0].to_list() if v))
     clusters = distinct("SELECT DISTINCT cluster FROM jobs UNION SELECT DISTINCT cluster FROM nodes")
     pools = distinct("SELECT DISTINCT gpu_type FROM nodes WHERE gpus > 0 UNION SELECT DISTINCT gpu_type FROM jobs")
     partitions = distinct("""SELECT DISTINCT partition FROM jobs UNION
                              SELECT DISTINCT trim(unnest(string_split(partitions, ','))) FROM nodes""")
     named = distinct("SELECT DISTINCT team FROM jobs UNION SELECT team FROM teams")
-    unmapped = _frame("SELECT count(*)::BIGINT FROM jobs WHERE team IS NULL")[0, 0] > 0
+    unmapped = _frame(version, "SELECT count(*)::BIGINT FROM jobs WHERE team IS NULL")[0, 0] > 0
     first = ext["first"].date() if ext["first"] else None
     horizon = ext["horizon"]
-    node_gpus = tuple(_frame("""SELECT gpu_type, mode(gpus)::INTEGER AS gpus FROM nodes
+    node_gpus = tuple(_frame(version, """SELECT gpu_type, mode(gpus)::INTEGER AS gpus FROM nodes
                                 WHERE valid_to IS NULL AND gpus > 0 AND gpu_type IS NOT NULL
                                 GROUP BY gpu_type ORDER BY gpu_type""").iter_rows())
     return Catalogue(tables, ext["n"], first, horizon.date() if horizon else None, horizon, clusters, pools,
                      partitions, named + ((UNMAPPED,) if unmapped else ()), named, node_gpus)
+
+
+@st.cache_data(**CACHE)
+def access_roles(version: str) -> access.Roles:
+    """The governance file's roles and contact (unscoped: who may see what is decided before any scope)."""
+    tables = current().tables()
+    if "access_roles" not in tables:
+        return access.Roles()
+    rows = current().frame("SELECT user_name, role, teams FROM access_roles").rows()
+    contact = (current().frame("SELECT min(contact) FROM access_settings")[0, 0]
+               if "access_settings" in tables else None)
+    return access.roles_from_rows(rows, contact)
 
 
 # ---------------------------------------------------------------- freshness
@@ -86,7 +99,7 @@ def freshness(version: str) -> pl.DataFrame:
     tables = current().tables()
     if "ingest_runs" not in tables:
         return pl.DataFrame(schema={"source": pl.String, "last_ingest": pl.Datetime, "runs": pl.Int64})
-    return _frame("""SELECT source, max(finished_at) AS last_ingest, count(*)::BIGINT AS runs
+    return _frame(version, """SELECT source, max(finished_at) AS last_ingest, count(*)::BIGINT AS runs
                      FROM ingest_runs WHERE status = 'ok' GROUP BY source ORDER BY source""")
 
 
@@ -94,7 +107,7 @@ def freshness(version: str) -> pl.DataFrame:
 def published_at(version: str) -> dt.datetime | None:
     if "snapshot_info" not in current().tables():
         return None
-    return _frame("SELECT max(published_at) FROM snapshot_info")[0, 0]
+    return _frame(version, "SELECT max(published_at) FROM snapshot_info")[0, 0]
 
 
 # ---------------------------------------------------------------- data health (audit tables)
@@ -114,7 +127,7 @@ _MESSAGE = _NO_DIRS.format("replace(message, coalesce(input_name, ''), "
 @st.cache_data(**CACHE)
 def ingest_runs(version: str, f: Filters) -> pl.DataFrame:
     """Ingest runs that started in the window (newest first), with their line accounting."""
-    return _frame(f"""SELECT run_id, source, {_BASE_NAME.format("input_name")} AS input_name, cluster, status,
+    return _frame(version, f"""SELECT run_id, source, {_BASE_NAME.format("input_name")} AS input_name, cluster, status,
                              lines_read, loaded, skipped, rejected, inserted, updated, unchanged, started_at,
                              finished_at, {_MESSAGE} AS message
                      FROM ingest_runs
@@ -127,7 +140,7 @@ def ingest_runs(version: str, f: Filters) -> pl.DataFrame:
 @st.cache_data(**CACHE)
 def all_ingest_runs(version: str) -> pl.DataFrame:
     """Every ingest run, newest first (the Data health page falls back to it when the window has none)."""
-    return _frame(f"""SELECT run_id, source, {_BASE_NAME.format("input_name")} AS input_name, cluster, status,
+    return _frame(version, f"""SELECT run_id, source, {_BASE_NAME.format("input_name")} AS input_name, cluster, status,
                              lines_read, loaded, skipped, rejected, inserted, updated, unchanged, started_at,
                              finished_at, {_MESSAGE} AS message
                      FROM ingest_runs ORDER BY started_at DESC, run_id DESC""")
@@ -137,7 +150,7 @@ def all_ingest_runs(version: str) -> pl.DataFrame:
 def rejects(version: str, run_ids: tuple[int, ...], limit: int = 5000) -> pl.DataFrame:
     """Rejected input lines of the given runs: input base name, line number, field and reason, newest run first.
     Not the raw line (it may hold anything the input held; operators read it in the ``rejects`` table)."""
-    return _frame(f"""SELECT r.run_id, i.source, {_BASE_NAME.format("i.input_name")} AS input_name, r.line_no,
+    return _frame(version, f"""SELECT r.run_id, i.source, {_BASE_NAME.format("i.input_name")} AS input_name, r.line_no,
                             r.field, r.reason
                      FROM rejects r JOIN ingest_runs i USING (run_id)
                      WHERE list_contains(?::BIGINT[], r.run_id)
@@ -146,14 +159,14 @@ def rejects(version: str, run_ids: tuple[int, ...], limit: int = 5000) -> pl.Dat
 
 @st.cache_data(**CACHE)
 def reject_reasons(version: str, run_ids: tuple[int, ...]) -> pl.DataFrame:
-    return _frame("""SELECT reason, count(*)::BIGINT AS lines FROM rejects
+    return _frame(version, """SELECT reason, count(*)::BIGINT AS lines FROM rejects
                      WHERE list_contains(?::BIGINT[], run_id) GROUP BY reason ORDER BY lines DESC, reason""",
                   [list(run_ids)])
 
 
 @st.cache_data(**CACHE)
 def skip_reasons(version: str, run_ids: tuple[int, ...]) -> pl.DataFrame:
-    return _frame("""SELECT reason, sum(lines)::BIGINT AS lines FROM ingest_skips
+    return _frame(version, """SELECT reason, sum(lines)::BIGINT AS lines FROM ingest_skips
                      WHERE list_contains(?::BIGINT[], run_id) GROUP BY reason ORDER BY lines DESC, reason""",
                   [list(run_ids)])
 
@@ -164,7 +177,7 @@ def unmapped_accounts(version: str, f: Filters) -> pl.DataFrame:
 
     GPU-hours here are whole-job (GPUs x elapsed), a size indicator for triage, not a billed figure.
     """
-    return _frame("""SELECT cluster, account, count(*)::BIGINT AS jobs,
+    return _frame(version, """SELECT cluster, account, count(*)::BIGINT AS jobs,
                             count(DISTINCT "user")::BIGINT AS users,
                             round(sum(ngpus * coalesce(elapsed_s, 0)) / 3600.0, 2)::DOUBLE AS gpu_hours,
                             min(submit) AS first_seen, max(submit) AS last_seen

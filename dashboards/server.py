@@ -15,7 +15,7 @@ import time
 import urllib.request
 from pathlib import Path
 
-from dashboards import theme
+from dashboards import access, theme
 from ingest import warehouse
 
 APP = Path(__file__).resolve().parent / "app.py"
@@ -46,7 +46,13 @@ def command(port: int, host: str = "127.0.0.1") -> list[str]:
 
 
 def check_port(port: int, host: str = "127.0.0.1") -> None:
+    """Raise PortInUse if a server is listening on ``host``:``port``.
+
+    With SO_REUSEADDR, as Streamlit binds its own socket: a socket of a server just stopped lingers in TIME_WAIT
+    for about a minute, and without the option the probe would refuse the port that whole time, so a supervised
+    restart on the same port would fail. A port some process still listens on is refused either way."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
         except OSError as exc:
@@ -59,10 +65,19 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def start(db_path: str | os.PathLike, port: int, host: str = "127.0.0.1", quiet: bool = False) -> subprocess.Popen:
-    """Start the server in a child process serving ``db_path``'s snapshot; returns at once."""
+def start(db_path: str | os.PathLike, port: int, host: str = "127.0.0.1", quiet: bool = False,
+          config: str | os.PathLike | None = None) -> subprocess.Popen:
+    """Start the server in a child process serving ``db_path``'s snapshot; returns at once.
+
+    ``config``: the service configuration file whose ``[access]`` table says whom to serve (dashboards/access.py),
+    passed to the app as ``$GPULEDGER_CONFIG``; without one the app serves the local machine only."""
     check_port(port, host)
-    env = dict(os.environ, GPULEDGER_DB=str(Path(db_path).resolve()), GPULEDGER_DASHBOARD_PREWARM="1")
+    env = dict(os.environ, GPULEDGER_DB=str(Path(db_path).resolve()), GPULEDGER_DASHBOARD_PREWARM="1",
+               # the app must see the connection's own peer (the proxy), never an address from X-Forwarded-For:
+               # uvicorn would otherwise take the client address from that header for connections from loopback
+               FORWARDED_ALLOW_IPS="")
+    if config is not None:
+        env[access.CONFIG_ENV] = str(Path(config).resolve())
     out = subprocess.DEVNULL if quiet else None
     return subprocess.Popen(command(port, host), env=env, stdout=out, stderr=out)
 
@@ -87,9 +102,10 @@ def _raise_interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def serve(db_path: str | os.PathLike, port: int = 8501, host: str = "127.0.0.1") -> int:
+def serve(db_path: str | os.PathLike, port: int = 8501, host: str = "127.0.0.1",
+          config: str | os.PathLike | None = None) -> int:
     """Serve the dashboards for ``db_path`` until interrupted; prints the address. Returns the exit status."""
-    proc = start(db_path, port, host)
+    proc = start(db_path, port, host, config=config)
     # A SIGTERM (service manager, test harness) must stop the Streamlit child too, not orphan it.
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     url = f"http://{host}:{port}"

@@ -22,6 +22,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
+from dashboards import access
 from ingest import warehouse
 
 
@@ -45,6 +46,7 @@ class Snapshot:
         self._version = ""
         self._stat_key: tuple | None = None
         self._manifest: dict | None = None
+        self._scopes: dict[str, str] = {}   # scope -> the schema of its views on the current connection
 
     def _current(self) -> tuple[str, dict | None]:
         """(version, manifest) of the manifest file now; the file is parsed again only when it was replaced."""
@@ -70,8 +72,9 @@ class Snapshot:
         v = self._stat_version()
         return SnapshotState(self.db_path, self.path, bool(v), v)
 
-    def cursor(self) -> duckdb.DuckDBPyConnection:
-        """An independent cursor on the current view (one per query: cursors are not shared by threads).
+    def cursor(self, scope: str = "") -> duckdb.DuckDBPyConnection:
+        """An independent cursor on the current view (one per query: cursors are not shared by threads),
+        its tables scoped to ``scope`` (dashboards/access.py: '' is everything).
 
         Raises FileNotFoundError when nothing has been published yet.
         """
@@ -83,8 +86,14 @@ class Snapshot:
                 # Dropping our reference is enough: cursors still reading the old views keep that database alive.
                 self._con = _open_views(self.path.parent, m)
                 self._version = v
+                self._scopes = {}
             cur = self._con.cursor()
+            if scope and scope not in self._scopes:   # the scope's views, once per snapshot (dashboards/access.py)
+                self._scopes[scope] = access.create_views(cur, scope, CATALOG)
+            schema = self._scopes.get(scope, "")
         cur.execute(f"USE {CATALOG}")   # a cursor starts in the default in-memory catalog
+        if scope:
+            cur.execute(access.search_path(schema, CATALOG))
         return cur
 
     @property
@@ -92,9 +101,9 @@ class Snapshot:
         """The version of the view the next :meth:`cursor` will read ('' when nothing is published)."""
         return self._stat_version()
 
-    def frame(self, sql: str, params: list | dict | None = None) -> pl.DataFrame:
-        """Run a parameterised query on the view and return a Polars frame."""
-        cur = self.cursor()
+    def frame(self, sql: str, params: list | dict | None = None, scope: str = "") -> pl.DataFrame:
+        """Run a parameterised query on the view (scoped to ``scope``) and return a Polars frame."""
+        cur = self.cursor(scope)
         try:
             return cur.sql(sql, params=params or None).pl()
         finally:

@@ -34,7 +34,8 @@ HOURS_PER_YEAR = Decimal(8760)
 USER_PRIORITY, ACCOUNT_PRIORITY = 50, 100
 
 TOP_KEYS = {"currency", "minor_units", "period_timezone", "clusters", "cost_centers", "teams", "mappings",
-            "entitlements", "rates", "billing", "idle", "fairness"}
+            "entitlements", "rates", "billing", "idle", "fairness",
+            "access", "access_policy"}
 SECTION_KEYS = {
     "clusters": {"name", "timezone", "description"},
     "cost_centers": {"id", "name", "owner"},
@@ -45,6 +46,8 @@ SECTION_KEYS = {
     "billing": {"basis", "tres_weights", "max_tres", "partition_weights"},
     "idle": {"policy"},
     "fairness": {"half_life_days", "windows_days", "starvation_hours", "bsld_tau_minutes", "parent_shares"},
+    "access": {"user", "role", "teams"},
+    "access_policy": {"contact"},
 }
 TCO_KEYS = {"capex_per_gpu", "depreciation_years", "interest_rate", "power_kw_per_gpu", "pue", "price_per_kwh",
             "facility_per_gpu_year", "staff_per_gpu_year"}
@@ -62,11 +65,13 @@ class Governance:
     team_tree: list[tuple] = field(default_factory=list)      # (node, parent, raw_shares, is_team)
     entitlements: list[tuple] = field(default_factory=list)   # (team, cluster, gpu_type, share, gpus, from, to)
     rates: list[tuple] = field(default_factory=list)          # (cluster, gpu_type, partition, from, to, price, method, derivation)
+    access: list[tuple] = field(default_factory=list)         # (user lower case, role, [teams]); see _parse_access
+    access_contact: str | None = None
 
     @property
     def records(self) -> int:
         return sum(len(x) for x in (self.clusters, self.cost_centers, self.teams, self.team_map,
-                                    self.entitlements, self.rates))
+                                    self.entitlements, self.rates, self.access))
 
 
 class _Checker:
@@ -449,8 +454,51 @@ def parse(text: str, source: str = "<governance>") -> Governance:
         chk.fail(("teams",), "at least one [[teams]] entry is required")
     _parse_entitlements(chk, doc, gov, {t[0] for t in gov.teams})
     _parse_rates(chk, doc, gov)
+    _parse_access(chk, doc, gov, {t[0] for t in gov.teams})
     gov.settings["document"] = _canonical(gov)
     return gov
+
+
+# ---------------------------------------------------------------- access (who sees what on the dashboard)
+# Kept apart from the policy: access entries are not part of the canonical document a statement freezes, so
+# granting someone a role never makes a stored statement stale. dashboards/access.py says what each role sees.
+
+ACCESS_ROLES = ("admin", "manager", "finance", "team_lead", "member")
+TEAM_ROLES = ("team_lead", "member")
+
+
+def _parse_access(chk: _Checker, doc: dict, gov: Governance, teams: set[str]) -> None:
+    """``[[access]] user = "ana@example.org" role = "team_lead" teams = ["nlp"]``, and ``[access_policy]
+    contact = "..."`` (whom an unknown user is told to ask)."""
+    policy = _table(chk, ("access_policy",), doc.get("access_policy", {}), SECTION_KEYS["access_policy"])
+    gov.access_contact = _str(chk, ("access_policy", "contact"), policy.get("contact"), required=False)
+    seen: set[str] = set()
+    for i, a in enumerate(_array(chk, doc, "access")):
+        user = _str(chk, ("access", i, "user"), a.get("user")).lower()
+        if user in seen:
+            chk.fail(("access", i, "user"), f"user {user!r} is given a role twice")
+        seen.add(user)
+        role = _str(chk, ("access", i, "role"), a.get("role"))
+        if role not in ACCESS_ROLES:
+            chk.fail(("access", i, "role"), f"unknown role {role!r} (one of: {', '.join(ACCESS_ROLES)})")
+        names = a.get("teams")
+        if role in TEAM_ROLES:
+            if not isinstance(names, list) or not names or not all(isinstance(t, str) and t for t in names):
+                chk.fail(("access", i, "teams"), f"a {role} needs a list of teams, e.g. teams = [\"nlp\"]")
+            for t in names:
+                if t not in teams:
+                    chk.fail(("access", i, "teams"), f"team {t!r} is not declared in [[teams]]")
+        elif names is not None:
+            chk.fail(("access", i, "teams"), f"the {role} role sees every team; teams applies to team_lead and member only")
+        gov.access.append((user, role, sorted(set(names or []))))
+
+
+def _load_access(con, gov: Governance) -> None:
+    con.execute("DELETE FROM access_roles")
+    con.execute("DELETE FROM access_settings")
+    _insert(con, "access_roles", gov.access)
+    if gov.access_contact:
+        con.execute("INSERT INTO access_settings VALUES (?)", [gov.access_contact])
 
 
 def _canonical(gov: Governance) -> str:
@@ -485,6 +533,7 @@ def load(con, gov: Governance, source: str, sha256: str, nbytes: int) -> dict:
                      s["billing_basis"], json.dumps(s["tres_weights"], sort_keys=True) if s["tres_weights"] else None,
                      s["max_tres"], s["idle_policy"], s["half_life_days"], s["windows_days"], s["starvation_hours"],
                      s["bsld_tau_minutes"], s["document"]])
+        _load_access(con, gov)
         run.updated = assign_teams(con)
         run.inserted = gov.records
         run.options.update({"teams": len(gov.teams), "rates": len(gov.rates),

@@ -58,7 +58,8 @@ def run_cli(db_path, capsys):
 
 #: Modules that mostly wait (on a real Slurm's job mix, a browser, a server) run first: under `make test`'s
 #: workers (pytest-xdist, one module per worker at a time) their waiting overlaps the CPU-bound modules.
-WAITING_FIRST = ("test_slurm_integration.py", "test_dashboard_browser.py", "test_dashboard_concurrency.py",
+WAITING_FIRST = ("test_slurm_integration.py", "test_dashboard_browser.py", "test_dashboard_access_browser.py",
+                 "test_dashboard_concurrency.py",
                  "test_prometheus.py", "test_traces_genai.py", "test_cli_docs.py")
 
 

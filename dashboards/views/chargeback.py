@@ -4,7 +4,7 @@ from __future__ import annotations
 import polars as pl
 import streamlit as st
 
-from dashboards import charts, exports, model_reads as mr, theme, ui
+from dashboards import access, actions, charts, exports, model_reads as mr, theme, ui
 
 ctx = ui.context()
 f = ctx.filters
@@ -33,6 +33,26 @@ with top[1]:
     st.badge(badge[0], color=badge[1], icon=badge[2])
     status_text = ui.statement_status(stmt.status) + " · " + dict(stmt.header).get("Status", stmt.status)
     st.caption(status_text + (f" · content hash {stmt.content_hash[:12]}" if stmt.content_hash else ""))
+
+# ---------------------------------------------------------------- period close (finance, managers, admins)
+viewer = access.viewer()
+if "cb_close_outcome" in st.session_state:
+    done = st.session_state.pop("cb_close_outcome")
+    (st.success if done.ok else st.error)(done.message, icon=":material/lock:" if done.ok else ":material/block:")
+if stmt.status != "closed":
+    with st.expander(f"Close {period}", icon=":material/lock:"):
+        st.markdown(f"Closing freezes this statement as it stands: later jobs of {period} reach the books only as "
+                    "adjustments of the next open period. It cannot be undone.")
+        if not viewer.may("close"):
+            st.caption("Only finance, managers and admins may close a period; the server refuses it for "
+                       f"your role ({viewer.role.replace('_', ' ')}).")
+        if st.button(f"Close {period} now", key="cb_close", icon=":material/lock:", type="primary"):
+            try:
+                with st.spinner(f"Closing {period} (waits while the collector holds the warehouse) ..."):
+                    st.session_state["cb_close_outcome"] = actions.close_period(viewer, mr.db_path(), period)
+            except access.Forbidden as exc:
+                st.session_state["cb_close_outcome"] = actions.Outcome(False, f"Refused: {exc}.")
+            st.rerun()
 
 t = stmt.total_row
 money = lambda x: f"{float(x):,.{minor}f} {cur}"   # noqa: E731 (display only; sums stay Decimal)

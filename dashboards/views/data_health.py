@@ -7,8 +7,11 @@ import datetime as dt
 import polars as pl
 import streamlit as st
 
-from dashboards import charts, model_reads, queries, theme, ui
+from dashboards import access, charts, model_reads, queries, theme, ui
 
+if not access.viewer().may("health"):   # it names input files and sources: admins and managers only
+    st.error("Data health is for admins and managers.", icon=":material/block:")
+    st.stop()
 ctx = ui.context()
 f = ctx.filters
 ui.header("Data health", "Did every input line arrive, and is every job attributed to a team?", ctx, deltas=False)
