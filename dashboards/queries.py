@@ -198,7 +198,7 @@ def source_status(version: str) -> pl.DataFrame:
     consecutive failures and the last error (its absolute paths cut to base names); empty without the service."""
     if "source_status" not in current().tables():
         return pl.DataFrame()
-    return _frame(f"""SELECT cluster, source, last_attempt, last_success, consecutive_failures,
+    return _frame(version, f"""SELECT cluster, source, last_attempt, last_success, consecutive_failures,
                              {_NO_DIRS.format("last_error")} AS last_error, next_attempt,
                              lines_loaded, lines_skipped, lines_rejected
                       FROM source_status ORDER BY cluster, source""")

@@ -131,7 +131,7 @@ def test_governance_access_section_parses(lab_db):
     gov = governance.parse((dfx.FIX / "governance.toml").read_text(), "g.toml")
     assert gov.access_contact == "the lab's GPU admins (gpu-admins@lab.example)"
     assert ("nlp-lead@lab.example", "team_lead", ["nlp"]) in gov.access        # stored lower case
-    with warehouse.connect(warehouse.serving_path(lab_db), read_only=True) as con:
+    with warehouse.connect(lab_db, read_only=True) as con:
         rows = con.sql("SELECT user_name, role, teams FROM access_roles ORDER BY user_name").fetchall()
         assert rows[-1] == ("vision-member@lab.example", "member", ["vision"]) and len(rows) == 4
         assert "access" not in json.loads(con.sql("SELECT document FROM governance").fetchall()[0][0])

@@ -23,6 +23,7 @@ the next publish.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import json
 import os
 import re
@@ -319,7 +320,11 @@ def publish_serving(con: duckdb.DuckDBPyConnection, db_path: str | os.PathLike,
         gone = {f: at for f, at in (old or {}).get("retired", {}).items() if f not in keep}
         gone.update({f: now for f in retired if f not in keep})
         published_at = old["published_at"] if same else utcnow().isoformat()
-        _write_manifest(d, {"format": FORMAT, "epoch": epoch, "seq": seq, "version": f"{epoch[:12]}-{seq}",
+        # The version names the warehouse file and the content too: a copied warehouse (a restored backup, a
+        # test's copy) keeps epoch and sequence, and a dashboard's caches key on the version alone.
+        tag = hashlib.sha256(json.dumps([str(Path(db_path).resolve()), _content(tables)], sort_keys=True,
+                                        default=str).encode()).hexdigest()[:8]
+        _write_manifest(d, {"format": FORMAT, "epoch": epoch, "seq": seq, "version": f"{epoch[:12]}-{seq}-{tag}",
                             "published_at": published_at, "source_db": str(Path(db_path).resolve()),
                             "tables": tables, "retired": gone})
     # The manifest is in place; now the warehouse records it. A crash between the two leaves sequence numbers
