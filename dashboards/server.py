@@ -25,15 +25,21 @@ class PortInUse(Exception):
     """The chosen port is taken; the message names it."""
 
 
-def command(port: int, host: str = "127.0.0.1") -> list[str]:
+def command(port: int, host: str = "127.0.0.1", app: str | os.PathLike = APP) -> list[str]:
     """The `streamlit run` command line: headless, no telemetry, no file watcher, our theme.
 
     Safe behind a proxy: uncaught exceptions show viewers a generic message only (``showErrorDetails none``:
     no type, message or traceback; "false" would still show the traceback), XSRF protection on, and CORS
     protection on (``enableCORS true``: no ``Access-Control-Allow-Origin: *``, websockets from this origin
     only), the experimental agent API off. Streamlit sets no other security headers; deploy/nginx/gpuledger.conf
-    adds them."""
-    argv = [sys.executable, "-m", "streamlit", "run", str(APP),
+    adds them. ``app``: another entry script served the same way (the browser benchmark's framework floor).
+    ``dashboards.launch`` is Streamlit's command line after importing what the pages need and starting the
+    warm-up (see there).
+
+    Static assets: Streamlit 1.67 serves its JavaScript bundles uncompressed by design (starlette_gzip_middleware:
+    compressing per request at the origin costs CPU on every hit); the nginx site compresses them
+    (deploy/nginx/gpuledger.conf), which is what users behind it get."""
+    argv = [sys.executable, "-m", "dashboards.launch", "run", str(app),
             "--server.headless", "true", "--server.address", host, "--server.port", str(port),
             "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
             "--server.runOnSave", "false", "--client.toolbarMode", "viewer", "--client.showErrorDetails", "none",
@@ -59,12 +65,15 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
-def start(db_path: str | os.PathLike, port: int, host: str = "127.0.0.1", quiet: bool = False) -> subprocess.Popen:
-    """Start the server in a child process serving ``db_path``'s snapshot; returns at once."""
+def start(db_path: str | os.PathLike, port: int, host: str = "127.0.0.1", quiet: bool = False,
+          app: str | os.PathLike = APP, stdout=None) -> subprocess.Popen:
+    """Start the server in a child process serving ``db_path``'s snapshot; returns at once. ``stdout``: where
+    its output goes (a file for benchmarks; default inherited, or nowhere if ``quiet``)."""
     check_port(port, host)
     env = dict(os.environ, GPULEDGER_DB=str(Path(db_path).resolve()), GPULEDGER_DASHBOARD_PREWARM="1")
-    out = subprocess.DEVNULL if quiet else None
-    return subprocess.Popen(command(port, host), env=env, stdout=out, stderr=out)
+    out = subprocess.DEVNULL if quiet else stdout
+    return subprocess.Popen(command(port, host, app), env=env, stdout=out,
+                            stderr=subprocess.STDOUT if out is not None else None)
 
 
 def wait_ready(url: str, proc: subprocess.Popen | None = None, timeout: float = 60.0) -> None:
