@@ -9,6 +9,7 @@ instead of when the first visitor arrives. Everything else is ``streamlit.web.cl
 """
 from __future__ import annotations
 
+import logging
 import sys
 
 import duckdb  # noqa: F401  (imported for the first page view's sake, see above)
@@ -16,7 +17,10 @@ import plotly.graph_objects  # noqa: F401
 import polars  # noqa: F401
 from streamlit.web import cli
 
-from dashboards import charts, exports, forecast_charts, model_reads, prewarm, queries, sidebar, ui  # noqa: F401
+# The pages' modules declare their caches when imported; before Streamlit's runtime exists it warns once per
+# cache that it has none yet (the caches are created on first use, inside the runtime): not worth a log line.
+logging.getLogger("streamlit.runtime.caching.cache_data_api").setLevel(logging.ERROR)
+from dashboards import charts, exports, forecast_charts, model_reads, prewarm, queries, sidebar, ui  # noqa: E402,F401
 
 
 def main() -> int:

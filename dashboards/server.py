@@ -16,6 +16,7 @@ import urllib.request
 from pathlib import Path
 
 from dashboards import theme
+from dashboards.budget import BUDGET
 from ingest import warehouse
 
 APP = Path(__file__).resolve().parent / "app.py"
@@ -45,6 +46,8 @@ def command(port: int, host: str = "127.0.0.1", app: str | os.PathLike = APP) ->
             "--server.runOnSave", "false", "--client.toolbarMode", "viewer", "--client.showErrorDetails", "none",
             "--server.enableXsrfProtection", "true", "--server.enableCORS", "true",
             "--server.enableAgentApi", "false",
+            # every cached view together stays inside the memory budget's share (dashboards/budget.py)
+            "--server.maxCacheDataSize", f"{BUDGET.views // 1024 ** 2}mb",
             "--logger.level", "warning"]
     for k, v in theme.STREAMLIT_THEME.items():
         argv += [f"--{k}", v]
@@ -71,6 +74,8 @@ def start(db_path: str | os.PathLike, port: int, host: str = "127.0.0.1", quiet:
     its output goes (a file for benchmarks; default inherited, or nowhere if ``quiet``)."""
     check_port(port, host)
     env = dict(os.environ, GPULEDGER_DB=str(Path(db_path).resolve()), GPULEDGER_DASHBOARD_PREWARM="1")
+    # DuckDB's share of the memory budget, unless the administrator set a limit for every connection
+    env.setdefault(warehouse.ENV_MEMORY_LIMIT, f"{BUDGET.duckdb // 1024 ** 2}MB")
     out = subprocess.DEVNULL if quiet else stdout
     return subprocess.Popen(command(port, host, app), env=env, stdout=out,
                             stderr=subprocess.STDOUT if out is not None else None)

@@ -82,6 +82,12 @@ def url_params(f: Filters, cat: queries.Catalogue, preset: str | None = None) ->
     return out
 
 
+def view_params(f: Filters, cat: queries.Catalogue) -> dict[str, str | list[str]]:
+    """The query parameters of the view on screen (the window preset chosen in the sidebar, if any)."""
+    choice = st.session_state.get("f_preset")
+    return url_params(f, cat, PRESETS.get(choice) if choice else None)
+
+
 def query_string(params: dict[str, str | list[str]]) -> str:
     """``params`` as a URL query string (``?a=1&b=x&b=y``; '' when empty)."""
     return ("?" + urllib.parse.urlencode(params, doseq=True)) if params else ""
@@ -147,8 +153,7 @@ def filters(cat: queries.Catalogue) -> Filters | None:
     teams = sb.multiselect("Team", cat.teams, key="f_teams", placeholder="All teams")
     f = Filters(start=start, end=end_incl + dt.timedelta(days=1), clusters=tuple(clusters), pools=tuple(pools),
                 partitions=tuple(partitions), teams=tuple(teams))
-    choice = st.session_state.get("f_preset")
-    _write_url(url_params(f, cat, PRESETS.get(choice) if choice else None), URL_KEYS)
+    _write_url(view_params(f, cat), URL_KEYS)
     return f
 
 

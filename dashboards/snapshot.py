@@ -112,6 +112,8 @@ def _open_read_only(path: Path) -> duckdb.DuckDBPyConnection:
     con.execute(f"ATTACH '{_quoted(path)}' AS {CATALOG} (READ_ONLY)")
     con.execute(f"USE {CATALOG}")
     con.execute("SET TimeZone = 'UTC'")
+    if os.environ.get(warehouse.ENV_MEMORY_LIMIT):   # the server's share of its memory budget (dashboards/budget.py)
+        con.execute("SET memory_limit = ?", [os.environ[warehouse.ENV_MEMORY_LIMIT]])
     return con
 
 
