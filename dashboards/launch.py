@@ -23,7 +23,24 @@ logging.getLogger("streamlit.runtime.caching.cache_data_api").setLevel(logging.E
 from dashboards import charts, exports, forecast_charts, model_reads, prewarm, queries, sidebar, ui  # noqa: E402,F401
 
 
+def warm_plotly() -> None:
+    """Build one figure of every kind the pages draw. plotly loads its validators lazily, on first use, and not
+    thread-safely: two sessions drawing their first charts at once could fail a page (seen under the memory
+    benchmark's five concurrent visitors: an exception inside plotly's layout update)."""
+    df = polars.DataFrame({"x": [1, 2], "y": [1.0, 2.0], "c": ["a", "b"]})
+    charts.lines(df, "x", "y", color="c", y_title="y", hline=1.0, hline_text="t", markers=True)
+    charts.bars(df, "c", "y", color="c", y_title="y", horizontal=True, reference=1.0, reference_text="t")
+    charts.bars(df, "x", "y", y_title="y")
+    charts.stacked_area(df, "x", "y", "c", {}, y_title="y")
+    charts.heatmap(df, "x", "c", "y", z_title="z")
+    charts.scatter(df, "x", "y", color="c", x_title="x", y_title="y", size="y", text="c", diagonal=True)
+    fc = polars.DataFrame({"x": [3, 4], "m": [1.0, 2.0], "lo": [0.5, 1.5], "hi": [1.5, 2.5]})
+    charts.forecast_band(df, fc, x="x", y="y", mean="m", lo80="lo", hi80="hi", lo95="lo", hi95="hi",
+                         colour="#4E79A7", y_title="y", capacity=df, capacity_col="y", exhaustion=3)
+
+
 def main() -> int:
+    warm_plotly()
     prewarm.watch()            # a daemon thread; it waits for the runtime, and does nothing unless enabled
     sys.argv[0] = "streamlit"
     return cli.main()
