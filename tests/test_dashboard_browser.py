@@ -12,6 +12,7 @@ The warehouse is the demo generator's (a small one: 28 days of a 13-node cluster
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import os
 import re
@@ -23,11 +24,13 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import duckdb
 import pytest
 
 import dashboard_fixtures as dfx
 from dashboards.server import wait_ready
 from dashboards.ui import FAILED_TEXT
+from ingest import warehouse
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts" / "dashboard"
@@ -296,8 +299,6 @@ def test_server_warmed_the_default_views(server, server_log):
 def test_a_pasted_link_opens_the_same_view_and_the_url_follows_changes(server, browser, warehouse_db):
     """A manager's link (page, window, filters) opened in a fresh browser shows that view; changing the window
     in the sidebar rewrites the URL; the Overview's page links keep the view (dashboards/sidebar.py)."""
-    import duckdb
-    from ingest import warehouse
     con = duckdb.connect(str(warehouse.serving_path(warehouse_db)), read_only=True)
     team, pool = con.sql("SELECT team, gpu_type FROM jobs WHERE team IS NOT NULL AND gpu_type IS NOT NULL "
                          "GROUP BY ALL ORDER BY count(*) DESC LIMIT 1").fetchall()[0]
@@ -325,3 +326,15 @@ def test_a_pasted_link_opens_the_same_view_and_the_url_follows_changes(server, b
         assert page.get_by_text(re.compile(rf"\(UTC\); team: {re.escape(team)}")).count() == 1
     finally:
         ctx.close()
+
+
+def test_behind_nginx_the_bundles_are_compressed(proxy):
+    """Streamlit sends its JavaScript uncompressed; the shipped nginx site gzips it (what users behind it get)."""
+    index = urllib.request.urlopen(proxy + "/", timeout=10).read().decode()
+    script = re.search(r'<script[^>]+src="([^"]+\.js)"', index).group(1)
+    url = proxy + "/" + script.lstrip("./")
+    plain = urllib.request.urlopen(url, timeout=30).read()
+    with urllib.request.urlopen(urllib.request.Request(url, headers={"Accept-Encoding": "gzip"}), timeout=30) as r:
+        assert r.headers.get("Content-Encoding") == "gzip", dict(r.headers)
+        packed = r.read()
+    assert gzip.decompress(packed) == plain and len(packed) < len(plain) / 2
