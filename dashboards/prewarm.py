@@ -118,9 +118,10 @@ def _watch() -> None:
     while True:
         try:
             version = queries.current().version
-            if version and version not in _started:
-                with _lock:
-                    _started.add(version)
+            with _lock:
+                fresh = bool(version) and version not in _started
+                _started.add(version)
+            if fresh:
                 _run(version)
         except Exception:       # the page views report snapshot problems; the watcher keeps watching
             log.debug("prewarm: watching failed", exc_info=True)
