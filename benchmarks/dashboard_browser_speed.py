@@ -109,8 +109,10 @@ class Server:
         self.port = server.free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log.open("a")
+        t = time.perf_counter()
         self.proc = server.start(db, self.port, app=app, stdout=self.log)
         server.wait_ready(self.url, self.proc, timeout=120)
+        self.ready_s = time.perf_counter() - t      # process start to the health check answering
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -163,6 +165,7 @@ def run_page(browser, db: Path, page: str, log: Path, proxy_for=None) -> dict[st
     out = {}
     try:
         base = proxy_for(srv.url) if proxy_for else srv.url
+        out["ready"] = {"t": srv.ready_s}
         out["cold"] = visit(browser, page_url(base, page))
         out["warm"] = visit(browser, page_url(base, page))
         out["90d"] = visit(browser, page_url(base, page, "90d"))
@@ -181,7 +184,7 @@ def floor(browser, db: Path, app: Path, log: Path, proxy_for=None) -> dict[str, 
     srv = Server(db, app, log)
     try:
         base = proxy_for(srv.url) if proxy_for else srv.url
-        return {"cold": visit(browser, f"{base}/"), "warm": visit(browser, f"{base}/")}
+        return {"ready": {"t": srv.ready_s}, "cold": visit(browser, f"{base}/"), "warm": visit(browser, f"{base}/")}
     finally:
         srv.stop()
         if proxy_for:
@@ -246,6 +249,9 @@ def report(runs: list[dict], pages: list[str]) -> bool:
         print(f"pages that showed an error: {failed}")
     print(f"targets: <= {TARGET}x the floor's warm, first visit after a server start <= {TARGET_COLD}x the floor's "
           f"cold ('!' marks a miss); medians of {len(runs)} runs; publish {med(runs, pages[0], 'publish_s'):.1f} s")
+    ready = statistics.median(r[p]["ready"]["t"] for r in runs for p in pages if p in r)
+    print(f"server start to ready (health check answers): floor {med(runs, 'floor', 'ready'):.1f} s, dashboard "
+          f"{ready:.1f} s (it imports its libraries and draws one figure of each kind before it listens)")
     return ok
 
 
