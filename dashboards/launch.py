@@ -13,8 +13,12 @@ import logging
 import sys
 
 import duckdb  # noqa: F401  (imported for the first page view's sake, see above)
+# plotly imports pandas lazily, inside figure building: two sessions' first charts at once saw it half-initialised
+# ("partially initialized module 'pandas'", a failed page under the memory benchmark's five visitors)
+import pandas  # noqa: F401
 import plotly.graph_objects  # noqa: F401
 import polars  # noqa: F401
+import pyarrow  # noqa: F401
 from streamlit.web import cli
 
 # The pages' modules declare their caches when imported; before Streamlit's runtime exists it warns once per
