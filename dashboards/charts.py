@@ -38,6 +38,45 @@ def _ordered(values) -> list:
     return sorted(present)
 
 
+# ---------------------------------------------------------------- what a screen can show
+# A chart gets at most the points its pixels can show: a full-width chart is ~1,300 px wide, so more than one
+# point (or bar) per two pixels is drawn for nobody, yet each point is sent, parsed and laid out by the browser.
+
+#: Most buckets (x positions) a time chart is drawn with.
+MAX_POINTS = 600
+#: Most categories a chart stacks or lists; the rest are summed into one :data:`OTHER` category.
+MAX_CATEGORIES = 12
+OTHER = "(other)"
+OTHER_COLOUR = "#C5CCD3"      # light grey: no team or pool has it
+BUCKET_HOURS = {"hour": 1, "day": 24, "week": 24 * 7, "month": 24 * 30}
+
+
+def fit_bucket(bucket: str, days: int, max_points: int = MAX_POINTS) -> str:
+    """The finest bucket, ``bucket`` or coarser (hour < day < week < month), that draws a window of ``days``
+    days in at most ``max_points`` buckets (month when none does)."""
+    order = list(BUCKET_HOURS)
+    for b in order[order.index(bucket):]:
+        if days * 24 / BUCKET_HOURS[b] <= max_points:
+            return b
+    return "month"
+
+
+def top_categories(df: pl.DataFrame, category: str, values: Sequence[str], n: int = MAX_CATEGORIES,
+                   by: Sequence[str] = (), other: str = OTHER) -> pl.DataFrame:
+    """At most ``n`` categories: the ``n - 1`` largest by their total of ``values[0]``, every other one summed
+    into ``other`` (per ``by`` key, e.g. the bucket), so every total over the categories is unchanged.
+    ``values`` must be additive (GPU-hours, amounts, counts)."""
+    cats = df.get_column(category).n_unique()
+    if cats <= n:
+        return df
+    keep = (df.group_by(category).agg(pl.col(values[0]).sum()).sort([values[0], category], descending=[True, False])
+            .head(n - 1)[category].to_list())
+    named = pl.col(category).is_in(keep)
+    rest = (df.filter(~named).group_by(list(by), maintain_order=True).agg([pl.col(v).sum() for v in values])
+            .with_columns(pl.lit(other).cast(df.schema[category]).alias(category)))
+    return pl.concat([df.filter(named).select(*by, category, *values), rest.select(*by, category, *values)])
+
+
 #: More legend entries than this go in a column on the right instead of a row above the plot.
 LEGEND_ROW_MAX = 6
 

@@ -115,6 +115,21 @@ def _text(d: dt.date, last: bool = False) -> str:
     return f"{d - dt.timedelta(days=1) if last else d:%Y-%m-%d}"
 
 
+#: The window presets: their name in a link (``?window=90d``) -> days ending on the data's last day (None: all).
+WINDOWS = {"7d": 7, "30d": 30, "90d": 90, "1y": 365, "all": None}
+#: The window a first visit gets.
+DEFAULT_WINDOW = "30d"
+
+
+def preset_window(name: str, first: dt.date | None, last: dt.date | None) -> tuple[dt.date, dt.date]:
+    """The (first day, inclusive last day) of preset ``name`` (a key of :data:`WINDOWS`) for data from ``first``
+    to ``last``: the last n days of data, never before its first day."""
+    n = WINDOWS[name]
+    if n is None and first is not None and last is not None:
+        return first, last
+    return default_window(first, last, n or 30)
+
+
 def default_window(first: dt.date | None, last: dt.date | None, days: int = 30) -> tuple[dt.date, dt.date]:
     """The last ``days`` days of data, ending on the day of the data horizon (inclusive last day)."""
     if last is None:

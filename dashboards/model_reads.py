@@ -16,6 +16,7 @@ import streamlit as st
 
 from dashboards import access, exports, queries
 from dashboards.filters import Filters
+from dashboards.budget import BUDGET
 from dashboards.queries import CACHE
 from models.definitions.labels import ALL, UNMAPPED, sized
 from models.definitions.policy import CostError, current_policy
@@ -178,7 +179,7 @@ def chargeback_periods(version: str, first: dt.date | None, last: dt.date | None
     return sorted(months, reverse=True), closed
 
 
-@st.cache_resource(max_entries=6, show_spinner=False)
+@st.cache_resource(max_entries=BUDGET.statements, ttl=BUDGET.ttl, show_spinner=False)
 def statement(version: str, period: str, detail: bool = True):
     """The period's Statement (frozen if closed, else computed from the snapshot; without its job-level detail
     unless ``detail``) and its views; CostError text if it cannot be.
@@ -196,7 +197,7 @@ def statement(version: str, period: str, detail: bool = True):
     return st_, chargeback_mod.views(st_)
 
 
-@st.cache_data(max_entries=4, show_spinner=False)
+@st.cache_data(max_entries=4, ttl=BUDGET.ttl, show_spinner=False)
 def statement_xlsx(version: str, period: str) -> bytes:
     """The statement workbook exactly as `gpuledger chargeback --out X.xlsx` writes it (dashboards/exports.py).
 
@@ -210,7 +211,7 @@ def statement_xlsx(version: str, period: str) -> bytes:
 
 # ---------------------------------------------------------------- forecasts (models/capacity.py + forecast.py, issue 7)
 
-@st.cache_resource(max_entries=16, show_spinner=False)
+@st.cache_resource(max_entries=16, ttl=BUDGET.ttl, show_spinner=False)
 def forecast(version: str, measure: str, horizon: int, target_util: float, band: str, by: tuple[str, ...],
              cluster: str | None) -> dict | None:
     """capacity.forecast_warehouse's answer (history, forecast with intervals, model summary, capacity answers).
@@ -222,7 +223,7 @@ def forecast(version: str, measure: str, horizon: int, target_util: float, band:
 
 # ---------------------------------------------------------------- what-if (models/whatif.py, issue 8)
 
-@st.cache_resource(max_entries=4, show_spinner=False)
+@st.cache_resource(max_entries=2, ttl=BUDGET.ttl, show_spinner=False)
 def whatif_inputs(version: str, t0: dt.datetime, t1: dt.datetime, cluster: str | None):
     """The simulator's inputs for the window (capacity at its start, its jobs and outages), or the reason
     there are none as a string."""
@@ -232,7 +233,7 @@ def whatif_inputs(version: str, t0: dt.datetime, t1: dt.datetime, cluster: str |
         return str(exc)
 
 
-@st.cache_data(max_entries=32, show_spinner=False)
+@st.cache_data(max_entries=32, ttl=BUDGET.ttl, show_spinner=False)
 def whatif(version: str, t0: dt.datetime, t1: dt.datetime, cluster: str | None, add: tuple[tuple[str, int], ...],
            demand_scale: float, policy: str, replications: int, seed: int = 0) -> pl.DataFrame | str | None:
     """Metrics of one scenario (p50/p95 wait overall, per team, per size class, per pool; utilization;
@@ -277,12 +278,15 @@ def efficiency(version: str, f: Filters, group: str | None = None, bucket: str |
 
 
 @st.cache_data(**CACHE)
-def efficiency_jobs(version: str, f: Filters, n: int = 25) -> pl.DataFrame | None:
-    """The worst offenders: jobs with the most idle-allocated GPU-hours in the window, for the filters."""
+def efficiency_jobs(version: str, f: Filters, n: int = 25, user: str | None = None) -> pl.DataFrame | None:
+    """The worst offenders: jobs with the most idle-allocated GPU-hours in the window, for the filters (and of
+    one ``user`` only, when given)."""
     mod = efficiency_mod
-    filtered = any(f.dimensions().values())
+    filtered = any(f.dimensions().values()) or user is not None
     df = mod.per_job(_cursor(version), f.t0, f.t1, order="idle", limit=None if filtered else n)
     df = f.apply(df.with_columns(pl.col("team").fill_null(UNMAPPED)))
+    if user is not None:
+        df = df.filter(pl.col("user") == user)
     return df.filter(pl.col("idle_alloc_gpu_h") > 0).head(n)
 
 

@@ -14,11 +14,13 @@ import polars as pl
 import streamlit as st
 
 from dashboards import access, snapshot
+from dashboards.budget import BUDGET
 from dashboards.filters import Filters
 from dashboards.theme import UNMAPPED
 
-#: Views are small tables; old snapshots' entries age out (a new snapshot changes every key).
-CACHE = dict(max_entries=256, ttl=6 * 3600, show_spinner=False)
+#: Every cached view: per-function bounds from the budget; old snapshots' entries age out (a new snapshot
+#: changes every key) and the server bounds their bytes together (server.maxCacheDataSize = BUDGET.views).
+CACHE = dict(max_entries=BUDGET.max_entries, ttl=BUDGET.ttl, show_spinner=False)
 
 
 def current() -> snapshot.Snapshot:

@@ -16,6 +16,7 @@ import urllib.request
 from pathlib import Path
 
 from dashboards import access, theme
+from dashboards.budget import BUDGET
 from ingest import warehouse
 
 APP = Path(__file__).resolve().parent / "app.py"
@@ -25,20 +26,28 @@ class PortInUse(Exception):
     """The chosen port is taken; the message names it."""
 
 
-def command(port: int, host: str = "127.0.0.1") -> list[str]:
+def command(port: int, host: str = "127.0.0.1", app: str | os.PathLike = APP) -> list[str]:
     """The `streamlit run` command line: headless, no telemetry, no file watcher, our theme.
 
     Safe behind a proxy: uncaught exceptions show viewers a generic message only (``showErrorDetails none``:
     no type, message or traceback; "false" would still show the traceback), XSRF protection on, and CORS
     protection on (``enableCORS true``: no ``Access-Control-Allow-Origin: *``, websockets from this origin
     only), the experimental agent API off. Streamlit sets no other security headers; deploy/nginx/gpuledger.conf
-    adds them."""
-    argv = [sys.executable, "-m", "streamlit", "run", str(APP),
+    adds them. ``app``: another entry script served the same way (the browser benchmark's framework floor).
+    ``dashboards.launch`` is Streamlit's command line after importing what the pages need and starting the
+    warm-up (see there).
+
+    Static assets: Streamlit 1.67 serves its JavaScript bundles uncompressed by design (starlette_gzip_middleware:
+    compressing per request at the origin costs CPU on every hit); the nginx site compresses them
+    (deploy/nginx/gpuledger.conf), which is what users behind it get."""
+    argv = [sys.executable, "-m", "dashboards.launch", "run", str(app),
             "--server.headless", "true", "--server.address", host, "--server.port", str(port),
             "--browser.gatherUsageStats", "false", "--server.fileWatcherType", "none",
             "--server.runOnSave", "false", "--client.toolbarMode", "viewer", "--client.showErrorDetails", "none",
             "--server.enableXsrfProtection", "true", "--server.enableCORS", "true",
             "--server.enableAgentApi", "false",
+            # every cached view together stays inside the memory budget's share (dashboards/budget.py)
+            "--server.maxCacheDataSize", f"{BUDGET.views // 1024 ** 2}mb",
             "--logger.level", "warning"]
     for k, v in theme.STREAMLIT_THEME.items():
         argv += [f"--{k}", v]
@@ -66,11 +75,12 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def start(db_path: str | os.PathLike, port: int, host: str = "127.0.0.1", quiet: bool = False,
-          config: str | os.PathLike | None = None) -> subprocess.Popen:
+          config: str | os.PathLike | None = None, app: str | os.PathLike = APP, stdout=None) -> subprocess.Popen:
     """Start the server in a child process serving ``db_path``'s snapshot; returns at once.
 
     ``config``: the service configuration file whose ``[access]`` table says whom to serve (dashboards/access.py),
-    passed to the app as ``$GPULEDGER_CONFIG``; without one the app serves the local machine only."""
+    passed to the app as ``$GPULEDGER_CONFIG``; without one the app serves the local machine only. ``stdout``:
+    where its output goes (a file for benchmarks; default inherited, or nowhere if ``quiet``)."""
     check_port(port, host)
     env = dict(os.environ, GPULEDGER_DB=str(Path(db_path).resolve()), GPULEDGER_DASHBOARD_PREWARM="1",
                # the app must see the connection's own peer (the proxy), never an address from X-Forwarded-For:
@@ -78,8 +88,11 @@ def start(db_path: str | os.PathLike, port: int, host: str = "127.0.0.1", quiet:
                FORWARDED_ALLOW_IPS="")
     if config is not None:
         env[access.CONFIG_ENV] = str(Path(config).resolve())
-    out = subprocess.DEVNULL if quiet else None
-    return subprocess.Popen(command(port, host), env=env, stdout=out, stderr=out)
+    # DuckDB's share of the memory budget, unless the administrator set a limit for every connection
+    env.setdefault(warehouse.ENV_MEMORY_LIMIT, f"{BUDGET.duckdb // 1024 ** 2}MB")
+    out = subprocess.DEVNULL if quiet else stdout
+    return subprocess.Popen(command(port, host, app), env=env, stdout=out,
+                            stderr=subprocess.STDOUT if out is not None else None)
 
 
 def wait_ready(url: str, proc: subprocess.Popen | None = None, timeout: float = 60.0) -> None:

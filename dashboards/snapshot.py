@@ -137,6 +137,8 @@ def _open_views(folder: Path, manifest: dict) -> duckdb.DuckDBPyConnection:
     has the table's exact schema; a table without rows is an empty SELECT of typed NULLs."""
     con = duckdb.connect(":memory:")
     con.execute("SET TimeZone = 'UTC'")
+    if os.environ.get(warehouse.ENV_MEMORY_LIMIT):   # the server's share of its memory budget (dashboards/budget.py)
+        con.execute("SET memory_limit = ?", [os.environ[warehouse.ENV_MEMORY_LIMIT]])
     con.execute("SET parquet_metadata_cache = true")   # footers read once per database, not once per query
     con.execute(f"ATTACH ':memory:' AS {CATALOG}")
     con.execute(f"USE {CATALOG}")

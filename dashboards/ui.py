@@ -130,14 +130,21 @@ def table_csv(df: pl.DataFrame, columns: dict[str, str] | None = None, currency:
 
 
 def table(df: pl.DataFrame, *, key: str, file_stem: str, ctx: Context, columns: dict[str, str] | None = None,
-          formats: dict[str, str] | None = None, height: int | str = "auto", caption: str | None = None) -> None:
-    """The table beneath a chart, and a CSV download of exactly what is shown (same rows, same labels)."""
+          formats: dict[str, str] | None = None, height: int | str = "auto", caption: str | None = None,
+          links: dict[str, str] | None = None) -> None:
+    """The table beneath a chart, and a CSV download of exactly what is shown (same rows, same labels).
+    ``links``: columns holding URLs (relative ones resolve against the page's), shown as links with the text
+    given (a LinkColumn ``display_text``)."""
     shown = present(df, columns, ctx.currency)
     config = {}
     for raw, fmt in (formats or {}).items():
         lab = (columns or {}).get(raw) or theme.label(raw, ctx.currency)
         if lab in shown.columns:
             config[lab] = st.column_config.NumberColumn(format=fmt)
+    for raw, text in (links or {}).items():
+        lab = (columns or {}).get(raw) or theme.label(raw, ctx.currency)
+        if lab in shown.columns:
+            config[lab] = st.column_config.LinkColumn(display_text=text)
     st.dataframe(shown, hide_index=True, column_config=config or None, height=height, key=f"tbl_{key}")
     left, right = st.columns([4, 1])
     if caption:

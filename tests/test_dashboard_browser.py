@@ -12,6 +12,7 @@ The warehouse is the demo generator's (a small one: 28 days of a 13-node cluster
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import os
 import re
@@ -23,11 +24,13 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import duckdb
 import pytest
 
 import dashboard_fixtures as dfx
 from dashboards.server import wait_ready
 from dashboards.ui import FAILED_TEXT
+from ingest import warehouse
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts" / "dashboard"
@@ -291,3 +294,47 @@ def test_server_warmed_the_default_views(server, server_log):
     lines = [ln for ln in server_log.read_text().splitlines() if "warmed" in ln]
     assert len(lines) == 1, server_log.read_text()[-2000:]
     assert re.match(r"gpuledger dashboard: warmed \d+ views of the new snapshot in [\d.]+ s$", lines[0]), lines[0]
+
+
+def test_a_pasted_link_opens_the_same_view_and_the_url_follows_changes(server, browser, warehouse_db):
+    """A manager's link (page, window, filters) opened in a fresh browser shows that view; changing the window
+    in the sidebar rewrites the URL; the Overview's page links keep the view (dashboards/sidebar.py)."""
+    con = duckdb.connect(str(warehouse.serving_path(warehouse_db)), read_only=True)
+    team, pool = con.sql("SELECT team, gpu_type FROM jobs WHERE team IS NOT NULL AND gpu_type IS NOT NULL "
+                         "GROUP BY ALL ORDER BY count(*) DESC LIMIT 1").fetchall()[0]
+    con.close()
+    link = f"{server}/utilization?window=7d&team={team}&pool={pool}"
+    ctx = browser.new_context(viewport=VIEWPORT)
+    page = ctx.new_page()
+    try:
+        _open(page, link, "Utilization")
+        described = page.get_by_text(re.compile(rf"\(UTC\); pool: {re.escape(pool)}; team: {re.escape(team)}"))
+        assert described.count() == 1, "the page does not describe the linked filters"
+        boxes = page.locator("[data-testid='stSidebar'] [data-testid='stMultiSelect']").all_inner_texts()
+        chosen = {b.splitlines()[0]: b.splitlines()[1:] for b in boxes}    # label, then the chosen values
+        assert team in chosen["Team"] and pool in chosen["Pool (GPU type)"], chosen
+        assert "window=7d" in page.url and f"team={team}" in page.url
+        page.locator("[data-testid='stSidebar'] button").filter(has_text="90 days").first.click()
+        page.wait_for_url(re.compile(r"window=90d"), timeout=60_000)
+        assert f"team={team}" in page.url and f"pool={pool}" in page.url
+        # the Overview's links open each page with the view on screen
+        _open(page, f"{server}/?window=90d&team={team}", "Overview")
+        page.locator("[data-testid='stPageLink']").filter(has_text="Fragmentation").first.click()
+        page.get_by_role("heading", name="Fragmentation", exact=True).first.wait_for(timeout=120_000)
+        page.wait_for_url(re.compile(r"/fragmentation\?"), timeout=60_000)
+        assert "window=90d" in page.url and f"team={team}" in page.url, page.url
+        assert page.get_by_text(re.compile(rf"\(UTC\); team: {re.escape(team)}")).count() == 1
+    finally:
+        ctx.close()
+
+
+def test_behind_nginx_the_bundles_are_compressed(proxy):
+    """Streamlit sends its JavaScript uncompressed; the shipped nginx site gzips it (what users behind it get)."""
+    index = urllib.request.urlopen(proxy + "/", timeout=10).read().decode()
+    script = re.search(r'<script[^>]+src="([^"]+\.js)"', index).group(1)
+    url = proxy + "/" + script.lstrip("./")
+    plain = urllib.request.urlopen(url, timeout=30).read()
+    with urllib.request.urlopen(urllib.request.Request(url, headers={"Accept-Encoding": "gzip"}), timeout=30) as r:
+        assert r.headers.get("Content-Encoding") == "gzip", dict(r.headers)
+        packed = r.read()
+    assert gzip.decompress(packed) == plain and len(packed) < len(plain) / 2

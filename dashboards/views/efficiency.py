@@ -4,7 +4,7 @@ from __future__ import annotations
 import polars as pl
 import streamlit as st
 
-from dashboards import charts, model_reads as mr, theme, ui
+from dashboards import charts, model_reads as mr, sidebar, theme, ui
 
 ctx = ui.context()
 f = ctx.filters
@@ -92,12 +92,25 @@ if over_time is not None and over_time.height:
                     key="eff_time")
 
 st.subheader("Worst offenders")
-worst = mr.efficiency_jobs(ctx.version, f, 25)
+# One person's jobs (a team lead looking at someone's idle GPUs): kept in the URL as ?user=NAME.
+names = users.sort("alloc_gpu_h", descending=True)["user"].drop_nulls().to_list()
+if "eff_user" not in st.session_state:
+    st.session_state["eff_user"] = sidebar.url_value("user") if sidebar.url_value("user") in names else None
+who = st.selectbox("User", names, index=None, key="eff_user", placeholder="All users",
+                   help="Show one person's jobs (users with GPU jobs in the window, most GPU-hours first).")
+sidebar.page_param("user", who)
+if who is not None:
+    u = users.filter(pl.col("user") == who).row(0, named=True)
+    st.caption(f"{who}: {u['alloc_gpu_h']:,.1f} allocated GPU-hours in {int(u['jobs']):,} GPU jobs"
+               + (f", GPU efficiency {u['mean_pct']:.1f} %" if u.get("mean_pct") is not None else
+                  f", {ui.NO_TELEMETRY}") + ".")
+# (the same arguments as the prefetch above and the warm-up: a cache key counts the arguments given)
+worst = mr.efficiency_jobs(ctx.version, f, 25) if who is None else mr.efficiency_jobs(ctx.version, f, 25, who)
 if not t["telemetry_gpu_h"]:
     st.info(f"Idle GPUs: {ui.NO_TELEMETRY}. No reading covers these jobs' GPU-hours, so whether any job left its "
             "GPUs idle cannot be told.", icon=":material/sensors_off:")
 elif worst is None or worst.height == 0:
-    st.success("No job left its GPUs idle for 5 minutes or more in the window"
+    st.success(f"No job{f' of {who}' if who else ''} left its GPUs idle for 5 minutes or more in the window"
                + ("." if t["coverage_pct"] >= 100 - 1e-9 else
                   f", in the {t['coverage_pct']:.1f} % of allocated GPU-hours telemetry covers (the rest is unknown)."),
                icon=":material/check_circle:")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import polars as pl
 import streamlit as st
 
-from dashboards import charts, model_reads as mr, ui
+from dashboards import charts, model_reads as mr, sidebar, ui
 from models.metrics.fragmentation import WINDOW_BUCKET
 
 ctx = ui.context()
@@ -175,14 +175,27 @@ if cost is not None:
     fig.update_layout(showlegend=False)
     right.plotly_chart(fig, key="ov_cost")
 
+#: Each detail page's URL path (dashboards/app.py's url_path), for links that keep the view.
+PAGE_PATHS = {"Utilization": "utilization", "Efficiency": "efficiency", "Fragmentation": "fragmentation",
+              "Fairness & queues": "fairness", "Chargeback": "chargeback", "Forecast & capacity": "forecast"}
+view = sidebar.view_params(f, ctx.cat)
+
 st.subheader("The headline figures")
 if rows:
+    # relative links: they resolve next to this page's URL, behind a proxy's path prefix too
+    link = {title: f"{path}{sidebar.query_string(view)}" for title, path in PAGE_PATHS.items()}
     text = pl.DataFrame({"metric": [r["metric"] for r in rows], "unit": [r["unit"] for r in rows],
                          "now": [_fmt_value(r["now"]) for r in rows],
                          "previous": [_fmt_value(r["previous"]) for r in rows],
-                         "change": [r["change"] or "—" for r in rows], "page": [r["page"] for r in rows]})
+                         "change": [r["change"] or "—" for r in rows], "page": [r["page"] for r in rows],
+                         "link": [link.get(r["page"]) for r in rows]})
     ui.table(text, key="ov_headline", file_stem="overview", ctx=ctx,
              columns={"metric": "Figure", "unit": "Unit", "now": "This period", "previous": "Previous period",
-                      "change": "Change", "page": "Details on page"},
+                      "change": "Change", "page": "Details on page", "link": "Open (same filters)"},
+             links={"link": r"^([a-z_]+)"},
              caption="—: not available for that period (no data, or no telemetry); never shown as zero. A change "
-                     "of a percentage is in percentage points (pp).")
+                     "of a percentage is in percentage points (pp). Each link opens its page with this window and "
+                     "these filters.")
+    cols = st.columns(len(PAGE_PATHS))
+    for col, (title, path) in zip(cols, PAGE_PATHS.items()):
+        col.page_link(f"views/{path}.py", label=title, icon=":material/arrow_forward:", query_params=view)

@@ -40,16 +40,22 @@ ui.kpi(k[4], "Queued GPU-hours", f"{now['pending_gpu_h']:,.0f}",
        help="GPU-hours that eligible jobs spent waiting in the queue in the window (requested GPUs x wait).")
 
 # ---------------------------------------------------------------- capacity stack
+# The charts get the points a screen can show (charts.fit_bucket); the tables keep the bucket chosen.
+chart_bucket = charts.fit_bucket(bucket, f.days)
+chart_util = util if chart_bucket == bucket else mr.utilization(ctx.version, f, chart_bucket)
+if chart_bucket != bucket:
+    st.caption(f"Charts per {chart_bucket}: per {bucket}, {f.days} days would be more points than a chart can "
+               f"show. The tables below are per {bucket}.")
 stack_cols = {"allocated_gpu_h": "Allocated", "other_allocated_gpu_h": "Allocated (other teams)",
               "idle_gpu_h": "Idle", "unavailable_gpu_h": "Unavailable"}
 if not f.teams:
     stack_cols.pop("other_allocated_gpu_h")
-long = (util.select("bucket", *stack_cols).unpivot(index="bucket", variable_name="state", value_name="gpu_h")
+long = (chart_util.select("bucket", *stack_cols).unpivot(index="bucket", variable_name="state", value_name="gpu_h")
         .with_columns(pl.col("state").replace_strict(stack_cols)))
 colours = {"Allocated": theme.STATE_COLOURS["allocated"], "Allocated (other teams)": "#A5B8CF",
            "Idle": theme.STATE_COLOURS["idle"], "Unavailable": theme.STATE_COLOURS["unavailable"]}
 st.plotly_chart(charts.stacked_area(long, "bucket", "gpu_h", "state", colours, order=list(stack_cols.values()),
-                                    y_title=f"GPU-hours per {bucket}", title="Where the capacity went"),
+                                    y_title=f"GPU-hours per {chart_bucket}", title="Where the capacity went"),
                 key="util_stack")
 if now.get("beyond_capacity_gpu_h", 0) > 0.005:
     st.warning(f"{now['beyond_capacity_gpu_h']:,.1f} GPU-hours were allocated on nodes the inventory lacks or lists "
@@ -58,17 +64,21 @@ if now.get("beyond_capacity_gpu_h", 0) > 0.005:
 
 left, right = st.columns(2)
 pools = mr.utilization(ctx.version, f, bucket, "gpu_type")
+chart_pools = pools if chart_bucket == bucket else mr.utilization(ctx.version, f, chart_bucket, "gpu_type")
 with left:
-    if pools is not None and pools.height:
-        st.plotly_chart(charts.lines(pools.with_columns(pl.col("allocation_ratio") * 100), "bucket", "allocation_ratio",
+    if chart_pools is not None and chart_pools.height:
+        st.plotly_chart(charts.lines(chart_pools.with_columns(pl.col("allocation_ratio") * 100), "bucket", "allocation_ratio",
                                      color="gpu_type", colours=ctx.pool_colours, y_title="Allocation ratio (%)",
                                      title="Allocation ratio by pool", height=360), key="util_pools")
-teams = mr.allocation_by_team(ctx.version, f, bucket)
+teams = mr.allocation_by_team(ctx.version, f, chart_bucket)
 with right:
     if teams is not None and teams.height:
-        st.plotly_chart(charts.bars(teams, "bucket", "allocated_gpu_h", color="team", colours=ctx.team_colours,
-                                    y_title=f"Allocated GPU-hours per {bucket}", title="Allocated GPU-hours by team",
-                                    height=360), key="util_teams")
+        # the largest teams and one "(other)" stack: each bucket's total is every team's
+        shown_teams = charts.top_categories(teams, "team", ["allocated_gpu_h"], by=["bucket"])
+        st.plotly_chart(charts.bars(shown_teams, "bucket", "allocated_gpu_h", color="team",
+                                    colours={**ctx.team_colours, charts.OTHER: charts.OTHER_COLOUR},
+                                    y_title=f"Allocated GPU-hours per {chart_bucket}",
+                                    title="Allocated GPU-hours by team", height=360), key="util_teams")
 
 parts = mr.utilization(ctx.version, f, "month", "partition")
 if parts is not None and parts.height:
