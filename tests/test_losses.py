@@ -71,3 +71,73 @@ def test_node_fail_two_nodes_loses_gpus_times_elapsed(con, db_path, tmp_path):
     nodes = losses.report(con, bucket=None, by=["node"])
     assert dict(zip(nodes["node"], nodes["lost_gpu_h"] * 3600)) == pytest.approx({"gpu01": 8 * 12288,
                                                                                   "gpu02": 8 * 12288})
+
+
+def test_xid_during_job_classifies_by_class(con, db_path, tmp_path):
+    """Job 1 (8 GPUs on n1) fails at minute 95.5 after GPU 3 of n1 reported XID 79 at minute 90: a gpu_xid loss
+    of class 'bus', 8 x 5,730 s. Job 2 fails after an application XID 13: the user's failure, not the GPU's.
+    Job 3 is cancelled with no event near: no loss."""
+    add_jobs(con, tmp_path, [
+        {"id": 1, "start": 0, "end": 95.5, "gpus": 8, "nodes": "n1", "state": "FAILED"},
+        {"id": 2, "start": 0, "end": 40, "gpus": 2, "nodes": "n2", "state": "FAILED"},
+        {"id": 3, "start": 0, "end": 50, "gpus": 2, "nodes": "n2", "state": "CANCELLED"}])
+    xid = {("n1", "3", None, "DCGM_FI_DEV_XID_ERRORS"): {m: (79 if m >= 90 else 0) for m in range(0, 96)},
+           ("n2", "0", None, "DCGM_FI_DEV_XID_ERRORS"): {m: (13 if m >= 30 else 0) for m in range(0, 41)}}
+    assert load_readings(con, readings(xid))["rejected"] == 0
+    _refresh(con, db_path)
+    j = {r["job_id"]: r for r in losses.jobs(con).iter_rows(named=True)}
+    assert set(j) == {"1", "2"}
+    assert (j["1"]["cause"], j["1"]["detail"], j["1"]["xid"], j["1"]["event_node"]) == ("gpu_xid", "bus", 79, "n1")
+    assert j["1"]["event_start"] == at(90)
+    assert j["1"]["lost_gpu_h"] * 3600 == pytest.approx(8 * 95.5 * 60)
+    assert (j["2"]["cause"], j["2"]["detail"], j["2"]["xid"]) == ("user_failure", "application XID", 13)
+    assert j["2"]["lost_gpu_h"] * 3600 == pytest.approx(2 * 40 * 60)
+
+
+CKPT_HEADER = "JobID|JobIDRaw|JobName|Cluster|Partition|Account|User|State|Submit|Start|End|NNodes|NCPUS|AllocTRES|NodeList\n"
+
+
+def _ckpt_jobs(tmp_path) -> str:
+    rows = [  # id, name, account, state, start, end, gpus, node
+        (1, "train-a", "ml", "FAILED", "2024-03-01T00:00:00", "2024-03-01T01:47:13", 4, "gpu01"),
+        (2, "ckpt-b", "ml", "TIMEOUT", "2024-03-01T00:00:00", "2024-03-01T01:47:13", 4, "gpu02"),
+        (3, "other", "cv", "PREEMPTED", "2024-03-01T00:00:00", "2024-03-01T01:47:13", 2, "gpu03"),
+    ]
+    lines = [CKPT_HEADER] + [f"{i}|{i}|{n}|tc|a100|{a}|u|{s}|{t0}|{t0}|{t1}|1|8|cpu=8,gres/gpu={g},node=1|{node}\n"
+                             for i, n, a, s, t0, t1, g, node in rows]
+    p = tmp_path / "ckpt.psv"
+    p.write_text("".join(lines))
+    return str(p)
+
+
+def test_checkpoint_interval_limits_the_loss(con, db_path, tmp_path):
+    """Each job ran 6,433 s. research checkpoints every 30 min, job names ckpt-* every 10 min (the name rule wins):
+    job 1 loses since 01:30 (1,033 s x 4 GPUs), job 2 since 01:40 (433 s x 4), job 3 (product, no rule) since its
+    start (6,433 s x 2). Goodput of research = 1 - lost / allocated."""
+    from ingest import sacct
+    load(con, "tc", [], NODES, refresh=False)
+    assert sacct.ingest_path(con, _ckpt_jobs(tmp_path), sacct.SacctOptions())["rejected"] == 0
+    _gov(con, tmp_path, '[[checkpoints]]\nteam = "research"\ninterval = "30m"\n'
+                        '[[checkpoints]]\njob_name = "ckpt-*"\ninterval = 600\n')
+    _refresh(con, db_path)
+    j = {r["job_id"]: r for r in losses.jobs(con).iter_rows(named=True)}
+    assert {k: (v["cause"], v["basis"], v["checkpoint_s"]) for k, v in j.items()} == {
+        "1": ("user_failure", "checkpoint", 1800), "2": ("timeout", "checkpoint", 600),
+        "3": ("preemption", "since start", None)}
+    assert {k: round(v["lost_gpu_h"] * 3600, 6) for k, v in j.items()} == {"1": 4 * 1033, "2": 4 * 433, "3": 2 * 6433}
+    assert j["1"]["lost_gpu_h"] * 3600 == pytest.approx(4 * 1033)
+    rep = losses.report(con, bucket="day", by=["team"])
+    research = rep.filter(pl.col("team") == "research").row(0, named=True)
+    assert research["allocated_gpu_h"] * 3600 == pytest.approx(8 * 6433)
+    assert research["lost_gpu_h"] * 3600 == pytest.approx(4 * 1033 + 4 * 433)
+    assert research["goodput_share"] == pytest.approx(1 - (4 * 1033 + 4 * 433) / (8 * 6433))
+    assert losses.basis(con)["checkpoint_gpu_h"] * 3600 == pytest.approx(4 * 1033 + 4 * 433)
+
+
+def test_bad_checkpoint_section_is_one_line_error(con, tmp_path):
+    p = tmp_path / "gov.toml"
+    p.write_text(GOV.format(extra='[[checkpoints]]\nteam = "research"\ninterval = "soon"\n'))
+    with pytest.raises(Exception) as exc:
+        governance.ingest_path(con, p)
+    msg = str(exc.value)
+    assert "\n" not in msg and "checkpoints[0].interval" in msg and "gov.toml:11:" in msg
