@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ingest import governance, warehouse
 from models.definitions.losses_sql import CAUSES
+from models.marts import losses as losses_mart, timeline as timeline_mart
 from models.metrics import losses
 from models.pipeline import refresh
 from tests.telemetry_fixtures import add_jobs, at, load_readings, readings
@@ -141,3 +142,54 @@ def test_bad_checkpoint_section_is_one_line_error(con, tmp_path):
         governance.ingest_path(con, p)
     msg = str(exc.value)
     assert "\n" not in msg and "checkpoints[0].interval" in msg and "gov.toml:11:" in msg
+
+
+END_STATES = ["COMPLETED", "FAILED", "CANCELLED", "NODE_FAIL", "TIMEOUT", "PREEMPTED", "REQUEUED", "OUT_OF_MEMORY"]
+
+
+def _timeline_and_losses(con) -> None:
+    """The two refresh steps the loss marts need (the rest of `gpuledger refresh` is tested above)."""
+    timeline_mart.build(con)
+    losses_mart.build(con)
+
+
+def _marts(con) -> tuple:
+    return (con.sql("SELECT * FROM loss_jobs ORDER BY job_uid").fetchall(),
+            con.sql("SELECT job_uid, node, day, round(lost_gpu_s, 6) FROM loss_days ORDER BY ALL").fetchall(),
+            con.sql("SELECT * FROM node_job_days ORDER BY ALL").fetchall())
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_losses_add_up_and_never_exceed_allocation(tmp_path_factory, data):
+    """On random small clusters with random end states and outages: losses by cause add up to the total lost,
+    every job loses at most what it held, every (team, day) at most its allocation; an incremental refresh after
+    a late outage equals a full rebuild."""
+    from tests.timeline_fixtures import clusters
+    nodes, jobs, events = data.draw(clusters())
+    for j in jobs:
+        if j.end is not None:
+            j.state = data.draw(st.sampled_from(END_STATES))
+    path = tmp_path_factory.mktemp("prop") / "w.duckdb"
+    con = warehouse.connect(path)
+    try:
+        load(con, "tc", jobs, nodes, events, [("research", "acct0")], refresh=False)
+        _timeline_and_losses(con)
+        lj = con.sql("SELECT lost_gpu_s, alloc_gpu_s FROM loss_jobs").pl()
+        assert (lj["lost_gpu_s"] <= lj["alloc_gpu_s"] + 1e-6).all()
+        rep = losses.report(con, bucket="day", by=["team"])
+        if rep.height:
+            causes = rep.select(pl.sum_horizontal([f"{c}_gpu_h" for c in CAUSES])).to_series()
+            assert (causes - rep["lost_gpu_h"]).abs().max() < 1e-9
+            assert (rep["lost_gpu_h"] <= rep["allocated_gpu_h"] + 1e-9).all()
+            total = con.sql("SELECT coalesce(sum(lost_gpu_s), 0) / 3600 FROM loss_jobs").fetchall()[0][0]
+            assert rep["lost_gpu_h"].sum() == pytest.approx(total, abs=1e-9)
+        # a late outage on the first node, then an incremental refresh = a full rebuild
+        s = dt.datetime(2024, 3, 1) + dt.timedelta(minutes=15 * data.draw(st.integers(0, 180)))
+        load(con, "tc", [], events=[(nodes[0][0], s, s + dt.timedelta(hours=1), "DOWN", "Xid 48")], refresh=False)
+        _timeline_and_losses(con)
+        incremental = _marts(con)
+        losses_mart.build(con, full=True)
+        assert _marts(con) == incremental
+    finally:
+        con.close()
