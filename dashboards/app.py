@@ -48,7 +48,8 @@ def main() -> None:
                 _page("chargeback", "Chargeback", "receipt_long"),
                 _page("forecast", "Forecast & capacity", "trending_up"),
             ],
-            "Operations": [_page("data_health", "Data health", "health_and_safety")],
+            "Operations": [_page("reliability", "Reliability", "build_circle"),
+                           _page("data_health", "Data health", "health_and_safety")],
         }
         flt = sidebar.filters(cat)
         prewarm.ensure(state.version, sidebar.default_filters(cat))
