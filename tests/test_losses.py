@@ -193,3 +193,37 @@ def test_losses_add_up_and_never_exceed_allocation(tmp_path_factory, data):
         assert _marts(con) == incremental
     finally:
         con.close()
+
+
+def test_philly_attempts_and_failures_reach_the_loss_report(con, db_path):
+    """The Philly job log's failed attempts (REQUEUED instances) and FAILED jobs arrive as requeue and job-failure
+    losses: the first attempt of job 14199 held 8 GPUs for 74 s; job 20001 failed on m[10-11]."""
+    from ingest import traces
+    from tests.conftest import FIXTURES
+    traces.ingest(con, "philly", FIXTURES / "traces" / "philly")
+    _refresh(con, db_path)
+    j = losses.jobs(con).sort("job_id")
+    got = {(r["job_id"], r["state"], r["cause"]): r for r in j.iter_rows(named=True)}
+    req = got[("application_1506638472019_14199", "REQUEUED", "requeue")]
+    assert req["lost_gpu_h"] * 3600 == pytest.approx(8 * 74)
+    failed = next(r for k, r in got.items() if k[0].endswith("_20001"))
+    assert failed["cause"] == "user_failure"
+    assert failed["lost_gpu_h"] == pytest.approx(failed["allocated_gpu_h"]) and failed["lost_gpu_h"] > 0
+
+
+def test_supercloud_sample_failure_states_reach_the_loss_report(con, db_path):
+    """Every ended, placed GPU job of the real MIT SuperCloud sample whose state loses work is in the loss mart
+    with the cause its state gives, and (no checkpoint intervals) loses exactly what it held."""
+    from ingest import traces
+    from tests.conftest import shared_path
+    traces.ingest(con, "mit-supercloud", shared_path("traces", "mit-supercloud-sample", "slurm-log-queueing-clean.csv"))
+    _refresh(con, db_path)
+    want = dict(con.sql("""
+        SELECT state, count(*) FROM jobs j WHERE ngpus > 0 AND start IS NOT NULL AND "end" > start
+          AND state IN ('FAILED', 'NODE_FAIL', 'TIMEOUT', 'PREEMPTED', 'OUT_OF_MEMORY', 'BOOT_FAIL', 'DEADLINE')
+          AND EXISTS (SELECT 1 FROM job_nodes n WHERE n.job_uid = j.job_uid) GROUP BY state""").fetchall())
+    assert sum(want.values()) > 0
+    got = dict(con.sql("SELECT state, count(*) FROM loss_jobs WHERE state <> 'CANCELLED' GROUP BY state").fetchall())
+    assert got == want
+    lost, alloc = con.sql("SELECT sum(lost_gpu_s), sum(alloc_gpu_s) FROM loss_jobs").fetchall()[0]
+    assert lost == pytest.approx(alloc)
