@@ -87,3 +87,26 @@ def test_bh_qvalues_hand_computed():
 def test_views_without_telemetry_say_so(cluster, tmp_path):
     assert not reliability.has_telemetry(cluster)
     assert reliability.gpus(cluster).is_empty() and reliability.slow_nodes(cluster).is_empty()
+
+
+def test_throttle_remap_and_ecc_readings_become_gpu_events(con):
+    """DCGM clock-throttle reasons keep the slowdown bits: 0x1 (idle) is no event, 0x41 (HW thermal + idle) read
+    for three minutes is one event with code 0x40, and again after a clear; a row-remap failure and an ECC
+    double-bit counter step are events too. Re-ingesting the same text changes nothing; every line is loaded."""
+    from tests.telemetry_fixtures import at, load_readings, readings
+    thr = {m: (0x41 if 10 <= m < 13 or m == 20 else 1) for m in range(0, 25)}
+    text = readings({("n1", "0", None, "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS"): thr,
+                     ("n1", "0", None, "DCGM_FI_DEV_ROW_REMAP_FAILURE"): {m: int(m >= 15) for m in range(0, 25)},
+                     ("n1", "1", None, "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL"): {m: (2 if m >= 5 else 0) for m in range(25)},
+                     ("n1", "0", None, "DCGM_FI_DEV_XID_ERRORS"): {m: (94 if m == 16 else 0) for m in range(25)}})
+    s = load_readings(con, text)
+    assert (s["loaded"], s["rejected"], s["read"]) == (100, 0, 100 + s["skipped"])
+    load_readings(con, text, name="again.om")
+    ev = con.sql("SELECT gpu, kind, ts, code FROM gpu_events ORDER BY kind, ts").fetchall()
+    assert ev == [("1", "ecc_dbe", at(5), 2), ("0", "row_remap_failure", at(15), 1),
+                  ("0", "throttle", at(10), 0x40), ("0", "throttle", at(20), 0x40), ("0", "xid", at(16), 94)]
+    # the telemetry rows hold only sample columns: no row for minutes that had event readings alone
+    assert con.sql("SELECT count(*) FROM gpu_samples").fetchall()[0][0] == 25
+    g = reliability.gpus(con, at(0), at(60)).sort("gpu")
+    assert g.select("gpu", "xid_events", "memory", "codes", "throttle_events", "row_remap_failures",
+                    "ecc_dbe_events").rows() == [("0", 1, 1, "94", 2, 1, 0), ("1", 0, 0, "", 0, 0, 1)]

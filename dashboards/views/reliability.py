@@ -97,11 +97,13 @@ ui.table(nodes.head(50), key="rel_nodes", file_stem="node_outages", ctx=ctx,
 if slow is not None:
     x = rr.xid_gpus(ctx.version, f)
     if x.height:
-        st.markdown("**GPUs with XID errors**")
+        st.markdown("**GPUs with XID errors, slowdown throttling, row-remap failures or ECC double-bit errors**")
         ui.table(x, key="rel_xid", file_stem="xid_gpus", ctx=ctx,
                  columns={"node": "Node", "gpu": "GPU", "gpu_type": "Pool", "xid_events": "XID events",
                           "memory": "Memory/ECC", "bus": "Off the bus", "nvlink": "NVLink",
-                          "application": "Application", "other": "Other", "codes": "Codes"})
+                          "application": "Application", "other": "Other", "codes": "XID codes",
+                          "throttle_events": "Throttling", "row_remap_failures": "Row-remap failures",
+                          "ecc_dbe_events": "ECC double-bit"})
 
 st.subheader("Jobs that lost the most")
 jobs = rr.loss_jobs(ctx.version, f)

@@ -26,9 +26,9 @@ CAUSE_COLS = tuple(f"{c}_gpu_h" for c in CAUSES)
 
 def window(con: duckdb.DuckDBPyConnection, start: dt.datetime | None, end: dt.datetime | None
            ) -> tuple[dt.datetime, dt.datetime] | None:
-    """[start, end) widened to whole UTC days; open ends take the timeline's span. None without a timeline."""
+    """[start, end) widened to whole UTC days; open ends take the timeline's span (None when there is none)."""
     lo, hi = con.sql("SELECT min(data_start), max(horizon) FROM tl_clusters").fetchall()[0]
-    if lo is None:
+    if (lo is None and start is None) or (hi is None and end is None):
         return None
     s, e = floor_day(start or lo), ceil_day(end or hi)
     return (s, e) if e > s else None

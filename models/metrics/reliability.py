@@ -132,21 +132,27 @@ def has_telemetry(con: duckdb.DuckDBPyConnection) -> bool:
 
 
 def gpus(con: duckdb.DuckDBPyConnection, start=None, end=None) -> pl.DataFrame:
-    """GPUs that reported XID errors in the window: per device, events per XID class, the codes seen, first and
-    last event, and the jobs on its node whose end the XIDs explain (gpu_xid cause)."""
+    """GPUs that reported XID errors, slowdown throttling (thermal, hardware, power brake), row-remap failures
+    or ECC double-bit errors in the window: per device, XID events per class, the XID codes seen, throttle /
+    remap / ECC events, first and last event, and the jobs on its node whose end XIDs explain (gpu_xid cause)."""
     p = _params(con, start, end)
     if p is None:
         return pl.DataFrame()
     return con.sql(f"""
-        WITH e AS (SELECT *, {xid_class_sql('code')} AS cls FROM gpu_events
-                   WHERE kind = 'xid' AND ts >= $s AND ts < $e),
+        WITH e AS (SELECT *, CASE WHEN kind = 'xid' THEN {xid_class_sql('code')} END AS cls FROM gpu_events
+                   WHERE ts >= $s AND ts < $e),
         k AS (SELECT cluster, event_node AS node, count(*) AS jobs_killed, sum(lost_gpu_s) / 3600 AS lost_gpu_h
               FROM loss_jobs WHERE cause = 'gpu_xid' AND xid IS NOT NULL AND "end" >= $s AND "end" < $e GROUP BY ALL)
-        SELECT e.cluster, e.node, e.gpu, coalesce(p.gpu_type, '{UNTYPED}') AS gpu_type, count(*) AS xid_events,
+        SELECT e.cluster, e.node, e.gpu, coalesce(p.gpu_type, '{UNTYPED}') AS gpu_type,
+               count(*) FILTER (WHERE kind = 'xid') AS xid_events,
                count(*) FILTER (WHERE cls = 'memory') AS memory, count(*) FILTER (WHERE cls = 'bus') AS bus,
                count(*) FILTER (WHERE cls = 'nvlink') AS nvlink, count(*) FILTER (WHERE cls = 'application') AS application,
                count(*) FILTER (WHERE cls NOT IN ('memory', 'bus', 'nvlink', 'application')) AS other,
-               string_agg(DISTINCT code::VARCHAR, ',' ORDER BY code::VARCHAR) AS codes, min(ts) AS first, max(ts) AS last,
+               coalesce(string_agg(DISTINCT code::VARCHAR, ',' ORDER BY code::VARCHAR) FILTER (WHERE kind = 'xid'), '')
+                   AS codes,
+               count(*) FILTER (WHERE kind = 'throttle') AS throttle_events,
+               count(*) FILTER (WHERE kind = 'row_remap_failure') AS row_remap_failures,
+               count(*) FILTER (WHERE kind = 'ecc_dbe') AS ecc_dbe_events, min(ts) AS first, max(ts) AS last,
                any_value(coalesce(k.jobs_killed, 0)) AS node_jobs_killed, any_value(coalesce(k.lost_gpu_h, 0)) AS node_lost_gpu_h
         FROM e LEFT JOIN {_POOL} p USING (cluster, node) LEFT JOIN k USING (cluster, node)
         GROUP BY e.cluster, e.node, e.gpu, p.gpu_type
