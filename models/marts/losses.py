@@ -19,7 +19,7 @@ import duckdb
 
 from ingest import warehouse
 from models.definitions import losses_sql as L
-from models.definitions.jobs_sql import sql_list
+from models.definitions.jobs_sql import sql_list, team_sql
 from models.definitions.marts import LOSSES as MART
 from models.definitions.nodes_sql import event_class_sql
 
@@ -59,7 +59,8 @@ def _candidates(con: duckdb.DuckDBPyConnection, since: dt.datetime) -> None:
     """``_lc``: ended GPU jobs in a candidate state ending on or after ``since``, with their events and checkpoint."""
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _lc0 AS
-        SELECT j.job_uid, j.cluster, j.job_id, j.state, j.team, j.job_name, j.start, j."end", j.ngpus
+        SELECT j.job_uid, j.cluster, j.job_id, j.state, j.team, {team_sql('j')} AS team_label, j.job_name, j.start,
+               j."end", j.ngpus
         FROM jobs j WHERE j.ngpus > 0 AND j.start IS NOT NULL AND j."end" > j.start AND j."end" >= $since
           AND j.state IN {sql_list(CANDIDATE_STATES)}""", {"since": since})
     explain = f"l.state IN {sql_list(L.EXPLAINABLE_STATES)}"
@@ -110,7 +111,7 @@ def _classified(con: duckdb.DuckDBPyConnection) -> None:
                           o.xid AS o_xid, k.interval_s
                    FROM _lc0 l LEFT JOIN _lx x USING (job_uid) LEFT JOIN _lo o USING (job_uid)
                    LEFT JOIN _lk k USING (job_uid))
-        SELECT c.job_uid, c.cluster, c.job_id, c.state, c.cause,
+        SELECT c.job_uid, c.cluster, c.job_id, c.team_label AS team, c.state, c.cause,
                {detail} AS detail,
                CASE WHEN c.cause = '{L.GPU_XID}' THEN coalesce(c.x_code, c.o_xid)
                     WHEN c.x_cls = '{L.APPLICATION}' THEN c.x_code END AS xid,
@@ -129,11 +130,12 @@ def _split(con: duckdb.DuckDBPyConnection) -> None:
     """``_ld``: lost GPU-seconds of ``_lj`` per node and UTC day, from the timeline's pieces; ``_la``: allocated."""
     con.execute("""
         CREATE OR REPLACE TEMP TABLE _lp AS
-        SELECT a.job_uid, a.cluster, a.node, a.gpu_type, a.gpus, a.t0, a.t1, l.lost_from, l."end"
+        SELECT a.job_uid, a.cluster, l.team, l.cause, l.basis, a.node, a.gpu_type, a.gpus, a.t0, a.t1, l.lost_from,
+               l."end"
         FROM _lj l JOIN tl_job_alloc a USING (job_uid)""")
     con.execute("""
         CREATE OR REPLACE TEMP TABLE _ld AS
-        SELECT job_uid, cluster, node, gpu_type, day,
+        SELECT job_uid, cluster, team, cause, basis, node, gpu_type, day,
                gpus * epoch(least(b, day + INTERVAL 1 DAY) - greatest(a, day)) AS lost_gpu_s
         FROM (SELECT *, unnest(generate_series(date_trunc('day', a), b - INTERVAL 1 MICROSECOND, INTERVAL 1 DAY)) AS day
               FROM (SELECT *, greatest(t0, lost_from) AS a, least(t1, "end") AS b FROM _lp) WHERE b > a)""")

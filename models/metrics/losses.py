@@ -41,15 +41,15 @@ def has_marts(con: duckdb.DuckDBPyConnection) -> bool:
 
 def _lost_sql(dims: list[str], bucket: str | None) -> str:
     b = f"date_trunc('{bucket}', d.day) AS bucket, " if bucket else ""
-    cols = {"cluster": "d.cluster", "team": f"coalesce(j.team, '{UNMAPPED}') AS team",
-            "gpu_type": f"coalesce(d.gpu_type, '{UNTYPED}') AS gpu_type", "node": "d.node", "cause": "l.cause"}
+    cols = {"cluster": "d.cluster", "team": "d.team", "gpu_type": f"coalesce(d.gpu_type, '{UNTYPED}') AS gpu_type",
+            "node": "d.node", "cause": "d.cause"}
     sel = ", ".join(cols[x] for x in dims)
-    per_cause = ", ".join(f"sum(d.lost_gpu_s) FILTER (WHERE l.cause = '{c}') / 3600 AS {c}_gpu_h" for c in CAUSES)
+    per_cause = ", ".join(f"coalesce(sum(d.lost_gpu_s) FILTER (WHERE d.cause = '{c}'), 0) / 3600 AS {c}_gpu_h"
+                          for c in CAUSES)
     return f"""
         SELECT {b}{sel}{', ' if sel else ''}sum(d.lost_gpu_s) / 3600 AS lost_gpu_h, {per_cause},
                count(DISTINCT d.job_uid) AS jobs
-        FROM loss_days d JOIN loss_jobs l USING (job_uid) JOIN jobs j USING (job_uid)
-        WHERE d.day >= $s AND d.day < $e GROUP BY ALL"""
+        FROM loss_days d WHERE d.day >= $s AND d.day < $e GROUP BY ALL"""
 
 
 def _alloc_sql(dims: list[str], bucket: str | None) -> str:
@@ -105,13 +105,16 @@ def jobs(con: duckdb.DuckDBPyConnection, start=None, end=None, cause: str | None
         return pl.DataFrame()
     if cause is not None and cause not in CAUSES:
         raise ValueError(f"cause must be one of {', '.join(CAUSES)}, not {cause!r}")
+    top = "" if limit is None else f"LIMIT {int(limit)}"
+    # the first N before the join: the year has over a million loss jobs
     return con.sql(f"""
-        SELECT l.cluster, l.job_id, coalesce(j.team, '{UNMAPPED}') AS team, j."user", l.state, l.cause, l.detail,
+        WITH l AS (SELECT * FROM loss_jobs WHERE "end" >= $s AND "end" < $e AND ($cause IS NULL OR cause = $cause)
+                   ORDER BY lost_gpu_s DESC, "end", job_id {top})
+        SELECT l.cluster, l.job_id, l.team, j."user", l.state, l.cause, l.detail,
                l.xid, l.event_node, l.event_start, l.start, l."end", l.ngpus, l.alloc_gpu_s / 3600 AS allocated_gpu_h,
                l.lost_gpu_s / 3600 AS lost_gpu_h, l.basis, l.checkpoint_s, j.nodelist
-        FROM loss_jobs l JOIN jobs j USING (job_uid)
-        WHERE l."end" >= $s AND l."end" < $e AND ($cause IS NULL OR l.cause = $cause)
-        ORDER BY l.lost_gpu_s DESC, l."end", l.job_id {'' if limit is None else f'LIMIT {int(limit)}'}""",
+        FROM l JOIN jobs j USING (job_uid)
+        ORDER BY l.lost_gpu_s DESC, l."end", l.job_id""",
                    params={"s": win[0], "e": win[1], "cause": cause}).pl()
 
 
@@ -122,9 +125,9 @@ def basis(con: duckdb.DuckDBPyConnection, start=None, end=None) -> dict:
     if win is None:
         return {"checkpoint_gpu_h": 0.0, "since_start_gpu_h": 0.0, "unplaced_jobs": 0}
     ck, ss, unplaced = con.sql("""
-        SELECT coalesce(sum(d.lost_gpu_s) FILTER (WHERE l.basis = 'checkpoint'), 0) / 3600,
-               coalesce(sum(d.lost_gpu_s) FILTER (WHERE l.basis = 'since start'), 0) / 3600,
+        SELECT coalesce(sum(lost_gpu_s) FILTER (WHERE basis = 'checkpoint'), 0) / 3600,
+               coalesce(sum(lost_gpu_s) FILTER (WHERE basis = 'since start'), 0) / 3600,
                (SELECT count(*) FROM loss_jobs WHERE alloc_gpu_s = 0 AND "end" >= $s AND "end" < $e)
-        FROM loss_days d JOIN loss_jobs l USING (job_uid) WHERE d.day >= $s AND d.day < $e""",
+        FROM loss_days WHERE day >= $s AND day < $e""",
                                    params={"s": win[0], "e": win[1]}).fetchall()[0]
     return {"checkpoint_gpu_h": ck, "since_start_gpu_h": ss, "unplaced_jobs": unplaced, "window": win}

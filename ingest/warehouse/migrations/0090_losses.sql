@@ -15,6 +15,7 @@ CREATE TABLE loss_jobs (
     job_uid      BIGINT NOT NULL,
     cluster      VARCHAR NOT NULL,
     job_id       VARCHAR NOT NULL,
+    team         VARCHAR NOT NULL,        -- the team label (jobs.team, else '(unmapped)'); a governance load rebuilds
     state        VARCHAR NOT NULL,        -- jobs.state
     cause        VARCHAR NOT NULL,        -- node_failure | gpu_xid | outage | preemption | requeue | timeout | user_failure
     detail       VARCHAR,                 -- XID class, outage reason or end state
@@ -31,10 +32,14 @@ CREATE TABLE loss_jobs (
     checkpoint_s BIGINT                   -- the checkpoint interval used (NULL: none known)
 );
 
--- The lost GPU-seconds of each loss_jobs row per node and UTC day (split like the timeline: node pieces).
+-- The lost GPU-seconds of each loss_jobs row per node and UTC day (split like the timeline: node pieces), with
+-- the job's team, cause and basis so that reports read this table alone.
 CREATE TABLE loss_days (
     job_uid    BIGINT NOT NULL,
     cluster    VARCHAR NOT NULL,
+    team       VARCHAR NOT NULL,
+    cause      VARCHAR NOT NULL,
+    basis      VARCHAR NOT NULL,
     node       VARCHAR NOT NULL,
     gpu_type   VARCHAR,                   -- the node's pool at the time (tl_job_alloc)
     day        TIMESTAMP NOT NULL,        -- UTC midnight
