@@ -55,19 +55,21 @@ def _reports(con) -> dict:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--scale", type=float, default=_year.YEAR_SCALE)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each report (median)")
+    ap.add_argument("--refresh-repeat", type=int, help="full refreshes (median; default --repeat)")
     a = ap.parse_args(argv)
     src = _year.year_warehouse(scale=a.scale)
     with tempfile.TemporaryDirectory(dir="/tmp") as tmp:
         db = _year.work_copy(src, Path(tmp))
         con = warehouse.connect(db)
         steps: dict[str, list[float]] = {}
-        for i in range(a.repeat):
+        n_refresh = a.refresh_repeat or a.repeat
+        for i in range(n_refresh):
             for name, secs in refresh.run(con, db, full=True, publish=False):
                 steps.setdefault(name, []).append(secs)
             print(f"refresh {i + 1}: " + ", ".join(f"{n} {s[-1]:.1f} s" for n, s in steps.items()), flush=True)
         mine = statistics.median(steps["losses"])
-        others = statistics.median([sum(steps[n][i] for n in steps if n != "losses") for i in range(a.repeat)])
+        others = statistics.median([sum(steps[n][i] for n in steps if n != "losses") for i in range(n_refresh)])
         ratio = mine / others
         jobs, loss_jobs, days = con.sql("SELECT (SELECT count(*) FROM jobs), (SELECT count(*) FROM loss_jobs), "
                                         "(SELECT count(*) FROM loss_days)").fetchall()[0]
