@@ -573,6 +573,80 @@ def cmd_report_queue(args) -> int:
     return EXIT_OK
 
 
+# ---------------------------------------------------------------- losses and reliability (issue 16)
+
+def cmd_report_losses(args) -> int:
+    """Lost GPU-hours by cause per team/pool/node and bucket, with goodput; or the jobs that lost work."""
+    from models.metrics import losses
+    lo, hi = _window(args, "report losses")
+    if args.view == "jobs":
+        _none_of("report losses", args, {"by": "--by", "bucket": "--bucket", "total": "--total"},
+                 "with --view jobs (one row per job)")
+    elif args.cause or args.limit:
+        raise UsageError("report losses: --cause and --limit go with --view jobs")
+    con = _open(args, read_only=True)
+    if not losses.has_marts(con):
+        raise CliError("report losses: the loss marts are not built yet (run `gpuledger refresh`)")
+    try:
+        if args.view == "jobs":
+            df = losses.jobs(con, lo, hi, args.cause, args.limit)
+        else:
+            df = losses.report(con, lo, hi, None if args.total else args.bucket or "month", args.by or "team")
+    except ValueError as exc:
+        raise UsageError(f"report losses: {exc}") from exc
+    if df.is_empty():
+        _say(args, "report losses: nothing to report in this window (no accounting, or no job lost work)")
+    else:
+        emit(df, args.format, args.out)
+    b = losses.basis(con, lo, hi)
+    if "window" in b:
+        w0, w1 = b["window"]
+        _say(args, f"window: whole UTC days {w0:%Y-%m-%d} to {w1:%Y-%m-%d} (the loss marts' grain); lost = GPUs x "
+                   f"time since the last checkpoint for {b['checkpoint_gpu_h']:,.2f} GPU-h (governance "
+                   f"[[checkpoints]]), since the job's start for {b['since_start_gpu_h']:,.2f} GPU-h")
+        if b["unplaced_jobs"]:
+            _say(args, f"{b['unplaced_jobs']} jobs that lost work have no node placement (no timeline pieces): "
+                       "listed with --view jobs, 0 GPU-h counted")
+    _freshness(args, con)
+    return EXIT_OK
+
+
+RELIABILITY_VIEWS = ("nodes", "pools", "outages", "offenders", "gpus", "slow-nodes", "slow-jobs")
+
+
+def cmd_report_reliability(args) -> int:
+    """Node reliability (outages, MTBF/MTTR, repeat offenders, GPUs with XIDs) and slow nodes."""
+    from models.metrics import losses, reliability
+    lo, hi = _window(args, "report reliability")
+    if args.view != "offenders":
+        _none_of("report reliability", args, {"fdr": "--fdr"}, f"with --view {args.view}")
+    con = _open(args, read_only=True)
+    if not losses.has_marts(con):
+        raise CliError("report reliability: the loss marts are not built yet (run `gpuledger refresh`)")
+    views = {"nodes": lambda: reliability.nodes(con, lo, hi, "node"),
+             "pools": lambda: reliability.nodes(con, lo, hi, "gpu_type"),
+             "outages": lambda: reliability.outages(con, lo, hi),
+             "offenders": lambda: reliability.offenders(con, lo, hi, args.fdr or reliability.FDR),
+             "gpus": lambda: reliability.gpus(con, lo, hi),
+             "slow-nodes": lambda: reliability.slow_nodes(con, lo, hi),
+             "slow-jobs": lambda: reliability.slow_node_jobs(con, lo, hi)}
+    if args.view in ("gpus", "slow-nodes", "slow-jobs") and not reliability.has_telemetry(con):
+        _say(args, f"report reliability: no GPU telemetry in the warehouse, so --view {args.view} has nothing to "
+                   "show (ingest DCGM or nvidia-smi telemetry: XIDs and per-node activity come from it)")
+        return EXIT_OK
+    df = views[args.view]()
+    if df.is_empty():
+        _say(args, f"report reliability: nothing to report for --view {args.view} in this window")
+    else:
+        emit(df, args.format, args.out)
+    if args.view == "offenders" and not df.is_empty():
+        _say(args, f"offenders: one-sided binomial test of each node's failed jobs (NODE_FAIL, BOOT_FAIL, FAILED) "
+                   f"against its pool's rate, Benjamini-Hochberg q <= {args.fdr or reliability.FDR} per pool; "
+                   f"{int(df['flagged'].sum())} of {df.height} nodes flagged")
+    _freshness(args, con)
+    return EXIT_OK
+
+
 # ---------------------------------------------------------------- finance
 
 def cmd_chargeback(args) -> int:
@@ -1152,7 +1226,7 @@ def _governance_parser(ising) -> None:
 
 
 def _report_parsers(sub) -> None:
-    rep = sub.add_parser("report", help="utilization, efficiency, fragmentation, fairness and queue reports")
+    rep = sub.add_parser("report", help="utilization, efficiency, fragmentation, fairness, queue, losses and reliability reports")
     _common_options(rep)
     isrep = rep.add_subparsers(dest="report", metavar="REPORT", required=True)
     s = _command(isrep, "utilization", cmd_report_utilization,
@@ -1166,6 +1240,7 @@ def _report_parsers(sub) -> None:
     _fragmentation_parser(isrep)
     _fairness_parser(isrep)
     _queue_parser(isrep)
+    _losses_parsers(isrep)
 
 
 def _efficiency_parser(isrep) -> None:
@@ -1231,6 +1306,35 @@ def _queue_parser(isrep) -> None:
                    help="bounded-slowdown tau (default: governance bsld_tau_minutes, else 10)")
     s.add_argument("--view", choices=["waits", "qos", "starvation", "pending"],
                    help="one view (default: all four on a terminal, waits to a file)")
+    _output_options(s)
+
+
+def _losses_parsers(isrep) -> None:
+    s = _command(isrep, "losses", cmd_report_losses, "GPU-hours lost to failures, preemption and timeouts; goodput",
+                 "GPU-hours of jobs that ended by a node failure, a GPU XID, another outage, preemption, requeue, "
+                 "timeout or their own failure, by cause, per --by group and --bucket, with goodput (allocated "
+                 "minus lost, as a share). Lost = GPUs x time since the job's last checkpoint (governance "
+                 "[[checkpoints]]), else since its start. --view jobs lists the jobs.")
+    _window_options(s)
+    s.add_argument("--view", choices=["summary", "jobs"], default="summary",
+                   help="summary (default): per bucket and group; jobs: one row per job that lost work")
+    s.add_argument("--by", metavar="COLS", help="any of team (default), gpu_type (pool), cluster, node, cause; "
+                                                "allocated and goodput come with cluster/team/gpu_type only")
+    s.add_argument("--bucket", choices=["day", "week", "month"], help="time bucket (default month)")
+    s.add_argument("--total", action="store_true", help="one row per group for the whole window (no time bucket)")
+    s.add_argument("--cause", choices=["node_failure", "gpu_xid", "outage", "preemption", "requeue", "timeout",
+                                       "user_failure"], help="with --view jobs: one cause only")
+    s.add_argument("--limit", type=int, metavar="N", help="with --view jobs: the N jobs that lost most")
+    _output_options(s)
+    s = _command(isrep, "reliability", cmd_report_reliability, "node outages, MTBF/MTTR, repeat offenders, XIDs, "
+                 "slow nodes", "Node reliability: outages per node and pool with MTBF and MTTR, each outage with "
+                 "the jobs it killed, repeat offenders (nodes whose jobs fail more than their pool's, by a "
+                 "one-sided binomial test with Benjamini-Hochberg correction), GPUs with XID errors, and slow "
+                 "nodes (below their peers in multi-node jobs, from telemetry).")
+    _window_options(s)
+    s.add_argument("--view", choices=RELIABILITY_VIEWS, default="nodes",
+                   help="nodes (default), pools, outages, offenders, gpus (XIDs), slow-nodes, slow-jobs (evidence)")
+    s.add_argument("--fdr", type=float, metavar="Q", help="with --view offenders: false-discovery rate (default 0.05)")
     _output_options(s)
 
 

@@ -92,8 +92,9 @@ def main() -> None:
                 _page("forecast", "Forecast & capacity", "trending_up"),
             ],
         }
+        pages["Operations"] = [_page("reliability", "Reliability", "build_circle")]
         if health:
-            pages["Operations"] = [_page("data_health", "Data health", "health_and_safety")]
+            pages["Operations"].append(_page("data_health", "Data health", "health_and_safety"))
         flt = sidebar.filters(cat)
         prewarm.ensure(version, sidebar.default_filters(cat))
     if flt is not None:

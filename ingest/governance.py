@@ -34,7 +34,7 @@ HOURS_PER_YEAR = Decimal(8760)
 USER_PRIORITY, ACCOUNT_PRIORITY = 50, 100
 
 TOP_KEYS = {"currency", "minor_units", "period_timezone", "clusters", "cost_centers", "teams", "mappings",
-            "entitlements", "rates", "billing", "idle", "fairness",
+            "entitlements", "rates", "billing", "idle", "fairness", "checkpoints",
             "access", "access_policy"}
 SECTION_KEYS = {
     "clusters": {"name", "timezone", "description"},
@@ -48,6 +48,7 @@ SECTION_KEYS = {
     "fairness": {"half_life_days", "windows_days", "starvation_hours", "bsld_tau_minutes", "parent_shares"},
     "access": {"user", "role", "teams"},
     "access_policy": {"contact"},
+    "checkpoints": {"team", "job_name", "interval"},
 }
 TCO_KEYS = {"capex_per_gpu", "depreciation_years", "interest_rate", "power_kw_per_gpu", "pue", "price_per_kwh",
             "facility_per_gpu_year", "staff_per_gpu_year"}
@@ -67,11 +68,13 @@ class Governance:
     rates: list[tuple] = field(default_factory=list)          # (cluster, gpu_type, partition, from, to, price, method, derivation)
     access: list[tuple] = field(default_factory=list)         # (user lower case, role, [teams]); see _parse_access
     access_contact: str | None = None
+    checkpoints: list[tuple] = field(default_factory=list)    # (team, job_name_like, interval_s, priority)
 
     @property
     def records(self) -> int:
         return sum(len(x) for x in (self.clusters, self.cost_centers, self.teams, self.team_map,
                                     self.entitlements, self.rates, self.access))
+                                    self.entitlements, self.rates, self.checkpoints))
 
 
 class _Checker:
@@ -454,7 +457,7 @@ def parse(text: str, source: str = "<governance>") -> Governance:
         chk.fail(("teams",), "at least one [[teams]] entry is required")
     _parse_entitlements(chk, doc, gov, {t[0] for t in gov.teams})
     _parse_rates(chk, doc, gov)
-    _parse_access(chk, doc, gov, {t[0] for t in gov.teams})
+                                    self.entitlements, self.rates, self.checkpoints, self.access))
     gov.settings["document"] = _canonical(gov)
     return gov
 
@@ -534,12 +537,53 @@ def load(con, gov: Governance, source: str, sha256: str, nbytes: int) -> dict:
                      s["max_tres"], s["idle_policy"], s["half_life_days"], s["windows_days"], s["starvation_hours"],
                      s["bsld_tau_minutes"], s["document"]])
         _load_access(con, gov)
+        _load_checkpoints(con, gov)
         run.updated = assign_teams(con)
         run.inserted = gov.records
         run.options.update({"teams": len(gov.teams), "rates": len(gov.rates),
                             "entitlements": len(gov.entitlements), "idle_policy": s["idle_policy"],
                             "billing_basis": s["billing_basis"], "currency": s["currency"]})
     return run.summary()
+
+
+# ---------------------------------------------------------------- checkpoint intervals (losses, issue 16)
+# [[checkpoints]] team = "nlp" | job_name = "llm-*", interval = "30m": how often such jobs write a checkpoint, so
+# a failure loses the work since the last one (models/marts/losses.py). Kept apart from the billing sections.
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhd]?)\s*$")
+CHECKPOINT_TEAM_PRIORITY, CHECKPOINT_NAME_PRIORITY = 50, 100
+
+
+def _interval_s(chk: _Checker, path: tuple, value: Any) -> int:
+    """A checkpoint interval: whole seconds (an integer) or a text like '90s', '30m', '2h', '1d'; at least 60 s."""
+    m = _DURATION.match(value) if isinstance(value, str) else None
+    if isinstance(value, int) and not isinstance(value, bool):
+        secs = float(value)
+    elif m:
+        secs = float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+    else:
+        chk.fail(path, f"must be seconds or a duration like '30m', '2h', got {value!r}")
+    if secs < 60 or secs != int(secs):
+        chk.fail(path, f"must be whole seconds of at least 60 (one minute), got {value!r}")
+    return int(secs)
+
+
+def _parse_checkpoints(chk: _Checker, doc: dict, gov: Governance, teams: set[str]) -> None:
+    for i, c in enumerate(_array(chk, doc, "checkpoints")):
+        team = _str(chk, ("checkpoints", i, "team"), c.get("team"), required=False)
+        name = _str(chk, ("checkpoints", i, "job_name"), c.get("job_name"), required=False)
+        if team is None and name is None:
+            chk.fail(("checkpoints", i), "needs a team or a job_name (glob) it applies to")
+        if team is not None and team not in teams:
+            chk.fail(("checkpoints", i, "team"), f"unknown team {team!r} (declare it in [[teams]])")
+        interval = _interval_s(chk, ("checkpoints", i, "interval"), c.get("interval"))
+        gov.checkpoints.append((team, None if name is None else _glob_to_like(name), interval,
+                                CHECKPOINT_NAME_PRIORITY if name is not None else CHECKPOINT_TEAM_PRIORITY))
+
+
+def _load_checkpoints(con, gov: Governance) -> None:
+    con.execute("DELETE FROM checkpoint_intervals")
+    _insert(con, "checkpoint_intervals", gov.checkpoints)
 
 
 def _insert(con, table: str, rows: list[tuple]) -> None:

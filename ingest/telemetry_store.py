@@ -38,7 +38,18 @@ METRICS: dict[str, tuple[str, float, float, float]] = {
     "DCGM_FI_DEV_POWER_USAGE": ("power_w", 1.0, 0.0, 1e5),
     "DCGM_FI_DEV_GPU_TEMP": ("temp_c", 1.0, -100.0, 250.0),
     "DCGM_FI_DEV_XID_ERRORS": ("xid", 1.0, 0.0, 1e6),
+    # kept as events (EVENT_COLS), not as sample columns
+    "DCGM_FI_DEV_CLOCK_THROTTLE_REASONS": ("throttle", 1.0, 0.0, 1e12),
+    "DCGM_FI_DEV_CLOCKS_EVENT_REASONS": ("throttle", 1.0, 0.0, 1e12),   # the field's name from DCGM 3.3 on
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE": ("row_remap_failure", 1.0, 0.0, 1.0),
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": ("ecc_dbe", 1.0, 0.0, 1e12),
 }
+#: Fields kept as ``gpu_events`` of their own kind (a reading nonzero and different from the device's previous
+#: one in the batch), not as ``gpu_samples`` columns. Clock-throttle reasons keep the slowdown bits only (DCGM:
+#: 0x08 HW slowdown, 0x20 SW thermal, 0x40 HW thermal, 0x80 HW power brake; idle, clock settings and the
+#: software power cap are normal operation).
+EVENT_COLS = ("throttle", "row_remap_failure", "ecc_dbe")
+THROTTLE_MASK = 0x08 | 0x20 | 0x40 | 0x80
 ACTIVITY_COLUMNS = ("gpu_util", "sm_active", "gr_engine_active", "tensor_active")
 #: Labels that name the scheduler job using the GPU (dcgm-exporter --hpc-job-mapping-dir writes ``hpc_job``).
 JOB_LABELS = ("hpc_job", "slurm_job_id", "slurm_job")
@@ -165,7 +176,7 @@ _SENTINEL = "['BLANK', 'NOT_FOUND', 'NOT_SUPPORTED', 'NOT_PERMISSIONED']"
 
 def _series_sql() -> str:
     """Series -> temp table ``_sv`` with a dense device number ``dev`` and metric code ``mcode``."""
-    codes = " ".join(f"WHEN '{c}' THEN {i}" for i, c in enumerate(SAMPLE_COLS))
+    codes = " ".join(f"WHEN '{c}' THEN {i}" for i, c in enumerate(SAMPLE_COLS + EVENT_COLS))
     return f"""CREATE OR REPLACE TEMP TABLE _sv AS
                SELECT *, dense_rank() OVER (ORDER BY cluster, node, gpu)::INTEGER AS dev,
                       CASE metric {codes} END AS mcode FROM _ser"""
@@ -292,10 +303,10 @@ def _fold_sql(interval_s: int | None, default_interval: int, with_attrs: bool) -
     aggs = ",\n".join(f"{fn}(val) FILTER (WHERE mcode = {i}) AS {SAMPLE_COLS[i]}" for i, fn in enumerate(_FOLD))
     fixed = "NULL" if interval_s is None else str(int(interval_s))
     # job/pod labels are rare: aggregate them only when some series carries one, over those series only
-    attrs = """, lab AS (SELECT * FROM _sv WHERE hpc_job IS NOT NULL OR pod IS NOT NULL OR namespace IS NOT NULL
+    attrs = f""", lab AS (SELECT * FROM _sv WHERE hpc_job IS NOT NULL OR pod IS NOT NULL OR namespace IS NOT NULL
                           OR container IS NOT NULL),
     a0 AS (SELECT DISTINCT p.dev, p.us // 60000000 AS mi, s.hpc_job, s.pod, s.namespace, s.container
-           FROM _pv p JOIN lab s USING (sid)),
+           FROM _pv p JOIN lab s USING (sid) WHERE p.mcode < {len(SAMPLE_COLS)}),
     a AS (
         SELECT dev, mi, string_agg(hpc_job, ',' ORDER BY hpc_job) AS hpc_jobs, max(pod) AS pod,
                max(namespace) AS namespace, max(container) AS container
@@ -309,7 +320,7 @@ def _fold_sql(interval_s: int | None, default_interval: int, with_attrs: bool) -
         SELECT dev, us // 60000000 AS mi, {aggs},
                arg_max(val, us) FILTER (WHERE mcode = 7)::INTEGER AS xid,
                count(DISTINCT us)::INTEGER AS n_raw
-        FROM _pv GROUP BY ALL),
+        FROM _pv WHERE mcode < {len(SAMPLE_COLS)} GROUP BY ALL),
     gaps AS (
         SELECT dev, median(gap) AS med FROM (
             SELECT dev, lead(mi) OVER (PARTITION BY dev ORDER BY mi) - mi AS gap FROM f)
@@ -326,6 +337,7 @@ def write_rows(con: duckdb.DuckDBPyConnection, run: warehouse.IngestRun, source:
     """Fold ``_pv(sid, dev, mcode, ts, val)`` (readings) and ``_sv`` (series) into the telemetry tables."""
     with_attrs = con.sql("""SELECT count(*) FROM _sv WHERE hpc_job IS NOT NULL OR pod IS NOT NULL
                             OR namespace IS NOT NULL OR container IS NOT NULL""").fetchall()[0][0] > 0
+    _derive_state_events(con, run, source)
     con.execute(_fold_sql(interval_s, opts.interval_s, with_attrs))
     n = con.sql("SELECT count(*) FROM _rows").fetchall()[0][0]
     if n:
@@ -454,6 +466,35 @@ def _derive_xid_events(con: duckdb.DuckDBPyConnection, run: warehouse.IngestRun,
             WHERE g.xid IS NOT NULL AND g.ts BETWEEN r.lo - INTERVAL 1 DAY AND r.hi)
         WHERE ts BETWEEN lo AND hi AND xid <> 0 AND prev IS DISTINCT FROM xid""", [source, run.run_id])
     con.execute("DROP TABLE IF EXISTS _xr")
+
+
+def _derive_state_events(con: duckdb.DuckDBPyConnection, run: warehouse.IngestRun, source: str) -> None:
+    """Throttle, row-remap-failure and ECC double-bit events (EVENT_COLS) from the batch's readings: per device,
+    kind and minute the last reading; an event where it is nonzero and differs from the previous minute's (the
+    batch's first reading of a device counts when nonzero). Replaces the events of those kinds in the batch's span
+    for its devices, so re-ingesting an input changes nothing."""
+    first = len(SAMPLE_COLS)
+    kinds = " ".join(f"WHEN {first + i} THEN '{k}'" for i, k in enumerate(EVENT_COLS))
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE _sev AS
+        WITH r AS (SELECT dev, mcode, us // 60000000 AS mi, arg_max(val, us)::BIGINT AS v
+                   FROM _pv WHERE mcode >= {first} GROUP BY ALL),
+        l AS (SELECT *, CASE WHEN mcode = {first} THEN v & {THROTTLE_MASK} ELSE v END AS code FROM r),
+        p AS (SELECT *, lag(code) OVER (PARTITION BY dev, mcode ORDER BY mi) AS prev,
+                     min(mi) OVER (PARTITION BY dev, mcode) AS lo, max(mi) OVER (PARTITION BY dev, mcode) AS hi FROM l),
+        d AS (SELECT DISTINCT dev, cluster, node, gpu FROM _sv WHERE dev IS NOT NULL)
+        SELECT d.cluster, d.node, d.gpu, CASE p.mcode {kinds} END AS kind, make_timestamp(p.mi * 60000000) AS ts,
+               p.code, p.prev, make_timestamp(p.lo * 60000000) AS lo, make_timestamp(p.hi * 60000000) AS hi
+        FROM p JOIN d USING (dev)""")
+    if not con.sql("SELECT count(*) FROM _sev").fetchall()[0][0]:
+        con.execute("DROP TABLE _sev")
+        return
+    con.execute("""DELETE FROM gpu_events e USING (SELECT DISTINCT cluster, node, gpu, kind, lo, hi FROM _sev) r
+                   WHERE e.kind = r.kind AND e.cluster = r.cluster AND e.node = r.node AND e.gpu = r.gpu
+                     AND e.ts BETWEEN r.lo AND r.hi""")
+    con.execute("""INSERT INTO gpu_events SELECT cluster, node, gpu, ts, kind, code::INTEGER, ?, ? FROM _sev
+                   WHERE code <> 0 AND prev IS DISTINCT FROM code""", [source, run.run_id])
+    con.execute("DROP TABLE _sev")
 
 
 def prune_raw(con: duckdb.DuckDBPyConnection, keep_days: float) -> int:

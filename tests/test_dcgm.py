@@ -28,10 +28,13 @@ def _counts(s):
 
 def test_datadog_t4_scrape(con):
     s = _ingest(con, "datadog-dcgm-metrics-t4.prom")
-    # 60 # HELP/# TYPE lines, 2 "# NOTE" comments, 25 metrics gpuledger does not use, 5 readings loaded
-    assert _counts(s) == (92, 5, 87, 0)
+    # 60 # HELP/# TYPE lines, 2 "# NOTE" comments, 24 metrics gpuledger does not use, 6 readings loaded (the
+    # clock-throttle reasons among them, kept as events); the row-remap reading names no device: rejected
+    assert _counts(s) == (92, 6, 85, 1)
     assert s["skip_reasons"] == {"# HELP/# TYPE/# UNIT line": 60, "comment line": 2,
-                                 "metric not used by gpuledger": 25}
+                                 "metric not used by gpuledger": 23}
+    assert s["reject_examples"] == [f"{TEL / 'datadog-dcgm-metrics-t4.prom'}:89: field Hostname: no Hostname/"
+                                    "hostname label and no --node given"]
     assert con.sql("""SELECT cluster, node, gpu, ts, interval_s, gpu_util, fb_used_mib, power_w, temp_c, xid, n_raw
                       FROM gpu_samples""").fetchall() == [
         ("default", "424773df46e0", "0", dt.datetime(2026, 7, 14, 8), 60, 0.0, 0.0, 8.969, 25.0, 0, 1)]
@@ -123,7 +126,7 @@ def test_missing_timestamp_without_scrape_time_is_a_clear_error(con):
 def test_file_at_time_and_missing_files(con):
     s = dcgm.ingest_path(con, f"{TEL / 'datadog-dcgm-metrics-t4.prom'}@2026-07-14T10:00:00+02:00",
                          telemetry_store.TelemetryOptions())
-    assert s["loaded"] == 5 and con.sql("SELECT ts FROM gpu_samples").fetchall() == [(dt.datetime(2026, 7, 14, 8),)]
+    assert s["loaded"] == 6 and con.sql("SELECT ts FROM gpu_samples").fetchall() == [(dt.datetime(2026, 7, 14, 8),)]
     with pytest.raises(InputError, match="no such file"):
         dcgm.ingest_path(con, "/nonexistent.prom@2026-07-14", telemetry_store.TelemetryOptions())
     with pytest.raises(InputError, match="not a time"):
@@ -185,7 +188,7 @@ def test_cli_strict_and_scrape_time(run_cli):
                              "--scrape-time", SCRAPE, "--node", "n1", "--strict", "--no-refresh")
     assert code == 1 and "rejected 2" in err and "quickstart.prom:7: expected" in err
     code, out, err = run_cli("ingest", "dcgm", f"{TEL / 'datadog-dcgm-metrics-t4.prom'}@{SCRAPE}", "--no-refresh")
-    assert code == 0 and "loaded 5 (new 1" in err
+    assert code == 0 and "loaded 6 (new 1" in err
 
 
 LINE_KINDS = {

@@ -6,5 +6,6 @@ TIMELINE = "timeline"                # models/marts/timeline.py: occupancy and i
 EFFICIENCY = "efficiency"            # models/marts/efficiency.py: telemetry per job and hour
 DEMAND = "demand"                    # models/marts/demand.py: daily demand series
 OPEN_STATEMENTS = "open_statements"  # models/pipeline/open_statements.py: the newest open months' statements
+LOSSES = "losses"                    # models/marts/losses.py: lost GPU-hours by cause, jobs ended per node and day
 
-ALL = (TIMELINE, EFFICIENCY, DEMAND, OPEN_STATEMENTS)
+ALL = (TIMELINE, EFFICIENCY, DEMAND, OPEN_STATEMENTS, LOSSES)

@@ -5,7 +5,14 @@ down (the exporter is down with it). A GPU running a job reads its job's activit
 activity for that job, a slow start while data loads, noise, half-hour stretches near zero for jobs that stall
 on data, and near zero throughout for jobs that merely hold GPUs (notebooks, simulators that run on CPUs).
 Series carry the labels dcgm-exporter sets (gpu, UUID, device, modelName, Hostname) and, on a GPU in use,
-``hpc_job`` as dcgm-exporter's HPC job mapping writes it. One file per day keeps memory bounded; values are
+``hpc_job`` as dcgm-exporter's HPC job mapping writes it.
+
+Reliability evidence (docs/DEMO.md, "Failures, XIDs and slow nodes"): a few *slow nodes* (:data:`SLOW_NODE_SHARE`
+of the nodes, chosen by a hash so no random stream of the year moves) run every job at :data:`SLOW_FACTOR` of
+its activity and power above idle; ``DCGM_FI_DEV_XID_ERRORS`` reads 0, except on one GPU of a node in the
+:data:`XID_LEAD_S` before a hardware failure whose reason names a GPU fault (Xid 79, Xid 48, ECC, NVLink:
+the XID that reason stands for), on a failing job's GPUs in its last reading for a share of failed jobs
+(application XIDs 13/31/43), and rarely a row-remapping XID 63 that kills nothing. One file per day keeps memory bounded; values are
 computed with numpy and the text is built with Polars.
 """
 from __future__ import annotations
@@ -18,13 +25,27 @@ import polars as pl
 from models.demo import faults
 from models.demo.config import GPUS_PER_NODE
 from models.demo.generate import Synthetic
+from models.demo.scheduler import STATES
+
+_FAILED = STATES.index("FAILED")
 
 METRICS = (
     ("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %)."),
     ("DCGM_FI_PROF_SM_ACTIVE", "The ratio of cycles an SM has at least 1 warp assigned (in %)."),
     ("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB)."),
     ("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W)."),
+    ("DCGM_FI_DEV_XID_ERRORS", "Value of the last XID error encountered."),
 )
+#: Share of nodes that are slow (a degraded NIC or cooling: its GPUs wait), and how much of a job's activity
+#: and power above idle they reach.
+SLOW_NODE_SHARE, SLOW_FACTOR = 0.05, 0.55
+#: The XID a hardware failure's reason stands for (faults.DOWN_REASONS); others name no GPU fault.
+REASON_XID = {"GPU Xid 79: fallen off the bus": 79, "NHC: ECC uncorrectable errors on GPU": 48,
+              "GPU Xid 48: double bit ECC error": 48, "NVLink error": 74}
+XID_LEAD_S = 1200                # the XID is read in the readings this long before the node goes down
+APP_XID_SHARE = 0.3              # failed jobs whose last reading carries an application XID
+APP_XIDS = (13, 31, 43)
+REMAP_XID_PER_GPU_DAY = 0.002    # XID 63 (row remapping) per GPU and day, harmless
 DRIVER = "550.54.15"
 IDLE_W = {"h100": 72.0, "a100": 56.0}
 
@@ -41,6 +62,32 @@ def _mix(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     x *= np.uint64(0x94D049BB133111EB)
     x ^= x >> np.uint64(29)
     return (x >> np.uint64(11)).astype(np.float64) / float(1 << 53)
+
+
+def slow_nodes(n_nodes: int) -> np.ndarray:
+    """Node indices of the slow nodes (a hash of the index: the same nodes at every build of a layout)."""
+    return np.nonzero(_mix(np.arange(n_nodes), np.full(n_nodes, 7919)) < SLOW_NODE_SHARE)[0]
+
+
+def _xids(syn: "Synthetic", gg: np.ndarray, t: np.ndarray, i: np.ndarray, busy: np.ndarray, step: int) -> np.ndarray:
+    """The XID each reading carries (0 = none): before GPU-fault failures, at failed jobs' ends, rare remaps."""
+    xid = np.zeros(len(gg), np.int64)
+    o = syn.outages
+    down = np.nonzero(o.kind == faults.DOWN)[0]
+    down = down[(o.start[down] > t.min(initial=0)) & (o.start[down] - XID_LEAD_S <= t.max(initial=0))]
+    codes = np.array([REASON_XID.get(faults.DOWN_REASONS[r], 0) for r in o.reason[down]], np.int64)
+    for n, s, c in zip(o.node[down][codes > 0], o.start[down][codes > 0], codes[codes > 0]):
+        g = n * GPUS_PER_NODE + int(_mix(np.array([n]), np.array([s]))[0] * GPUS_PER_NODE)
+        xid[(gg == g) & (t >= s - XID_LEAD_S) & (t < s)] = c
+    inst = syn.inst
+    ii = np.maximum(i, 0)
+    last = busy & (inst.end[ii] > 0) & (t + step >= inst.end[ii]) & (inst.state[ii] == _FAILED)
+    pick = _mix(inst.job[ii], inst.start[ii]) < APP_XID_SHARE
+    app = last & pick                    # every GPU of the failing job reports it in its last reading
+    xid[app] = np.array(APP_XIDS)[(_mix(inst.job[ii[app]], np.full(app.sum(), 3)) * len(APP_XIDS)).astype(int)]
+    remap = (xid == 0) & (_mix(gg, t // 86400 + 17) < REMAP_XID_PER_GPU_DAY) & (t % 86400 < step)
+    xid[remap] = 63
+    return xid
 
 
 def day_samples(syn: "Synthetic", d0: int, step: int, per_day: int) -> pl.DataFrame:
@@ -78,6 +125,8 @@ def day_samples(syn: "Synthetic", d0: int, step: int, per_day: int) -> pl.DataFr
     sm = np.where(stall, 0.02 + 0.02 * (noise + 0.5), sm)
     burst = jobs.idle[j] & (_mix(jid, t // 600) < 0.04)
     sm = np.where(burst, 0.45, sm)
+    node_of = gg // GPUS_PER_NODE
+    sm = np.where(np.isin(node_of, slow_nodes(len(lay))), sm * SLOW_FACTOR, sm)
     sm = np.where(busy, np.clip(sm, 0.0, 0.99), 0.0)
     util = np.where(sm > 0.005, np.minimum(100.0, np.round(100 * (sm + (1 - sm) * 0.45))), 0.0)
     node = gg // GPUS_PER_NODE
@@ -89,7 +138,7 @@ def day_samples(syn: "Synthetic", d0: int, step: int, per_day: int) -> pl.DataFr
     tdp = np.array([p.tdp_w for p in syn.cfg.pools])[pool]
     power = np.round(idle_w + (tdp - idle_w) * sm ** 0.9 + 3 * noise, 3)
     return pl.DataFrame({"g": gg.astype(np.int32), "t": t, "job": np.where(busy, jid, -1), "util": util,
-                         "sm": np.round(sm, 4), "fb": fb, "power": power})
+                         "sm": np.round(sm, 4), "fb": fb, "power": power, "xid": _xids(syn, gg, t, i, busy, step)})
 
 
 def _prefixes(syn: "Synthetic", metric: str) -> pl.Series:
@@ -119,8 +168,8 @@ def write_openmetrics(syn: "Synthetic", outdir: Path) -> list[Path]:
         chunks = []
         for metric, help_text in METRICS:
             col = {"DCGM_FI_DEV_GPU_UTIL": "util", "DCGM_FI_PROF_SM_ACTIVE": "sm", "DCGM_FI_DEV_FB_USED": "fb",
-                   "DCGM_FI_DEV_POWER_USAGE": "power"}[metric]
-            value = pl.col(col).cast(pl.Int64).cast(pl.String) if col in ("util", "fb") else pl.col(col).cast(pl.String)
+                   "DCGM_FI_DEV_POWER_USAGE": "power", "DCGM_FI_DEV_XID_ERRORS": "xid"}[metric]
+            value = pl.col(col).cast(pl.Int64).cast(pl.String) if col in ("util", "fb", "xid") else pl.col(col).cast(pl.String)
             lines = df.select(pl.concat_str([
                 prefixes[metric].gather(df["g"]),
                 pl.when(pl.col("job") >= 0).then(pl.concat_str([pl.lit(',hpc_job="'), pl.col("job").cast(pl.String),

@@ -12,6 +12,7 @@ import duckdb
 from ingest import warehouse
 from models.definitions.marts import EFFICIENCY as MART
 from models.kernels import attribution
+from models.marts import slow_nodes
 from models.kernels.attribution import IDLE_STRETCH_S, N_BINS
 
 
@@ -195,6 +196,7 @@ def build(con: duckdb.DuckDBPyConnection, full: bool = False) -> None:
     for nids in attribution.node_chunks(con):
         attribution.attribute_chunk(con, nids)
         _chunk(con, now)
+        slow_nodes.collect_chunk(con)   # per job and node against its peers (slow nodes), same attribution
         done = True
     # jobs no node group holds (no placement known): allocated GPU-hours only, "no telemetry"
     con.execute("CREATE OR REPLACE TEMP TABLE _jwc AS SELECT * FROM _jw" + (
@@ -219,6 +221,7 @@ def build(con: duckdb.DuckDBPyConnection, full: bool = False) -> None:
                 con.execute(f"""DELETE FROM {t} WHERE job_uid NOT IN
                                 (SELECT job_uid FROM jobs WHERE ngpus > 0 AND start IS NOT NULL)""")
         con.execute("INSERT INTO gpu_efficiency_job BY NAME SELECT * FROM _eff_job_all")
+        slow_nodes.store(con, full)
         con.execute("INSERT INTO gpu_efficiency_job_hour BY NAME SELECT * EXCLUDE (rollup_gpu_s) FROM _eff_hour_all "
                     "ORDER BY hour, job_uid")
         warehouse.record_mart(con, MART, newest)

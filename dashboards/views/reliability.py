@@ -1,0 +1,117 @@
+"""Reliability: where allocated GPU-hours were lost (failures, XIDs, preemption, timeouts), per team, and which
+nodes should be pulled (outages, repeat offenders, slow nodes, GPUs with XIDs)."""
+from __future__ import annotations
+
+import polars as pl
+import streamlit as st
+
+from dashboards import charts, reliability_reads as rr, theme, ui
+
+ctx = ui.context()
+f = ctx.filters
+ui.header("Reliability", "How many GPU-hours did failures, slow nodes and preemption cost each team, and which "
+          "nodes should be pulled?", ctx, deltas=False)
+
+CAUSE_COLOURS = {"Node failure": theme.BAD, "GPU XID": "#C05621", "Other outage": "#D69E2E",
+                 "Preemption": "#6B46C1", "Requeue": "#9F7AEA", "Timeout": "#718096", "Job failed": "#A0AEC0"}
+
+total = rr.losses(ctx.version, f)
+if total.is_empty() or not total["allocated_gpu_h"][0]:
+    ui.no_data("allocated GPU-hours", "Widen the dates or clear a filter (the loss marts are built by "
+               "`gpuledger refresh`).")
+    st.stop()
+t = total.row(0, named=True)
+hw = t["node_failure_gpu_h"] + t["gpu_xid_gpu_h"] + t["outage_gpu_h"]
+off = rr.offenders(ctx.version, f)
+flagged = int(off["flagged"].sum()) if off.height else 0
+k = st.columns(4)
+ui.kpi(k[0], "Lost GPU-hours", f"{t['lost_gpu_h']:,.0f}", f"of {t['allocated_gpu_h']:,.0f} allocated",
+       delta_color="off", arrow=False, help="GPU-hours of jobs that ended by a failure, preemption, requeue or "
+       "timeout, since their last checkpoint (or their start when no interval is known).")
+ui.kpi(k[1], "Goodput", ui.pct(t["goodput_share"]), help="Allocated GPU-hours minus lost, as a share of allocated.")
+ui.kpi(k[2], "Lost to hardware", f"{hw:,.0f}", help="Node failures, GPU XIDs and other outages (GPU-hours).")
+ui.kpi(k[3], "Nodes flagged", f"{flagged:,}", help="Nodes whose jobs fail significantly more often than their "
+       "pool's (one-sided binomial test, Benjamini-Hochberg q <= 0.05).")
+b = rr.basis(ctx.version, f)
+st.caption(f"Lost since a known checkpoint: {b['checkpoint_gpu_h']:,.0f} GPU-h; since the job's start (no checkpoint "
+           f"interval in the governance file): {b['since_start_gpu_h']:,.0f} GPU-h. Whole UTC days.")
+
+
+def _by_cause(df: pl.DataFrame, key: str) -> pl.DataFrame:
+    return (df.select(key, *[f"{c}_gpu_h" for c in rr.CAUSE_LABELS])
+            .unpivot(index=key, variable_name="cause", value_name="gpu_h")
+            .with_columns(pl.col("cause").str.replace("_gpu_h$", "").replace_strict(rr.CAUSE_LABELS)))
+
+
+teams = rr.losses(ctx.version, f, "team").sort("lost_gpu_h", descending=True)
+left, right = st.columns(2)
+with left:
+    st.plotly_chart(charts.bars(_by_cause(teams, "team"), "team", "gpu_h", color="cause", colours=CAUSE_COLOURS,
+                                horizontal=True, category_order=teams["team"].to_list(), y_title="Lost GPU-hours",
+                                x_title="Team", title="Lost GPU-hours by team and cause",
+                                height=max(300, 110 + 34 * teams.height)), key="rel_teams")
+bucket = "day" if f.days <= 120 else "week" if f.days <= 730 else "month"
+per = rr.losses(ctx.version, f, None, bucket)
+with right:
+    per = ui.period_column(per, bucket)
+    st.plotly_chart(charts.bars(_by_cause(per, "bucket"), "bucket", "gpu_h", color="cause", colours=CAUSE_COLOURS,
+                                y_title="Lost GPU-hours", x_title=bucket.title(), title=f"Lost GPU-hours per {bucket}"),
+                    key="rel_time")
+ui.table(teams.with_columns(pl.col("goodput_share") * 100), key="rel_team_table", file_stem="losses_by_team", ctx=ctx,
+         columns={"team": "Team", "allocated_gpu_h": "Allocated (GPU-hours)", "lost_gpu_h": "Lost (GPU-hours)",
+                  **{f"{c}_gpu_h": f"{lab} (GPU-hours)" for c, lab in rr.CAUSE_LABELS.items()},
+                  "goodput_share": "Goodput (%)", "jobs": "Jobs that lost work"},
+         formats={"goodput_share": "%.1f", "allocated_gpu_h": "%.1f", "lost_gpu_h": "%.1f"})
+
+st.subheader("Nodes to pull")
+slow = rr.slow_nodes(ctx.version, f) if rr.telemetry(ctx.version) else None
+a, c = st.columns(2)
+with a:
+    st.markdown("**Repeat offenders**: jobs fail more often than on the pool's other nodes")
+    shown = off.filter(pl.col("flagged")) if off.height else off
+    if shown.is_empty():
+        st.caption("No node's failure rate is significantly above its pool's in this window.")
+    else:
+        ui.table(shown, key="rel_offenders", file_stem="repeat_offenders", ctx=ctx,
+                 columns={"node": "Node", "gpu_type": "Pool", "jobs": "Jobs ended", "failed": "Failed",
+                          "fail_rate": "Failure rate", "pool_rate": "Pool rate", "q_value": "q-value"})
+with c:
+    st.markdown("**Slow nodes**: below their peers for most of multi-node jobs")
+    if slow is None:
+        st.caption("No GPU telemetry in this warehouse: slow nodes and XIDs need DCGM or nvidia-smi readings "
+                   "(`gpuledger ingest prometheus|dcgm|nvidia-smi`).")
+    elif slow.is_empty():
+        st.caption("No node stayed below its peers in two or more multi-node jobs in this window.")
+    else:
+        ui.table(slow, key="rel_slow", file_stem="slow_nodes", ctx=ctx,
+                 columns={"node": "Node", "gpu_type": "Pool", "slow_jobs": "Slow in jobs",
+                          "multi_node_jobs": "Multi-node jobs", "minutes_below": "Minutes below",
+                          "activity_gap_pct": "Activity gap (points)", "power_gap_w": "Power gap (W)",
+                          "held_back_gpu_h": "Held back (GPU-hours)", "metric": "Metric"})
+nodes = rr.nodes(ctx.version, f).filter(pl.col("outages") > 0)
+ui.table(nodes.head(50), key="rel_nodes", file_stem="node_outages", ctx=ctx,
+         columns={"node": "Node", "gpu_type": "Pool", "outages": "Outages", "down_h": "Down (hours)",
+                  "mttr_h": "MTTR (hours)", "mtbf_h": "MTBF (hours)", "jobs_killed": "Jobs killed",
+                  "lost_gpu_h": "Lost (GPU-hours)"},
+         caption="Unplanned outages (DOWN, DRAIN, FAIL ...) starting in the window; MTBF = node-hours / outages.")
+if slow is not None:
+    x = rr.xid_gpus(ctx.version, f)
+    if x.height:
+        st.markdown("**GPUs with XID errors, slowdown throttling, row-remap failures or ECC double-bit errors**")
+        ui.table(x, key="rel_xid", file_stem="xid_gpus", ctx=ctx,
+                 columns={"node": "Node", "gpu": "GPU", "gpu_type": "Pool", "xid_events": "XID events",
+                          "memory": "Memory/ECC", "bus": "Off the bus", "nvlink": "NVLink",
+                          "application": "Application", "other": "Other", "codes": "XID codes",
+                          "throttle_events": "Throttling", "row_remap_failures": "Row-remap failures",
+                          "ecc_dbe_events": "ECC double-bit"})
+
+st.subheader("Jobs that lost the most")
+jobs = rr.loss_jobs(ctx.version, f)
+if jobs.is_empty():
+    ui.no_data("jobs that lost work")
+else:
+    ui.table(jobs.with_columns(pl.col("cause").replace_strict(rr.CAUSE_LABELS)), key="rel_jobs",
+             file_stem="loss_jobs", ctx=ctx,
+             columns={"job_id": "Job", "team": "Team", "state": "State", "cause": "Cause", "detail": "Detail",
+                      "event_node": "Node", "end": "Ended (UTC)", "ngpus": "GPUs", "lost_gpu_h": "Lost (GPU-hours)",
+                      "basis": "Measured"})

@@ -1,0 +1,58 @@
+"""The Reliability page shows models.losses' and models.reliability's figures, the same the CLI prints
+(`gpuledger report losses|reliability`), for the lab cluster of tests/dashboard_fixtures.py."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import pytest
+
+import dashboard_fixtures as dfx
+from dashboard_fixtures import lab_db  # noqa: F401 (fixture)
+import gpuledger
+
+WINDOW = {"f_dates": (dt.date(2026, 9, 21), dt.date(2026, 10, 19))}
+FROM, TO = "2026-09-21", "2026-10-20"
+
+
+def _cli(db, tmp_path, *argv) -> list[dict]:
+    out = tmp_path / "out.json"
+    assert gpuledger.main(["-q", "--db", str(db), "report", *argv, "--from", FROM, "--to", TO,
+                           "--format", "json", "--out", str(out)]) == 0
+    return json.loads(out.read_text())
+
+
+def test_page_figures_equal_the_cli_report(lab_db, monkeypatch, tmp_path):
+    at = dfx.open_page(dfx.app(lab_db, monkeypatch), "reliability", **WINDOW)
+    teams = _cli(lab_db, tmp_path, "losses", "--total", "--by", "team")
+    lost = sum(r["lost_gpu_h"] for r in teams)
+    alloc = sum(r["allocated_gpu_h"] for r in teams)
+    assert lost > 0 and alloc > 0
+    kpi = dfx.metric(at, "Lost GPU-hours")
+    assert (kpi.value, kpi.delta) == (f"{lost:,.0f}", f"of {alloc:,.0f} allocated")
+    assert dfx.metric(at, "Goodput").value == f"{100 * (alloc - lost) / alloc:.1f} %"
+    shown = dfx.frame_with(at, "Team", "Lost (GPU-hours)", "Goodput (%)")
+    want = {r["team"]: r for r in teams}
+    assert set(shown["Team"]) == set(want)
+    for team, lost_h, good in zip(shown["Team"], shown["Lost (GPU-hours)"], shown["Goodput (%)"]):
+        assert lost_h == pytest.approx(want[team]["lost_gpu_h"])
+        assert good == pytest.approx(100 * want[team]["goodput_share"])
+    # the chart by team and cause stacks to each team's loss
+    fig = next(f for f in dfx.figures(at) if f["layout"]["title"]["text"] == "Lost GPU-hours by team and cause")
+    per_team: dict[str, float] = {}
+    for trace in fig["data"]:
+        for team, v in zip(trace["y"], trace["x"]):
+            per_team[team] = per_team.get(team, 0.0) + v
+    assert per_team == pytest.approx({t: r["lost_gpu_h"] for t, r in want.items()})
+    # the outage table lists the CLI's nodes with outages
+    nodes = [r for r in _cli(lab_db, tmp_path, "reliability", "--view", "nodes") if r["outages"] > 0]
+    table = dfx.frame_with(at, "Node", "Outages", "MTBF (hours)")
+    assert list(table["Node"]) == [r["node"] for r in nodes]
+
+
+def test_one_team_filter_matches_its_cli_row(lab_db, monkeypatch, tmp_path):
+    teams = _cli(lab_db, tmp_path, "losses", "--total", "--by", "team")
+    top = max(teams, key=lambda r: r["lost_gpu_h"])
+    at = dfx.open_page(dfx.app(lab_db, monkeypatch), "reliability", f_teams=[top["team"]], **WINDOW)
+    assert dfx.metric(at, "Lost GPU-hours").value == f"{top['lost_gpu_h']:,.0f}"
+    assert dfx.metric(at, "Goodput").value == f"{100 * top['goodput_share']:.1f} %"
