@@ -199,3 +199,23 @@ def test_statements_with_reservations_reconcile_to_the_cent(make, resvs, policy)
     res = st_.lines.filter(pl.col("kind") == chargeback.RESERVED_IDLE)
     assert sum(res["total"].to_list(), D(0)) <= t["cluster_cost"] - t["direct_cost"] - t["rate_variance"] + D("0.01")
     assert (res["direct_cost"] == 0).all() and (res["gpu_hours"] >= 0).all()
+
+
+# ---------------------------------------------------------------- the captured real reservation
+
+def test_captured_reservation_owner_and_reserved_idle_in_the_statement(tmp_path):
+    """gl-resv (gpu03, 4 h100, accounts vision) 05:37:38-05:38:08; the accounting spans 05:37:40-05:37:55, inresv
+    used 1 GPU 05:37:40-:45: reserved 4 x 15 = 60 GPU-s, used 5, idle 55 GPU-s = 0.055 EUR at 3.60/GPU-h."""
+    from ingest import warehouse
+    from waiting_fixtures import build
+    con = warehouse.connect(build(tmp_path / "w.duckdb"), read_only=True)
+    r = reservations.report(con).row(0, named=True)
+    assert (r["name"], r["team"], r["owner_user"], r["gpu_type"], r["gpus"], r["jobs"]) == \
+        ("gl-resv", "vision", "carol", "h100", 4, 1)
+    assert [round(r[k] * 3600, 6) for k in ("reserved_gpu_h", "used_gpu_h", "reserved_idle_gpu_h")] == [60, 5, 55]
+    st = chargeback.compute(con, "2026-12")
+    line = st.lines.filter(pl.col("kind") == chargeback.RESERVED_IDLE).row(0, named=True)
+    assert (line["team"], line["gpu_type"], line["gpu_hours"], line["total"]) == \
+        ("vision", "h100", D("0.015278"), D("0.06"))
+    assert st.total_row["difference"] == 0
+    con.close()

@@ -126,12 +126,12 @@ def by_class(con, start=None, end=None, by="team", max_gap: str | int = MAX_GAP_
         *[pl.col(c).fill_null(0.0).alias(f"{c.replace(' ', '_')}_gpu_h") for c in CLASSES],
         (pl.col("_sq") / pl.col("wait_gpu_h")).alias("from_snapshots_share"))
     out = out.select(*dims, "wait_gpu_h", *[f"{c.replace(' ', '_')}_gpu_h" for c in CLASSES], "from_snapshots_share")
-    if dims == ["team"]:
+    if dims == ["team"]:     # no pending sample of the grid inside the window: 0
         frag = blocked.blocked(con, start, end, by=("team",))
-        if not frag.is_empty():
-            out = out.join(frag.filter(pl.col("team") != ALL).select("team", pl.col("fragmentation_gpu_h")
-                                                                      .alias("blocked_by_fragmentation_gpu_h")),
-                           on="team", how="left")
+        frag = (frag.filter(pl.col("team") != ALL).select("team", "fragmentation_gpu_h") if not frag.is_empty()
+                else pl.DataFrame(schema={"team": pl.String, "fragmentation_gpu_h": pl.Float64}))
+        out = out.join(frag.rename({"fragmentation_gpu_h": "blocked_by_fragmentation_gpu_h"}), on="team",
+                       how="left").with_columns(pl.col("blocked_by_fragmentation_gpu_h").fill_null(0.0))
     return out.sort(dims)
 
 
