@@ -4,7 +4,7 @@ job's Slurm reason is known over its wait (models/metrics/pending.py).
 The input is ``|``-delimited with a header line, as our fixed format prints it (:data:`LIVE_FORMAT`, what
 ``--live`` runs)::
 
-    squeue --all --array --Format 'JobID:|,State:|,Reason:|,tres-per-job:|,tres-per-node:|,tres-alloc:|,
+    squeue --all --array --Format 'JobID:|,Cluster:|,State:|,Reason:|,tres-per-job:|,tres-per-node:|,tres-alloc:|,
            NumNodes:|,Partition:|,Account:|,UserName:|,QOS:|,SubmitTime:|,Reservation:|,Name:'
 
 Other ``-o``/``-O`` layouts load too when their header names the columns (titles in :data:`HEADERS`; a
@@ -32,7 +32,7 @@ from ingest.inputs import read_input
 from ingest.lines import text_lines
 
 #: The fixed format of ``--live`` (and of the tests' captures): one `|`-separated line per job (or array task).
-LIVE_FIELDS = ("JobID", "State", "Reason", "tres-per-job", "tres-per-node", "tres-alloc", "NumNodes", "Partition",
+LIVE_FIELDS = ("JobID", "Cluster", "State", "Reason", "tres-per-job", "tres-per-node", "tres-alloc", "NumNodes", "Partition",
                "Account", "UserName", "QOS", "SubmitTime", "Reservation", "Name")
 LIVE_FORMAT = ",".join(f"{f}:|" for f in LIVE_FIELDS)
 
