@@ -35,12 +35,21 @@ VICTIMS_SQL = f"""
              coalesce(j.qos, '{NONE}') AS qos, j.partition, j.ngpus, j.start, j."end",
              j.ngpus * epoch(j."end" - j.start) / 3600 AS gpu_h
       FROM jobs j WHERE j.state = 'PREEMPTED' AND j."end" >= $s AND j."end" < $e AND j.start IS NOT NULL),
-    vn AS (SELECT v.job_uid, v.cluster, v."end", v.qos, n.node FROM v JOIN job_nodes n USING (job_uid)),
+    vn AS (SELECT v.job_uid, v.cluster, v."end", v.qos, n.node, b.b
+           FROM v JOIN job_nodes n USING (job_uid),
+                unnest([floor(epoch(v."end") / $grace)::BIGINT - 1, floor(epoch(v."end") / $grace)::BIGINT,
+                        floor(epoch(v."end") / $grace)::BIGINT + 1]) AS b(b)),
+    -- jobs starting on a victim's node in its time bucket or a neighbour (buckets of `grace` seconds): an
+    -- equi-join, not a scan of every job on the node
+    p AS (SELECT pn.cluster, pn.node, pn.gpus_on_node, j.job_uid, j.job_id, j.team, j.qos, j.start,
+                 floor(epoch(j.start) / $grace)::BIGINT AS b
+          FROM job_nodes pn JOIN jobs j USING (job_uid)
+          WHERE j.start IS NOT NULL
+            AND (pn.cluster, pn.node, floor(epoch(j.start) / $grace)::BIGINT) IN (SELECT cluster, node, b FROM vn)),
     c AS (
       SELECT vn.job_uid AS victim, p.job_uid, p.job_id, {team_sql('p')} AS team, coalesce(p.qos, '{NONE}') AS qos,
-             p.start, sum(pn.gpus_on_node) AS shared_gpus
-      FROM vn JOIN job_nodes pn ON pn.cluster = vn.cluster AND pn.node = vn.node AND pn.job_uid <> vn.job_uid
-      JOIN jobs p ON p.job_uid = pn.job_uid
+             p.start, sum(p.gpus_on_node) AS shared_gpus
+      FROM vn JOIN p ON p.cluster = vn.cluster AND p.node = vn.node AND p.b = vn.b AND p.job_uid <> vn.job_uid
       WHERE p.start BETWEEN vn."end" - to_seconds($grace) AND vn."end" + to_seconds($grace)
         AND coalesce(p.qos, '{NONE}') <> vn.qos
       GROUP BY ALL),
