@@ -14,12 +14,12 @@ import pytest
 from cost_helpers import SACCT_HEADER, Job, node_line, sacct_line
 from ingest import warehouse
 from models.metrics import preemption
-from waiting_fixtures import build
+from waiting_fixtures import shared_db
 
 
 @pytest.fixture(scope="module")
 def ro(tmp_path_factory):
-    c = warehouse.connect(build(tmp_path_factory.mktemp("pre") / "w.duckdb"), read_only=True)
+    c = warehouse.connect(shared_db(tmp_path_factory), read_only=True)
     yield c
     c.close()
 

@@ -20,9 +20,12 @@ import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
+from ingest import sacct, slurm_nodes
+from models.pipeline import refresh
 from cost_helpers import SACCT_HEADER, Job, T, clone, load_governance, node_line, sacct_line
-from ingest import reservations as ingest_resv
+from ingest import reservations as ingest_resv, warehouse
 from models.metrics import chargeback, reservations
+from waiting_fixtures import shared_db
 
 NODES = [("h1", 4, "h100", "gpu"), ("h2", 4, "h100", "gpu")]
 JOBS = [(Job(1, "vision", 4, T(1), T(11), node="h1"), ""),
@@ -58,8 +61,6 @@ policy = "{policy}"
 
 
 def _build(tmp, jobs):
-    from ingest import sacct, slurm_nodes, warehouse
-    from models.pipeline import refresh
     tmp.mkdir(parents=True, exist_ok=True)
     con = warehouse.connect(tmp / "template.duckdb")
     (tmp / "nodes.txt").write_text("\n".join(node_line(*n) for n in NODES) + "\n")
@@ -203,12 +204,10 @@ def test_statements_with_reservations_reconcile_to_the_cent(make, resvs, policy)
 
 # ---------------------------------------------------------------- the captured real reservation
 
-def test_captured_reservation_owner_and_reserved_idle_in_the_statement(tmp_path):
+def test_captured_reservation_owner_and_reserved_idle_in_the_statement(tmp_path_factory):
     """gl-resv (gpu03, 4 h100, accounts vision) 05:37:38-05:38:08; the accounting spans 05:37:40-05:37:55, inresv
     used 1 GPU 05:37:40-:45: reserved 4 x 15 = 60 GPU-s, used 5, idle 55 GPU-s = 0.055 EUR at 3.60/GPU-h."""
-    from ingest import warehouse
-    from waiting_fixtures import build
-    con = warehouse.connect(build(tmp_path / "w.duckdb"), read_only=True)
+    con = warehouse.connect(shared_db(tmp_path_factory), read_only=True)
     r = reservations.report(con).row(0, named=True)
     assert (r["name"], r["team"], r["owner_user"], r["gpu_type"], r["gpus"], r["jobs"]) == \
         ("gl-resv", "vision", "carol", "h100", 4, 1)

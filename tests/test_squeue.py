@@ -19,7 +19,7 @@ import pytest
 
 from ingest import squeue, warehouse
 from models.metrics import pending
-from waiting_fixtures import WAITING, build, squeue_files
+from waiting_fixtures import WAITING, shared_db, squeue_files
 
 AT = dt.datetime(2026, 12, 4, 5, 37, 45)
 LO, HI = dt.datetime(2026, 12, 4, 5, 37), dt.datetime(2026, 12, 4, 5, 39)
@@ -27,7 +27,7 @@ LO, HI = dt.datetime(2026, 12, 4, 5, 37), dt.datetime(2026, 12, 4, 5, 39)
 
 @pytest.fixture(scope="module")
 def db(tmp_path_factory):
-    return build(tmp_path_factory.mktemp("waiting") / "w.duckdb")
+    return shared_db(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

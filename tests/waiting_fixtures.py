@@ -65,3 +65,13 @@ def build(db: Path) -> Path:
     for argv in steps:
         assert gpuledger.main(["--db", str(db), "-q", *argv]) == 0, argv
     return db
+
+
+_BUILT: dict[str, Path] = {}
+
+
+def shared_db(tmp_path_factory) -> Path:
+    """:func:`build` once per test process (the tests only read it)."""
+    if "db" not in _BUILT:
+        _BUILT["db"] = build(tmp_path_factory.mktemp("waiting") / "w.duckdb")
+    return _BUILT["db"]
