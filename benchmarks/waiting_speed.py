@@ -7,7 +7,7 @@ these reports add tables but no mart, so any current marts file serves), migrate
 over 1-8 random nodes for 2-72 h). The year has no squeue snapshots, so the pending report answers from sacct
 alone (its Reason column is not in the year's export either: every wait is ``unknown``, the honest answer).
 
-It prints, per report and window (the whole year; the last 30 days), the median of ``--repeat`` runs and the ratio to
+It prints, per report and window (the whole year; the 30 days from midnight before the horizon), the median of ``--repeat`` runs and the ratio to
 a baseline in the same process: one scan of the jobs table (count and GPU-seconds).
 
     flock /tmp/gpuledger-heavy.lock .venv/bin/python benchmarks/waiting_speed.py
@@ -83,7 +83,9 @@ def main(argv: list[str] | None = None) -> int:
         con.close()
         con = warehouse.connect(db, read_only=True)
         hz = timeline.horizon(con)
-        windows = {"year": (None, None), "last 30 days": (hz - dt.timedelta(days=30), hz)}
+        # whole UTC days, as a user's --from/--to dates (the blocked-by-fragmentation column then sums daily rollups)
+        day0 = dt.datetime.combine(hz.date(), dt.time()) - dt.timedelta(days=30)
+        windows = {"year": (None, None), "last 30 days": (day0, None)}
         base, n = timed(lambda: con.sql("SELECT count(*), sum(ngpus * elapsed_s) FROM jobs").fetchall(), a.repeat)
         print(f"jobs: {n[0][0]:,}; baseline (scan of jobs): {base:.3f} s")
         reports = {
