@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import random
+import re
 import statistics
 import sys
 import tempfile
@@ -45,10 +46,11 @@ def timed(fn, repeat: int) -> tuple[float, object]:
 
 
 def marts_file() -> Path:
-    found = sorted(_year.CACHE.glob("year-seed1-scale33.33-*-marts*.duckdb"), key=lambda p: p.stat().st_mtime)
-    if not found:
-        return _year.year_warehouse(marts=True)
-    return found[-1]
+    """The newest plain marts file of the 5M-job year (not a variant such as another benchmark's ``-x4`` copy)."""
+    pat = re.compile(r"year-seed1-scale33\.33-gen\d+-schema\d+-marts[0-9a-f]{12}\.duckdb")
+    found = sorted((p for p in _year.CACHE.glob("year-seed1-*-marts*.duckdb") if pat.fullmatch(p.name)),
+                   key=lambda p: p.stat().st_mtime)
+    return found[-1] if found else _year.year_warehouse(marts=True)
 
 
 def add_reservations(con, n: int, seed: int = 7) -> None:
