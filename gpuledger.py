@@ -619,9 +619,7 @@ def cmd_report_preemption(args) -> int:
     from models.metrics import preemption
     lo, hi = _window(args, "report preemption")
     con = _open(args, read_only=True)
-    views = {"victims": preemption.by_victim(con, lo, hi, args.grace),
-             "preemptors": preemption.by_preemptor(con, lo, hi, args.grace),
-             "jobs": preemption.victims(con, lo, hi, args.grace)}
+    views = preemption.views(con, lo, hi, args.grace)
     if views["jobs"].is_empty() and views["victims"].is_empty():
         _say(args, "report preemption: no preempted or requeued jobs in the window")
     _print_views(args, views, "victims")

@@ -91,8 +91,7 @@ def main(argv: list[str] | None = None) -> int:
         base, n = timed(lambda: con.sql("SELECT count(*), sum(ngpus * elapsed_s) FROM jobs").fetchall(), a.repeat)
         print(f"jobs: {n[0][0]:,}; baseline (scan of jobs): {base:.3f} s")
         reports = {
-            "preemption": lambda s, e: (preemption.by_victim(con, s, e), preemption.by_preemptor(con, s, e),
-                                        preemption.victims(con, s, e)),
+            "preemption": lambda s, e: preemption.views(con, s, e),
             "reservations": lambda s, e: reservations.report(con, s, e),
             "pending": lambda s, e: (pending.by_class(con, s, e), pending.by_reason(con, s, e)),
         }

@@ -504,9 +504,9 @@ def pending_coverage(version: str) -> dict:
 @st.cache_data(**CACHE)
 def preemption(version: str, f: Filters) -> tuple[pl.DataFrame, pl.DataFrame]:
     """(per victim team, per preemptor QOS/team and victim team) for the window and the team filter."""
-    cur = _cursor()
-    victims = preemption_mod.by_victim(cur, f.t0, f.t1)
-    return (f.apply(victims) if victims.height else victims), preemption_mod.by_preemptor(cur, f.t0, f.t1)
+    v = preemption_mod.views(_cursor(), f.t0, f.t1)
+    victims = v["victims"]
+    return (f.apply(victims) if victims.height else victims), v["preemptors"]
 
 
 @st.cache_data(**CACHE)

@@ -79,12 +79,20 @@ def victims(con, start=None, end=None, grace_s: int = GRACE_S) -> pl.DataFrame:
     return frame(con, VICTIMS_SQL, {"s": win[0], "e": win[1], "grace": grace_s})
 
 
-def by_victim(con, start=None, end=None, grace_s: int = GRACE_S) -> pl.DataFrame:
-    """Per victim team: preempted jobs, preempted GPU-hours, work lost (GPU-hours, since start), requeues."""
+def views(con, start=None, end=None, grace_s: int = GRACE_S) -> dict[str, pl.DataFrame]:
+    """The report's three views (victims per team, per preemptor, per job) from one computation of the victims."""
+    v = victims(con, start, end, grace_s)
+    return {"victims": by_victim(con, start, end, grace_s, v), "preemptors": by_preemptor(con, start, end, grace_s, v),
+            "jobs": v}
+
+
+def by_victim(con, start=None, end=None, grace_s: int = GRACE_S, v: pl.DataFrame | None = None) -> pl.DataFrame:
+    """Per victim team: preempted jobs, preempted GPU-hours, work lost (GPU-hours, since start), requeues.
+    ``v``: :func:`victims` of the same window when already computed."""
     win = timeline.resolve_window(con, start, end)
     if win is None:
         return pl.DataFrame()
-    v = victims(con, *win, grace_s=grace_s)
+    v = victims(con, *win, grace_s=grace_s) if v is None else v
     req = frame(con, REQUEUES_SQL, {"s": win[0], "e": win[1]})
     per = (v.group_by("team").agg(pl.len().alias("preempted_jobs"), pl.col("gpu_h").sum().alias("preempted_gpu_h"),
                                   (pl.col("preemptor_team") != UNKNOWN).sum().alias("preemptor_found"))
@@ -97,9 +105,9 @@ def by_victim(con, start=None, end=None, grace_s: int = GRACE_S) -> pl.DataFrame
                       pl.col("preempted_gpu_h").alias("work_lost_gpu_h"), "requeues", "preemptor_found").sort("team")
 
 
-def by_preemptor(con, start=None, end=None, grace_s: int = GRACE_S) -> pl.DataFrame:
+def by_preemptor(con, start=None, end=None, grace_s: int = GRACE_S, v: pl.DataFrame | None = None) -> pl.DataFrame:
     """Per preemptor QOS and team, and the victim team: victims and their preempted GPU-hours."""
-    v = victims(con, start, end, grace_s)
+    v = victims(con, start, end, grace_s) if v is None else v
     if v.is_empty():
         return pl.DataFrame(schema={"preemptor_qos": pl.String, "preemptor_team": pl.String,
                                     "victim_team": pl.String, "victims": pl.Int64, "preempted_gpu_h": pl.Float64})

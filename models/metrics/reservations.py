@@ -42,14 +42,19 @@ PER_NODE_SQL = f"""
              sum(coalesce(n.gpus, 0)) OVER (PARTITION BY rn.cluster, rn.name, rn.start) AS resv_node_gpus
       FROM rn LEFT JOIN nodes n ON n.cluster = rn.cluster AND n.node = rn.node
        AND (n.valid_from IS NULL OR n.valid_from <= rn.start) AND (n.valid_to IS NULL OR n.valid_to > rn.start)),
+    -- the placements on reserved nodes that overlap any reservation, first (materialised: the planner must not
+    -- join every job to every placement before the node filter)
+    x AS MATERIALIZED (
+      SELECT jn.cluster, jn.node, jn.job_uid, jn.gpus_on_node, j.start, {end_eff_sql('c.horizon')} AS e,
+             coalesce(json_extract_string(j.extra, '$.reservation'), '') AS resv
+      FROM job_nodes jn JOIN jobs j ON j.job_uid = jn.job_uid JOIN tl_clusters c ON c.cluster = j.cluster
+      WHERE (jn.cluster, jn.node) IN (SELECT cluster, node FROM inv)
+        AND j.start < (SELECT max(w1) FROM inv) AND {end_eff_sql('c.horizon')} > (SELECT min(w0) FROM inv)),
     held AS (
-      SELECT inv.cluster, inv.name, inv.start, inv.node, j.job_uid,
-             coalesce(json_extract_string(j.extra, '$.reservation'), '') = inv.name AS inside,
-             jn.gpus_on_node * greatest(0, epoch(least({end_eff_sql('c.horizon')}, inv.w1)
-                                                 - greatest(j.start, inv.w0))) AS gpu_s
-      FROM inv JOIN job_nodes jn ON jn.cluster = inv.cluster AND jn.node = inv.node
-      JOIN jobs j ON j.job_uid = jn.job_uid JOIN tl_clusters c ON c.cluster = j.cluster
-      WHERE j.start < inv.w1 AND {end_eff_sql('c.horizon')} > inv.w0),
+      SELECT inv.cluster, inv.name, inv.start, inv.node, x.job_uid, x.resv = inv.name AS inside,
+             x.gpus_on_node * greatest(0, epoch(least(x.e, inv.w1) - greatest(x.start, inv.w0))) AS gpu_s
+      FROM inv JOIN x ON x.cluster = inv.cluster AND x.node = inv.node
+      WHERE x.start < inv.w1 AND x.e > inv.w0),
     h AS (SELECT cluster, name, start, node, sum(gpu_s) FILTER (inside) AS used_s, sum(gpu_s) AS all_s,
                  count(DISTINCT job_uid) FILTER (inside) AS jobs
           FROM held GROUP BY ALL)
