@@ -237,6 +237,47 @@ def cmd_ingest_events(args) -> int:
     return _ingest_status(args, summaries)
 
 
+def cmd_ingest_squeue(args) -> int:
+    """squeue snapshots: files (FILE@TIME or --captured-at) or run squeue itself (--live)."""
+    from ingest import squeue
+    if args.live == bool(args.files):
+        raise UsageError("ingest squeue: give FILE@TIME ... (or FILE with --captured-at), or --live")
+    at = _time(args.captured_at, "--captured-at", args.tz)
+    inputs = []
+    for f in args.files:
+        path, sep, when = f.rpartition("@") if "@" in f else (f, "", "")
+        t = _time(when, f"{f}: time after @", args.tz) if sep else at
+        if t is None:
+            raise UsageError(f"ingest squeue: {f}: when was it taken? give FILE@TIME or --captured-at")
+        inputs.append((path if sep else f, t))
+    con = _open(args)
+    summaries = []
+    if args.live:
+        summaries.append(squeue.ingest_live(con, cluster=args.cluster, squeue_cmd=args.squeue_cmd))
+        _print_ingest_summary(args, summaries[-1])
+    for path, t in inputs:
+        summaries.append(squeue.ingest_path(con, path, t, cluster=args.cluster, tz=args.tz))
+        _print_ingest_summary(args, summaries[-1])
+    _after_ingest(args, con)
+    return _ingest_status(args, summaries)
+
+
+def cmd_ingest_reservations(args) -> int:
+    """Reservations: `scontrol show reservation` / `sacctmgr -P show reservation` files, or both run (--live)."""
+    from ingest import reservations
+    if args.live == bool(args.files):
+        raise UsageError("ingest reservations: give FILEs ('-' for stdin) or --live")
+    con = _open(args)
+    summaries = reservations.ingest_live(con, cluster=args.cluster) if args.live else []
+    for s in summaries:
+        _print_ingest_summary(args, s)
+    for f in args.files:
+        summaries.append(reservations.ingest_path(con, f, cluster=args.cluster, tz=args.tz))
+        _print_ingest_summary(args, summaries[-1])
+    _after_ingest(args, con)
+    return _ingest_status(args, summaries)
+
+
 def _telemetry_options(args):
     from ingest import telemetry_store
     interval = getattr(args, "interval", None)
@@ -611,6 +652,20 @@ def cmd_report_losses(args) -> int:
     return EXIT_OK
 
 
+def cmd_report_preemption(args) -> int:
+    """Preempted GPU-hours per victim team and per preemptor QOS/team, requeues, work lost."""
+    from models.metrics import preemption
+    lo, hi = _window(args, "report preemption")
+    con = _open(args, read_only=True)
+    views = preemption.views(con, lo, hi, args.grace)
+    if views["jobs"].is_empty() and views["victims"].is_empty():
+        _say(args, "report preemption: no preempted or requeued jobs in the window")
+    _print_views(args, views, "victims")
+    _say(args, "note: work lost is counted from each preempted run's start (no checkpoint interval is known)")
+    _freshness(args, con)
+    return EXIT_OK
+
+
 RELIABILITY_VIEWS = ("nodes", "pools", "outages", "offenders", "gpus", "slow-nodes", "slow-jobs")
 
 
@@ -643,6 +698,43 @@ def cmd_report_reliability(args) -> int:
         _say(args, f"offenders: one-sided binomial test of each node's failed jobs (NODE_FAIL, BOOT_FAIL, FAILED) "
                    f"against its pool's rate, Benjamini-Hochberg q <= {args.fdr or reliability.FDR} per pool; "
                    f"{int(df['flagged'].sum())} of {df.height} nodes flagged")
+    _freshness(args, con)
+    return EXIT_OK
+
+
+def cmd_report_reservations(args) -> int:
+    """Reserved vs used GPU-hours per reservation, the reserved idle, and the owner who pays for it."""
+    from models.metrics import reservations
+    lo, hi = _window(args, "report reservations")
+    con = _open(args, read_only=True)
+    df = reservations.report(con, lo, hi)
+    if df.is_empty():
+        _say(args, "report reservations: no reservations in the window (run `gpuledger ingest reservations ...`)")
+        return EXIT_OK
+    emit(df, args.format, args.out)
+    _freshness(args, con)
+    return EXIT_OK
+
+
+def cmd_report_pending(args) -> int:
+    """Waiting GPU-hours per group and Slurm pending reason (squeue snapshots, else sacct's last reason)."""
+    from models.metrics import pending
+    lo, hi = _window(args, "report pending")
+    gap = _duration(args.max_gap, "--max-gap")
+    con = _open(args, read_only=True)
+    try:
+        views = {"classes": pending.by_class(con, lo, hi, args.by or "team", gap),
+                 "reasons": pending.by_reason(con, lo, hi, args.by or "team", gap)}
+    except ValueError as exc:
+        raise UsageError(f"report pending: {exc}") from exc
+    cov = pending.coverage(con)
+    if not cov["snapshots"]:
+        _say(args, "note: no squeue snapshots in the warehouse (`gpuledger ingest squeue`): reasons come from sacct's "
+                   "Reason column where the export had it (Slurm keeps only a job's last reason), else 'unknown'")
+    if views["classes"].is_empty():
+        _say(args, "report pending: no GPU job waited in the window")
+        return EXIT_OK
+    _print_views(args, views, "classes")
     _freshness(args, con)
     return EXIT_OK
 
@@ -1103,6 +1195,7 @@ def _ingest_parsers(sub) -> None:
     ising = ing.add_subparsers(dest="source", metavar="SOURCE", required=True)
     _sacct_parser(ising)
     _slurm_parsers(ising)
+    _queue_source_parsers(ising)
     _telemetry_parsers(ising)
     _trace_parser(ising)
     _governance_parser(ising)
@@ -1139,6 +1232,31 @@ def _slurm_parsers(ising) -> None:
     s.add_argument("files", nargs="+", metavar="FILE", help="'-' for stdin")
     s.add_argument("--cluster", default=None, help="cluster name when the input has no Cluster column")
     s.add_argument("--tz", help="zone of times printed without an offset (default: the cluster's zone, else UTC)")
+    _no_refresh(s)
+
+
+def _queue_source_parsers(ising) -> None:
+    """`ingest squeue|reservations`: why jobs wait, who holds reserved GPUs."""
+    s = _command(ising, "squeue", cmd_ingest_squeue, "queue snapshots: squeue output in our --Format, or run it (--live)",
+                 "Load squeue snapshots (one '|'-separated line per job with a header; the format --live runs: "
+                 "docs/CLI.md). Each pending job's reason holds from its snapshot until the next one.")
+    s.add_argument("files", nargs="*", metavar="FILE[@TIME]", help="squeue output files; TIME = when it was taken")
+    s.add_argument("--captured-at", metavar="T", help=f"when files without @TIME were taken ({TIME_HELP})")
+    s.add_argument("--live", action="store_true", help="run squeue itself (TZ=UTC) now")
+    s.add_argument("--cluster", help="cluster name (default: the only cluster known, else 'default')")
+    s.add_argument("--tz", help="zone of times printed without an offset (default UTC)")
+    s.add_argument("--strict", action="store_true", help="exit 1 if any line is rejected")
+    s.add_argument("--squeue-cmd", default=os.environ.get("GPULEDGER_SQUEUE", "squeue"), help=argparse.SUPPRESS)
+    _no_refresh(s)
+    s = _command(ising, "reservations", cmd_ingest_reservations,
+                 "advance reservations: `scontrol show reservation [-o]` or `sacctmgr -P show reservation`",
+                 "Load reservations (name, start, end, nodes, TRES, users, accounts, flags). --live runs `scontrol show "
+                 "reservation -o` (owners) and then `sacctmgr -P show reservation` (history, real ends).")
+    s.add_argument("files", nargs="*", metavar="FILE", help="'-' for stdin")
+    s.add_argument("--live", action="store_true", help="run scontrol and sacctmgr (TZ=UTC) now")
+    s.add_argument("--cluster", help="cluster name when the input has none (default: the only cluster known)")
+    s.add_argument("--tz", help="zone of times printed without an offset (default UTC)")
+    s.add_argument("--strict", action="store_true", help="exit 1 if any line is rejected")
     _no_refresh(s)
 
 
@@ -1241,6 +1359,32 @@ def _report_parsers(sub) -> None:
     _fairness_parser(isrep)
     _queue_parser(isrep)
     _losses_parsers(isrep)
+    _waiting_parsers(isrep)
+
+
+def _waiting_parsers(isrep) -> None:
+    """`report preemption|reservations|pending`."""
+    s = _command(isrep, "preemption", cmd_report_preemption,
+                 "preempted GPU-hours per victim team and preemptor QOS/team, requeues, work lost")
+    _window_options(s)
+    s.add_argument("--grace", type=int, default=60, metavar="S",
+                   help="a preemptor starts on the victim's nodes within S seconds of its end (default 60)")
+    s.add_argument("--view", choices=["victims", "preemptors", "jobs"],
+                   help="one view (default: all three on a terminal, victims to a file)")
+    _output_options(s)
+    s = _command(isrep, "reservations", cmd_report_reservations,
+                 "reserved vs used GPU-hours per reservation, reserved idle and its owner")
+    _window_options(s)
+    _output_options(s)
+    s = _command(isrep, "pending", cmd_report_pending,
+                 "why jobs pend: waiting GPU-hours per team and Slurm reason (squeue snapshots, else sacct)")
+    _window_options(s)
+    s.add_argument("--by", metavar="COLS", help="team (default), account, user, partition, qos, cluster; comma-separated")
+    s.add_argument("--max-gap", default="15m", metavar="DUR",
+                   help="a snapshot's reason holds until the next snapshot, at most this long (default 15m)")
+    s.add_argument("--view", choices=["classes", "reasons"],
+                   help="one view (default: both on a terminal, classes to a file)")
+    _output_options(s)
 
 
 def _efficiency_parser(isrep) -> None:

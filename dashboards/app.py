@@ -86,6 +86,7 @@ def main() -> None:
                 _page("efficiency", "Efficiency", "speed"),
                 _page("fragmentation", "Fragmentation", "grid_view"),
                 _page("fairness", "Fairness & queues", "balance"),
+                _page("waiting", "Why jobs wait", "hourglass_top"),
             ],
             "Finance & planning": [
                 _page("chargeback", "Chargeback", "receipt_long"),

@@ -25,6 +25,7 @@ from models.forecasting import capacity as capacity_mod
 from models.metrics import blocked as blocked_mod, chargeback as chargeback_mod, efficiency as efficiency_mod
 from models.metrics import fairness as fairness_mod, fragmentation as fragmentation_mod, queue as queue_mod
 from models.metrics import timeline, utilization as utilization_mod
+from models.metrics import pending as pending_mod, preemption as preemption_mod, reservations as reservations_mod
 from models.simulation import simulate as simulate_mod, whatif as whatif_mod
 
 
@@ -492,3 +493,39 @@ def capacity_reached(version: str, f: Filters) -> dict | None:
 def running_jobs(version: str) -> pl.DataFrame:
     """Jobs still running at the horizon (timeline.running_jobs): job_uid, cluster, horizon."""
     return timeline.running_jobs(_cursor(version))
+
+
+# ---------------------------------------------------------------- why jobs wait (issue 16: preemption, reservations, pending)
+
+@st.cache_data(**CACHE)
+def pending_classes(version: str, f: Filters) -> pl.DataFrame:
+    """Waiting GPU-hours per team and reason class (models/metrics/pending.py), for the team filter."""
+    df = pending_mod.by_class(_cursor(version), f.t0, f.t1, "team")
+    return f.apply(df) if df.height else df
+
+
+@st.cache_data(**CACHE)
+def pending_reasons(version: str, f: Filters) -> pl.DataFrame:
+    """Waiting GPU-hours per team, Slurm reason and source, for the team filter."""
+    df = pending_mod.by_reason(_cursor(version), f.t0, f.t1, "team")
+    return f.apply(df) if df.height else df
+
+
+@st.cache_data(**CACHE)
+def pending_coverage(version: str) -> dict:
+    return pending_mod.coverage(_cursor(version))
+
+
+@st.cache_data(**CACHE)
+def preemption(version: str, f: Filters) -> tuple[pl.DataFrame, pl.DataFrame]:
+    """(per victim team, per preemptor QOS/team and victim team) for the window and the team filter."""
+    v = preemption_mod.views(_cursor(version), f.t0, f.t1)
+    victims = v["victims"]
+    return (f.apply(victims) if victims.height else victims), v["preemptors"]
+
+
+@st.cache_data(**CACHE)
+def reservations(version: str, f: Filters) -> pl.DataFrame:
+    """Reserved, used and idle GPU-hours per reservation overlapping the window, for the team filter."""
+    df = reservations_mod.report(_cursor(version), f.t0, f.t1)
+    return f.apply(df) if df.height else df

@@ -29,6 +29,10 @@ XDMOD_FIELDS = ("jobid,jobidraw,cluster,partition,qos,account,group,gid,user,uid
                 "elapsed,exitcode,state,nnodes,ncpus,reqcpus,reqmem,reqtres,alloctres,timelimit,nodelist,"
                 "jobname").split(",")
 
+#: What --live asks for: XDMoD's fields, then the reservation a job ran in and its (last) pending reason, which
+#: land in jobs.extra (models/metrics/reservations.py, pending.py read them).
+LIVE_FIELDS = [*XDMOD_FIELDS, "reservation", "reason"]
+
 #: Every field `sacct --helpformat` lists (Slurm 20.11-25.11), lower case: a line made only of these is a header.
 SACCT_FIELDS = frozenset("""
 account admincomment alloccpus allocgres allocnodes alloctres associd avecpu avecpufreq avediskread avediskwrite
@@ -511,7 +515,7 @@ LIVE_OVERLAP_S = 600
 
 def ingest_live(con, opts: SacctOptions, since: str | None = None, sacct_cmd: str = "sacct",
                 timeout_s: int = 900) -> dict:
-    """Run ``sacct`` (TZ=UTC, XDMoD's fields) from the watermark (or ``since``) to now, and load it.
+    """Run ``sacct`` (TZ=UTC, :data:`LIVE_FIELDS`) from the watermark (or ``since``) to now, and load it.
 
     The watermark is kept per cluster: ``--cluster``, else the cluster of the only live watermark so far,
     else the cluster sacct itself reports in its output.
@@ -524,7 +528,7 @@ def ingest_live(con, opts: SacctOptions, since: str | None = None, sacct_cmd: st
         since = (mark - dt.timedelta(seconds=LIVE_OVERLAP_S)).strftime("%Y-%m-%dT%H:%M:%S") \
             if mark else "1970-01-01T00:00:00"
     cmd = [*sacct_cmd.split(), "--allusers", "--duplicates", "--allocations", "--parsable2", "--noheader",
-           "--format", ",".join(XDMOD_FIELDS), "--starttime", since, "--endtime", now.strftime("%Y-%m-%dT%H:%M:%S")]
+           "--format", ",".join(LIVE_FIELDS), "--starttime", since, "--endtime", now.strftime("%Y-%m-%dT%H:%M:%S")]
     if opts.cluster:
         cmd += ["--clusters", opts.cluster]
     env = dict(os.environ, TZ="UTC", SLURM_TIME_FORMAT="standard")
@@ -537,7 +541,7 @@ def ingest_live(con, opts: SacctOptions, since: str | None = None, sacct_cmd: st
     if proc.returncode != 0:
         err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
         raise InputError(cmd[0], f"sacct exited {proc.returncode}: {err[0] if err else 'no message'}")
-    live_opts = SacctOptions(cluster=opts.cluster, tz="UTC", fields=",".join(XDMOD_FIELDS), delimiter="|",
+    live_opts = SacctOptions(cluster=opts.cluster, tz="UTC", fields=",".join(LIVE_FIELDS), delimiter="|",
                              strict=opts.strict)
     summary = ingest_bytes(con, proc.stdout, " ".join(cmd), live_opts, source="sacct-live")
     if cluster is None:

@@ -9,7 +9,8 @@ import dashboard_fixtures as dfx
 from dashboard_fixtures import lab_db  # noqa: F401 (fixture)
 from ingest import warehouse
 
-PAGES = ["overview", "utilization", "efficiency", "fragmentation", "fairness", "chargeback", "forecast", "data_health"]
+PAGES = ["overview", "utilization", "efficiency", "fragmentation", "fairness", "waiting", "chargeback", "forecast",
+         "data_health"]
 
 
 def _texts(at) -> str:

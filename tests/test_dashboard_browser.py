@@ -36,7 +36,8 @@ CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACTS = Path(__file__).resolve().parent / "artifacts" / "dashboard"
 # The overview is the default page: it lives at the root URL.
 PAGES = [("", "Overview"), ("utilization", "Utilization"), ("efficiency", "Efficiency"),
-         ("fragmentation", "Fragmentation"), ("fairness", "Fairness & queues"), ("chargeback", "Chargeback"),
+         ("fragmentation", "Fragmentation"), ("fairness", "Fairness & queues"), ("waiting", "Why jobs wait"),
+         ("chargeback", "Chargeback"),
          ("forecast", "Forecast & capacity"), ("data_health", "Data health")]
 
 #: 1400 px wide (the width the pages are designed for), taller than the longest page.

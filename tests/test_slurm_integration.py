@@ -22,6 +22,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import polars as pl
 import pytest
 from conftest import ROOT
 
@@ -343,6 +344,111 @@ def test_node_events_from_sacctmgr(ingested):
     read, loaded, skipped, rejected = _query(db, "SELECT lines_read, loaded, skipped, rejected FROM ingest_runs "
                                                  "WHERE source = 'events'")[0]
     assert read == loaded + skipped + rejected and rejected == 0 and loaded == 2
+
+
+# ---------------------------------------------------------------- preemption, a reservation, pending reasons
+
+@pytest.fixture(scope="session")
+def waiting(ingested, tmp_path_factory):
+    """tests/slurm/waiting.sh after the job mix (its figures are taken already), with `ingest squeue --live` and
+    `ingest reservations --live` every ~1.5 s while it runs; then sacct, nodes, governance and a refresh into a
+    warehouse of its own."""
+    from waiting_fixtures import GOVERNANCE
+    d = tmp_path_factory.mktemp("slurm-waiting")
+    db = d / "warehouse.duckdb"
+    t0 = time.monotonic()
+    proc = subprocess.Popen([str(SLURM_DIR / "waiting.sh")], env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        while proc.poll() is None:
+            _cli(db, "ingest", "squeue", "--live", "--no-refresh")
+            _cli(db, "ingest", "reservations", "--live", "--no-refresh")
+            time.sleep(1.5)
+            assert time.monotonic() - t0 < 150, "waiting.sh ran for more than 150 s"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        out = proc.communicate()[0]
+    assert proc.returncode == 0, f"tests/slurm/waiting.sh exited {proc.returncode}:\n{out[-3000:]}"
+    ids = dict(line.split() for line in (STATE / "jobs" / "waiting-jobids").read_text().splitlines())
+    _cli(db, "ingest", "sacct", "--live", "--no-refresh")
+    (d / "nodes.txt").write_text(_slurm("scontrol", "show", "node"))
+    _cli(db, "ingest", "nodes", "--no-refresh", "--as-of", "2020-01-01T00:00:00Z", str(d / "nodes.txt"))
+    _cli(db, "ingest", "reservations", "--live", "--no-refresh")
+    (d / "gov.toml").write_text(GOVERNANCE)
+    _cli(db, "ingest", "governance", "--no-refresh", str(d / "gov.toml"))
+    _cli(db, "refresh")
+    fields = ["JobIDRaw", "JobName", "State", "ElapsedRaw", "AllocTRES", "Reservation", "Start", "End"]
+    recs = [dict(zip(fields, ln.split("|"))) for ln in _slurm(
+        "sacct", "--allusers", "--duplicates", "--allocations", "--parsable2", "--noheader", "--starttime",
+        "2020-01-01T00:00:00", "--endtime", "now", "--format", ",".join(fields)).splitlines() if ln]
+    print(f"\nreal Slurm: waiting mix {time.monotonic() - t0:.1f} s")
+    return {"db": db, "ids": ids, "sacct": recs}
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_preempted_job_is_attributed_to_victim_and_preemptor(waiting):
+    from ingest import warehouse
+    from models.metrics import preemption
+    ids, victim = waiting["ids"], waiting["ids"]["victim"]
+    recs = [r for r in waiting["sacct"] if r["JobIDRaw"] == victim]
+    assert sorted(r["State"] for r in recs) == ["COMPLETED", "PREEMPTED"]
+    pre = next(r for r in recs if r["State"] == "PREEMPTED")
+    con = warehouse.connect(waiting["db"], read_only=True)
+    try:
+        v = preemption.victims(con).filter(pl.col("job_id") == victim).to_dicts()
+        assert len(v) == 1
+        assert (v[0]["team"], v[0]["qos"], v[0]["preemptor_job_id"], v[0]["preemptor_team"],
+                v[0]["preemptor_qos"]) == ("ml", "scavenger", ids["preemptor"], "vision", "high")
+        assert round(v[0]["gpu_h"] * 3600) == int(pre["ElapsedRaw"]) * _gpus(pre["AllocTRES"])
+        ml = preemption.by_victim(con).filter(pl.col("team") == "ml").row(0, named=True)
+        assert ml["requeues"] >= 1 and ml["preempted_jobs"] == 1        # jobs.sh's `requeue` is infra's
+    finally:
+        con.close()
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_reservation_owner_and_reserved_idle_in_the_chargeback(waiting):
+    from ingest import warehouse
+    from models.metrics import chargeback, reservations
+    inresv = next(r for r in waiting["sacct"] if r["JobName"] == "inresv")
+    assert inresv["Reservation"] == "gl-resv"
+    con = warehouse.connect(waiting["db"], read_only=True)
+    try:
+        r = reservations.report(con).filter(pl.col("name") == "gl-resv").row(0, named=True)
+        span = (r["end"] - r["start"]).total_seconds()
+        assert (r["team"], r["owner_account"], r["owner_user"], r["gpus"], r["gpu_type"]) == \
+            ("vision", "vision", "carol", 4, "h100") and 29 <= span <= 31
+        used = int(inresv["ElapsedRaw"]) * _gpus(inresv["AllocTRES"])
+        assert round(r["used_gpu_h"] * 3600) == used and round(r["reserved_gpu_h"] * 3600) == 4 * span
+        assert round(r["reserved_idle_gpu_h"] * 3600) == 4 * span - used
+        st = chargeback.compute(con, f"{r['start']:%Y-%m}")
+        line = st.lines.filter((pl.col("kind") == chargeback.RESERVED_IDLE)
+                               & (pl.col("team") == "vision")).row(0, named=True)
+        assert round(float(line["gpu_hours"]) * 3600) == 4 * span - used and line["total"] > 0
+        assert st.total_row["difference"] == 0
+    finally:
+        con.close()
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_pending_reasons_from_real_squeue_snapshots(waiting):
+    from ingest import warehouse
+    from models.metrics import pending
+    con = warehouse.connect(waiting["db"], read_only=True)
+    try:
+        runs = con.sql("SELECT lines_read, loaded, skipped, rejected FROM ingest_runs WHERE source = 'squeue'").fetchall()
+        assert len(runs) >= 5 and all(r == l + s and j == 0 for r, l, s, j in runs)
+        seen = set(con.sql("SELECT job_id, reason FROM squeue_snapshots WHERE state = 'PENDING'").fetchall())
+        assert (waiting["ids"]["waitres"], "Resources") in seen and (waiting["ids"]["dep"], "Dependency") in seen
+        r = pending.by_reason(con).filter(pl.col("source") == "squeue")
+        got = {(x["team"], x["reason"]) for x in r.to_dicts() if x["wait_gpu_h"] > 0}
+        assert ("vision", "Resources") in got and ("ml", "Dependency") in got
+    finally:
+        con.close()
 
 
 # ---------------------------------------------------------------- the captured fixtures, without Slurm

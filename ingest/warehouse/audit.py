@@ -142,7 +142,7 @@ class IngestRun:
 #: Lines that carry no records: an input made only of these (an empty export: a header and nothing under it,
 #: sacctmgr events with no node outage) loads nothing and that is no error.
 NO_DATA_SKIPS = frozenset({"blank line", "header line", "comment line", "# HELP/# TYPE/# UNIT line", "# EOF marker",
-                           "shell prompt line", "cluster-level event (no node)"})
+                           "shell prompt line", "cluster-level event (no node)", "no reservations line"})
 
 
 def nothing_loaded(run: IngestRun) -> str | None:

@@ -29,7 +29,11 @@ from ingest.warehouse import has_table, newest_run
 from models.definitions.labels import NONE, UNMAPPED, UNTYPED
 from models.definitions.policy import CostError, Policy, current_policy
 from models.definitions.times import next_period, period_bounds, period_of
-from models.metrics import cost, timeline
+from models.definitions.times import split_at
+from models.metrics import cost, reservations, timeline
+
+#: The line kind of reserved-but-idle GPU-hours charged to a reservation's owner (docs/METRICS.md, "Chargeback").
+RESERVED_IDLE = "reserved idle"
 
 MONEY = pl.Decimal(18, 4)
 QTY = pl.Decimal(38, 6)
@@ -117,7 +121,8 @@ def compute(con, period: str, policy: Policy | None = None, adjustments: bool = 
     ents = (cost.entitled_gpu_seconds(con, policy, start, end) if policy.idle_policy == "proportional_entitlement"
             else None)
     waste = _waste(con, start, end)
-    lines, recon = _price(period, policy, groups, cap, ents, _job_counts(con), waste)
+    resv = _reserved_idle(con, policy, start, end, cap)
+    lines, recon = _price(period, policy, groups, cap, ents, _job_counts(con), waste, resv)
     n_jobs = con.sql("SELECT count(DISTINCT job_uid) FROM _alloc").fetchall()[0][0]
     jobs = (_jobs_view(con, period, policy, "charge", None) if detail
             else pl.DataFrame(schema=JOBS_SCHEMA))
@@ -248,7 +253,7 @@ def _idle_weights(policy: Policy, pool: tuple, lines: dict, ents: pl.DataFrame |
 
 
 def _price(period: str, policy: Policy, groups: list[dict], cap: list[dict], ents, job_counts: dict,
-           waste: dict | None) -> tuple[pl.DataFrame, pl.DataFrame]:
+           waste: dict | None, resv: list[dict] = ()) -> tuple[pl.DataFrame, pl.DataFrame]:
     _check_rates(groups, cap)
     lines: dict[tuple, _Line] = {}
     for g, d in zip(groups, _direct(groups, policy.billing_basis)):
@@ -258,21 +263,28 @@ def _price(period: str, policy: Policy, groups: list[dict], cap: list[dict], ent
         ln.direct += d
         ln.rates.add(g["rate"])
     pools = sorted({_pool_of(g) for g in groups} | {_pool_of(c) for c in cap}, key=str)
-    recon = []
+    recon, rlines = [], {}
     for pool in pools:
-        recon.append(_price_pool(policy, pool, groups, [c for c in cap if _pool_of(c) == pool], lines, ents))
+        recon.append(_price_pool(policy, pool, groups, [c for c in cap if _pool_of(c) == pool], lines, ents,
+                                 [r for r in resv if _pool_of(r) == pool], rlines))
     minor = policy.minor_units
     line_rows = _line_rows(period, policy, lines, job_counts, waste)
+    if rlines:
+        line_rows = _with_reserved(line_rows, _reserved_rows(period, policy, rlines))
     return line_rows, _recon_rows(period, minor, recon, line_rows)
 
 
-def _price_pool(policy: Policy, pool: tuple, groups: list[dict], cap: list[dict], lines: dict, ents) -> dict:
-    """Cluster cost, idle and its sharing for one pool; adds each line's idle share. Exact (fractions)."""
+def _price_pool(policy: Policy, pool: tuple, groups: list[dict], cap: list[dict], lines: dict, ents,
+                resv: list[dict] = (), rlines: dict | None = None) -> dict:
+    """Cluster cost, idle and its sharing for one pool; adds each line's idle share, and (idle shared at all)
+    charges reserved idle to the reservations' owners first (``rlines``). Exact (fractions)."""
     mine = [g for g in groups if _pool_of(g) == pool]
     cost_cap = sum((_frac(c["gpu_s"]) * _frac(c["base_rate"]) / 3600 for c in cap), Fraction(0))
     used_base = sum((_frac(g["gpu_s"]) * _frac(g["base_rate"]) / 3600 for g in mine), Fraction(0))
     direct = sum((v.direct for k, v in lines.items() if (k[0], k[3]) == pool), Fraction(0))
-    idle = cost_cap - used_base
+    idle_all = cost_cap - used_base
+    reserved = _charge_reserved(policy, idle_all, resv, rlines if rlines is not None else {})
+    idle = idle_all - reserved
     weights = _idle_weights(policy, pool, lines, ents) if idle > 0 and policy.idle_policy != "none" else {}
     total_w = sum(weights.values(), Fraction(0))
     shared = Fraction(0)
@@ -288,9 +300,62 @@ def _price_pool(policy: Policy, pool: tuple, groups: list[dict], cap: list[dict]
     if idle > 0 and policy.idle_policy != "none" and not weights:
         note.append("idle not shared: no usage" if policy.idle_policy == "proportional_usage"
                     else "idle not shared: no entitlements in this pool")
-    assert cost_cap == direct + shared + (idle - shared) + (used_base - direct)  # the exact identity
+    if reserved and sum((r["cost"] for r in resv), Fraction(0)) > reserved:
+        note.append("reserved idle capped at the pool's idle")
+    assert cost_cap == direct + reserved + shared + (idle - shared) + (used_base - direct)  # the exact identity
     return {"cluster": pool[0], "gpu_type": pool[1], "cap_s": cap_s, "alloc_s": alloc_s, "cost": cost_cap,
             "unallocated": idle - shared, "variance": used_base - direct, "note": "; ".join(note) or None}
+
+
+# ---------------------------------------------------------------- reserved idle (reservations)
+
+def _reserved_idle(con, policy: Policy, start: dt.datetime, end: dt.datetime, cap: list[dict]) -> list[dict]:
+    """Reserved-idle GPU-seconds per pool, owner and rate window (models/metrics/reservations.py), priced at the
+    pool's base rate in force (the rate that prices capacity, hence idle): dicts with cluster, gpu_type, team,
+    account, gpu_s and cost (fractions)."""
+    if policy.idle_policy == "none":
+        return []
+    rows = reservations.idle_by_owner(con, split_at(start, end, [c["t0"] for c in cap] + [c["t1"] for c in cap]))
+    rates = {(c["cluster"], c["gpu_type"], c["t0"], c["t1"]): c["base_rate"] for c in cap}
+    out = []
+    for r in rows.iter_rows(named=True):
+        rate = rates.get((r["cluster"], r["gpu_type"], r["w0"], r["w1"]))
+        if rate is None:
+            continue       # a pool or window without capacity: nothing installed is idle there
+        gpu_s = _frac(Decimal(f"{r['idle_s']:.6f}"))
+        out.append({"cluster": r["cluster"], "gpu_type": r["gpu_type"], "team": r["team"], "account": r["account"],
+                    "gpu_s": gpu_s, "cost": gpu_s * _frac(rate) / 3600})
+    return out
+
+
+def _charge_reserved(policy: Policy, idle: Fraction, resv: list[dict], rlines: dict) -> Fraction:
+    """Charge each owner its reserved idle (scaled down to the pool's idle when more is claimed); returns the total."""
+    claimed = sum((r["cost"] for r in resv), Fraction(0))
+    if not resv or idle <= 0 or claimed <= 0 or policy.idle_policy == "none":
+        return Fraction(0)
+    scale = min(Fraction(1), idle / claimed)
+    for r in resv:
+        ln = rlines.setdefault((r["cluster"], r["team"], r["account"], r["gpu_type"]), _Line())
+        ln.gpu_s += r["gpu_s"] * scale
+        ln.idle += r["cost"] * scale
+    return claimed * scale
+
+
+def _reserved_rows(period: str, policy: Policy, rlines: dict) -> pl.DataFrame:
+    rows = [{"period": period, "kind": RESERVED_IDLE, "adjusts_period": None, "cluster": c, "team": t, "account": a,
+             "cost_center": policy.cost_center(t), "gpu_type": g, "jobs": 0, "gpu_hours": _hours(ln.gpu_s),
+             "billing_hours": None, "rate": None, "rate_note": "reserved GPUs no job used, at the pool's base rate",
+             "direct_cost": money(Fraction(0), policy.minor_units), "idle_share": money(ln.idle, policy.minor_units),
+             "total": money(ln.idle, policy.minor_units), "waste_gpu_hours": None, "waste_cost": None,
+             "telemetry_gpu_hours": None, "job_refs": None}
+            for (c, t, a, g), ln in rlines.items()]
+    return pl.DataFrame(rows, schema={k: v for k, v in LINE_SCHEMA.items() if k != "line_no"})
+
+
+def _with_reserved(lines: pl.DataFrame, reserved: pl.DataFrame) -> pl.DataFrame:
+    df = pl.concat([lines.drop("line_no"), reserved]).sort(
+        ["cluster", "cost_center", "team", "account", "gpu_type", "kind"], nulls_last=True)
+    return df.with_columns(pl.int_range(1, df.height + 1, dtype=pl.Int32).alias("line_no")).select(list(LINE_SCHEMA))
 
 
 def _line_rows(period: str, policy: Policy, lines: dict, job_counts: dict, waste: dict | None) -> pl.DataFrame:
@@ -410,12 +475,22 @@ def _amounts(st: Statement) -> dict[str, Decimal]:
     """The summary's money items from the statement's parts (lines and reconciliation), so a frozen statement
     gives the same amounts its frozen summary text shows."""
     t = st.total_row
-    charged = sum(st.lines.filter(pl.col("kind") == "charge")["total"].to_list(), Decimal(0))
+    charged = sum(st.lines.filter(pl.col("kind").is_in(["charge", RESERVED_IDLE]))["total"].to_list(), Decimal(0))
     adj_total = sum(st.lines.filter(pl.col("kind") == "adjustment")["total"].to_list(), Decimal(0))
     return {"Cluster cost": t["cluster_cost"], "Charged to teams": charged, "  of which direct": t["direct_cost"],
             "  of which idle shares": t["idle_allocated"], "Unallocated idle": t["unallocated_idle"],
             "Rate variance": t["rate_variance"], "Rounding residue": t["rounding_residue"],
             "Adjustments for closed periods": adj_total, "Total of this statement": charged + adj_total}
+
+
+def _reserved_header(st: Statement) -> list[tuple[str, str]]:
+    """A summary row for reserved idle, only when a statement has such lines."""
+    r = st.lines.filter(pl.col("kind") == RESERVED_IDLE)
+    if not r.height:
+        return []
+    return [("Reserved idle", f"{sum(r['gpu_hours'].to_list(), Decimal(0))} GPU-hours reserved and left idle, "
+                              f"{_fmt(sum(r['total'].to_list(), Decimal(0)), st.policy)} charged to the reservations' "
+                              "owners (within the idle shares)")]
 
 
 def _header(st: Statement, start: dt.datetime, end: dt.datetime, spans: pl.DataFrame,
@@ -437,6 +512,7 @@ def _header(st: Statement, start: dt.datetime, end: dt.datetime, spans: pl.DataF
         ("Idle policy", {"none": "none: idle is its own line",
                          "proportional_usage": "shared in proportion to direct cost per pool (OpenCost shareIdle)",
                          "proportional_entitlement": "shared in proportion to entitlement per pool"}[p.idle_policy]),
+        *_reserved_header(st),
         ("Rounding", f"each amount once, half-even, to {p.minor_units} decimals; the residue is reported"),
         *((k, _fmt(a[k], p)) for k in ("Cluster cost", "Charged to teams", "  of which direct",
                                         "  of which idle shares", "Unallocated idle", "Rate variance",
@@ -494,7 +570,8 @@ def _baseline(con, table: str, period: str, keys: list[str], sums: list[str], ki
     """What the books already say about closed ``period``: its frozen rows plus every adjustment posted for it."""
     cols = ", ".join(f'"{k}"' for k in keys) + ", " + ", ".join(f"sum({s}) AS {s}" for s in sums)
     return con.sql(f"""SELECT {cols} FROM {table}
-                           WHERE (period = $p AND kind = $kind) OR (kind = 'adjustment' AND adjusts_period = $p)
+                           WHERE (period = $p AND (kind = $kind OR ($kind = 'charge' AND kind = 'reserved idle')))
+                              OR (kind = 'adjustment' AND adjusts_period = $p)
                            GROUP BY ALL""", params={"p": period, "kind": kind}).pl()
 
 
@@ -684,7 +761,7 @@ def views(st: Statement) -> dict[str, pl.DataFrame]:
     m = pl.Decimal(18, st.policy.minor_units)
     money_cols = ["direct_cost", "idle_share", "total", "waste_cost"]
     label = [pl.when(pl.col("team").is_null()).then(pl.lit(UNMAPPED)).otherwise(pl.col("team")).alias("team")]
-    charges = st.lines.filter(pl.col("kind") == "charge").drop("period", "kind", "adjusts_period", "job_refs")
+    charges = st.lines.filter(pl.col("kind") != "adjustment").drop("period", "adjusts_period", "job_refs")
     charges = charges.with_columns([pl.col(c).cast(m) for c in money_cols] + label)
     agg = [pl.col("jobs").sum(), pl.col("gpu_hours").sum(), pl.col("direct_cost").sum(), pl.col("idle_share").sum(),
            pl.col("total").sum(), pl.col("waste_gpu_hours").sum(), pl.col("waste_cost").sum(),

@@ -2,7 +2,8 @@
 # tests/slurm/up.sh - bring up a real single-host Slurm with accounting, for gpuledger's integration tests:
 #   munged -> MariaDB -> slurmdbd -> accounts -> slurmctld -> 3 x slurmd
 #   gpu01, gpu02: 4 x a100 each (partition a100), gpu03: 4 x h100 (partition h100); partition debug spans all.
-#   accounts research/{ml,vision} and infra; users alice, bob (ml and vision), carol, dave, root; QOS high.
+#   accounts research/{ml,vision} and infra; users alice, bob (ml and vision), carol, dave, root; QOS high,
+#   which preempts (requeues) jobs of QOS scavenger (PreemptType=preempt/qos).
 # Needs root and the Debian packages slurmctld slurmd slurmdbd slurm-client munge mariadb-server.
 # Idempotent: configs are rewritten only when they change (then `scontrol reconfigure`), daemons already
 # running (by PID file) are kept, accounts are added only once. `up.sh --fresh` first wipes the Slurm state
@@ -151,6 +152,9 @@ PriorityCalcPeriod=1
 PriorityWeightFairshare=10000
 PriorityWeightAge=1000
 PriorityWeightQOS=1000
+# QOS preemption (tests/slurm/waiting.sh): only QOS high preempts, only jobs of QOS scavenger, which are requeued
+PreemptType=preempt/qos
+PreemptMode=REQUEUE
 # the host has 2 cores: trust the CPUs/memory declared here instead of draining the nodes
 SlurmdParameters=config_overrides
 # 1, not 2: with 2 an admin-downed node comes back within a second (0-second events)
@@ -191,24 +195,27 @@ for u in $GL_USERS; do id -u "$u" >/dev/null 2>&1 || useradd -M -s /bin/bash "$u
 if [[ -z $(sacctmgr -n -P show assoc where cluster="$GL_CLUSTER" account=infra user=dave format=user) ]]; then
   # one `load` instead of a dozen `add`s: each sacctmgr call costs a slurmdbd commit (~1 s here)
   sacctmgr -i add qos high Priority=100 >/dev/null
+  # preemptible: QOS high may requeue it (PreemptMode=REQUEUE); no job of jobs.sh uses it
+  sacctmgr -i add qos scavenger Priority=0 PreemptMode=requeue >/dev/null
+  sacctmgr -i modify qos high set Preempt=scavenger >/dev/null
   cat >"$S/etc/associations.cfg" <<EOF
 Cluster - '$GL_CLUSTER':Fairshare=1:QOS='normal'
 Parent - 'root'
-User - 'root':DefaultAccount='infra':AdminLevel='Administrator':Fairshare=1:QOS='normal,high'
+User - 'root':DefaultAccount='infra':AdminLevel='Administrator':Fairshare=1:QOS='normal,high,scavenger'
 Account - 'infra':Description='infra team':Organization='infra':Fairshare=10
 Account - 'research':Description='research org':Organization='research':Fairshare=1
 Parent - 'infra'
-User - 'dave':DefaultAccount='infra':Fairshare=1:QOS='normal,high'
-User - 'root':DefaultAccount='infra':Fairshare=1:QOS='normal,high'
+User - 'dave':DefaultAccount='infra':Fairshare=1:QOS='normal,high,scavenger'
+User - 'root':DefaultAccount='infra':Fairshare=1:QOS='normal,high,scavenger'
 Parent - 'research'
 Account - 'ml':Description='ML team':Organization='research':Fairshare=60
 Account - 'vision':Description='vision team':Organization='research':Fairshare=40
 Parent - 'ml'
-User - 'alice':DefaultAccount='ml':Fairshare=1:QOS='normal,high'
-User - 'bob':DefaultAccount='ml':Fairshare=1:QOS='normal,high'
+User - 'alice':DefaultAccount='ml':Fairshare=1:QOS='normal,high,scavenger'
+User - 'bob':DefaultAccount='ml':Fairshare=1:QOS='normal,high,scavenger'
 Parent - 'vision'
-User - 'bob':DefaultAccount='ml':Fairshare=1:QOS='normal,high'
-User - 'carol':DefaultAccount='vision':Fairshare=1:QOS='normal,high'
+User - 'bob':DefaultAccount='ml':Fairshare=1:QOS='normal,high,scavenger'
+User - 'carol':DefaultAccount='vision':Fairshare=1:QOS='normal,high,scavenger'
 EOF
   sacctmgr -i load file="$S/etc/associations.cfg" >"$S/log/sacctmgr-load.log" 2>&1 \
     || die "sacctmgr load failed: see $S/log/sacctmgr-load.log"

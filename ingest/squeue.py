@@ -1,0 +1,238 @@
+"""`gpuledger ingest squeue`: snapshots of the queue (``squeue``) into ``squeue_snapshots``, so that each pending
+job's Slurm reason is known over its wait (models/metrics/pending.py).
+
+The input is ``|``-delimited with a header line, as our fixed format prints it (:data:`LIVE_FORMAT`, what
+``--live`` runs)::
+
+    squeue --all --array --Format 'JobID:|,Cluster:|,State:|,Reason:|,tres-per-job:|,tres-per-node:|,tres-alloc:|,
+           NumNodes:|,Partition:|,Account:|,UserName:|,QOS:|,SubmitTime:|,Reservation:|,Name:'
+
+Other ``-o``/``-O`` layouts load too when their header names the columns (titles in :data:`HEADERS`; a
+header needs JOBID, STATE or ST, and REASON or NODELIST(REASON)); unknown titles are ignored. GPUs a job asks
+for: TRES_ALLOC's ``gres/gpu=N``, else TRES_PER_JOB's count, else TRES_PER_NODE's x NODES (``gres:gpu:N``,
+``gres:gpu:TYPE:N``, ``gres/gpu:TYPE=N``), else 0. A snapshot is (cluster, captured_at); loading the same
+snapshot again replaces it. Every line is loaded, skipped (blank, header) or rejected with field and reason.
+
+For a collector: :func:`load` takes the text and the capture time; :func:`run_live` runs squeue and returns
+(text, captured_at, command).
+"""
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import os
+import re
+import subprocess
+
+import pyarrow as pa
+
+from ingest import plausible, warehouse
+from ingest.errors import InputError
+from ingest.inputs import read_input
+from ingest.lines import text_lines
+
+#: The fixed format of ``--live`` (and of the tests' captures): one `|`-separated line per job (or array task).
+LIVE_FIELDS = ("JobID", "Cluster", "State", "Reason", "tres-per-job", "tres-per-node", "tres-alloc", "NumNodes", "Partition",
+               "Account", "UserName", "QOS", "SubmitTime", "Reservation", "Name")
+LIVE_FORMAT = ",".join(f"{f}:|" for f in LIVE_FIELDS)
+
+#: header title (upper case, as squeue prints it) -> our field
+HEADERS = {"JOBID": "job_id", "STATE": "state", "ST": "state", "REASON": "reason", "NODELIST(REASON)": "nl_reason",
+           "TRES_PER_JOB": "tres_per_job", "TRES_PER_NODE": "tres_per_node", "TRES_ALLOC": "tres_alloc",
+           "NODES": "nnodes", "PARTITION": "partition", "ACCOUNT": "account", "USER": "user", "QOS": "qos",
+           "SUBMIT_TIME": "submit", "RESERVATION": "reservation", "NAME": "job_name", "CLUSTER": "cluster"}
+#: squeue's compact state codes (%t) -> long names (%T)
+COMPACT = {"PD": "PENDING", "R": "RUNNING", "CG": "COMPLETING", "CF": "CONFIGURING", "S": "SUSPENDED",
+           "CD": "COMPLETED", "CA": "CANCELLED", "F": "FAILED", "TO": "TIMEOUT", "PR": "PREEMPTED",
+           "NF": "NODE_FAIL", "RQ": "REQUEUED", "RH": "REQUEUE_HOLD", "RS": "RESIZING", "SE": "SPECIAL_EXIT",
+           "ST": "STOPPED", "OOM": "OUT_OF_MEMORY", "BF": "BOOT_FAIL", "DL": "DEADLINE", "RD": "RESV_DEL_HOLD",
+           "RF": "REQUEUE_FED", "RV": "REVOKED", "SI": "SIGNALING", "SO": "STAGE_OUT"}
+NULLS = {"", "N/A", "(null)", "None", "Unknown", "n/a"}
+_GPU_TRES = re.compile(r"(?:^|,)gres[/:]gpu(?::[^=:,]+)?[=:](\d+(?:\.\d+)?)(?:,|$)")
+
+
+def gpu_count(tres: str | None) -> float | None:
+    """GPUs in a TRES/GRES string (``gres/gpu=4``, ``gres/gpu:a100=4``, ``gres:gpu:4``, ``gres:gpu:a100:4``),
+    summed over types when only typed counts are printed; None when it names no GPU."""
+    if not tres or tres in NULLS:
+        return None
+    parts = tres.split(",")
+    untyped = [p for p in parts if re.fullmatch(r"gres/gpu=\d+(\.\d+)?", p)]
+    if untyped:
+        return float(untyped[0].split("=")[1])
+    found = [float(m.group(1)) for p in parts for m in [_GPU_TRES.search(p)] if m]
+    return sum(found) if found else None
+
+
+def _time(text: str | None, field_name: str, tz: str | None, window: plausible.Window) -> dt.datetime | None:
+    if text is None or text in NULLS:
+        return None
+    t = warehouse.parse_time(text, field_name, tz)
+    if not window.contains(t):
+        raise ValueError(window.reason(text))
+    return t
+
+
+def _header(parts: list[str]) -> list[str] | None:
+    keys = [p.strip().upper() for p in parts]
+    if not keys or not {"JOBID"} <= set(keys) or not ({"STATE", "ST"} & set(keys)):
+        return None
+    if not ({"REASON", "NODELIST(REASON)"} & set(keys)):
+        return None
+    return [HEADERS.get(k, "_ignored") for k in keys]
+
+
+def _record(d: dict, tz: str | None, window: plausible.Window) -> tuple:
+    """One data line's fields as a row; ValueError('field\\x1freason') when a field cannot be read."""
+    def fail(f, why):
+        raise ValueError(f"{f}\x1f{why}")
+    job_id = d.get("job_id", "")
+    if not re.fullmatch(r"[0-9]+(_[0-9]+|_\[[0-9,%\-]+\]|\+[0-9]+)?", job_id):
+        fail("JOBID", f"not a job id: {job_id!r}")
+    state = COMPACT.get(d.get("state", ""), d.get("state", ""))
+    if not re.fullmatch(r"[A-Z_]+", state):
+        fail("STATE", f"not a job state: {d.get('state')!r}")
+    reason = d.get("reason")
+    if reason is None and "nl_reason" in d:    # NODELIST(REASON): a pending job's reason is in parentheses
+        m = re.fullmatch(r"\((.*)\)", d["nl_reason"])
+        reason = m.group(1) if m else None
+    nn = d.get("nnodes")
+    if nn not in (None, *NULLS) and not re.fullmatch(r"\d+", nn):
+        fail("NODES", f"not a node count: {nn!r}")
+    nnodes = int(nn) if nn not in (None, *NULLS) else None
+    try:
+        per_job = gpu_count(d.get("tres_alloc")) or gpu_count(d.get("tres_per_job"))
+        per_node = gpu_count(d.get("tres_per_node"))
+    except ValueError:
+        fail("TRES", "cannot read the GPU count")
+    gpus = per_job if per_job is not None else (per_node * (nnodes or 1) if per_node is not None else 0.0)
+    if gpus > plausible.MAX_COUNTS["gpus"]:
+        fail("TRES", f"GPU count out of the plausible range 0-{plausible.MAX_COUNTS['gpus']}: {gpus:g}")
+    try:
+        submit = _time(d.get("submit"), "SUBMIT_TIME", tz, window)
+    except ValueError as exc:
+        fail("SUBMIT_TIME", str(exc).split(": ", 1)[-1])
+    val = lambda k: None if d.get(k) in (None, *NULLS) else d[k]
+    reason = None if reason in (None, "", "N/A", "(null)") else reason     # "None" (running) is kept as printed
+    return (job_id, state, reason, gpus, nnodes,
+            val("partition"), val("account"), val("user"), val("qos"), submit, val("reservation"), val("job_name"),
+            val("cluster"))
+
+
+def _parse(lines: list[str], tz: str | None, window: plausible.Window):
+    """Yield (line_no, kind, payload): 'blank', 'header', 'data' with a row tuple, or 'reject' (field, reason)."""
+    cols = None
+    for i, line in enumerate(lines, start=1):
+        if not line.strip():
+            yield i, "blank", None
+            continue
+        parts = line.split("|")
+        if parts[-1] == "" and (cols is None or len(parts) == len(cols) + 1):
+            parts = parts[:-1]
+        head = _header(parts)
+        if head is not None:
+            cols = head
+            yield i, "header", None
+            continue
+        if cols is None:
+            yield i, "reject", (None, "no header line before the data (run squeue with our --Format, see "
+                                      "docs/CLI.md, and without --noheader)")
+            continue
+        if len(parts) != len(cols):
+            yield i, "reject", (None, f"expected {len(cols)} '|'-separated fields, found {len(parts)}")
+            continue
+        try:
+            yield i, "data", _record(dict(zip(cols, (p.strip() for p in parts))), tz, window)
+        except ValueError as exc:
+            f, _, why = str(exc).partition("\x1f")
+            yield i, "reject", (f or None, why or str(exc))
+
+
+COLUMNS = ("job_id", "state", "reason", "gpus", "nnodes", "partition", "account", "user", "qos", "submit",
+           "reservation", "job_name", "cluster")
+
+
+def load(con, text: str | bytes, captured_at: dt.datetime, source_name: str, cluster: str | None = None,
+         tz: str | None = None) -> dict:
+    """Load one squeue snapshot taken at ``captured_at`` (naive UTC) in one transaction; returns the run summary
+    (loaded/skipped/rejected add up to the lines read). ``source_name`` names the input in ``ingest_runs``."""
+    data = text.encode() if isinstance(text, str) else text
+    lines = text_lines(data)
+    window = plausible.window()
+    if not window.contains(captured_at):
+        raise InputError("--captured-at", window.reason(f"{captured_at:%Y-%m-%d %H:%M:%S}"))
+    default = cluster or _only_cluster(con)
+    rows, skips, rejects = [], [], []
+    for line_no, kind, payload in _parse(lines, tz, window):
+        if kind in ("blank", "header"):
+            skips.append((line_no, f"{kind} line"))
+        elif kind == "reject":
+            rejects.append((line_no, *payload))
+        else:
+            rows.append(payload)
+    tbl = pa.table({c: [r[k] for r in rows] for k, c in enumerate(COLUMNS)},
+                   schema=pa.schema([("job_id", pa.string()), ("state", pa.string()), ("reason", pa.string()),
+                                     ("gpus", pa.float64()), ("nnodes", pa.int32()), ("partition", pa.string()),
+                                     ("account", pa.string()), ("user", pa.string()), ("qos", pa.string()),
+                                     ("submit", pa.timestamp("us")), ("reservation", pa.string()),
+                                     ("job_name", pa.string()), ("cluster", pa.string())]))
+    run = warehouse.IngestRun(con, "squeue", source_name, sha256=hashlib.sha256(data).hexdigest(), nbytes=len(data),
+                              cluster=default, options={"captured_at": captured_at.isoformat(), "tz": tz or "UTC"})
+    with run:
+        run.lines_read = len(lines)
+        for ln, reason in skips:
+            run.skip(reason, 1, ln)
+        for ln, fld, reason in rejects:
+            run.reject(ln, reason, lines[ln - 1], fld)
+        con.register("_sq_in", tbl)
+        try:
+            replaced = con.execute("""DELETE FROM squeue_snapshots WHERE captured_at = $at AND cluster IN
+                                      (SELECT DISTINCT coalesce(cluster, $c) FROM _sq_in)""",
+                                   {"at": captured_at, "c": default}).fetchall()[0][0]
+            con.execute("""INSERT INTO squeue_snapshots
+                           SELECT coalesce(cluster, $c), $at, job_id, state, reason, gpus, nnodes, partition, account,
+                                  "user", qos, submit, reservation, job_name, $run FROM _sq_in""",
+                        {"c": default, "at": captured_at, "run": run.run_id})
+        finally:
+            con.unregister("_sq_in")
+        run.loaded = len(rows)
+        run.updated = min(replaced, len(rows))
+        run.inserted = len(rows) - run.updated
+    summary = run.summary()
+    summary["reject_examples"] = [f"{source_name}:{ln}: " + (f"field {f}: " if f else "") + r
+                                  for ln, f, r in rejects[:10]]
+    return summary
+
+
+def ingest_path(con, path: str, captured_at: dt.datetime, cluster: str | None = None, tz: str | None = None) -> dict:
+    data, name = read_input(path)
+    return load(con, data, captured_at, name, cluster=cluster, tz=tz)
+
+
+def run_live(squeue_cmd: str = "squeue", cluster: str | None = None, timeout_s: int = 120) -> tuple[bytes, dt.datetime, str]:
+    """Run squeue (TZ=UTC, :data:`LIVE_FORMAT`); returns (output, captured_at naive UTC, the command line)."""
+    cmd = [*squeue_cmd.split(), "--all", "--array", "--Format", LIVE_FORMAT]
+    if cluster:
+        cmd += ["--clusters", cluster]
+    env = dict(os.environ, TZ="UTC", SLURM_TIME_FORMAT="standard")
+    at = warehouse.utcnow().replace(microsecond=0)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, env=env, timeout=timeout_s)
+    except FileNotFoundError as exc:
+        raise InputError(cmd[0], "squeue not found on PATH (is slurm-client installed?)") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise InputError(cmd[0], f"squeue did not answer within {timeout_s} s") from exc
+    if proc.returncode != 0:
+        err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise InputError(cmd[0], f"squeue exited {proc.returncode}: {err[0] if err else 'no message'}")
+    return proc.stdout, at, " ".join(cmd)
+
+
+def ingest_live(con, cluster: str | None = None, squeue_cmd: str = "squeue") -> dict:
+    out, at, cmd = run_live(squeue_cmd, cluster)
+    return load(con, out, at, cmd, cluster=cluster, tz="UTC")
+
+
+def _only_cluster(con) -> str:
+    known = [r[0] for r in con.sql("SELECT DISTINCT cluster FROM jobs UNION SELECT cluster FROM clusters").fetchall()]
+    return known[0] if len(known) == 1 else "default"

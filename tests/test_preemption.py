@@ -1,0 +1,69 @@
+"""models/metrics/preemption.py: victims, preemptors and requeues on the captured real mix
+(tests/fixtures/slurm_waiting) and on hand-made jobs.
+
+The mix: `victim` (ml, QOS scavenger, 4 a100 on gpu01) ran 05:37:40-:43 and ended PREEMPTED when `preemptor`
+(vision, QOS high, 4 a100 on gpu01) started at :43; it was requeued and ran again :53-:55 (a second record).
+Preempted: 4 GPUs x 3 s = 12 GPU-s; one requeue for ml.
+"""
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from cost_helpers import SACCT_HEADER, Job, node_line, sacct_line
+from ingest import warehouse
+from models.metrics import preemption
+from waiting_fixtures import shared_db
+
+
+@pytest.fixture(scope="module")
+def ro(tmp_path_factory):
+    c = warehouse.connect(shared_db(tmp_path_factory), read_only=True)
+    yield c
+    c.close()
+
+
+def test_the_real_preemption_is_attributed_to_both_teams(ro):
+    v = preemption.victims(ro).to_dicts()
+    assert len(v) == 1
+    assert (v[0]["job_id"], v[0]["team"], v[0]["qos"], v[0]["ngpus"]) == ("2", "ml", "scavenger", 4)
+    assert (v[0]["preemptor_job_id"], v[0]["preemptor_team"], v[0]["preemptor_qos"]) == ("6", "vision", "high")
+    assert round(v[0]["gpu_h"] * 3600, 6) == 12
+    t = {r["team"]: r for r in preemption.by_victim(ro).to_dicts()}
+    assert (t["ml"]["preempted_jobs"], t["ml"]["requeues"], t["ml"]["preemptor_found"]) == (1, 1, 1)
+    assert round(t["ml"]["work_lost_gpu_h"] * 3600, 6) == 12
+    p = preemption.by_preemptor(ro).to_dicts()
+    assert [(r["preemptor_qos"], r["preemptor_team"], r["victim_team"], r["victims"]) for r in p] == [
+        ("high", "vision", "ml", 1)]
+
+
+def test_a_job_of_the_victims_qos_or_too_late_is_no_preemptor(con, tmp_path):
+    from ingest import sacct, slurm_nodes
+    from models.pipeline import refresh
+    t = lambda m, s=0: dt.datetime(2026, 3, 1, 10, m, s)
+    jobs = [Job(1, "ml", 2, t(0), t(30, 10), node="n1", qos="scav", state="PREEMPTED"),
+            Job(2, "ml", 2, t(30, 10), t(50), node="n1", qos="scav"),            # same QOS: not the preemptor
+            Job(3, "vision", 2, t(30, 40), t(50), node="n1", qos="high"),        # 30 s later: the preemptor
+            Job(4, "ops", 4, t(0), t(20), node="n2", qos="normal", state="PREEMPTED"),
+            Job(5, "vision", 4, t(25), t(40), node="n2", qos="high")]            # 5 minutes later: none
+    (tmp_path / "n.txt").write_text("\n".join(node_line(n, 4, "h100") for n in ("n1", "n2")) + "\n")
+    slurm_nodes.ingest_path(con, str(tmp_path / "n.txt"), cluster="c1", as_of="2025-01-01T00:00:00")
+    (tmp_path / "s.psv").write_text(SACCT_HEADER + "\n" + "\n".join(sacct_line(j) for j in jobs) + "\n")
+    sacct.ingest_path(con, str(tmp_path / "s.psv"), sacct.SacctOptions(tz="UTC"))
+    refresh.run(con, tmp_path / "x.duckdb", publish=False)
+    v = {r["job_id"]: r for r in preemption.victims(con).to_dicts()}
+    assert (v["1"]["preemptor_job_id"], v["1"]["preemptor_qos"]) == ("3", "high")
+    assert v["4"]["preemptor_job_id"] is None and v["4"]["preemptor_team"] == preemption.UNKNOWN
+    assert v["4"]["gpu_h"] == pytest.approx(4 * 20 / 60)
+    assert preemption.victims(con, grace_s=10)["preemptor_team"].to_list() == [preemption.UNKNOWN] * 2
+    # no later record of job 1 or 4: preempted but not requeued
+    assert preemption.by_victim(con)["requeues"].sum() == 0
+
+
+def test_cli_prints_the_views(ro, tmp_path, run_cli, db_path):
+    import shutil
+    shutil.copyfile(ro.execute("SELECT path FROM duckdb_databases() WHERE NOT internal").fetchall()[0][0], db_path)
+    code, out, err = run_cli("report", "preemption")
+    assert code == 0 and "== victims" in out and "== preemptors" in out and "high" in out
+    assert "work lost is counted from each preempted run's start" in err
