@@ -437,7 +437,7 @@ def forecast_values(y: np.ndarray, m: int, h: int, max_origins: int = 28, force:
     if bt is None:
         chosen = force if force in SINGLES else "Theta"     # no backtest, no weights: one single model
         notes.append(f"history too short to backtest ({n} periods): {chosen} used (the single method that "
-                     "needs the least data), intervals model-based (not calibrated), coverage unknown")
+                     "needs the least data), coverage unknown")
     else:
         chosen = force if force in bt.mase else None
         if chosen is None:
