@@ -425,6 +425,8 @@ def test_forecast_table_widens_a_short_series_to_the_pooled_errors_of_the_others
     fc, summary = F.forecast_table(df, ["pool"], "day", 14)
     notes = dict(zip(summary["pool"], summary["notes"]))
     assert "pooled" in notes["new"] and "3 calibrated series" in notes["new"]
+    assert dict(zip(summary["pool"], summary["interval"])) == {"a": "backtest", "b": "backtest", "c": "backtest",
+                                                               "new": "pooled"}
     assert not any("pooled" in notes[p] for p in "abc")
     r = F.forecast_values(short[100:], 7, 14)                               # the same series alone
     new = fc.filter(pl.col("pool") == "new")

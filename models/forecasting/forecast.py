@@ -683,7 +683,9 @@ def _summary_row(key: dict, prep: Prepared, res: Result) -> dict:
            "backtest_horizon": bt.horizon if bt else None, "backtest_origins": len(bt.origins) if bt else None,
            "backtest_mase": bt.mase.get(c) if bt else None, "backtest_smape": bt.smape.get(c) if bt else None,
            "coverage80": bt.coverage[c][80] if bt and c in bt.coverage else None,
-           "coverage95": bt.coverage[c][95] if bt and c in bt.coverage else None}
+           "coverage95": bt.coverage[c][95] if bt and c in bt.coverage else None,
+           # how the 80/95 % bounds were set: backtest (calibrated), finite-sample, pooled, none (no interval)
+           "interval": res.calibration}
     for cand in CANDIDATES:
         row[f"mase_{cand.lower()}"] = bt.mase.get(cand) if bt else None
     for cand in CANDIDATES:
