@@ -877,7 +877,8 @@ def _print_forecast_report(res: dict) -> None:
     from dashboards.terminal import format_table
     keys, summary = res["keys"], res["summary"]
     _print(res["title"])
-    cols = [*keys, "model", "history_periods", "backtest_horizon", "backtest_mase", "coverage80", "coverage95"]
+    cols = [*keys, "model", "history_periods", "backtest_horizon", "backtest_mase", "coverage80", "coverage95",
+            "interval"]
     sys.stdout.write(format_table(summary.select(cols)))
     for r in summary.filter(pl.col("notes") != "").iter_rows(named=True):
         _print(f"  note [{' / '.join(str(r[k]) for k in keys) or 'series'}]: {r['notes']}")

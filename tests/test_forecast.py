@@ -331,3 +331,103 @@ def test_a_history_too_short_to_backtest_uses_one_model_even_when_the_combinatio
     y = np.array([5.0, 6.0, 7.0, 6.0, 8.0, 7.0, 9.0, 8.0, 9.0, 10.0])
     r = F.forecast_values(y, 7, 28, force="Combination")
     assert r.backtest is None and r.model == "Theta" and any("too short to backtest" in n for n in r.notes)
+
+
+# ----------------------------------------------------------------------------- intervals without a backtest (run 6)
+
+def test_finite_sample_interval_by_hand():
+    # n = 4 (t = 1..4, t̄ = 2.5, Sxx = 4·15/12 = 5), sd = 1 at both steps: at h = 1 the line's error at t = 5 adds
+    # 1/4 + 2.5²/5 = 1.5, at h = 2 (t = 6) 1/4 + 3.5²/5 = 2.7; Student-t with 2 degrees of freedom
+    wide, scale = F.finite_sample_interval(np.array([1.0, 1.0]), 4)
+    np.testing.assert_allclose(wide, [math.sqrt(2.5), math.sqrt(3.7)])
+    assert scale[80] == pytest.approx(1.8856180831641267 / F.Z[80])       # t_{2, 0.90}
+    assert scale[95] == pytest.approx(4.302652729749464 / F.Z[95])        # t_{2, 0.975}
+    wide, scale = F.finite_sample_interval(np.array([2.0, 3.0]), 10_000)   # long history: both corrections vanish
+    np.testing.assert_allclose(wide, [2.0, 3.0], rtol=1e-3)
+    assert scale[95] == pytest.approx(1.0, abs=1e-3)
+
+
+def test_a_history_too_short_to_backtest_gets_the_finite_sample_interval():
+    y = np.array([5.0, 6.0, 7.0, 6.0, 8.0, 7.0, 9.0, 8.0, 9.0, 10.0])
+    r = F.forecast_values(y, 7, 28)
+    assert r.backtest is None and r.calibration == "finite-sample" and r.n == 10
+    wide, scale = F.finite_sample_interval(r.sd, 10)
+    np.testing.assert_allclose(r.hi[95] - r.point, F.Z[95] * scale[95] * wide)
+    np.testing.assert_allclose(r.hi[80] - r.point, F.Z[80] * scale[80] * wide)
+    assert np.all(r.hi[95] - r.point > F.Z[95] * r.sd)                   # wider than the model's own band
+    assert any("Student-t quantiles with 8 degrees of freedom" in n for n in r.notes)
+    long = F.forecast_values(100 + 10 * np.sin(2 * np.pi * np.arange(200) / 7), 7, 7)
+    assert long.calibration == "backtest"                               # a calibrated one keeps its backtest band
+
+
+def _calibrated_result(absu: np.ndarray, point=10.0, h=3) -> F.Result:
+    """A Result whose backtest calibrated it on the errors ``absu`` (one row per origin)."""
+    bt = F.Backtest(h, list(range(absu.shape[0])), {}, {}, {}, {}, {}, {}, absu={"Theta": np.sort(absu, axis=None)})
+    return F.Result(np.full(h, point), {}, {}, "Theta", backtest=bt, sd=np.ones(h), calibration="backtest", n=100)
+
+
+def test_pooled_scale_is_the_conformal_quantile_of_every_calibrated_series_errors():
+    rows = [np.arange(1, 13, dtype=float).reshape(4, 3), np.arange(13, 25, dtype=float).reshape(4, 3),
+            np.arange(25, 37, dtype=float).reshape(4, 3)]                 # 36 errors 1..36 in three series
+    uncalibrated = F.forecast_values(np.array([5.0, 6, 7, 6, 8, 7, 9, 8, 9, 10]), 7, 5)
+    scale, k = F.pooled_scale([_calibrated_result(r) for r in rows] + [uncalibrated])
+    assert k == 3                                                           # the uncalibrated one adds nothing
+    assert scale[80] == pytest.approx(30 / F.Z[80])                         # ⌈37·0.80⌉ = 30th smallest
+    assert scale[95] == pytest.approx(36 / F.Z[95])                         # ⌈37·0.95⌉ = 36th
+    assert F.pooled_scale([_calibrated_result(r) for r in rows[:2]]) is None     # fewer than three series
+
+
+@settings(max_examples=5, deadline=None)
+@given(seed=st.integers(0, 10_000), spread=st.floats(0.5, 3.0), series=st.integers(3, 8))
+def test_pooled_band_covers_exchangeable_errors_at_least_nominally(seed, spread, series):
+    # standardised errors of every series from one distribution (models whose sd is off by ``spread``, heavy
+    # tails): conformal coverage is guaranteed over the draw of the calibration errors too, so the check averages
+    # the coverage of 20 new errors over 200 calibrations, with a tolerance of 3 standard errors of that average
+    rng = np.random.default_rng(seed)
+    draw = lambda *shape: np.abs(spread * rng.standard_t(5, shape))       # noqa: E731
+    reps, n_new, n_cal = 200, 20, series * 6 * 7
+    covered = {lv: [] for lv in F.LEVELS}
+    for _ in range(reps):
+        scale, _ = F.pooled_scale([_calibrated_result(draw(6, 7)) for _ in range(series)])
+        new = draw(n_new)
+        for lv in F.LEVELS:
+            covered[lv].append(np.mean(new <= F.Z[lv] * scale[lv]))
+    for lv in F.LEVELS:
+        p = lv / 100
+        tol = 3 * math.sqrt(p * (1 - p) * (1 / n_cal + 1 / n_new) / reps)
+        assert np.mean(covered[lv]) >= p - tol
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(3, 40), h=st.integers(1, 30), factor=st.floats(0.1, 20.0))
+def test_pooled_bands_are_never_narrower_than_the_finite_sample_ones_nor_below_zero(seed, n, h, factor):
+    rng = np.random.default_rng(seed)
+    y = rng.lognormal(1, 1, n) * (rng.random(n) > 0.3)
+    r = F.forecast_values(y, 7, h)
+    if r.calibration != "finite-sample":                                   # all zero, two points, or calibrated
+        return
+    before = {lv: (r.lo[lv].copy(), r.hi[lv].copy()) for lv in F.LEVELS}
+    F.apply_pooled(r, ({80: factor, 95: factor}, 3), nonneg=True)
+    assert r.calibration == "pooled" and "3 calibrated series" in r.notes[-1]
+    for lv in F.LEVELS:
+        assert np.all(r.lo[lv] >= 0) and np.all(r.lo[lv] <= before[lv][0] + 1e-9)
+        assert np.all(r.hi[lv] >= before[lv][1] - 1e-9)
+        np.testing.assert_allclose(r.hi[lv] - r.point, np.fmax(before[lv][1] - r.point, F.Z[lv] * factor * r.sd))
+
+
+def test_forecast_table_widens_a_short_series_to_the_pooled_errors_of_the_others():
+    t = np.arange(120)
+    rng = np.random.default_rng(21)
+    long = [50 * k + 5 * np.sin(2 * np.pi * t / 7) + rng.normal(0, 3 * k, 120) for k in (1, 2, 3)]
+    short = np.r_[np.zeros(100), 40 + rng.normal(0, 2, 20)]                 # a pool that started 20 days ago
+    df = pl.DataFrame({"pool": [p for p in ("a", "b", "c", "new") for _ in t], "ts": np.tile(DAYS[:120], 4),
+                       "value": np.concatenate([*long, short])})
+    fc, summary = F.forecast_table(df, ["pool"], "day", 14)
+    notes = dict(zip(summary["pool"], summary["notes"]))
+    assert "pooled" in notes["new"] and "3 calibrated series" in notes["new"]
+    assert dict(zip(summary["pool"], summary["interval"])) == {"a": "backtest", "b": "backtest", "c": "backtest",
+                                                               "new": "pooled"}
+    assert not any("pooled" in notes[p] for p in "abc")
+    r = F.forecast_values(short[100:], 7, 14)                               # the same series alone
+    new = fc.filter(pl.col("pool") == "new")
+    assert np.all(new["hi95"].to_numpy() >= r.hi[95] - 1e-9) and np.all(new["lo95"].to_numpy() >= 0)

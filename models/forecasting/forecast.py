@@ -246,6 +246,12 @@ class Backtest:
     step: int = 1                                                 # periods between origins
     weights: dict[str, float] = field(default_factory=dict)       # the combination's, from every origin
     selection_o: np.ndarray | None = None    # per origin: MASE of the single selected on the other origins
+    absu: dict[str, np.ndarray] = field(default_factory=dict)    # per candidate: sorted |error / model sd|
+
+
+def calibrated(bt: Backtest | None, name: str) -> bool:
+    """Whether the backtest has enough errors of ``name`` to calibrate its intervals (three origins, ten errors)."""
+    return bt is not None and name in bt.absu and len(bt.origins) >= 3 and bt.absu[name].size >= 10
 
 
 def backtest_origins(n: int, m: int, h: int, max_origins: int = 28) -> tuple[list[int], int]:
@@ -340,6 +346,7 @@ def backtest(y: np.ndarray, m: int, h: int, max_origins: int = 28,
             absu = np.where(p.sd > 0, np.abs(err) / p.sd, np.where(err == 0, 0.0, 1e12))
         absu = np.nan_to_num(absu, nan=1e12)
         bt.scale[name], bt.coverage[name], bt.coverage_raw[name] = _calibrate(absu)
+        bt.absu[name] = np.sort(absu, axis=None)
     bt.weights = combination_weights(bt.mase_o, bt.step, hb)
     return bt
 
@@ -384,6 +391,9 @@ class Result:
     backtest: Backtest | None = None
     notes: list[str] = field(default_factory=list)
     weights: dict = field(default_factory=dict)
+    sd: np.ndarray | None = None           # the model's sd per step (before any calibration)
+    calibration: str = "none"              # backtest | finite-sample | pooled | none (no interval)
+    n: int = 0                             # periods of history fitted
 
 
 def _flat(value: float, h: int, model: str, note: str, width: float = float("nan")) -> Result:
@@ -427,7 +437,7 @@ def forecast_values(y: np.ndarray, m: int, h: int, max_origins: int = 28, force:
     if bt is None:
         chosen = force if force in SINGLES else "Theta"     # no backtest, no weights: one single model
         notes.append(f"history too short to backtest ({n} periods): {chosen} used (the single method that "
-                     "needs the least data), intervals model-based (not calibrated), coverage unknown")
+                     "needs the least data), coverage unknown")
     else:
         chosen = force if force in bt.mase else None
         if chosen is None:
@@ -440,20 +450,82 @@ def forecast_values(y: np.ndarray, m: int, h: int, max_origins: int = 28, force:
     if final is None:                        # the chosen model cannot be fitted on this history
         chosen, final = "SeasonalNaive", candidate_paths(y, m, [n], h, only=("SeasonalNaive",))["SeasonalNaive"]
     point, sd = final.point[0], final.sd[0]
-    scale = bt.scale[chosen] if bt and chosen in bt.scale else {lv: 1.0 for lv in LEVELS}
-    return _bounded(point, sd, scale, y.min() >= 0, Result(point, {}, {}, chosen, final.detail, bt, notes,
-                                                           final.weights))
+    res = Result(point, {}, {}, chosen, final.detail, bt, notes, final.weights, sd, "backtest", n)
+    if calibrated(bt, chosen):
+        return _bounded(point, sd, bt.scale[chosen], y.min() >= 0, res)
+    res.calibration = "finite-sample"
+    notes.append("intervals not calibrated by a backtest (too few origins): the model's variance widened for the "
+                 f"estimation error of a trend fitted to {n} periods, Student-t quantiles with {max(n - 2, 1)} "
+                 "degrees of freedom")
+    return _bounded(point, *finite_sample_interval(sd, n), y.min() >= 0, res)
+
+
+def finite_sample_interval(sd: np.ndarray, n: int) -> tuple[np.ndarray, dict[int, float]]:
+    """(sd, scale per level) of a forecast the backtest cannot calibrate, fitted on n periods.
+
+    A model's own sd_h treats its parameters as known, which on a short history they are not. The textbook
+    prediction interval of a linear trend fitted by least squares to t = 1..n adds the estimation error of the
+    line at t = n + h, σ²·(1/n + (n + h − t̄)²/Sxx) with t̄ = (n+1)/2 and Sxx = n(n² − 1)/12, and takes Student-t
+    quantiles with n − 2 degrees of freedom (σ estimated). Every fallback model extrapolates a level and a
+    trend at most, so that term, with σ = sd_1 (the one-step sd), is added to the model's variance, and the
+    scale per level is t_{n−2, (1+L)/2} / z_L. With many periods both corrections vanish."""
+    sd = np.asarray(sd, dtype=float)
+    n = max(int(n), 2)
+    x0 = n + np.arange(1, len(sd) + 1) - (n + 1) / 2
+    sxx = n * (n * n - 1) / 12
+    wide = np.sqrt(sd ** 2 + sd[0] ** 2 * (1 / n + x0 ** 2 / sxx))
+    df = max(n - 2, 1)
+    return wide, {lv: float(student_t.ppf(0.5 + lv / 200, df)) / Z[lv] for lv in LEVELS}
 
 
 def _bounded(point, sd, scale, nonneg: bool, res: Result) -> Result:
     """Bounds ŷ ± z_L·c_L·sd per level; for demand (non-negative histories) lower bounds are clipped at 0."""
+    return _set_bounds(point, {lv: Z[lv] * scale[lv] * sd for lv in LEVELS}, nonneg, res)
+
+
+def _set_bounds(point, half: dict[int, np.ndarray], nonneg: bool, res: Result) -> Result:
     for lv in LEVELS:
-        half = Z[lv] * scale[lv] * sd
-        res.lo[lv] = np.maximum(point - half, 0.0) if nonneg else point - half
-        res.hi[lv] = point + half
-    if nonneg and np.any(point - Z[95] * scale[95] * sd < 0):
+        res.lo[lv] = np.maximum(point - half[lv], 0.0) if nonneg else point - half[lv]
+        res.hi[lv] = point + half[lv]
+    if nonneg and np.any(point - half[95] < 0) and not any(n.startswith("lower bounds clipped") for n in res.notes):
         res.notes.append("lower bounds clipped at 0 (demand cannot be negative)")
     return res
+
+
+# ----------------------------------------------------------------------------- pooled calibration (many series)
+
+#: Calibrated series a table needs before their pooled errors calibrate the others.
+POOL_MIN_SERIES = 3
+
+
+def pooled_scale(results: list[Result]) -> tuple[dict[int, float], int] | None:
+    """Scale factors c_L = q_L/z_L of the standardised backtest errors |e/sd| pooled over every series of a
+    table whose own backtest calibrated its forecast (each series' chosen model), q_L the split-conformal
+    quantile with the finite-sample correction, and how many series were pooled; None with fewer than
+    POOL_MIN_SERIES. The errors are divided by each model's own sd, so series of any size and unit pool: the
+    factors say how much the models' variances understate the errors on this kind of series (the pooled,
+    "global" conformal calibration of many related series)."""
+    pools = [r.backtest.absu[r.model] for r in results if r.calibration == "backtest" and calibrated(r.backtest, r.model)]
+    if len(pools) < POOL_MIN_SERIES:
+        return None
+    every = np.sort(np.concatenate(pools))
+    return {lv: float(every[conformal_rank(every.size, lv / 100)]) / Z[lv] for lv in LEVELS}, len(pools)
+
+
+def apply_pooled(res: Result, pooled: tuple[dict[int, float], int], nonneg: bool) -> Result:
+    """Bounds of a forecast its own backtest could not calibrate: per step the wider of the finite-sample
+    interval (`finite_sample_interval`) and the pooled calibration applied to the model's sd (the pooled
+    errors come from longer histories, whose parameters are better known, so they alone could be too narrow
+    for a short series; the finite-sample rule alone misses what the models get wrong on this kind of series)."""
+    if res.calibration != "finite-sample" or res.sd is None:
+        return res
+    scale, k = pooled
+    wide, t_scale = finite_sample_interval(res.sd, res.n)
+    half = {lv: np.fmax(Z[lv] * t_scale[lv] * wide, Z[lv] * scale[lv] * res.sd) for lv in LEVELS}
+    res.calibration = "pooled"
+    res.notes.append(f"intervals at least as wide as the backtest errors of the {k} calibrated series of this table "
+                     f"pooled (factors {scale[80]:.3g} at 80 %, {scale[95]:.3g} at 95 % of the model sd)")
+    return _set_bounds(res.point, half, nonneg, res)
 
 
 # ----------------------------------------------------------------------------- level shifts
@@ -611,7 +683,9 @@ def _summary_row(key: dict, prep: Prepared, res: Result) -> dict:
            "backtest_horizon": bt.horizon if bt else None, "backtest_origins": len(bt.origins) if bt else None,
            "backtest_mase": bt.mase.get(c) if bt else None, "backtest_smape": bt.smape.get(c) if bt else None,
            "coverage80": bt.coverage[c][80] if bt and c in bt.coverage else None,
-           "coverage95": bt.coverage[c][95] if bt and c in bt.coverage else None}
+           "coverage95": bt.coverage[c][95] if bt and c in bt.coverage else None,
+           # how the 80/95 % bounds were set: backtest (calibrated), finite-sample, pooled, none (no interval)
+           "interval": res.calibration}
     for cand in CANDIDATES:
         row[f"mase_{cand.lower()}"] = bt.mase.get(cand) if bt else None
     for cand in CANDIDATES:
@@ -683,7 +757,11 @@ def forecast_table(df, keys: list[str], freq: str, horizon: int, shifts: bool = 
         y = part.get_column("value").cast(pl.Float64).to_numpy()
         jobs.append((part.get_column("ts").to_numpy(), np.where(np.isfinite(y), y, np.nan), freq, horizon,
                      shifts, max_origins))
-    for (kv, part), (prep, res, fut) in zip(parts.items(), _run_jobs(jobs, progress)):
+    done = list(_run_jobs(jobs, progress))
+    pooled = pooled_scale([res for _, res, _ in done])
+    for (kv, part), (prep, res, fut) in zip(parts.items(), done):
+        if pooled is not None:
+            apply_pooled(res, pooled, bool(len(prep.y) and prep.y.min() >= 0))
         key = dict(zip(keys, kv))
         srow = _summary_row(key, prep, res)
         srows.append(srow)
