@@ -297,6 +297,9 @@ _AS_OTHER = {
     "statement_rates": ("team", "account", "cost_center"),
     "open_statement_rates": ("team", "account", "cost_center"),
     "statement_jobs": ("team", "account", "user", "cost_center"),
+    "loss_jobs": ("team",),
+    "loss_days": ("team",),
+    "checkpoint_intervals": ("team",),
 }
 #: table -> columns removed (NULL) from other teams' rows: identities and ids
 _AS_NULL = {
@@ -307,6 +310,8 @@ _AS_NULL = {
     "statement_lines": ("job_refs",),
     "open_statement_lines": ("job_refs",),
     "statement_jobs": ("job_id",),
+    "loss_jobs": ("job_id",),
+    "checkpoint_intervals": ("job_name_like",),
 }
 #: columns removed from every row in a scoped read (who drained a node; raw input lines and paths; job ids
 #: where the table holds no team to tell whose they are)
@@ -315,6 +320,9 @@ _ALWAYS_NULL = {
     "node_events": ("user",),
     "rejects": ("raw",),
     "ingest_runs": ("input_name", "message", "options"),
+    # queue snapshots and reservations carry no team: who asked and who owns is removed from every row
+    "squeue_snapshots": ("account", "user", "job_name"),
+    "reservations": ("users", "accounts"),
 }
 #: tables a scoped read sees empty
 _EMPTY = ("access_roles", "access_settings")

@@ -73,8 +73,7 @@ class Governance:
     @property
     def records(self) -> int:
         return sum(len(x) for x in (self.clusters, self.cost_centers, self.teams, self.team_map,
-                                    self.entitlements, self.rates, self.access))
-                                    self.entitlements, self.rates, self.checkpoints))
+                                    self.entitlements, self.rates, self.checkpoints, self.access))
 
 
 class _Checker:
@@ -457,7 +456,8 @@ def parse(text: str, source: str = "<governance>") -> Governance:
         chk.fail(("teams",), "at least one [[teams]] entry is required")
     _parse_entitlements(chk, doc, gov, {t[0] for t in gov.teams})
     _parse_rates(chk, doc, gov)
-                                    self.entitlements, self.rates, self.checkpoints, self.access))
+    _parse_access(chk, doc, gov, {t[0] for t in gov.teams})
+    _parse_checkpoints(chk, doc, gov, {t[0] for t in gov.teams})
     gov.settings["document"] = _canonical(gov)
     return gov
 

@@ -165,6 +165,29 @@ def snap(lab_db):
     s.close()
 
 
+#: columns that say whose a row is, or name a person or a job
+_WHOSE = {"team", "user", "account", "job_id", "job_name", "users", "accounts", "cost_center"}
+#: published tables with such a column that a scoped read may show as they are, and why
+_UNSCOPED_OK = {
+    "node_events": "'user' is removed in every scoped read (_ALWAYS_NULL); no team",
+    "cost_centers": "scoped as part of the governance document",
+}
+
+
+def test_every_published_table_naming_a_team_person_or_job_is_scoped(snap):
+    """A new table (a mart, an ingestor's) that carries a team, a user, an account or a job id must be added to
+    the scoping rules (dashboards/access.py), or a team lead would read other teams' rows through it."""
+    cur = snap.cursor()
+    try:
+        cols = cur.sql("SELECT table_name, list(column_name) FROM duckdb_columns() WHERE database_name = 'snapshot' "
+                       "AND schema_name = 'main' GROUP BY table_name").fetchall()
+    finally:
+        cur.close()
+    unscoped = sorted(t for t, c in cols if _WHOSE & set(c) and t not in access.scoped_tables()
+                      and t not in _UNSCOPED_OK)
+    assert not unscoped, f"tables with team/user/account/job columns but no scoping rule: {unscoped}"
+
+
 def _merge(df: pl.DataFrame, scope: tuple[str, ...], keys: list[str], sums: list[str], team: str = "team",
            keep: tuple = ()) -> pl.DataFrame:
     """The unscoped frame as a team lead of ``scope`` should see it: every other team's rows summed as OTHER."""
