@@ -135,7 +135,7 @@ def test_failing_sources_back_off_alone_and_are_recorded(tmp_path):
     text = health.metrics(snap)
     assert 'gpuledger_source_consecutive_failures{cluster="lab",source="sacct"} 4.0' in text
     assert 'gpuledger_source_up{cluster="*",source="governance"} 1.0' in text
-    assert 'gpuledger_source_lines_total{cluster="*",source="governance",outcome="loaded"} 44.0' in text
+    assert 'gpuledger_source_lines_total{cluster="*",source="governance",outcome="loaded"} 52.0' in text   # 2 loads x 26 records (4 of them [[access]])
     assert "gpuledger_cycles_total 4.0" in text
     size = int(float(re.search(r"^gpuledger_warehouse_size_bytes (\S+)$", text, re.M).group(1)))
     assert size == os.path.getsize(cfg.warehouse) > 0
@@ -231,7 +231,7 @@ def test_sigterm_finishes_the_collection_stops_the_dashboard_and_exits_0(tmp_pat
         _wait("the dashboard", lambda: _get(f"http://127.0.0.1:{dash_port}/_stcore/health")[0] == 200, 60)
         children = _children(proc.pid)
         assert children
-        dash = [c for c in children if b"streamlit" in Path(f"/proc/{c}/cmdline").read_bytes()]
+        dash = [c for c in children if b"dashboards.launch" in Path(f"/proc/{c}/cmdline").read_bytes()]
         environ = Path(f"/proc/{dash[0]}/environ").read_bytes().split(b"\0")
         assert f"GPULEDGER_CONFIG={cfg.path.resolve()}".encode() in environ
         _wait("a collection in progress", lambda: _command_running(proc.pid, "sleep 2"), 30, 0.05)

@@ -348,7 +348,7 @@ def test_node_events_from_sacctmgr(ingested):
 
 # ---------------------------------------------------------------- preemption, a reservation, pending reasons
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def waiting(ingested, tmp_path_factory):
     """tests/slurm/waiting.sh after the job mix (its figures are taken already), with `ingest squeue --live` and
     `ingest reservations --live` every ~1.5 s while it runs; then sacct, nodes, governance and a refresh into a
