@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 import prometheus_server
 from conftest import ROOT
 from dashboards.snapshot import Snapshot
-from ingest import warehouse
+from ingest import reservations, squeue, warehouse
 from models.service import config, health, loop
 
 GOVERNANCE = ROOT / "data" / "governance.example.toml"
@@ -449,3 +449,34 @@ def test_once_runs_one_cycle_and_exits_1_when_a_source_failed(tmp_path, caplog):
     assert con.execute("SELECT source, consecutive_failures, attempts FROM source_status ORDER BY 1").fetchall() == \
         [("events", 1, 1), ("governance", 0, 2)]
     con.close()
+
+
+def test_queue_snapshots_and_reservations_are_collected_like_the_cli_loads_them(tmp_path):
+    """`[clusters.squeue]` and `[clusters.reservations]` (issue 16: why jobs pend, reserved idle) run the same
+    ingestors as `gpuledger ingest squeue|reservations`: the same rows as a direct load of the same output."""
+    fx = ROOT / "tests" / "fixtures" / "slurm_waiting"
+    # `sh -c 'cat F' sh`: the options the collector appends to squeue become the shell's ignored arguments
+    cfg = _config(tmp_path, '[[clusters]]\nname = "lab"\n'
+                            f'[clusters.squeue]\ncommand = "sh -c \'cat {fx}/squeue-01.psv\' sh"\n'
+                            f'[clusters.reservations]\ncommand = "sh -c \'cat {fx}/scontrol-show-reservation-o.txt\' sh"\n')
+    assert loop.Collector(cfg).cycle(threading.Event())
+    direct = warehouse.connect(tmp_path / "direct.duckdb")
+    try:
+        want_q = squeue.load(direct, (fx / "squeue-01.psv").read_bytes(), dt.datetime(2026, 12, 4, 5, 37, 41),
+                             "x", cluster="lab", tz="UTC")
+        want_r = reservations.load(direct, (fx / "scontrol-show-reservation-o.txt").read_bytes(), "x",
+                                   cluster="lab", tz="UTC")
+        want_rows = direct.execute("SELECT job_id, state, reason, gpus FROM squeue_snapshots ORDER BY ALL").fetchall()
+    finally:
+        direct.close()
+    con = warehouse.connect(cfg.warehouse, read_only=True)
+    try:
+        status = con.execute("SELECT source, consecutive_failures, last_success IS NOT NULL, lines_loaded "
+                             "FROM source_status ORDER BY 1").fetchall()
+        rows = con.execute("SELECT job_id, state, reason, gpus FROM squeue_snapshots ORDER BY ALL").fetchall()
+        resv = con.execute("SELECT cluster, name, users FROM reservations").fetchall()
+    finally:
+        con.close()
+    assert want_q["loaded"] > 0 and rows == want_rows
+    assert status == [("reservations", 0, True, want_r["loaded"]), ("squeue", 0, True, want_q["loaded"])]
+    assert [r[:2] for r in resv] == [("lab", "gl-resv")] and resv[0][2]

@@ -29,7 +29,7 @@ from typing import Any, Callable
 
 import duckdb
 
-from ingest import governance, prometheus, sacct, slurm_events, slurm_nodes, telemetry_store
+from ingest import governance, prometheus, reservations, sacct, slurm_events, slurm_nodes, squeue, telemetry_store
 from ingest import warehouse
 from ingest.errors import InputError
 
@@ -109,6 +109,23 @@ def collect_events(con, where: Where, opts: dict) -> dict:
     return slurm_events.ingest_bytes(con, data, name, cluster=where.cluster)
 
 
+def collect_squeue(con, where: Where, opts: dict) -> dict:
+    """`ingest squeue --live`: one snapshot of the queue as of now (UTC), in the format gpuledger fixes
+    (squeue.LIVE_FORMAT); each pending job's reason holds until the next snapshot (docs/METRICS.md)."""
+    at = warehouse.utcnow().replace(microsecond=0)
+    argv = ["env", "SLURM_TIME_FORMAT=standard", *where.command(opts["command"]),
+            "--all", "--array", "--Format", squeue.LIVE_FORMAT]
+    data, name = run_command(argv, opts["timeout"])
+    return squeue.load(con, data, at, name, cluster=where.cluster, tz="UTC")
+
+
+def collect_reservations(con, where: Where, opts: dict) -> dict:
+    """`ingest reservations`: the reservations `scontrol show reservation -o` lists now (owner, nodes, GPUs)."""
+    data, name = run_command(["env", "SLURM_TIME_FORMAT=standard", *where.command(opts["command"])],
+                             opts["timeout"])
+    return reservations.load(con, data, name, cluster=where.cluster, tz="UTC")
+
+
 def prometheus_window(mark: dt.datetime | None, now: dt.datetime, opts: dict) -> tuple[dt.datetime, dt.datetime]:
     """The next pull [start, end], both on the step grid: from the watermark minus ``overlap`` (the first time:
     ``lookback`` before now) to the last step boundary before now, but at most ``max_window`` (at least one step)
@@ -164,6 +181,12 @@ KINDS: dict[str, SourceKind] = {
         "timeout": TIMEOUT}),
     "events": SourceKind("events", collect_events, "15m", {
         "command": Key("str", "sacctmgr -P show event All_Time", "sacctmgr event listing, -P with its header"),
+        "timeout": TIMEOUT}),
+    "squeue": SourceKind("squeue", collect_squeue, "5m", {
+        "command": Key("str", "squeue", "the squeue command (gpuledger adds --all --array --Format ...)"),
+        "timeout": Key("duration", 120, TIMEOUT.help)}),
+    "reservations": SourceKind("reservations", collect_reservations, "15m", {
+        "command": Key("str", "scontrol show reservation -o", "`scontrol show reservation [-o]`"),
         "timeout": TIMEOUT}),
     "prometheus": SourceKind("prometheus", collect_prometheus, "5m", {
         "url": Key("str", None, "Prometheus base URL (credentials from $GPULEDGER_PROM_TOKEN or "
