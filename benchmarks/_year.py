@@ -77,6 +77,10 @@ def year_warehouse(seed: int = 1, scale: float = YEAR_SCALE, marts: bool = False
     rebuild = os.environ.get("GPULEDGER_BENCH_REBUILD") == "1"
     with open(CACHE / f"{key}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        older = None if rebuild or base.exists() else _older_schema(seed, scale)
+        if older is not None:
+            _log(f"migrating {older.name} to schema {_schema_version()} (as `gpuledger` upgrades a site's warehouse)")
+            _migrate_copy(older, base)
         if rebuild or not base.exists():
             _log(f"building {base} (several minutes; seed {seed}, scale {scale:.4g})")
             t = time.perf_counter()
@@ -96,6 +100,29 @@ def year_warehouse(seed: int = 1, scale: float = YEAR_SCALE, marts: bool = False
                 con.close()
             os.replace(tmp, target)
     return target
+
+
+def _older_schema(seed: int, scale: float) -> Path | None:
+    """The newest cached base of the same (seed, scale, generator) at an older schema, if any: migrations only
+    add tables and columns the synthetic year leaves empty, so migrating it equals rebuilding it."""
+    prefix = cache_key(seed, scale).rsplit("-schema", 1)[0] + "-schema"
+    found = []
+    for p in CACHE.glob(f"{prefix}*.duckdb"):
+        tail = p.stem[len(prefix):]
+        if tail.isdigit() and int(tail) < _schema_version():
+            found.append((int(tail), p))
+    return max(found)[1] if found else None
+
+
+def _migrate_copy(src: Path, dest: Path) -> None:
+    tmp = dest.with_name(f".{dest.name}.tmp{os.getpid()}")
+    shutil.copyfile(src, tmp)
+    con = warehouse.connect(tmp)           # a read-write open applies the pending migrations
+    try:
+        con.execute("CHECKPOINT")
+    finally:
+        con.close()
+    os.replace(tmp, dest)
 
 
 def work_copy(src: Path, dest_dir: Path) -> Path:
