@@ -29,7 +29,7 @@ demo: $(STAMP)
 # One worker per core (pytest-xdist); a module stays on one worker, since its tests share fixtures and servers.
 WORKERS ?= auto
 test: $(STAMP)
-	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

@@ -378,17 +378,33 @@ def _merge_samples(con: duckdb.DuckDBPyConnection, run: warehouse.IngestRun, sou
     run.updated += counts.get("upd", 0)
     run.unchanged += counts.get("same", 0)
     if counts.get("upd"):
-        sets = ", ".join(f"{c} = coalesce(r.{c}, g.{c})" for c in cols)
-        con.execute(f"""UPDATE gpu_samples g SET {sets}, interval_s = r.interval_s,
-                            n_raw = greatest(g.n_raw, r.n_raw), source = ?, ingest_run_id = ?
-                        FROM (SELECT * FROM _rows WHERE fate = 'upd') r
-                        WHERE g.cluster = r.cluster AND g.node = r.node AND g.gpu = r.gpu AND g.ts = r.ts
-                          AND g.node BETWEEN ? AND ? AND g.ts BETWEEN ? AND ?""", [source, run.run_id, nlo, nhi, lo, hi])
+        _replace_updated(con, cols, source, run.run_id, (nlo, nhi, lo, hi))
     con.execute(f"""INSERT INTO gpu_samples (cluster, node, gpu, ts, interval_s, {', '.join(cols)}, n_raw, source,
                                              ingest_run_id)
                     SELECT cluster, node, gpu, ts, interval_s, {', '.join(cols)}, n_raw, ?, ?
                     FROM _rows WHERE fate = 'new' ORDER BY cluster, node, gpu, ts""", [source, run.run_id])
     return counts["fresh"]
+
+
+def _replace_updated(con: duckdb.DuckDBPyConnection, cols: tuple[str, ...], source: str, run_id: int,
+                     bounds: tuple) -> None:
+    """Rows of ``_rows`` marked 'upd' replace their keys in gpu_samples: new readings win, absent ones keep the
+    old value, n_raw is the larger. Delete + insert, because DuckDB's UPDATE of many columns through a join
+    costs seconds per 10,000 rows (150,000 updated rows took over a minute; this takes about one second)."""
+    merged = ", ".join(f"coalesce(r.{c}, o.{c}) AS {c}" for c in cols)
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE _upd AS
+                    SELECT r.cluster, r.node, r.gpu, r.ts, r.interval_s, {merged},
+                           greatest(o.n_raw, r.n_raw) AS n_raw
+                    FROM (SELECT * FROM _rows WHERE fate = 'upd') r JOIN _old o USING (cluster, node, gpu, ts)""")
+    nlo, nhi, lo, hi = bounds
+    con.execute("""DELETE FROM gpu_samples g USING _upd u
+                   WHERE g.cluster = u.cluster AND g.node = u.node AND g.gpu = u.gpu AND g.ts = u.ts
+                     AND g.node BETWEEN ? AND ? AND g.ts BETWEEN ? AND ?""", [nlo, nhi, lo, hi])
+    con.execute(f"""INSERT INTO gpu_samples (cluster, node, gpu, ts, interval_s, {', '.join(cols)}, n_raw, source,
+                                             ingest_run_id)
+                    SELECT cluster, node, gpu, ts, interval_s, {', '.join(cols)}, n_raw, ?, ?
+                    FROM _upd ORDER BY cluster, node, gpu, ts""", [source, run_id])
+    con.execute("DROP TABLE _upd")
 
 
 def _minute_rows(where: str, table: str = "gpu_samples") -> str:
