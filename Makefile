@@ -15,7 +15,7 @@ $(PY):
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q --upgrade pip uv || true
 	if $(VENV)/bin/uv --version >/dev/null 2>&1; then \
-	  $(VENV)/bin/uv pip install -q --python $(PY) -e '.[dev]'; \
+	  $(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) -e '.[dev]'; \
 	else \
 	  $(PY) -m pip install -q -e '.[dev]'; \
 	fi
@@ -27,9 +27,11 @@ demo: $(STAMP)
 	$(VENV)/bin/gpuledger demo
 
 # One worker per core (pytest-xdist); a module stays on one worker, since its tests share fixtures and servers.
+# Bytecode is written even where the environment says not to: the tests start many Python processes (CLI,
+# dashboard, service), and each would otherwise compile the whole stack again (about 4 s of CPU apiece).
 WORKERS ?= auto
 test: $(STAMP)
-	$(PY) -m pytest -q -n $(WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -q -n $(WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

@@ -293,6 +293,7 @@ def test_unknown_user_is_told_whom_to_ask(site, browser):
     try:
         page.goto(site["web"] + "/", wait_until="domcontentloaded")
         page.get_by_role("heading", name="No access yet").wait_for(timeout=60_000)
+        page.get_by_text("gpu-admins@lab.example").first.wait_for(timeout=60_000)   # the body follows the heading
         text = " ".join(_text(page).split())
         assert "stranger@lab.example has no role" in text and "ask the lab's GPU admins" in text
         assert "gpu-admins@lab.example" in text
@@ -351,7 +352,7 @@ def test_restart_on_the_same_port_succeeds_at_once(site, browser):
                                    capture_output=True, text=True).stdout
         assert lingering.strip(), "no socket of the stopped server in TIME_WAIT: the test would prove nothing"
     site["proc"] = _start_dashboard(site["db"], site["config"], site["log"])
-    wait_ready(site["direct"], site["proc"], timeout=60)
+    wait_ready(site["direct"], site["proc"], timeout=120)
     assert site["proc"].poll() is None
     req = urllib.request.Request(site["web"] + "/_stcore/health", headers={"Cookie": f"{COOKIE}={LEAD}"})
     with urllib.request.urlopen(req, timeout=10) as r:

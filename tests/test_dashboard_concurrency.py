@@ -95,11 +95,15 @@ def test_browser_session_sees_new_snapshot_after_ingest(lab_copy, tmp_path):
     from dashboards.server import free_port, wait_ready
     port = free_port()
     env = dict(os.environ, GPULEDGER_LOCK_TIMEOUT="0")
+    log = tmp_path / "dashboard.log"
     server = subprocess.Popen([sys.executable, "-m", "gpuledger", "--db", str(lab_copy), "dashboard", "--port",
-                               str(port)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                               str(port)], env=env, stdout=subprocess.DEVNULL, stderr=log.open("wb"))
     url = f"http://127.0.0.1:{port}/data_health"
     try:
-        wait_ready(f"http://127.0.0.1:{port}", server, timeout=120)
+        try:
+            wait_ready(f"http://127.0.0.1:{port}", server, timeout=120)
+        except (RuntimeError, TimeoutError) as exc:
+            raise AssertionError(f"{exc}; its stderr: {log.read_text()[-2000:]}") from exc
         with sync_api.sync_playwright() as p:
             browser = p.chromium.launch(executable_path="/usr/bin/chromium", headless=True,
                                         args=["--no-sandbox", "--disable-gpu", "--no-first-run"])
