@@ -36,6 +36,10 @@ scontrol create reservation ReservationName=gl-resv StartTime=now EndTime=now+30
   Users=carol Accounts=vision >/dev/null
 capture "$W" scontrol-show-reservation-o.txt env TZ=UTC scontrol show reservation -o
 capture "$W" scontrol-show-reservation.txt env TZ=UTC scontrol show reservation
+# slurmdbd names a job's reservation only if the reservation started strictly before the job (its sacct join
+# reads t3.time_start < t1.time_start, in whole seconds): a job started in the reservation's first second shows
+# an empty Reservation for ever. Start `inresv` in a later second.
+sleep 1.2
 ID[inresv]=$(sb carol -J inresv -A vision --reservation=gl-resv -p h100 -c 2 --gres=gpu:h100:1 -t 5 --wrap 'sleep 5')
 ID[victim]=$(sb alice -J victim -A ml --qos=scavenger --requeue -p a100 -w gpu01 -c 2 --gres=gpu:a100:4 -t 5 \
   --wrap 'if [ "${SLURM_RESTART_COUNT:-0}" -eq 0 ]; then sleep 300; else sleep 2; fi')
