@@ -1,7 +1,7 @@
 """The ingest fuzz at scale: thousands of mutated inputs (tests/fuzz_inputs.py) through every text ingestor, with
 refresh and every report every --refresh-every cases, on one accumulating warehouse.
 
-`make test` runs 250 cases, the same ones every run (tests/test_fuzz_ingest.py); this runs as many as asked and prints what happened:
+`make test` runs 100 cases, the same ones every run (tests/test_fuzz_ingest.py); this runs as many as asked and prints what happened:
 cases per ingestor and outcome, and the time taken. A failing case stops the
 run with Hypothesis' minimal reproducing input.
 

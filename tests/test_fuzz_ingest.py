@@ -12,7 +12,7 @@ from ingest import governance, warehouse
 from test_extreme_values import every_report
 
 #: Cases per `make test` run (the benchmark script runs thousands).
-CASES = int(os.environ.get("GPULEDGER_FUZZ_CASES", "250"))
+CASES = int(os.environ.get("GPULEDGER_FUZZ_CASES", "100"))
 
 
 def test_mutated_inputs_then_refresh_and_every_report(tmp_path):
