@@ -40,7 +40,7 @@ JOBS_NAMED = 10
 class Condition:
     """A subject whose condition holds now: its value (the kind's unit), one line, detail lines, facts."""
     subject: str
-    value: float
+    value: float | None
     summary: str
     lines: tuple = ()
     facts: dict = field(default_factory=dict)
@@ -116,41 +116,43 @@ def _zero(con, rule: AlertRule, hz, now) -> list[Condition]:
 
 
 def _exhaustion(con, rule: AlertRule, hz, now) -> list[Condition]:
-    res = capacity.forecast_warehouse(con, max(14, int(rule.threshold) + 1), by=("pool",), measure="demanded")
+    res = capacity.forecast_warehouse(con, min(365, max(14, int(rule.threshold) + 1)), by=("pool",),
+                                      measure="demanded")
     cap = res.get("capacity")
     if cap is None or cap.is_empty():
         return []
     keys = [k for k in ("cluster", "pool") if k in cap.columns]
     out = []
-    for r in cap.filter(pl.col("exhausted_median").is_not_null()).iter_rows(named=True):
-        when = r["exhausted_median"]
+    for r in cap.filter(pl.col("exhausted_upper80").is_not_null()).iter_rows(named=True):
+        when = r["exhausted_upper80"]
         when = when if isinstance(when, dt.datetime) else dt.datetime.combine(when, dt.time())
         days = (when - hz).total_seconds() / 86400
         if days < rule.threshold:
             pool = "/".join(str(r[k]) for k in keys)
             out.append(Condition(
                 pool, round(days, 1),
-                f"pool {pool}: demand forecast reaches {r['target_gpus']:g} of {r['capacity_gpus']:g} GPUs "
-                f"on {when:%Y-%m-%d} ({days:.1f} days after the data horizon)",
+                f"pool {pool}: the upper 80 % demand forecast reaches {r['target_gpus']:g} of "
+                f"{r['capacity_gpus']:g} GPUs on {when:%Y-%m-%d} ({days:.1f} days after the data horizon)",
                 (f"recent demand: {r['recent_gpus']:,.1f} GPUs",),
-                {"pool": pool, "exhausted_median": when, "days": days, "capacity_gpus": r["capacity_gpus"]}))
+                {"pool": pool, "exhausted_upper80": when, "days": days, "capacity_gpus": r["capacity_gpus"]}))
     return out
 
 
 def _stale(con, rule: AlertRule, hz, now) -> list[Condition]:
+    """Sources of the service (``source_status``) without a success for more than ``threshold`` minutes; one that
+    was tried but never succeeded is stale at once (value NULL)."""
     if not has_table(con, "source_status"):
         return []
-    rows = con.execute("""SELECT cluster, source, last_success, last_attempt, last_error FROM source_status
-                          WHERE coalesce(last_success, last_attempt) < ?""",
+    rows = con.execute("""SELECT cluster, source, last_success, last_error FROM source_status
+                          WHERE last_success IS NULL OR last_success < ?""",
                        [now - dt.timedelta(minutes=rule.threshold)]).fetchall()
     out = []
-    for cluster, source, ok, tried, err in rows:
-        since = ok or tried
-        mins = (now - since).total_seconds() / 60
+    for cluster, source, ok, err in rows:
+        mins = None if ok is None else (now - ok).total_seconds() / 60
         out.append(Condition(
-            f"{cluster}/{source}", round(mins, 1),
-            f"source {source} of {cluster}: no success for {mins:,.0f} min"
-            + (f" (last success {ok:%Y-%m-%d %H:%M} UTC)" if ok else " (never succeeded)"),
+            f"{cluster}/{source}", None if mins is None else round(mins, 1),
+            f"source {source} of {cluster}: "
+            + (f"no success for {mins:,.0f} min (last success {ok:%Y-%m-%d %H:%M} UTC)" if ok else "never succeeded"),
             (f"last error: {err}",) if err else (),
             {"cluster": cluster, "source": source, "last_success": ok, "minutes": mins}))
     return out
@@ -242,16 +244,16 @@ def owed(con, rules, cfg: DeliveryConfig, now: dt.datetime | None = None) -> lis
     notify = {r.name: r.notify for r in rules}
     if not notify:
         return []
-    ev = con.execute("""
+    ev = con.sql("""
         WITH ev AS (SELECT alert_id, 'fired' AS event, fired_at AS at FROM alerts
                     UNION ALL SELECT alert_id, 'resolved', resolved_at FROM alerts WHERE resolved_at IS NOT NULL),
         tried AS (SELECT alert_id, event, recipient, bool_or(ok) AS ok, count(*) AS n FROM alert_deliveries
                   GROUP BY ALL)
         SELECT a.alert_id, ev.event, a.rule, a.kind, a.subject, a.fired_at, a.resolved_at, a.summary, a.detail,
-               list(t.recipient) FILTER (WHERE t.ok OR t.n >= ?) AS done
+               list(t.recipient) FILTER (WHERE t.ok OR t.n >= $max) AS done
         FROM ev JOIN alerts a USING (alert_id) LEFT JOIN tried t USING (alert_id, event)
-        WHERE ev.at >= ? GROUP BY ALL ORDER BY a.fired_at, a.alert_id, ev.event""",
-                     [cfg.max_attempts, now - MAX_AGE]).pl()
+        WHERE ev.at >= $since GROUP BY ALL ORDER BY a.fired_at, a.alert_id, ev.event""",
+                 params={"max": cfg.max_attempts, "since": now - MAX_AGE}).pl()
     per: dict[str, list[dict]] = {}
     for e in ev.iter_rows(named=True):
         for who in notify.get(e["rule"], ()):
