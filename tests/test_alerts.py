@@ -289,3 +289,14 @@ def test_bad_alert_config_fails_in_one_line(tmp_path, body, key, problem):
         config.load(p)
     msg = str(exc.value)
     assert "\n" not in msg and f"key {key}" in msg and problem in msg and exc.value.line_no is not None
+
+
+def test_the_example_config_documents_every_alert_key_and_parses():
+    from conftest import ROOT
+    example = ROOT / "data" / "gpuledger.example.toml"
+    cfg = config.load(example)
+    assert [r.kind for r in cfg.alerts] == list(config.ALERT_KINDS)
+    assert cfg.delivery.smtp.host == "smtp.example.org" and cfg.delivery.webhooks["ops-slack"].shape == "slack"
+    text = example.read_text()
+    keys = {*config.DELIVERY_KEYS, *config.WEBHOOK_KEYS, *config.ALERT_KEYS, "threshold"}
+    assert not [k for k in sorted(keys) if f"{k} =" not in text]
