@@ -300,3 +300,19 @@ def test_the_example_config_documents_every_alert_key_and_parses():
     text = example.read_text()
     keys = {*config.DELIVERY_KEYS, *config.WEBHOOK_KEYS, *config.ALERT_KEYS, "threshold"}
     assert not [k for k in sorted(keys) if f"{k} =" not in text]
+
+
+def test_report_alerts_says_who_was_told_what_when(lab, tmp_path, capsys):
+    (tmp_path / "governance.toml").write_text("")
+    with http_receiver() as hook:
+        cfg = service_config(tmp_path, lab, None, hook.url, RULES.split("[[alerts]]\nname = \"idle\"")[0]
+                             .replace('["lead@example.org", "fin@example.org"]', '["webhook:ops"]'))
+        run_once(lab, cfg, NOW)
+    assert dfx.gpuledger.main(["--db", str(lab), "report", "alerts", "--format", "json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [(r["rule"], r["subject"], r["told_fired"], r["resolved_at"]) for r in rows] == [
+        ("budget-90", "team:vision:2026-10:money", "webhook:ops", None)]
+    assert dfx.gpuledger.main(["--db", str(lab), "report", "alerts", "--view", "deliveries", "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert [(x["recipient"], x["event"], x["ok"]) for x in d] == [("webhook:ops", "fired", True)]
+    assert d[0]["subject_line"].startswith("[gpuledger] 1 alert firing: team vision forecast at")
