@@ -21,7 +21,7 @@ from mail_servers import PASSWORD, USER, free_port, http_receiver, smtp_server
 from models.forecasting import budgets, capacity
 from models.metrics import blocked, efficiency, timeline
 from models.pipeline import refresh
-from models.service import alerts, config, delivery, loop
+from models.service import alerts, config, delivery, health, loop
 from telemetry_fixtures import add_jobs, busy, load_readings, readings
 
 BUDGETS = """
@@ -265,6 +265,9 @@ notify = ["ops@example.org"]
         assert set(msgs) == {"lead@example.org", "fin@example.org", "ops@example.org"}
         assert "source sacct of lab: never succeeded" in mail.body(msgs["ops@example.org"])
         assert c.snapshot()["alerts"] == {"fired": 2, "resolved": 0, "delivered": 3, "undelivered": 0}
+        text = health.metrics(c.snapshot())
+        assert 'gpuledger_alert_events_total{event="fired"} 2.0' in text
+        assert 'gpuledger_alert_deliveries_total{outcome="delivered"} 3.0' in text
 
 
 @pytest.mark.parametrize("body, key, problem", [
