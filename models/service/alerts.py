@@ -48,6 +48,10 @@ class Condition:
 
 # ------------------------------------------------------------------ conditions, one function per kind
 
+def _gpus(n: float) -> str:
+    return f"{n:g} GPU" + ("" if n == 1 else "s")
+
+
 def _budget(con, rule: AlertRule, hz, now) -> list[Condition]:
     try:
         rep = budgets.report(con)
@@ -84,7 +88,7 @@ def _idle(con, rule: AlertRule, hz, now) -> list[Condition]:
     out = []
     for t in teams.iter_rows(named=True):
         mine = jobs.filter(pl.col("team") == t["team"]).sort("idle_alloc_gpu_h", descending=True)
-        lines = tuple(f"job {j['job_id']} ({j['user']}, {j['ngpus']:g} GPUs{', running' if j['running'] else ''}): "
+        lines = tuple(f"job {j['job_id']} ({j['user']}, {_gpus(j['ngpus'])}{', running' if j['running'] else ''}): "
                       f"{j['idle_alloc_gpu_h']:,.2f} idle GPU-h of {j['alloc_gpu_h']:,.2f}"
                       for j in mine.head(JOBS_NAMED).iter_rows(named=True))
         more = mine.height - JOBS_NAMED
@@ -106,7 +110,7 @@ def _zero(con, rule: AlertRule, hz, now) -> list[Condition]:
         runs = runs.filter(pl.col("team").is_in(rule.teams))
     return [Condition(
         f"{j['cluster']}/{j['job_id']}", j["zero_hours"],
-        f"job {j['job_id']} of {j['user']} (team {j['team'] or 'unmapped'}) held {j['ngpus']:g} GPUs at 0 % "
+        f"job {j['job_id']} of {j['user']} (team {j['team'] or 'unmapped'}) held {_gpus(j['ngpus'])} at 0 % "
         f"for {j['zero_hours']:g} h",
         (f"from {j['zero_from']:%Y-%m-%d %H:%M} to {j['zero_to']:%Y-%m-%d %H:%M} UTC: "
          f"{j['zero_gpu_h']:,.2f} GPU-hours allocated at 0 %",),
