@@ -26,6 +26,7 @@ from models.metrics import blocked as blocked_mod, chargeback as chargeback_mod,
 from models.metrics import fairness as fairness_mod, fragmentation as fragmentation_mod, queue as queue_mod
 from models.metrics import timeline, utilization as utilization_mod
 from models.metrics import pending as pending_mod, preemption as preemption_mod, reservations as reservations_mod
+from models.metrics import alerts as alerts_mod
 from models.simulation import simulate as simulate_mod, whatif as whatif_mod
 
 
@@ -217,6 +218,12 @@ def budgets(version: str, period: str) -> pl.DataFrame | str:
         return budgets_mod.report(_cursor(version), period)
     except CostError as exc:
         return str(exc)
+
+
+@st.cache_data(**CACHE)
+def alert_history(version: str) -> pl.DataFrame:
+    """`gpuledger report alerts`'s table (every episode of the service's alert rules), empty without any."""
+    return alerts_mod.history(_cursor(version))
 
 
 # ---------------------------------------------------------------- forecasts (models/capacity.py + forecast.py, issue 7)

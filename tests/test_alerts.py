@@ -356,3 +356,21 @@ def test_each_run_of_evaluations_holding_a_condition_is_one_alert(episode_db, ho
     got = episode_db.execute("SELECT subject, fired_at, resolved_at FROM alerts WHERE rule = ? ORDER BY subject, "
                              "fired_at", [rule.name]).fetchall()
     assert got == sorted(want, key=lambda x: (x[0], x[1]))
+
+
+def test_data_health_page_lists_the_alerts_as_the_report_does(lab, tmp_path, monkeypatch, capsys):
+    (tmp_path / "governance.toml").write_text("")
+    with http_receiver() as hook:
+        cfg = service_config(tmp_path, lab, None, hook.url, RULES.replace(
+            '["lead@example.org", "fin@example.org"]', '["webhook:ops"]').replace(
+            '["lead@example.org", "webhook:ops"]', '["webhook:ops"]'))
+        run_once(lab, cfg, NOW)
+    con = warehouse.connect(lab)
+    warehouse.publish_serving(con, lab)                  # the service publishes at its next cycle
+    con.close()
+    assert dfx.gpuledger.main(["--db", str(lab), "report", "alerts", "--format", "json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    at = dfx.open_page(dfx.app(lab, monkeypatch), "data_health")
+    page = dfx.frame_with(at, "Rule", "What was said", "Told it fired")
+    assert list(page["What was said"]) == [r["summary"] for r in cli] and len(cli) == 4
+    assert set(page["Told it fired"]) == {"webhook:ops"}
