@@ -45,6 +45,19 @@ if sources.height:
                      "collection; a failing source is retried with backoff while the others go on "
                      "(cluster * is the governance file). As of the dashboard's snapshot.")
 
+# ---------------------------------------------------------------- alerts of the service (issue 19)
+fired = model_reads.alert_history(ctx.version)
+if fired.height:
+    st.subheader("Alerts")
+    ui.table(fired.select("fired_at", "resolved_at", "rule", "kind", "summary", "told_fired", "told_resolved",
+                          "undelivered"),
+             key="alerts", file_stem="alerts", ctx=ctx,
+             columns={"fired_at": "Fired (UTC)", "resolved_at": "Resolved (UTC)", "rule": "Rule", "kind": "Kind",
+                      "summary": "What was said", "told_fired": "Told it fired", "told_resolved": "Told it resolved",
+                      "undelivered": "Not delivered (yet)"},
+             caption="The `[[alerts]]` rules of `gpuledger serve`: one row per episode, newest first, and who was "
+                     "told (`gpuledger report alerts`). As of the dashboard's snapshot.")
+
 # ---------------------------------------------------------------- ingest runs
 st.subheader("Ingest runs")
 runs = queries.ingest_runs(ctx.version, f)

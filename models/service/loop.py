@@ -29,11 +29,13 @@ from typing import Callable
 
 from ingest import warehouse
 from models.pipeline import refresh
-from models.service import health
+from models.service import alerts, health
 from models.service.config import ServiceConfig, SourceConfig
 from models.service.sources import KINDS
 
 log = logging.getLogger("gpuledger.service")
+#: the longest time between two alert evaluations when no refresh triggers one (stale sources need the clock)
+ALERT_EVERY_S = 300
 
 
 @dataclass
@@ -74,6 +76,8 @@ class Collector:
         self.need_refresh = True                      # the first cycle brings the marts up to date
         self.heartbeat = time.monotonic()
         self.child: subprocess.Popen | None = None
+        self.alerts_at = 0.0                          # time.monotonic() of the last alert evaluation
+        self.alert_counts = {"fired": 0, "resolved": 0, "delivered": 0, "undelivered": 0}
 
     # ------------------------------------------------------------ schedule
 
@@ -134,12 +138,52 @@ class Collector:
                 return self._cycle_failed(f"refresh failed: {one_line(exc)}")
         finally:
             con.close()
+        self._alert_round(refreshed=timed["refresh"] > 0 or timed["publish"] > 0)
         with self.lock:
             self.cycles += 1
             self.cycle_error = None
             self.last_cycle_end = time.time()
             self.timings = {**timed, "cycle": time.perf_counter() - t0}     # one cycle's figures together
         return True
+
+    # ------------------------------------------------------------ alerts (issue 19)
+
+    def _alert_round(self, refreshed: bool) -> None:
+        """After a refresh (or every ALERT_EVERY_S, for the wall-clock rules): evaluate the rules on a read-only
+        connection (readers keep the file meanwhile), store the episodes and compute the digests owed on a short
+        read-write one, send them with the warehouse closed (an SMTP server retried with backoff must not hold
+        it), then record the deliveries. Alerting never fails the cycle: its errors are logged; deliveries not
+        recorded stay owed and go out again."""
+        if not self.cfg.alerts or not (refreshed or time.monotonic() - self.alerts_at >= ALERT_EVERY_S):
+            return
+        self.alerts_at = time.monotonic()
+        try:
+            con = warehouse.connect(self.cfg.warehouse, read_only=True, lock_timeout=self.cfg.lock_timeout_s)
+            try:
+                observed = alerts.observe(con, self.cfg.alerts)
+            finally:
+                con.close()
+            con = warehouse.connect(self.cfg.warehouse, lock_timeout=self.cfg.lock_timeout_s)
+            try:
+                counts = alerts.store(con, observed)
+                digests = alerts.owed(con, self.cfg.alerts, self.cfg.delivery)
+            finally:
+                con.close()
+            with self.lock:
+                self.alert_counts["fired"] += counts["fired"]
+                self.alert_counts["resolved"] += counts["resolved"]
+            results = alerts.send(self.cfg.delivery, digests)
+            with self.lock:
+                self.alert_counts["delivered"] += sum(1 for _, r in results if r.ok)
+                self.alert_counts["undelivered"] += sum(1 for _, r in results if not r.ok)
+            if results:
+                con = warehouse.connect(self.cfg.warehouse, lock_timeout=self.cfg.lock_timeout_s)
+                try:
+                    alerts.record(con, results)
+                finally:
+                    con.close()
+        except Exception:                      # noqa: BLE001 -- collecting data matters more than alerting
+            log.exception("alert round failed")
 
     def _cycle_failed(self, msg: str) -> bool:
         log.error("cycle failed: %s", msg)
@@ -207,7 +251,7 @@ class Collector:
             return {"started": self.started, "cycles": self.cycles, "last_cycle_end": self.last_cycle_end,
                     "cycle_error": self.cycle_error, "timings": dict(self.timings), "heartbeat": self.heartbeat,
                     "cycle_s": self.cfg.cycle_s, "max_cycle_age_s": self.cfg.max_cycle_age_s,
-                    "warehouse": str(self.cfg.warehouse),
+                    "warehouse": str(self.cfg.warehouse), "alerts": dict(self.alert_counts),
                     "child_exit": self.child.poll() if self.child is not None else None,
                     "sources": [{"cluster": st.cfg.key[0], "source": st.cfg.key[1],
                                  "last_attempt": st.last_attempt, "last_success": st.last_success,
