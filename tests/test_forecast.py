@@ -90,10 +90,21 @@ def test_combination_keeps_the_singles_not_clearly_worse_than_the_best():
     w = F.combination_weights({"ETS": ETS_O, "Theta": THETA_O, "ARIMA": ARIMA_O}, step=7, horizon=28)
     assert set(w) == {"ETS", "ARIMA"}
     assert F.n_independent(6, 7, 28) == pytest.approx(2.25) and F.n_independent(6, 7, 7) == 6
-    # 4 origins: 1.75 independent windows, nothing can be told apart, every single is kept
+    # 4 origins: 1.75 independent windows, the t-test cannot tell them apart; ARIMA (better than ETS at the
+    # first origin) is kept, Theta, worse than ETS at every one of the 4 origins, is dominated and left out
     w = F.combination_weights({"ETS": ETS_O[:4], "Theta": THETA_O[:4], "ARIMA": ARIMA_O[:4]}, step=7, horizon=28)
+    assert set(w) == {"ETS", "ARIMA"}
+    # 2 origins: too few even to be dominated, every single is kept
+    w = F.combination_weights({"ETS": ETS_O[:2], "Theta": THETA_O[:2], "ARIMA": ARIMA_O[:2]}, step=7, horizon=28)
     assert set(w) == {"ETS", "Theta", "ARIMA"}
     assert F.combination_weights({"ETS": [0.0] * 4, "Theta": [1.0] * 4}) == {"ETS": 1.0}
+
+
+def test_dominated_means_worse_at_every_one_of_at_least_three_origins():
+    assert F.dominated(np.array([0.1, 0.01, 2.0])) and F.dominated([0.5] * 5)
+    assert not F.dominated(np.array([0.1, 0.0, 2.0]))            # a tie at one origin: not everywhere worse
+    assert not F.dominated(np.array([0.1, -0.3, 2.0, 1.0]))
+    assert not F.dominated(np.array([1.0, 1.0]))                  # two origins: too few
 
 
 def test_choice_is_the_combination_and_names_every_member():
@@ -129,7 +140,7 @@ def test_combination_weights_sum_to_one_and_the_best_weighs_most(mase_o, step_h)
     assert sum(w.values()) == pytest.approx(1.0) and best in w
     assert all(w[best] >= v - 1e-12 for v in w.values())
     worse = {c: [x + 1.0 for x in mase_o[best]] for c in F.SINGLES if c not in mase_o}
-    if worse and step_h != (7, 28):                        # worse by 1 at every origin: always left out
+    if worse:                                  # worse by 1 at every origin: always left out (t-test or dominated)
         assert not set(F.combination_weights({**mase_o, **worse}, *step_h)) & set(worse)
 
 

@@ -190,23 +190,41 @@ def clearly_worse(d: np.ndarray, n_eff: float, level: float = KEEP_LEVEL) -> boo
     return t >= float(student_t.ppf(level, n_eff - 1))
 
 
+#: Origins a single must lose at, every one of them, to be left out without a test (`dominated`).
+DOMINATED_ORIGINS = 3
+
+
+def dominated(d: np.ndarray) -> bool:
+    """Whether per-origin differences d = MASE(other) - MASE(best) are positive at every origin, with at least
+    DOMINATED_ORIGINS origins. The t-test of `clearly_worse` needs more than two independent windows; long
+    horizons on short histories (28 days from 5 origins a week apart) have fewer, and then a model that loses
+    at every origin was averaged in with a fifth of the weight. Losing everywhere is the evidence that is
+    left: a sign test's 2^-K (0.125 at K = 3) if the origins were independent, weaker as they overlap, and the
+    dropped model is still a candidate at the next refresh."""
+    d = np.asarray(d, float)
+    return len(d) >= DOMINATED_ORIGINS and bool(np.all(d > 0))
+
+
 def combination_weights(mase_o: dict[str, np.ndarray], step: int = 1, horizon: int = 1) -> dict[str, float]:
     """Weights (summing to 1) of the singles that the backtest does not show clearly worse than the best one.
 
     ``mase_o``: per candidate, the mean MASE at each backtest origin. The best single is the lowest mean;
     another is left out when its per-origin MASE exceeds the best's with one-sided confidence KEEP_LEVEL
     (paired t-test on the differences, counting n_eff = 1 + (K-1)·step/horizon independent origins because
-    the forecast windows of successive origins overlap when the horizon exceeds the step). The others are weighted
+    the forecast windows of successive origins overlap when the horizon exceeds the step), or when it is
+    worse than the best at every one of at least three origins (`dominated`). The others are weighted
     by inverse mean MASE. So a model that loses at every origin gets nothing, and models the backtest cannot
     tell apart are averaged (the combination "puzzle": averages of comparable forecasts beat picking one on a
-    few noisy origins). With under two independent origins nothing can be told apart: every single is kept."""
+    few noisy origins). With two independent origins or fewer the t-test cannot tell them apart: every single
+    not dominated is kept."""
     singles = {c: np.asarray(v, float) for c, v in mase_o.items() if c in SINGLES and np.all(np.isfinite(v))}
     if not singles:
         return {}
     mean = {c: float(v.mean()) for c, v in singles.items()}
     best = min(mean, key=lambda c: (mean[c], SINGLES.index(c)))
     n_eff = n_independent(len(singles[best]), step, horizon)
-    keep = [best] + [c for c, v in singles.items() if c != best and not clearly_worse(v - singles[best], n_eff)]
+    keep = [best] + [c for c, v in singles.items() if c != best and not clearly_worse(v - singles[best], n_eff)
+                     and not dominated(v - singles[best])]
     if mean[best] <= 0:
         return {best: 1.0}
     inv = {c: mean[best] / mean[c] for c in keep}          # 1/MASE relative to the best: no overflow near 0
