@@ -107,6 +107,15 @@ def test_dominated_means_worse_at_every_one_of_at_least_three_origins():
     assert not F.dominated(np.array([1.0, 1.0]))                  # two origins: too few
 
 
+def test_level_factor_brings_each_origins_errors_to_the_current_level():
+    # m = 2: the season before origin 2 has mean 1.5, before origin 4 mean 4; the last season (9, 7) mean 8
+    y = np.array([1.0, 2.0, 3.0, 5.0, 6.0, 9.0, 7.0])
+    f = F.level_factor(y, [2, 4], 2)
+    assert f.shape == (2, 1) and f[:, 0] == pytest.approx([(8 / 1.5) ** 0.5, (8 / 4) ** 0.5])
+    assert F.level_factor(np.array([0.0, 0.0, 3.0, 5.0]), [2], 2)[0, 0] == 1.0     # no level at the origin
+    assert np.all(F.level_factor(y - 5, [2, 4], 2) == 1.0)                         # not a level: untouched
+
+
 def test_choice_is_the_combination_and_names_every_member():
     bt = _bt({"ETS": ETS_O, "Theta": THETA_O, "ARIMA": ARIMA_O})
     bt.weights = F.combination_weights(bt.mase_o, bt.step, bt.horizon)

@@ -337,6 +337,28 @@ def _loo_selection(paths: dict[str, Paths], mase_o: dict[str, np.ndarray]) -> np
     return point
 
 
+#: Exponent of the level ratio that brings each origin's backtest errors to the current level (`level_factor`):
+#: 0.5, errors growing with the square root of the level (count-like demand: variance ∝ level).
+LEVEL_POWER = 0.5
+
+
+def level_factor(y: np.ndarray, origins: list[int], m: int) -> np.ndarray:
+    """(K, 1) factors (L_now / L_o)^LEVEL_POWER that scale each backtest origin's standardised errors to the
+    level the forecast starts from: L_o the mean of the season before origin o, L_now that of the last season.
+
+    Why: demand's errors grow with its level, and the models' sd does not follow it between origins (ETS and
+    ARIMA keep the sd of their fit at the first origin, Theta's is the RMSE over the whole history), so on a
+    growing series the early origins' errors, divided by that sd, understate what the forecast from today's
+    level will make. Only for non-negative series (levels of demand); 1 where a level is 0."""
+    if len(y) == 0 or y.min() < 0:
+        return np.ones((len(origins), 1))
+    w = max(m, 1)
+    now = float(np.mean(y[-w:]))
+    lv = np.array([float(np.mean(y[max(0, o - w):o])) for o in origins])
+    ok = (lv > 0) & (now > 0)
+    return np.where(ok, (now / np.where(ok, lv, 1.0)) ** LEVEL_POWER, 1.0)[:, None]
+
+
 def backtest(y: np.ndarray, m: int, h: int, max_origins: int = 28,
              periods: tuple[int, ...] | None = None) -> Backtest | None:
     origins, hb = backtest_origins(len(y), m, h, max_origins)
@@ -353,6 +375,7 @@ def backtest(y: np.ndarray, m: int, h: int, max_origins: int = 28,
         selected = _loo_selection(paths, bt.mase_o)
         bt.selection_o = (np.abs(actual - selected) / scales).mean(axis=1)
         paths["Combination"] = _loo_combination(paths, bt.mase_o, bt.step, hb)
+    lf = level_factor(y, origins, m)
     for name, p in paths.items():
         err = actual - p.point
         mase_oh = np.abs(err) / scales
@@ -361,7 +384,7 @@ def backtest(y: np.ndarray, m: int, h: int, max_origins: int = 28,
         bt.mase[name] = float(mase_oh.mean())
         bt.smape[name] = float(smape(actual, p.point).mean())
         with np.errstate(divide="ignore", invalid="ignore"):
-            absu = np.where(p.sd > 0, np.abs(err) / p.sd, np.where(err == 0, 0.0, 1e12))
+            absu = np.where(p.sd > 0, np.abs(err) / p.sd, np.where(err == 0, 0.0, 1e12)) * lf
         absu = np.nan_to_num(absu, nan=1e12)
         bt.scale[name], bt.coverage[name], bt.coverage_raw[name] = _calibrate(absu)
         bt.absu[name] = np.sort(absu, axis=None)
