@@ -114,6 +114,8 @@ def test_level_factor_brings_each_origins_errors_to_the_current_level():
     assert f.shape == (2, 1) and f[:, 0] == pytest.approx([(8 / 1.5) ** 0.5, (8 / 4) ** 0.5])
     assert F.level_factor(np.array([0.0, 0.0, 3.0, 5.0]), [2], 2)[0, 0] == 1.0     # no level at the origin
     assert np.all(F.level_factor(y - 5, [2, 4], 2) == 1.0)                         # not a level: untouched
+    ramp = np.array([0.1, 0.1, 50.0, 150.0])                      # (100 / 0.1)^0.5 = 31.6, kept at 3; 1/3 below
+    assert F.level_factor(ramp, [2], 2)[0, 0] == 3.0 and F.level_factor(ramp[::-1], [2], 2)[0, 0] == pytest.approx(1 / 3)
 
 
 def test_choice_is_the_combination_and_names_every_member():

@@ -340,6 +340,9 @@ def _loo_selection(paths: dict[str, Paths], mase_o: dict[str, np.ndarray]) -> np
 #: Exponent of the level ratio that brings each origin's backtest errors to the current level (`level_factor`):
 #: 0.5, errors growing with the square root of the level (count-like demand: variance ∝ level).
 LEVEL_POWER = 0.5
+#: ... kept within [1/3, 3]: a pool that grew from almost nothing (level 0.1 to 100) would otherwise give its
+#: early errors 30 times their weight and bands far wider than any error it ever made.
+LEVEL_CLIP = 3.0
 
 
 def level_factor(y: np.ndarray, origins: list[int], m: int) -> np.ndarray:
@@ -349,14 +352,16 @@ def level_factor(y: np.ndarray, origins: list[int], m: int) -> np.ndarray:
     Why: demand's errors grow with its level, and the models' sd does not follow it between origins (ETS and
     ARIMA keep the sd of their fit at the first origin, Theta's is the RMSE over the whole history), so on a
     growing series the early origins' errors, divided by that sd, understate what the forecast from today's
-    level will make. Only for non-negative series (levels of demand); 1 where a level is 0."""
+    level will make. Only for non-negative series (levels of demand); 1 where a level is 0; within
+    [1/LEVEL_CLIP, LEVEL_CLIP]."""
     if len(y) == 0 or y.min() < 0:
         return np.ones((len(origins), 1))
     w = max(m, 1)
     now = float(np.mean(y[-w:]))
     lv = np.array([float(np.mean(y[max(0, o - w):o])) for o in origins])
     ok = (lv > 0) & (now > 0)
-    return np.where(ok, (now / np.where(ok, lv, 1.0)) ** LEVEL_POWER, 1.0)[:, None]
+    f = np.where(ok, (now / np.where(ok, lv, 1.0)) ** LEVEL_POWER, 1.0)
+    return np.clip(f, 1 / LEVEL_CLIP, LEVEL_CLIP)[:, None]
 
 
 def backtest(y: np.ndarray, m: int, h: int, max_origins: int = 28,
