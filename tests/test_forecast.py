@@ -90,10 +90,32 @@ def test_combination_keeps_the_singles_not_clearly_worse_than_the_best():
     w = F.combination_weights({"ETS": ETS_O, "Theta": THETA_O, "ARIMA": ARIMA_O}, step=7, horizon=28)
     assert set(w) == {"ETS", "ARIMA"}
     assert F.n_independent(6, 7, 28) == pytest.approx(2.25) and F.n_independent(6, 7, 7) == 6
-    # 4 origins: 1.75 independent windows, nothing can be told apart, every single is kept
+    # 4 origins: 1.75 independent windows, the t-test cannot tell them apart; ARIMA (better than ETS at the
+    # first origin) is kept, Theta, worse than ETS at every one of the 4 origins, is dominated and left out
     w = F.combination_weights({"ETS": ETS_O[:4], "Theta": THETA_O[:4], "ARIMA": ARIMA_O[:4]}, step=7, horizon=28)
+    assert set(w) == {"ETS", "ARIMA"}
+    # 2 origins: too few even to be dominated, every single is kept
+    w = F.combination_weights({"ETS": ETS_O[:2], "Theta": THETA_O[:2], "ARIMA": ARIMA_O[:2]}, step=7, horizon=28)
     assert set(w) == {"ETS", "Theta", "ARIMA"}
     assert F.combination_weights({"ETS": [0.0] * 4, "Theta": [1.0] * 4}) == {"ETS": 1.0}
+
+
+def test_dominated_means_worse_at_every_one_of_at_least_three_origins():
+    assert F.dominated(np.array([0.1, 0.01, 2.0])) and F.dominated([0.5] * 5)
+    assert not F.dominated(np.array([0.1, 0.0, 2.0]))            # a tie at one origin: not everywhere worse
+    assert not F.dominated(np.array([0.1, -0.3, 2.0, 1.0]))
+    assert not F.dominated(np.array([1.0, 1.0]))                  # two origins: too few
+
+
+def test_level_factor_brings_each_origins_errors_to_the_current_level():
+    # m = 2: the season before origin 2 has mean 1.5, before origin 4 mean 4; the last season (9, 7) mean 8
+    y = np.array([1.0, 2.0, 3.0, 5.0, 6.0, 9.0, 7.0])
+    f = F.level_factor(y, [2, 4], 2)
+    assert f.shape == (2, 1) and f[:, 0] == pytest.approx([(8 / 1.5) ** 0.5, (8 / 4) ** 0.5])
+    assert F.level_factor(np.array([0.0, 0.0, 3.0, 5.0]), [2], 2)[0, 0] == 1.0     # no level at the origin
+    assert np.all(F.level_factor(y - 5, [2, 4], 2) == 1.0)                         # not a level: untouched
+    ramp = np.array([0.1, 0.1, 50.0, 150.0])                      # (100 / 0.1)^0.5 = 31.6, kept at 3; 1/3 below
+    assert F.level_factor(ramp, [2], 2)[0, 0] == 3.0 and F.level_factor(ramp[::-1], [2], 2)[0, 0] == pytest.approx(1 / 3)
 
 
 def test_choice_is_the_combination_and_names_every_member():
@@ -129,7 +151,7 @@ def test_combination_weights_sum_to_one_and_the_best_weighs_most(mase_o, step_h)
     assert sum(w.values()) == pytest.approx(1.0) and best in w
     assert all(w[best] >= v - 1e-12 for v in w.values())
     worse = {c: [x + 1.0 for x in mase_o[best]] for c in F.SINGLES if c not in mase_o}
-    if worse and step_h != (7, 28):                        # worse by 1 at every origin: always left out
+    if worse:                                  # worse by 1 at every origin: always left out (t-test or dominated)
         assert not set(F.combination_weights({**mase_o, **worse}, *step_h)) & set(worse)
 
 

@@ -190,23 +190,41 @@ def clearly_worse(d: np.ndarray, n_eff: float, level: float = KEEP_LEVEL) -> boo
     return t >= float(student_t.ppf(level, n_eff - 1))
 
 
+#: Origins a single must lose at, every one of them, to be left out without a test (`dominated`).
+DOMINATED_ORIGINS = 3
+
+
+def dominated(d: np.ndarray) -> bool:
+    """Whether per-origin differences d = MASE(other) - MASE(best) are positive at every origin, with at least
+    DOMINATED_ORIGINS origins. The t-test of `clearly_worse` needs more than two independent windows; long
+    horizons on short histories (28 days from 5 origins a week apart) have fewer, and then a model that loses
+    at every origin was averaged in with a fifth of the weight. Losing everywhere is the evidence that is
+    left: a sign test's 2^-K (0.125 at K = 3) if the origins were independent, weaker as they overlap, and the
+    dropped model is still a candidate at the next refresh."""
+    d = np.asarray(d, float)
+    return len(d) >= DOMINATED_ORIGINS and bool(np.all(d > 0))
+
+
 def combination_weights(mase_o: dict[str, np.ndarray], step: int = 1, horizon: int = 1) -> dict[str, float]:
     """Weights (summing to 1) of the singles that the backtest does not show clearly worse than the best one.
 
     ``mase_o``: per candidate, the mean MASE at each backtest origin. The best single is the lowest mean;
     another is left out when its per-origin MASE exceeds the best's with one-sided confidence KEEP_LEVEL
     (paired t-test on the differences, counting n_eff = 1 + (K-1)·step/horizon independent origins because
-    the forecast windows of successive origins overlap when the horizon exceeds the step). The others are weighted
+    the forecast windows of successive origins overlap when the horizon exceeds the step), or when it is
+    worse than the best at every one of at least three origins (`dominated`). The others are weighted
     by inverse mean MASE. So a model that loses at every origin gets nothing, and models the backtest cannot
     tell apart are averaged (the combination "puzzle": averages of comparable forecasts beat picking one on a
-    few noisy origins). With under two independent origins nothing can be told apart: every single is kept."""
+    few noisy origins). With two independent origins or fewer the t-test cannot tell them apart: every single
+    not dominated is kept."""
     singles = {c: np.asarray(v, float) for c, v in mase_o.items() if c in SINGLES and np.all(np.isfinite(v))}
     if not singles:
         return {}
     mean = {c: float(v.mean()) for c, v in singles.items()}
     best = min(mean, key=lambda c: (mean[c], SINGLES.index(c)))
     n_eff = n_independent(len(singles[best]), step, horizon)
-    keep = [best] + [c for c, v in singles.items() if c != best and not clearly_worse(v - singles[best], n_eff)]
+    keep = [best] + [c for c, v in singles.items() if c != best and not clearly_worse(v - singles[best], n_eff)
+                     and not dominated(v - singles[best])]
     if mean[best] <= 0:
         return {best: 1.0}
     inv = {c: mean[best] / mean[c] for c in keep}          # 1/MASE relative to the best: no overflow near 0
@@ -319,6 +337,33 @@ def _loo_selection(paths: dict[str, Paths], mase_o: dict[str, np.ndarray]) -> np
     return point
 
 
+#: Exponent of the level ratio that brings each origin's backtest errors to the current level (`level_factor`):
+#: 0.5, errors growing with the square root of the level (count-like demand: variance ∝ level).
+LEVEL_POWER = 0.5
+#: ... kept within [1/3, 3]: a pool that grew from almost nothing (level 0.1 to 100) would otherwise give its
+#: early errors 30 times their weight and bands far wider than any error it ever made.
+LEVEL_CLIP = 3.0
+
+
+def level_factor(y: np.ndarray, origins: list[int], m: int) -> np.ndarray:
+    """(K, 1) factors (L_now / L_o)^LEVEL_POWER that scale each backtest origin's standardised errors to the
+    level the forecast starts from: L_o the mean of the season before origin o, L_now that of the last season.
+
+    Why: demand's errors grow with its level, and the models' sd does not follow it between origins (ETS and
+    ARIMA keep the sd of their fit at the first origin, Theta's is the RMSE over the whole history), so on a
+    growing series the early origins' errors, divided by that sd, understate what the forecast from today's
+    level will make. Only for non-negative series (levels of demand); 1 where a level is 0; within
+    [1/LEVEL_CLIP, LEVEL_CLIP]."""
+    if len(y) == 0 or y.min() < 0:
+        return np.ones((len(origins), 1))
+    w = max(m, 1)
+    now = float(np.mean(y[-w:]))
+    lv = np.array([float(np.mean(y[max(0, o - w):o])) for o in origins])
+    ok = (lv > 0) & (now > 0)
+    f = np.where(ok, (now / np.where(ok, lv, 1.0)) ** LEVEL_POWER, 1.0)
+    return np.clip(f, 1 / LEVEL_CLIP, LEVEL_CLIP)[:, None]
+
+
 def backtest(y: np.ndarray, m: int, h: int, max_origins: int = 28,
              periods: tuple[int, ...] | None = None) -> Backtest | None:
     origins, hb = backtest_origins(len(y), m, h, max_origins)
@@ -335,6 +380,7 @@ def backtest(y: np.ndarray, m: int, h: int, max_origins: int = 28,
         selected = _loo_selection(paths, bt.mase_o)
         bt.selection_o = (np.abs(actual - selected) / scales).mean(axis=1)
         paths["Combination"] = _loo_combination(paths, bt.mase_o, bt.step, hb)
+    lf = level_factor(y, origins, m)
     for name, p in paths.items():
         err = actual - p.point
         mase_oh = np.abs(err) / scales
@@ -343,7 +389,7 @@ def backtest(y: np.ndarray, m: int, h: int, max_origins: int = 28,
         bt.mase[name] = float(mase_oh.mean())
         bt.smape[name] = float(smape(actual, p.point).mean())
         with np.errstate(divide="ignore", invalid="ignore"):
-            absu = np.where(p.sd > 0, np.abs(err) / p.sd, np.where(err == 0, 0.0, 1e12))
+            absu = np.where(p.sd > 0, np.abs(err) / p.sd, np.where(err == 0, 0.0, 1e12)) * lf
         absu = np.nan_to_num(absu, nan=1e12)
         bt.scale[name], bt.coverage[name], bt.coverage_raw[name] = _calibrate(absu)
         bt.absu[name] = np.sort(absu, axis=None)
