@@ -106,28 +106,40 @@ def test_incremental_demand_and_timeline_equal_a_full_rebuild(hist):
         con.close()
 
 
-def test_an_unchanged_refresh_keeps_the_rows_and_a_new_job_restages_only_what_it_touches():
-    """By hand: job 1 finished on 03-01, job 2 running from 03-02 10:00; a batch ending job 2 and adding job 3
-    restages jobs 2 and 3 (job 1 is neither changed, open nor placed again after the timeline's T)."""
+def test_a_batch_restages_only_what_it_touches_and_an_open_job_follows_the_medians():
+    """By hand: job 1 finished on 03-01 (4 GPUs x 4 h), job 2 running from 03-02 10:00, job 4 (ops: unmapped)
+    pending since 03-01 01:00 for 4 h100 GPUs. A batch ending job 2 (18.5 h) and adding job 3 (8 h) restages jobs
+    2, 3 and 4 (job 1 is neither changed, open nor placed again); days from 03-02 are recomputed (job 2's
+    submit), and of 03-01 only the demanded GPU-hours: job 4's estimate is the cluster's median run time, 4 h
+    before (job 1 alone), 8 h after (4, 8, 18.5 h)."""
     con = warehouse.connect(":memory:")
     try:
         j1 = tf.Job(1, "u1", "ml", "p1", 4, ["n1"], start=tf.T("03-01 02:00"), end=tf.T("03-01 06:00"))
         j2 = tf.Job(2, "u2", "cv", "p1", 2, ["n1"], start=tf.T("03-02 10:00"))
-        tf.load(con, "c", [j1, j2], NODES, team_map=tf.TEAMS, refresh=False)
+        j4 = tf.Job(4, "u3", "ops", "p2", 4, submit=tf.T("03-01 01:00"), gpu_type="h100")
+        tf.load(con, "c", [j1, j2, j4], NODES, team_map=tf.TEAMS, refresh=False)
         _refresh(con)
-        before = con.sql("SELECT * FROM demand_day WHERE ts = '2024-03-01' ORDER BY ALL").fetchall()
-        # served on 03-01: job 1's 4 GPUs x 4 h = 16 GPU-hours for research (ml) on a100
-        assert [(r[1], r[2], r[4], r[6]) for r in before if r[6]] == [("c", "a100", "research", 16.0)]
+
+        def day1():
+            return con.sql("""SELECT team, served_gpu_hours, demanded_gpu_hours, estimated_gpu_hours FROM demand_day
+                              WHERE ts = '2024-03-01' AND (served_gpu_hours > 0 OR demanded_gpu_hours > 0)
+                              ORDER BY team""").fetchall()
+        assert day1() == [("(unmapped)", 0.0, 16.0, 16.0), ("research", 16.0, 16.0, 0.0)]
         j2e = tf.Job(2, "u2", "cv", "p1", 2, ["n1"], start=tf.T("03-02 10:00"), end=tf.T("03-03 04:30"))
         j3 = tf.Job(3, "u1", "ml", "p1", 1, ["n1"], submit=tf.T("03-03 05:10"), start=tf.T("03-03 05:15"),
-                    end=tf.T("03-03 06:00"))
+                    end=tf.T("03-03 13:15"))
         tf.load(con, "c", [j2e, j3], refresh=False)
         timeline_mart.build(con)
-        last = warehouse.mart_run(con, "demand")
-        since = demand._restage(con, last)
+        con.execute("BEGIN")        # what the build will restage (looked at, then rolled back)
+        since, dem_days = demand._restage(con, warehouse.mart_run(con, "demand"))
         assert sorted(r[0] for r in con.sql("SELECT job_uid FROM _dm_aff").fetchall()) == sorted(
-            r[0] for r in con.sql("SELECT job_uid FROM jobs WHERE job_id IN ('2', '3')").fetchall())
-        # job 2's old row (submit 03-02 10:00) is the earliest day its rows may change
-        assert since["c"] == tf.T("03-02 10:00")
+            r[0] for r in con.sql("SELECT job_uid FROM jobs WHERE job_id IN ('2', '3', '4')").fetchall())
+        assert since["c"] == tf.T("03-02 10:00") and dem_days["c"] == [tf.T("03-01 00:00")]
+        con.execute("ROLLBACK")
+        demand.build(con)
+        assert day1() == [("(unmapped)", 0.0, 32.0, 32.0), ("research", 16.0, 16.0, 0.0)]
+        incremental = _marts(con)
+        _refresh(con, full=True)
+        assert _marts(con) == incremental
     finally:
         con.close()

@@ -36,22 +36,39 @@ def _fingerprints(con, clusters: list[str]) -> dict[str, int]:
     return fps
 
 
-def _stage_jobs(con, where: str) -> dict[str, dt.datetime]:
-    """Replace demand_job's rows of the jobs matching ``where`` (over ``jobs j``) by their staging now; returns per
-    cluster the earliest submit among the old and new rows (their demanded GPU-hours sit on that day)."""
+#: demand_job's columns that place a job's figures; of an open job, left_queue and elapsed_s move with the horizon
+#: and the next `sacct` read without moving its rows before the last horizon (they count up to the horizon).
+_PLACING = ("cluster", "partition", "team", "pool", "state", "submit", "eligible", "start", "end", "timelimit_s",
+            "ngpus", "req_gpus")
+
+
+def _stage_jobs(con, where: str) -> tuple[dict, dict]:
+    """Replace demand_job's rows of the jobs matching ``where`` (over ``jobs j``) by their staging now. Returns per
+    cluster (the earliest submit among the old and new rows of jobs that moved: new, gone, or a placing column
+    changed; the UTC days on which open jobs that did not move submitted: only their demanded GPU-hours there
+    change, with the horizon and the medians)."""
     con.execute(f"CREATE OR REPLACE TEMP TABLE _demand_jobs AS {jobs_sql(where)}", {"cluster": None})
-    con.execute(f"""CREATE OR REPLACE TEMP TABLE _dm_old AS SELECT cluster, min(submit) AS s FROM demand_job
-                    WHERE job_uid IN (SELECT job_uid FROM jobs j WHERE {where}) GROUP BY cluster""")
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE _dm_old AS SELECT * FROM demand_job
+                    WHERE job_uid IN (SELECT job_uid FROM jobs j WHERE {where})""")
     con.execute(f"DELETE FROM demand_job WHERE job_uid IN (SELECT job_uid FROM jobs j WHERE {where})")
     con.execute(f"INSERT INTO demand_job ({JOB_COLS}) SELECT {JOB_COLS} FROM _demand_jobs")
-    rows = con.sql("""SELECT cluster, min(s) FROM (SELECT cluster, s FROM _dm_old
-                      UNION ALL SELECT cluster, min(submit) FROM _demand_jobs GROUP BY cluster) GROUP BY cluster""")
-    return {c: s for c, s in rows.fetchall() if s is not None}
+    differs = " OR ".join(f'o."{c}" IS DISTINCT FROM n."{c}"' for c in _PLACING)
+    rows = con.sql(f"""
+        WITH m AS (
+            SELECT coalesce(n.cluster, o.cluster) AS cluster, least(o.submit, n.submit) AS submit, n."end" IS NULL AS open,
+                   o.job_uid IS NULL OR n.job_uid IS NULL OR {differs}
+                   OR (n."end" IS NOT NULL AND o.elapsed_s IS DISTINCT FROM n.elapsed_s) AS moved
+            FROM _dm_old o FULL JOIN _demand_jobs n USING (job_uid))
+        SELECT cluster, min(submit) FILTER (WHERE moved),
+               list(DISTINCT date_trunc('day', submit)) FILTER (WHERE NOT moved AND open)
+        FROM m GROUP BY cluster""").fetchall()
+    return ({c: s for c, s, _ in rows if s is not None}, {c: sorted(d) for c, _, d in rows if d})
 
 
-def _restage(con, last: int) -> dict[str, dt.datetime]:
-    """Restage the jobs whose demand may have changed since ingest run ``last``; returns per cluster the instant
-    from which its rows may differ (the earliest submit of those jobs, the timeline's re-placement)."""
+def _restage(con, last: int) -> tuple[dict, dict]:
+    """Restage the jobs whose demand may have changed since ingest run ``last``; returns per cluster (the instant
+    from which its rows may differ: the earliest submit of jobs that moved, the timeline's re-placement; the
+    earlier days where only demanded GPU-hours may differ: :func:`_stage_jobs`)."""
     placed = warehouse.mart_changes(con, TIMELINE)
     con.execute("CREATE OR REPLACE TEMP TABLE _dm_placed (cluster VARCHAR, t TIMESTAMP)")
     if placed:
@@ -65,15 +82,16 @@ def _restage(con, last: int) -> dict[str, dt.datetime]:
         UNION SELECT d.job_uid FROM demand_job d JOIN _dm_placed p USING (cluster) WHERE d."end" > p.t
         UNION SELECT j.job_uid FROM jobs j JOIN demand_scopes s ON s.scope = j.cluster WHERE j.submit >= s.end_ts""",
                 {"last": last})
-    since = _stage_jobs(con, "j.job_uid IN (SELECT job_uid FROM _dm_aff)")
+    since, dem_days = _stage_jobs(con, "j.job_uid IN (SELECT job_uid FROM _dm_aff)")
     for c, t in placed.items():
         since[c] = min(since.get(c, t), t)
-    return since
+    return since, dem_days
 
 
-def _scope_rows(con, scope: str, since: dt.datetime | None) -> tuple | None:
-    """Recompute ``scope``'s rows from the day of ``since`` (None: every day); returns its (first, end) span or
-    None when it has no jobs. Rows before that day are kept; groups appear or go as the full build's would."""
+def _scope_rows(con, scope: str, since: dt.datetime | None, dem_days: list | None = None) -> tuple | None:
+    """Recompute ``scope``'s rows from the day of ``since`` (None: every day), and the demanded GPU-hours of the
+    earlier ``dem_days``; returns its (first, end) span or None when it has no jobs. Other rows before that day
+    are kept; groups appear or go as the full build's would."""
     cl = None if scope == ALL_CLUSTERS else scope
     con.execute("""CREATE OR REPLACE TEMP VIEW _dm_scope AS
                    SELECT d.*, c.horizon AS hz FROM demand_job d JOIN tl_clusters c USING (cluster)
@@ -98,6 +116,7 @@ def _scope_rows(con, scope: str, since: dt.datetime | None) -> tuple | None:
             p = p.with_columns(pl.lit(None, pl.String).alias("cluster"))
         day_df = pl.concat([day_df, w.select(day_df.columns)])
         peak_df = pl.concat([peak_df, p.select(peak_df.columns)])
+    day_df = _demanded_on(con, day_df, sorted({x for x in dem_days or [] if start <= x < d}))
     grid = pl.DataFrame({"ts": pl.datetime_range(start, end, "1d", closed="left", eager=True)
                          if end > start else []}, schema={"ts": pl.Datetime("us")})
     # the full build's groups: every job's, and (demand_day) any that served GPU-hours on a day of the scope
@@ -115,6 +134,25 @@ def _scope_rows(con, scope: str, since: dt.datetime | None) -> tuple | None:
         out = df.with_columns(pl.lit(scope).alias("scope"))   # noqa: F841  (read by DuckDB below)
         con.execute(f"INSERT INTO {t} BY NAME SELECT * FROM out ORDER BY ts")
     return start, end
+
+
+def _demanded_on(con, day_df: pl.DataFrame, days: list) -> pl.DataFrame:
+    """``day_df`` with the demanded and estimated GPU-hours of ``days`` recomputed from every job of the scope
+    submitted on them (demanded GPU-hours sit on the submit day; served and peaks there did not change)."""
+    if not days:
+        return day_df
+    con.execute("""CREATE OR REPLACE TEMP TABLE _demand_jobs AS SELECT * FROM _dm_scope
+                   WHERE date_trunc('day', submit) IN (SELECT unnest($days::TIMESTAMP[]))""", {"days": days})
+    x = measures(con, "day", list(DIMENSIONS), days[0], days[-1] + dt.timedelta(days=1), peak=False, served=False,
+                 rounded=False, med_from="_dm_scope").filter(pl.col("ts").is_in(days))
+    on = [*GROUP, "ts"]
+    vals = ["demanded_gpu_hours", "estimated_gpu_hours"]
+    hit = pl.col("ts").is_in(days)
+    kept = day_df.filter(~hit)
+    redo = day_df.filter(hit).drop(vals).join(x.select(*on, *vals), on=on, how="left").with_columns(
+        [pl.col(v).fill_null(0.0) for v in vals])
+    new_groups = x.join(day_df.filter(hit), on=on, how="anti").with_columns(pl.lit(0.0).alias("served_gpu_hours"))
+    return pl.concat([kept, redo.select(day_df.columns), new_groups.select(day_df.columns)])
 
 
 def _complete(df: pl.DataFrame, groups: pl.DataFrame, grid: pl.DataFrame, keys: list[str],
@@ -148,17 +186,18 @@ def build(con: duckdb.DuckDBPyConnection, full: bool = False) -> None:
                    and dict(con.sql("SELECT key, value FROM demand_state").fetchall()) == fps)
     with warehouse.transaction(con):
         if incremental:
-            since = _restage(con, last)
+            since, dem_days = _restage(con, last)
         else:
             con.execute("DELETE FROM demand_job")
             _stage_jobs(con, "TRUE")
-            since = {}
+            since, dem_days = {}, {}
         spans = []
         for scope in scopes:
             s = None
             if incremental and scope in old_scopes:   # new days from the last end on, what restaged jobs touch
                 s = min([old_scopes[scope]] + [t for c, t in since.items() if scope in (c, ALL_CLUSTERS)])
-            span = _scope_rows(con, scope, s)
+            span = _scope_rows(con, scope, s, sorted({x for c, ds in dem_days.items() if scope in (c, ALL_CLUSTERS)
+                                                      for x in ds}))
             if span is not None:
                 spans.append((scope, *span))
         for t in ("demand_day", "demand_peak_day", "demand_scopes"):
