@@ -20,7 +20,6 @@ from models.definitions.jobs_sql import PARTITION_POOL_SQL
 from models.definitions.marts import DEMAND as MART, TIMELINE
 from models.definitions.times import floor_day
 from models.kernels.demand_measures import ALL_CLUSTERS, DIMENSIONS, jobs_sql, measures
-from models.marts.rollups import team_fingerprint
 
 #: demand_job's columns (the staged ``_demand_jobs`` without the horizon).
 JOB_COLS = ('job_uid, cluster, partition, team, pool, state, submit, eligible, left_queue, start, "end", elapsed_s, '
@@ -28,9 +27,11 @@ JOB_COLS = ('job_uid, cluster, partition, team, pool, state, submit, eligible, l
 GROUP = ["cluster", "pool", "partition", "team"]
 
 
-def _fingerprints(con, clusters: list[str]) -> dict[str, int]:
-    """What the stored jobs depend on besides their own rows: each cluster's team mapping, the partition pools."""
-    fps = {f"teams:{c}": team_fingerprint(con, c) for c in clusters}
+def _fingerprints(con) -> dict[str, int]:
+    """What the stored jobs depend on besides their own rows: each cluster's team mapping (as the timeline, which
+    runs first, fingerprinted it: models/marts/rollups.team_fingerprint), the partition pools."""
+    fps = dict(con.sql("SELECT 'teams:' || cluster, coalesce(team_fp, 0) FROM tl_clusters WHERE horizon IS NOT NULL")
+               .fetchall())
     fps["pools"] = con.sql(f"""SELECT (coalesce(sum(hash(cluster || '|' || partition || '|' || coalesce(pool, '-'))), 0)
                                        % 18446744073709551557)::UBIGINT FROM ({PARTITION_POOL_SQL})""").fetchall()[0][0]
     return fps
@@ -179,7 +180,7 @@ def build(con: duckdb.DuckDBPyConnection, full: bool = False) -> None:
     clusters = [r[0] for r in con.sql("""SELECT DISTINCT cluster FROM tl_clusters WHERE horizon IS NOT NULL
                                          ORDER BY cluster""").fetchall()]
     scopes = clusters + ([ALL_CLUSTERS] if len(clusters) > 1 else [])
-    fps = _fingerprints(con, clusters)
+    fps = _fingerprints(con)
     last = warehouse.mart_run(con, MART)
     old_scopes = dict(con.sql("SELECT scope, end_ts FROM demand_scopes").fetchall())
     incremental = (not full and last is not None
