@@ -368,6 +368,12 @@ def _sbatch(state: Path, user: str, *args: str) -> str:
     return out.stdout.strip().split(";")[0]
 
 
+def _accounted(job_id: str) -> bool:
+    """True once `sacct` (slurmdbd) returns the job."""
+    return bool(subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "--format=JobID"], capture_output=True,
+                               text=True, timeout=30).stdout.split())
+
+
 def _final(job_id: str) -> bool:
     out = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "--format=State"], capture_output=True,
                          text=True, timeout=30).stdout.split()
@@ -400,6 +406,9 @@ def test_real_slurm_new_job_within_two_cycles_and_downtime_loses_nothing(slurm, 
     try:
         _wait("the first cycle", lambda: run.cycles() >= 1, 60)
         first = _sbatch(slurm, "alice", "-A", "ml", "-p", "a100", "--gres=gpu:a100:1", "--wrap", "sleep 1")
+        # count from when accounting has the job: slurmctld hands it to slurmdbd asynchronously (seconds under
+        # load), and no `sacct` read can see it before; a cycle already past its read then still counts as one
+        _wait(f"job {first} in accounting", lambda: _accounted(first), 60, 0.2)
         c0 = run.cycles()
 
         def published():

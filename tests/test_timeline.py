@@ -209,3 +209,22 @@ def test_incremental_refresh_equals_full_rebuild(hist):
             assert incremental[k] == rebuilt[k], k
     finally:
         con.close()
+
+
+def test_overlapping_outages_of_one_class_pick_the_latest_and_refresh_from_the_old_horizon():
+    """Two open outages of node n1, both 'down' (DOWN from 03-01 00:00, FAIL from 03-01 06:00): the node
+    state names the later one from 06:00 whatever order the rows come in, so an incremental refresh after a new
+    job finds no change before the old horizon (03-02 12:00, job 1's end) and re-places from there."""
+    con = warehouse.connect(":memory:")
+    try:
+        ev = [("n1", T("03-01 00:00"), None, "DOWN", "x"), ("n1", T("03-01 06:00"), None, "FAIL", "y")]
+        tf.load(con, "c", [tf.Job(1, "u", "a", "p", 2, ["n2"], start=T("03-01 02:00"), end=T("03-02 12:00"))],
+                [("n1", 8, "a100", "p"), ("n2", 4, "h100", "p")], ev)
+        assert con.sql("SELECT t0, reason FROM tl_node_state WHERE node = 'n1' ORDER BY t0").fetchall() == [
+            (T("03-01 02:00"), "DOWN"), (T("03-01 06:00"), "FAIL")]
+        tf.load(con, "c", [tf.Job(2, "u", "a", "p", 1, ["n2"], start=T("03-02 13:00"), end=T("03-02 14:00"))],
+                refresh=False)
+        report = timeline_mart.build(con)
+        assert report["c"]["from"] == T("03-02 12:00") and not report["c"]["full"]
+    finally:
+        con.close()

@@ -8,6 +8,7 @@ from ingest.warehouse.audit import IngestAccountingError, IngestRun, get_waterma
 from ingest.warehouse.base import ENV_MEMORY_LIMIT, WarehouseError, bounded_memory, transaction, utcnow
 from ingest.warehouse.connection import DEFAULT_DB, ENV_DB, ENV_LOCK_TIMEOUT, connect, resolve_path
 from ingest.warehouse.mart_state import is_current, mart_run, newest_run, record_mart, states_of
+from ingest.warehouse.mart_state import clear_mart_changes, mart_changes, note_mart_change
 from ingest.warehouse.query import execute, frame, has_table
 from ingest.warehouse.schema import migrate, migration_files, schema_version
 from ingest.warehouse.times import TimeParseError, parse_time
@@ -17,7 +18,8 @@ from ingest.warehouse.serving import (PARTITIONS, SERVING_EXCLUDE, WHOLE, collec
 
 __all__ = ["IngestAccountingError", "IngestRun", "get_watermark", "set_watermark", "ENV_MEMORY_LIMIT", "WarehouseError",
            "bounded_memory", "transaction", "utcnow", "DEFAULT_DB", "ENV_DB", "ENV_LOCK_TIMEOUT", "connect", "resolve_path",
-           "is_current", "mart_run", "newest_run", "record_mart", "states_of", "execute", "frame", "has_table", "migrate",
+           "is_current", "mart_run", "newest_run", "record_mart", "states_of",
+           "clear_mart_changes", "mart_changes", "note_mart_change", "execute", "frame", "has_table", "migrate",
            "migration_files", "schema_version", "SERVING_EXCLUDE", "publish_serving", "serving_path",
            "serving_dir", "read_manifest", "collect_garbage", "note_changed", "WHOLE", "PARTITIONS",
            "table_names", "nothing_loaded", "remove_orphaned_snapshots", "TimeParseError", "parse_time"]

@@ -37,3 +37,20 @@ def record_mart(con: duckdb.DuckDBPyConnection, mart: str, run_id: int) -> None:
 def states_of(con: duckdb.DuckDBPyConnection) -> list[tuple[str, int, object]]:
     """(mart, last_run_id, refreshed_at UTC) of every mart built so far."""
     return con.sql("SELECT mart, last_run_id, refreshed_at FROM mart_state ORDER BY mart").fetchall()
+
+
+def note_mart_change(con: duckdb.DuckDBPyConnection, mart: str, cluster: str, since) -> None:
+    """Journal that ``mart``'s rows of ``cluster`` changed from ``since`` (UTC) on (inside the builder's
+    transaction), for the builders that read them incrementally (:func:`mart_changes`)."""
+    con.execute("INSERT INTO mart_journal VALUES (?, ?, ?, ?)", [mart, cluster, since, utcnow()])
+
+
+def mart_changes(con: duckdb.DuckDBPyConnection, mart: str) -> dict[str, object]:
+    """Per cluster, the earliest instant (UTC) ``mart`` noted a change from since the journal was last cleared."""
+    return dict(con.execute("SELECT cluster, min(since_ts) FROM mart_journal WHERE mart = ? GROUP BY cluster",
+                            [mart]).fetchall())
+
+
+def clear_mart_changes(con: duckdb.DuckDBPyConnection, mart: str) -> None:
+    """Forget ``mart``'s notes (its one consumer read them, inside that consumer's transaction)."""
+    con.execute("DELETE FROM mart_journal WHERE mart = ?", [mart])

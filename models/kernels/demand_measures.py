@@ -19,17 +19,20 @@ DIMENSIONS = ("cluster", "pool", "partition", "team")
 #: The GPU jobs of the demand series, staged once per call: pool (where it ran, else what it asked for: the
 #: definitions of models/definitions/jobs_sql.py), team label, queue entry and exit (the one pending interval),
 #: requested GPUs (a pending array record '123_[5-9,12%4]' counts every task it lists), the cluster's horizon.
-_JOBS_SQL = f"""
-CREATE OR REPLACE TEMP TABLE _demand_jobs AS
+def jobs_sql(where: str = "TRUE") -> str:
+    """SELECT of the staged GPU jobs (``_demand_jobs``' columns) among the jobs ``j`` matching ``where``; the
+    horizon is ``$cluster``'s (every cluster's when NULL)."""
+    ran_of = "" if where == "TRUE" else f"AND job_uid IN (SELECT job_uid FROM jobs j WHERE {where})"
+    return f"""
 WITH tasks AS (
     SELECT job_uid, sum(CASE WHEN r[2] IS NULL THEN 1 ELSE r[2]::BIGINT - r[1]::BIGINT + 1 END) AS n
     FROM (SELECT job_uid, string_split(split_part(trim(unnest(string_split(split_part(array_task_spec, '%', 1), ','))),
                                                   ':', 1), '-') AS r
-          FROM jobs WHERE array_task_spec IS NOT NULL AND state = 'PENDING')
+          FROM jobs j WHERE array_task_spec IS NOT NULL AND state = 'PENDING' AND ({where}))
     GROUP BY job_uid
 ), ran AS (
     SELECT job_uid, arg_max(gpu_type, gpus * (epoch(t1) - epoch(t0))) AS pool FROM tl_job_alloc
-    WHERE gpu_type IS NOT NULL GROUP BY job_uid
+    WHERE gpu_type IS NOT NULL {ran_of} GROUP BY job_uid
 ), hz AS (SELECT cluster, horizon AS hz FROM tl_clusters
           WHERE horizon IS NOT NULL AND ($cluster::VARCHAR IS NULL OR cluster = $cluster::VARCHAR))
 SELECT j.job_uid, j.cluster, coalesce(j.partition, '') AS partition, {team_sql()} AS team,
@@ -41,8 +44,11 @@ FROM jobs j JOIN hz USING (cluster)
 LEFT JOIN ({PARTITION_POOL_SQL}) pp ON pp.cluster = j.cluster AND pp.partition = j.partition
 LEFT JOIN tasks t ON t.job_uid = j.job_uid
 LEFT JOIN ran r ON r.job_uid = j.job_uid
-WHERE (j.ngpus > 0 OR coalesce(j.req_gpus, 0) > 0) AND j.submit IS NOT NULL AND j.submit < hz.hz
+WHERE (j.ngpus > 0 OR coalesce(j.req_gpus, 0) > 0) AND j.submit IS NOT NULL AND j.submit < hz.hz AND ({where})
 """
+
+
+_JOBS_SQL = "CREATE OR REPLACE TEMP TABLE _demand_jobs AS " + jobs_sql()
 
 
 def load_jobs(con, cluster: str | None):
@@ -58,9 +64,10 @@ def empty(by: list[str], peak: bool = True) -> pl.DataFrame:
 
 
 def measures(con, freq: str, by: list[str], start, end, peak: bool = True, served: bool = True,
-              additive: bool = True, rounded: bool = True) -> pl.DataFrame:
+              additive: bool = True, rounded: bool = True, med_from: str = "_demand_jobs") -> pl.DataFrame:
     """_MEASURES_SQL over the staged ``_demand_jobs`` for the buckets [start, end); the parts not asked for are
-    left out (``rounded=False`` keeps the sums unrounded, for the marts)."""
+    left out (``rounded=False`` keeps the sums unrounded, for the marts). ``med_from``: the jobs whose median run
+    time estimates unfinished work (the incremental mart stages only some jobs, the medians are over all)."""
     keys = ", ".join(f'"{k}"' for k in by)
     sel = (keys + ", ") if by else ""
     def join(alias: str) -> str:
@@ -82,7 +89,7 @@ def measures(con, freq: str, by: list[str], start, end, peak: bool = True, serve
         asel="".join(f'{"a.cluster" if k == "cluster" else "coalesce(a.gpu_type, j.pool)" if k == "pool" else "j." + k} AS "{k}", '
                      for k in by),
         served_groups=f"UNION SELECT DISTINCT {sel} 1 FROM served" if served else "",
-        cols=", ".join(c for c in cols if c), joins=joins, pending=sql_list(PENDING_STATES))
+        cols=", ".join(c for c in cols if c), joins=joins, pending=sql_list(PENDING_STATES), med_from=med_from)
     out = con.sql(sql, params={"s": start, "e": end}).pl()
     return out.cast({k: pl.String for k in by}).cast({"ts": pl.Datetime("us")})
 
@@ -97,7 +104,7 @@ WITH grid AS (
 ), groups AS (SELECT DISTINCT {sel} 1 AS one FROM _demand_jobs {served_groups}),
 g AS (SELECT * FROM groups CROSS JOIN grid),
 med AS (
-    SELECT cluster, partition, median(elapsed_s) AS med_s FROM _demand_jobs
+    SELECT cluster, partition, median(elapsed_s) AS med_s FROM {med_from}
     WHERE "end" IS NOT NULL AND start IS NOT NULL GROUP BY GROUPING SETS ((cluster, partition), (cluster))
 ), work AS (   -- run time of work not finished: median of finished jobs (partition, else cluster), <= time limit
     SELECT d.*, least(coalesce(d.timelimit_s, 1e18), coalesce(m.med_s, c.med_s, d.timelimit_s, 0)) AS est_s

@@ -77,14 +77,21 @@ def _node_state_sql() -> str:
     iv AS (SELECT node, t AS t0, lead(t) OVER (PARTITION BY node ORDER BY t) AS t1
            FROM b WHERE t >= $ds AND t <= $hz),
     cls AS (
-      SELECT iv.node, iv.t0, iv.t1, arg_max(i.gpus, i.vf) AS gpus, arg_max(i.gpu_type, i.vf) AS gpu_type,
-             arg_max(i.partitions, i.vf) AS partitions, count(i.node) > 0 AS present
+      SELECT iv.node, iv.t0, iv.t1, arg_max(i.gpus, {{'vf': i.vf, 'g': i.gpus, 't': i.gpu_type, 'p': i.partitions}}) AS gpus,
+             arg_max(i.gpu_type, {{'vf': i.vf, 'g': i.gpus, 't': i.gpu_type, 'p': i.partitions}}) AS gpu_type,
+             arg_max(i.partitions, {{'vf': i.vf, 'g': i.gpus, 't': i.gpu_type, 'p': i.partitions}}) AS partitions,
+             count(i.node) > 0 AS present
       FROM iv LEFT JOIN inv i ON i.node = iv.node AND i.vf <= iv.t0 AND iv.t0 < i.vt
       WHERE iv.t1 IS NOT NULL GROUP BY ALL),
     out AS (
       SELECT c.node, c.t0, c.t1, c.gpus, c.gpu_type, c.partitions, c.present,
-             arg_min(e.cls, CASE e.cls WHEN 'down' THEN 0 ELSE 1 END) AS cls,
-             arg_min(e.state, CASE e.cls WHEN 'down' THEN 0 ELSE 1 END) AS reason
+             -- overlapping events: down first, then the latest to start, then by name; a total order, so a
+             -- rebuild picks what the last one picked (an arbitrary pick among ties made an incremental refresh
+             -- see a change far back and rebuild from there)
+             arg_min(e.cls, {{'p': CASE e.cls WHEN 'down' THEN 0 ELSE 1 END, 'es': -epoch_us(e.es), 'c': e.cls,
+                             's': e.state}}) AS cls,
+             arg_min(e.state, {{'p': CASE e.cls WHEN 'down' THEN 0 ELSE 1 END, 'es': -epoch_us(e.es), 'c': e.cls,
+                               's': e.state}}) AS reason
       FROM cls c LEFT JOIN ev2 e ON e.node = c.node AND e.es <= c.t0 AND c.t0 < e.ee
       GROUP BY ALL)
     SELECT $c AS cluster, node, t0, t1,
@@ -338,6 +345,7 @@ def _build_cluster(con, c: str, ds, hz, old, last_run: int, half_life_s: float |
             _ex(con, f"DELETE FROM {t} WHERE cluster = ?", [c])
         warehouse.note_changed(con, TIMELINE_TABLES)
     p["T"] = T
+    warehouse.note_mart_change(con, marts.TIMELINE, c, T)    # jobs placed again from T on (the demand mart)
     register_ids(con, c)
     _ex(con, "DELETE FROM tl_node_state WHERE cluster = ?", [c])
     _ex(con, "INSERT INTO tl_node_state SELECT cluster, node, t0, t1, gpus, gpu_type, partitions, avail, reason FROM _ns")

@@ -1,0 +1,145 @@
+"""Incremental refresh = full refresh (#15 part 2): after random ingest batches, each followed by an incremental
+refresh of the timeline and the demand marts (models/marts/demand.py: only the jobs changed, open or placed
+again restaged, only the days they touch recomputed), the marts equal a full rebuild from the same warehouse.
+
+The batches are what `gpuledger serve` sees: `sacct` as of successive instants, jobs appearing pending or
+running and later started or finished, and a second cluster (the all-clusters scope) sometimes.
+"""
+from __future__ import annotations
+
+import datetime as dt
+
+import hypothesis.strategies as st
+from hypothesis import HealthCheck, given, settings
+
+import timeline_fixtures as tf
+from ingest import warehouse
+from models.marts import demand, timeline as timeline_mart
+
+NODES = [("n1", 8, "a100", "p1"), ("n2", 4, "h100", "p2"), ("n3", 8, "a100", "p1,p2")]
+
+
+def as_of(job: tf.Job, cut: dt.datetime) -> tf.Job | None:
+    """What `sacct` shows of ``job`` at ``cut``: nothing before its submit, pending before its start, running
+    before its end."""
+    sub = job.submit or job.start
+    if cut is not None and sub >= cut:
+        return None
+    if cut is not None and (job.start is None or job.start >= cut):
+        return tf.Job(job.id, job.user, job.account, job.partition, job.gpus, submit=sub, gpu_type=job.gpu_type)
+    if cut is not None and job.end is not None and job.end >= cut:
+        return tf.Job(job.id, job.user, job.account, job.partition, job.gpus, job.nodes, submit=sub, start=job.start)
+    return job
+
+
+@st.composite
+def histories(draw):
+    """Jobs of cluster 'c' on a 15-minute grid over three days (none overlapping on a node beyond its GPUs), cut
+    into 2-4 batches at random instants (not on hours); some pending to the end, some running to the end."""
+    base = tf.T("03-01 00:00")
+    slot = dt.timedelta(minutes=15)
+    used: dict[str, list] = {n[0]: [] for n in NODES}
+    jobs = []
+    for i in range(draw(st.integers(1, 10))):
+        node, gpus, pool, parts = draw(st.sampled_from(NODES))
+        s = base + slot * draw(st.integers(0, 250))
+        e = None if draw(st.integers(0, 5)) == 0 else s + slot * draw(st.integers(1, 60))
+        g = draw(st.integers(1, 4))
+        busy = sum(b[2] for b in used[node] if b[0] < (e or s + dt.timedelta(days=9)) and (b[1] is None or s < b[1]))
+        sub = s - slot * draw(st.integers(0, 40))
+        user, acct = draw(st.sampled_from([("u1", "ml"), ("u2", "cv"), ("u3", "ops")]))
+        if busy + g > gpus or draw(st.integers(0, 6)) == 0:      # never starts: pending to the end
+            jobs.append(tf.Job(i + 1, user, acct, parts.split(",")[0], g, submit=sub,
+                               gpu_type=draw(st.sampled_from([None, pool]))))
+            continue
+        used[node].append((s, e, g))
+        jobs.append(tf.Job(i + 1, user, acct, parts.split(",")[0], g, [node], submit=sub, start=s, end=e))
+    cuts = sorted(draw(st.lists(st.integers(1, 300), min_size=1, max_size=2, unique=True)))
+    cuts = [base + slot * c + dt.timedelta(minutes=7) for c in cuts] + [None]
+    other = draw(st.booleans())
+    return jobs, cuts, other
+
+
+def _marts(con) -> dict:
+    def rounded(sql):
+        return [tuple(round(v, 6) if isinstance(v, float) else v for v in r) for r in con.sql(sql).fetchall()]
+    return {"scopes": con.sql("SELECT * FROM demand_scopes ORDER BY ALL").fetchall(),
+            "day": rounded("SELECT * FROM demand_day ORDER BY ALL"),
+            "peak": rounded("SELECT * FROM demand_peak_day ORDER BY ALL"),
+            "jobs": con.sql("SELECT * FROM demand_job ORDER BY ALL").fetchall(),
+            "alloc": con.sql("SELECT * FROM tl_job_alloc ORDER BY ALL").fetchall(),
+            "hourly": rounded("SELECT * FROM tl_hourly ORDER BY ALL")}
+
+
+def _refresh(con, full: bool = False) -> None:
+    timeline_mart.build(con, full)
+    demand.build(con, full)
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(histories())
+def test_incremental_demand_and_timeline_equal_a_full_rebuild(hist):
+    jobs, cuts, other = hist
+    con = warehouse.connect(":memory:")
+    try:
+        tf.load(con, "c", [], NODES, team_map=tf.TEAMS + [("ops", "ops")], refresh=False)
+        if other:                 # a second cluster: the all-clusters scope '*' too
+            tf.load(con, "d", [tf.Job(1, "u1", "ml", "p1", 2, ["n1"], start=tf.T("03-02 01:00"),
+                                      end=tf.T("03-02 03:30"))], NODES, refresh=False)
+        shown: dict[int, str] = {}
+        for cut in cuts:
+            batch = []
+            for j in jobs:
+                v = as_of(j, cut)
+                if v is not None and shown.get(j.id) != v.line("c"):
+                    batch.append(v)
+                    shown[j.id] = v.line("c")
+            if batch:
+                tf.load(con, "c", batch, refresh=False)
+            _refresh(con)
+        incremental = _marts(con)
+        _refresh(con, full=True)
+        rebuilt = _marts(con)
+        for k in incremental:
+            assert incremental[k] == rebuilt[k], k
+    finally:
+        con.close()
+
+
+def test_a_batch_restages_only_what_it_touches_and_an_open_job_follows_the_medians():
+    """By hand: job 1 finished on 03-01 (4 GPUs x 4 h), job 2 running from 03-02 10:00, job 4 (ops: unmapped)
+    pending since 03-01 01:00 for 4 h100 GPUs. A batch ending job 2 (18.5 h) and adding job 3 (8 h) restages jobs
+    2, 3 and 4 (job 1 is neither changed, open nor placed again); days from 03-02 are recomputed (job 2's
+    submit), and of 03-01 only the demanded GPU-hours: job 4's estimate is the cluster's median run time, 4 h
+    before (job 1 alone), 8 h after (4, 8, 18.5 h)."""
+    con = warehouse.connect(":memory:")
+    try:
+        j1 = tf.Job(1, "u1", "ml", "p1", 4, ["n1"], start=tf.T("03-01 02:00"), end=tf.T("03-01 06:00"))
+        j2 = tf.Job(2, "u2", "cv", "p1", 2, ["n1"], start=tf.T("03-02 10:00"))
+        j4 = tf.Job(4, "u3", "ops", "p2", 4, submit=tf.T("03-01 01:00"), gpu_type="h100")
+        tf.load(con, "c", [j1, j2, j4], NODES, team_map=tf.TEAMS, refresh=False)
+        _refresh(con)
+
+        def day1():
+            return con.sql("""SELECT team, served_gpu_hours, demanded_gpu_hours, estimated_gpu_hours FROM demand_day
+                              WHERE ts = '2024-03-01' AND (served_gpu_hours > 0 OR demanded_gpu_hours > 0)
+                              ORDER BY team""").fetchall()
+        assert day1() == [("(unmapped)", 0.0, 16.0, 16.0), ("research", 16.0, 16.0, 0.0)]
+        j2e = tf.Job(2, "u2", "cv", "p1", 2, ["n1"], start=tf.T("03-02 10:00"), end=tf.T("03-03 04:30"))
+        j3 = tf.Job(3, "u1", "ml", "p1", 1, ["n1"], submit=tf.T("03-03 05:10"), start=tf.T("03-03 05:15"),
+                    end=tf.T("03-03 13:15"))
+        tf.load(con, "c", [j2e, j3], refresh=False)
+        timeline_mart.build(con)
+        con.execute("BEGIN")        # what the build will restage (looked at, then rolled back)
+        since, dem_days = demand._restage(con, warehouse.mart_run(con, "demand"))
+        assert sorted(r[0] for r in con.sql("SELECT job_uid FROM _dm_aff").fetchall()) == sorted(
+            r[0] for r in con.sql("SELECT job_uid FROM jobs WHERE job_id IN ('2', '3', '4')").fetchall())
+        assert since["c"] == tf.T("03-02 10:00") and dem_days["c"] == [tf.T("03-01 00:00")]
+        con.execute("ROLLBACK")
+        demand.build(con)
+        assert day1() == [("(unmapped)", 0.0, 32.0, 32.0), ("research", 16.0, 16.0, 0.0)]
+        incremental = _marts(con)
+        _refresh(con, full=True)
+        assert _marts(con) == incremental
+    finally:
+        con.close()
