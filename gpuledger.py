@@ -654,6 +654,7 @@ def cmd_report_losses(args) -> int:
 
 def cmd_report_preemption(args) -> int:
     """Preempted GPU-hours per victim team and per preemptor QOS/team, requeues, work lost."""
+    import polars as pl
     from models.metrics import preemption
     lo, hi = _window(args, "report preemption")
     con = _open(args, read_only=True)
@@ -661,7 +662,11 @@ def cmd_report_preemption(args) -> int:
     if views["jobs"].is_empty() and views["victims"].is_empty():
         _say(args, "report preemption: no preempted or requeued jobs in the window")
     _print_views(args, views, "victims")
-    _say(args, "note: work lost is counted from each preempted run's start (no checkpoint interval is known)")
+    v = views["jobs"]
+    if v.height:
+        ck = v.filter(pl.col("basis") == "checkpoint")["work_lost_gpu_h"].sum()
+        _say(args, f"note: work lost = GPUs x time since the last checkpoint for {ck:,.2f} GPU-h (governance "
+                   f"[[checkpoints]]), since the run's start for {v['work_lost_gpu_h'].sum() - ck:,.2f} GPU-h")
     _freshness(args, con)
     return EXIT_OK
 
