@@ -671,11 +671,12 @@ def cmd_report_preemption(args) -> int:
     return EXIT_OK
 
 
-RELIABILITY_VIEWS = ("nodes", "pools", "outages", "offenders", "gpus", "slow-nodes", "slow-jobs")
+RELIABILITY_VIEWS = ("nodes", "pools", "outages", "offenders", "gpus", "slow-nodes", "slow-jobs", "teams", "pull")
 
 
 def cmd_report_reliability(args) -> int:
-    """Node reliability (outages, MTBF/MTTR, repeat offenders, GPUs with XIDs) and slow nodes."""
+    """Node reliability (outages, MTBF/MTTR, repeat offenders, GPUs with XIDs) and slow nodes; the manager's
+    summary (--view teams|pull, by default over the last full month)."""
     from models.metrics import losses, reliability
     lo, hi = _window(args, "report reliability")
     if args.view != "offenders":
@@ -683,6 +684,8 @@ def cmd_report_reliability(args) -> int:
     con = _open(args, read_only=True)
     if not losses.has_marts(con):
         raise CliError("report reliability: the loss marts are not built yet (run `gpuledger refresh`)")
+    if args.view in ("teams", "pull"):
+        return _reliability_summary(args, con, lo, hi)
     views = {"nodes": lambda: reliability.nodes(con, lo, hi, "node"),
              "pools": lambda: reliability.nodes(con, lo, hi, "gpu_type"),
              "outages": lambda: reliability.outages(con, lo, hi),
@@ -703,6 +706,32 @@ def cmd_report_reliability(args) -> int:
         _say(args, f"offenders: one-sided binomial test of each node's failed jobs (NODE_FAIL, BOOT_FAIL, FAILED) "
                    f"against its pool's rate, Benjamini-Hochberg q <= {args.fdr or reliability.FDR} per pool; "
                    f"{int(df['flagged'].sum())} of {df.height} nodes flagged")
+    _freshness(args, con)
+    return EXIT_OK
+
+
+def _reliability_summary(args, con, lo, hi) -> int:
+    """--view teams|pull: the top of the Reliability page (models/metrics/reliability_summary.py); without
+    --from/--to the last full UTC month before the data's horizon."""
+    from models.metrics import reliability, reliability_summary as rs
+    if lo is None and hi is None:
+        month = rs.last_full_month(con)
+        if month is None:
+            _say(args, "report reliability: no timeline yet (run `gpuledger refresh`)")
+            return EXIT_OK
+        lo, hi = month
+        _say(args, f"window: the last full UTC month, {lo:%Y-%m} ({lo:%Y-%m-%d} to {hi:%Y-%m-%d}); "
+                   "--from/--to for another")
+    df = rs.teams(con, lo, hi) if args.view == "teams" else rs.pull(con, lo, hi)
+    if df.is_empty():
+        _say(args, f"report reliability: nothing to report for --view {args.view} in this window"
+                   + (" (no node is a repeat offender, slow, or carries a GPU with hardware XIDs)"
+                      if args.view == "pull" else ""))
+    else:
+        emit(df, args.format, args.out)
+    if not reliability.has_telemetry(con):
+        _say(args, "no GPU telemetry in the warehouse: slow nodes (held back GPU-hours) and XID GPUs cannot be "
+                   "measured (ingest DCGM or nvidia-smi telemetry)")
     _freshness(args, con)
     return EXIT_OK
 
@@ -1483,7 +1512,9 @@ def _losses_parsers(isrep) -> None:
                  "nodes (below their peers in multi-node jobs, from telemetry).")
     _window_options(s)
     s.add_argument("--view", choices=RELIABILITY_VIEWS, default="nodes",
-                   help="nodes (default), pools, outages, offenders, gpus (XIDs), slow-nodes, slow-jobs (evidence)")
+                   help="nodes (default), pools, outages, offenders, gpus (XIDs), slow-nodes, slow-jobs (evidence); "
+                        "teams: per team lost GPU-hours by cause, slow-node held back, preemption, goodput; pull: "
+                        "the ranked nodes to pull with evidence (teams and pull default to the last full month)")
     s.add_argument("--fdr", type=float, metavar="Q", help="with --view offenders: false-discovery rate (default 0.05)")
     _output_options(s)
 

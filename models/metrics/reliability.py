@@ -160,6 +160,14 @@ def gpus(con: duckdb.DuckDBPyConnection, start=None, end=None) -> pl.DataFrame:
                    params=p).pl()
 
 
+#: Per multi-node job ending in [$s, $e) (its telemetry window's end) and node: the job's allocated GPU-seconds
+#: and ``slow`` (below its peers for >= $share of >= $mm shared minutes), the rule of :func:`slow_nodes`.
+SLOW_PAIRS_SQL = """
+    SELECT a.*, g.alloc_gpu_s, a.minutes >= $mm AND a.minutes_below >= $share * a.minutes AS slow
+    FROM job_node_activity a JOIN gpu_efficiency_job g USING (job_uid)
+    WHERE g.window_end >= $s AND g.window_end < $e"""
+
+
 def slow_nodes(con: duckdb.DuckDBPyConnection, start=None, end=None, share: float = SLOW_SHARE,
                min_minutes: int = SLOW_MIN_MINUTES, min_jobs: int = SLOW_MIN_JOBS) -> pl.DataFrame:
     """Nodes that stayed below their peers in multi-node jobs that ended in the window: per node, the multi-node
@@ -171,10 +179,7 @@ def slow_nodes(con: duckdb.DuckDBPyConnection, start=None, end=None, share: floa
     if p is None:
         return pl.DataFrame()
     return con.sql(f"""
-        WITH a AS (
-            SELECT a.*, g.alloc_gpu_s, a.minutes >= $mm AND a.minutes_below >= $share * a.minutes AS slow
-            FROM job_node_activity a JOIN gpu_efficiency_job g USING (job_uid)
-            WHERE g.window_end >= $s AND g.window_end < $e)
+        WITH a AS ({SLOW_PAIRS_SQL})
         SELECT a.cluster, a.node, coalesce(p.gpu_type, '{UNTYPED}') AS gpu_type, count(*) AS multi_node_jobs,
                count(*) FILTER (WHERE slow) AS slow_jobs,
                sum(minutes_below) FILTER (WHERE slow)::BIGINT AS minutes_below,
