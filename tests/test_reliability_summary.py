@@ -59,15 +59,20 @@ def _telemetry() -> str:
     return readings(series)
 
 
-@pytest.fixture(scope="module")
-def july(tmp_path_factory):
-    path = tmp_path_factory.mktemp("summary") / "w.duckdb"
+def build_july(path, publish: bool = False):
+    """The module's warehouse at ``path`` (its serving snapshot beside it when ``publish``)."""
     con = warehouse.connect(path)
     load(con, "c1", _jobs(), NODES, team_map=[("research", "ml"), ("product", "cv")],
          as_of="2026-06-01T00:00:00", refresh=False)
     assert load_readings(con, _telemetry(), cluster="c1")["rejected"] == 0
-    refresh.run(con, path, publish=False)
+    refresh.run(con, path, publish=publish)
     con.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def july(tmp_path_factory):
+    path = build_july(tmp_path_factory.mktemp("summary") / "w.duckdb")
     ro = warehouse.connect(path, read_only=True)
     yield ro, path
     ro.close()
