@@ -757,8 +757,7 @@ def cmd_report_pending(args) -> int:
     gap = _duration(args.max_gap, "--max-gap")
     con = _open(args, read_only=True)
     try:
-        views = {"classes": pending.by_class(con, lo, hi, args.by or "team", gap),
-                 "reasons": pending.by_reason(con, lo, hi, args.by or "team", gap)}
+        views = pending.views(con, lo, hi, args.by or "team", gap)
     except ValueError as exc:
         raise UsageError(f"report pending: {exc}") from exc
     cov = pending.coverage(con)

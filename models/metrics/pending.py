@@ -109,11 +109,19 @@ def by_reason(con, start=None, end=None, by="team", max_gap: str | int = MAX_GAP
             .sort([*dims, "_o", "wait_gpu_h"], descending=[False] * len(dims) + [False, True]).drop("_o"))
 
 
-def by_class(con, start=None, end=None, by="team", max_gap: str | int = MAX_GAP_S) -> pl.DataFrame:
+def views(con, start=None, end=None, by="team", max_gap: str | int = MAX_GAP_S) -> dict[str, pl.DataFrame]:
+    """The report's two views (``classes``, ``reasons``) from one computation of the per-job reason segments."""
+    rs = by_reason(con, start, end, by, max_gap)
+    return {"classes": by_class(con, start, end, by, max_gap, rs), "reasons": rs}
+
+
+def by_class(con, start=None, end=None, by="team", max_gap: str | int = MAX_GAP_S,
+             rs: pl.DataFrame | None = None) -> pl.DataFrame:
     """Per group: waiting GPU-hours per reason class as columns (``priority_gpu_h`` ...), the total, the share that
-    squeue snapshots explain, and beside it the eligible wait blocked by fragmentation (not added)."""
+    squeue snapshots explain, and beside it the eligible wait blocked by fragmentation (not added).
+    ``rs``: :func:`by_reason` of the same window, grouping and gap when already computed."""
     dims = normalise_dims(by, DIMS) or ["team"]
-    rs = by_reason(con, start, end, dims, max_gap)
+    rs = by_reason(con, start, end, dims, max_gap) if rs is None else rs
     if rs.is_empty():
         return rs
     wide = rs.pivot(on="class", index=dims, values="wait_gpu_h", aggregate_function="sum")
