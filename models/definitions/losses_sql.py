@@ -36,6 +36,9 @@ XID_CLASSES = {48: "memory", 63: "memory", 64: "memory", 92: "memory", 94: "memo
                140: "memory", 79: "bus", 74: "nvlink", 13: "application", 31: "application", 43: "application",
                45: "application", 119: "gsp", 120: "gsp"}
 APPLICATION = "application"
+#: XIDs that record a repair the GPU made (63: a page retirement / row remapping recorded): memory class, but
+#: no reason by themselves to pull the node (64, the failure to record one, is).
+RECORDED_REPAIR_XIDS = (63,)
 
 
 def xid_class_sql(code: str) -> str:

@@ -104,13 +104,12 @@ def _xid(con, start, end) -> pl.DataFrame:
     empty = pl.DataFrame(schema={**dict.fromkeys(_KEYS, pl.String), "xid_gpus": pl.Int64, "xid": pl.String})
     if g.is_empty():
         return empty
-    hw = g.filter((pl.col("xid_events") - pl.col("application") > 0) | (pl.col("row_remap_failures") > 0)
+    hw = g.filter((pl.col("hardware_xid_events") > 0) | (pl.col("row_remap_failures") > 0)
                   | (pl.col("ecc_dbe_events") > 0))
     if hw.is_empty():
         return empty
     per_gpu = pl.format("GPU {}: {} XID events (codes {}), {} row-remap failures, {} ECC double-bit",
-                        "gpu", pl.col("xid_events") - pl.col("application"), "codes", "row_remap_failures",
-                        "ecc_dbe_events")
+                        "gpu", "hardware_xid_events", "codes", "row_remap_failures", "ecc_dbe_events")
     return (hw.sort("gpu").group_by(_KEYS, maintain_order=True)
             .agg(pl.len().cast(pl.Int64).alias("xid_gpus"), per_gpu.alias("x"))
             .select(*_KEYS, "xid_gpus", (pl.lit("XID GPU: ") + pl.col("x").list.join("; ")).alias("xid")))
@@ -119,7 +118,8 @@ def _xid(con, start, end) -> pl.DataFrame:
 def pull(con: duckdb.DuckDBPyConnection, start=None, end=None) -> pl.DataFrame:
     """The nodes to pull over [start, end) (whole UTC days), ranked: each node flagged as a repeat offender
     (reliability.offenders, Benjamini-Hochberg q <= 0.05), a slow node (reliability.slow_nodes) or carrying a
-    GPU with hardware XIDs, row-remap failures or ECC double-bit errors (reliability.gpus); the signals, the
+    GPU with hardware XIDs (not application class, not a recorded repair such as XID 63), row-remap failures or
+    ECC double-bit errors (reliability.gpus); the signals, the
     hardware-lost GPU-hours of jobs it killed and the GPU-hours it held back (``at_stake_gpu_h`` = their sum),
     and the evidence. Ranked by the number of signals, then GPU-hours at stake, then q-value."""
     parts = [_offenders(con, start, end), _slow(con, start, end), _xid(con, start, end)]
