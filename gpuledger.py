@@ -1346,7 +1346,7 @@ def _telemetry_parsers(ising) -> None:
     _telemetry_common(s, "the host the log was taken on (required unless the query has a hostname column)")
 
 
-TRACES = ["alibaba-openb", "mit-supercloud", "alibaba-pai-2020", "alibaba-genai", "philly"]
+TRACES = ["alibaba-openb", "mit-supercloud", "alibaba-pai-2020", "alibaba-genai", "philly", "acme"]
 
 
 def _trace_parser(ising) -> None:
