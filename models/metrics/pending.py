@@ -96,8 +96,9 @@ def by_reason(con, start=None, end=None, by="team", max_gap: str | int = MAX_GAP
         return pl.DataFrame()
     sql, params = q
     cols = ", ".join(f'"{d}"' for d in dims)
+    # a job has one segment row per (reason, source) and its grouping columns are its own: count(*) counts jobs
     out = frame(con, f"""
-        SELECT {cols}, class, coalesce(reason, '{UNKNOWN}') AS reason, source, count(DISTINCT job_uid) AS jobs,
+        SELECT {cols}, class, coalesce(reason, '{UNKNOWN}') AS reason, source, count(*) AS jobs,
                sum(g * before_s) / 3600 AS before_eligible_gpu_h, sum(g * elig_s) / 3600 AS eligible_gpu_h,
                sum(g * (before_s + elig_s)) / 3600 AS wait_gpu_h
         FROM ({sql}) GROUP BY ALL""", params)
