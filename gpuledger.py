@@ -654,6 +654,7 @@ def cmd_report_losses(args) -> int:
 
 def cmd_report_preemption(args) -> int:
     """Preempted GPU-hours per victim team and per preemptor QOS/team, requeues, work lost."""
+    import polars as pl
     from models.metrics import preemption
     lo, hi = _window(args, "report preemption")
     con = _open(args, read_only=True)
@@ -661,16 +662,21 @@ def cmd_report_preemption(args) -> int:
     if views["jobs"].is_empty() and views["victims"].is_empty():
         _say(args, "report preemption: no preempted or requeued jobs in the window")
     _print_views(args, views, "victims")
-    _say(args, "note: work lost is counted from each preempted run's start (no checkpoint interval is known)")
+    v = views["jobs"]
+    if v.height:
+        ck = v.filter(pl.col("basis") == "checkpoint")["work_lost_gpu_h"].sum()
+        _say(args, f"note: work lost = GPUs x time since the last checkpoint for {ck:,.2f} GPU-h (governance "
+                   f"[[checkpoints]]), since the run's start for {v['work_lost_gpu_h'].sum() - ck:,.2f} GPU-h")
     _freshness(args, con)
     return EXIT_OK
 
 
-RELIABILITY_VIEWS = ("nodes", "pools", "outages", "offenders", "gpus", "slow-nodes", "slow-jobs")
+RELIABILITY_VIEWS = ("nodes", "pools", "outages", "offenders", "gpus", "slow-nodes", "slow-jobs", "teams", "pull")
 
 
 def cmd_report_reliability(args) -> int:
-    """Node reliability (outages, MTBF/MTTR, repeat offenders, GPUs with XIDs) and slow nodes."""
+    """Node reliability (outages, MTBF/MTTR, repeat offenders, GPUs with XIDs) and slow nodes; the manager's
+    summary (--view teams|pull, by default over the last full month)."""
     from models.metrics import losses, reliability
     lo, hi = _window(args, "report reliability")
     if args.view != "offenders":
@@ -678,6 +684,8 @@ def cmd_report_reliability(args) -> int:
     con = _open(args, read_only=True)
     if not losses.has_marts(con):
         raise CliError("report reliability: the loss marts are not built yet (run `gpuledger refresh`)")
+    if args.view in ("teams", "pull"):
+        return _reliability_summary(args, con, lo, hi)
     views = {"nodes": lambda: reliability.nodes(con, lo, hi, "node"),
              "pools": lambda: reliability.nodes(con, lo, hi, "gpu_type"),
              "outages": lambda: reliability.outages(con, lo, hi),
@@ -698,6 +706,32 @@ def cmd_report_reliability(args) -> int:
         _say(args, f"offenders: one-sided binomial test of each node's failed jobs (NODE_FAIL, BOOT_FAIL, FAILED) "
                    f"against its pool's rate, Benjamini-Hochberg q <= {args.fdr or reliability.FDR} per pool; "
                    f"{int(df['flagged'].sum())} of {df.height} nodes flagged")
+    _freshness(args, con)
+    return EXIT_OK
+
+
+def _reliability_summary(args, con, lo, hi) -> int:
+    """--view teams|pull: the top of the Reliability page (models/metrics/reliability_summary.py); without
+    --from/--to the last full UTC month before the data's horizon."""
+    from models.metrics import reliability, reliability_summary as rs
+    if lo is None and hi is None:
+        month = rs.last_full_month(con)
+        if month is None:
+            _say(args, "report reliability: no timeline yet (run `gpuledger refresh`)")
+            return EXIT_OK
+        lo, hi = month
+        _say(args, f"window: the last full UTC month, {lo:%Y-%m} ({lo:%Y-%m-%d} to {hi:%Y-%m-%d}); "
+                   "--from/--to for another")
+    df = rs.teams(con, lo, hi) if args.view == "teams" else rs.pull(con, lo, hi)
+    if df.is_empty():
+        _say(args, f"report reliability: nothing to report for --view {args.view} in this window"
+                   + (" (no node is a repeat offender, slow, or carries a GPU with hardware XIDs)"
+                      if args.view == "pull" else ""))
+    else:
+        emit(df, args.format, args.out)
+    if not reliability.has_telemetry(con):
+        _say(args, "no GPU telemetry in the warehouse: slow nodes (held back GPU-hours) and XID GPUs cannot be "
+                   "measured (ingest DCGM or nvidia-smi telemetry)")
     _freshness(args, con)
     return EXIT_OK
 
@@ -723,8 +757,7 @@ def cmd_report_pending(args) -> int:
     gap = _duration(args.max_gap, "--max-gap")
     con = _open(args, read_only=True)
     try:
-        views = {"classes": pending.by_class(con, lo, hi, args.by or "team", gap),
-                 "reasons": pending.by_reason(con, lo, hi, args.by or "team", gap)}
+        views = pending.views(con, lo, hi, args.by or "team", gap)
     except ValueError as exc:
         raise UsageError(f"report pending: {exc}") from exc
     cov = pending.coverage(con)
@@ -1369,7 +1402,7 @@ def _telemetry_parsers(ising) -> None:
     _telemetry_common(s, "the host the log was taken on (required unless the query has a hostname column)")
 
 
-TRACES = ["alibaba-openb", "mit-supercloud", "alibaba-pai-2020", "alibaba-genai", "philly"]
+TRACES = ["alibaba-openb", "mit-supercloud", "alibaba-pai-2020", "alibaba-genai", "philly", "acme"]
 
 
 def _trace_parser(ising) -> None:
@@ -1535,7 +1568,9 @@ def _losses_parsers(isrep) -> None:
                  "nodes (below their peers in multi-node jobs, from telemetry).")
     _window_options(s)
     s.add_argument("--view", choices=RELIABILITY_VIEWS, default="nodes",
-                   help="nodes (default), pools, outages, offenders, gpus (XIDs), slow-nodes, slow-jobs (evidence)")
+                   help="nodes (default), pools, outages, offenders, gpus (XIDs), slow-nodes, slow-jobs (evidence); "
+                        "teams: per team lost GPU-hours by cause, slow-node held back, preemption, goodput; pull: "
+                        "the ranked nodes to pull with evidence (teams and pull default to the last full month)")
     s.add_argument("--fdr", type=float, metavar="Q", help="with --view offenders: false-discovery rate (default 0.05)")
     _output_options(s)
 

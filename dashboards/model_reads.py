@@ -514,16 +514,22 @@ def running_jobs(version: str) -> pl.DataFrame:
 # ---------------------------------------------------------------- why jobs wait (issue 16: preemption, reservations, pending)
 
 @st.cache_data(**CACHE)
+def _pending_views(version: str, t0, t1) -> dict:
+    """Both pending views per team over [t0, t1), from one computation of the reason segments."""
+    return pending_mod.views(_cursor(version), t0, t1, "team")
+
+
+@st.cache_data(**CACHE)
 def pending_classes(version: str, f: Filters) -> pl.DataFrame:
     """Waiting GPU-hours per team and reason class (models/metrics/pending.py), for the team filter."""
-    df = pending_mod.by_class(_cursor(version), f.t0, f.t1, "team")
+    df = _pending_views(version, f.t0, f.t1)["classes"]
     return f.apply(df) if df.height else df
 
 
 @st.cache_data(**CACHE)
 def pending_reasons(version: str, f: Filters) -> pl.DataFrame:
     """Waiting GPU-hours per team, Slurm reason and source, for the team filter."""
-    df = pending_mod.by_reason(_cursor(version), f.t0, f.t1, "team")
+    df = _pending_views(version, f.t0, f.t1)["reasons"]
     return f.apply(df) if df.height else df
 
 

@@ -10,7 +10,7 @@ from dashboards import access, queries
 from dashboards.filters import Filters
 from dashboards.queries import CACHE
 from models.definitions.losses_sql import CAUSES
-from models.metrics import losses as losses_mod, reliability as reliability_mod
+from models.metrics import losses as losses_mod, reliability as reliability_mod, reliability_summary as summary_mod
 
 _SUMS = ["allocated_gpu_h", "lost_gpu_h", *losses_mod.CAUSE_COLS, "jobs"]
 
@@ -70,6 +70,26 @@ def slow_nodes(version: str, f: Filters) -> pl.DataFrame:
 @st.cache_data(**CACHE)
 def xid_gpus(version: str, f: Filters) -> pl.DataFrame:
     return f.apply(reliability_mod.gpus(_cursor(version), f.t0, f.t1))
+
+
+@st.cache_data(**CACHE)
+def last_full_month(version: str):
+    """[first, next first) of the last full UTC month before the data's horizon, or None."""
+    return summary_mod.last_full_month(_cursor(version))
+
+
+@st.cache_data(**CACHE)
+def month_teams(version: str, f: Filters) -> pl.DataFrame:
+    """The manager's per-team summary over the last full month (sidebar dates do not apply; team filter does)."""
+    month = summary_mod.last_full_month(_cursor(version))
+    return pl.DataFrame() if month is None else f.apply(summary_mod.teams(_cursor(version), *month))
+
+
+@st.cache_data(**CACHE)
+def month_pull(version: str, f: Filters) -> pl.DataFrame:
+    """The ranked nodes to pull over the last full month (cluster and pool filters apply)."""
+    month = summary_mod.last_full_month(_cursor(version))
+    return pl.DataFrame() if month is None else f.apply(summary_mod.pull(_cursor(version), *month))
 
 
 CAUSE_LABELS = {"node_failure": "Node failure", "gpu_xid": "GPU XID", "outage": "Other outage",

@@ -56,3 +56,35 @@ def test_one_team_filter_matches_its_cli_row(lab_db, monkeypatch, tmp_path):
     at = dfx.open_page(dfx.app(lab_db, monkeypatch), "reliability", f_teams=[top["team"]], **WINDOW)
     assert dfx.metric(at, "Lost GPU-hours").value == f"{top['lost_gpu_h']:,.0f}"
     assert dfx.metric(at, "Goodput").value == f"{100 * top['goodput_share']:.1f} %"
+
+
+@pytest.fixture(scope="module")
+def july_db(tmp_path_factory):
+    from tests.test_reliability_summary import build_july
+    return build_july(tmp_path_factory.mktemp("july") / "july.duckdb", publish=True)
+
+
+def test_last_full_month_on_top_equals_the_cli_views(july_db, monkeypatch, tmp_path):
+    """The top of the page (July 2026, the last full month before the data's August horizon) shows `report
+    reliability --view teams` and `--view pull` (no --from/--to: the same month), whatever the sidebar dates."""
+    at = dfx.open_page(dfx.app(july_db, monkeypatch), "reliability")
+    assert any(h.value == "Last full month: July 2026" for h in at.subheader)
+
+    def cli(view):
+        out = tmp_path / f"{view}.json"
+        assert gpuledger.main(["-q", "--db", str(july_db), "report", "reliability", "--view", view,
+                               "--format", "json", "--out", str(out)]) == 0
+        return json.loads(out.read_text())
+    teams = cli("teams")
+    shown = dfx.frame_with(at, "Team", "Failures, all causes (GPU-hours)", "Held back by slow nodes (GPU-hours)")
+    assert list(shown["Team"]) == [r["team"] for r in teams] == ["research", "product"]
+    for col, key in (("GPU XID (GPU-hours)", "gpu_xid_gpu_h"), ("Preemption (GPU-hours)", "preemption_gpu_h"),
+                     ("Failures, all causes (GPU-hours)", "failure_gpu_h"),
+                     ("Held back by slow nodes (GPU-hours)", "slow_node_held_back_gpu_h")):
+        assert list(shown[col]) == pytest.approx([r[key] for r in teams])
+    assert list(shown["Goodput (%)"]) == pytest.approx([100 * r["goodput_share"] for r in teams])
+    pull = cli("pull")
+    table = dfx.frame_with(at, "Rank", "Node", "Evidence")
+    assert list(table["Node"]) == [r["node"] for r in pull] == ["n3", "n4", "n5"]
+    assert list(table["Evidence"]) == [r["evidence"] for r in pull]
+    assert list(table["At stake (GPU-hours)"]) == pytest.approx([r["at_stake_gpu_h"] for r in pull])

@@ -7,7 +7,7 @@ import pytest
 
 from ingest import warehouse
 from models.demo import build, config, faults, telemetry
-from models.metrics import losses, reliability
+from models.metrics import losses, reliability, reliability_summary
 from models.pipeline import refresh
 from tests.telemetry_fixtures import add_jobs, at, load_readings, readings
 
@@ -101,3 +101,10 @@ def test_demo_slow_nodes_and_xid_losses_are_found(demo):
         (syn.layout.names[n], telemetry.REASON_XID[faults.DOWN_REASONS[r]])
         for n, k, r in zip(o.node, o.kind, o.reason) if k == faults.DOWN and faults.DOWN_REASONS[r] in telemetry.REASON_XID)}
     assert (lost["lost_gpu_h"] > 0).all()
+    # the nodes to pull: the planted slow node among them; no node for a recorded row remapping (XID 63) alone
+    pull = reliability_summary.pull(con)
+    assert "slow node" in pull.filter(pull["node"] == "a100-001")["flags"].to_list()[0]
+    hw_nodes = set(xids.filter((xids["hardware_xid_events"] > 0) | (xids["row_remap_failures"] > 0)
+                               | (xids["ecc_dbe_events"] > 0))["node"])
+    assert {n for n, f in zip(pull["node"], pull["flags"]) if "XID GPU" in f} == hw_nodes
+    assert set(xids.filter(xids["codes"] == "63")["node"]) - hw_nodes, "the demo should plant a lone XID 63"

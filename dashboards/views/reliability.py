@@ -2,6 +2,8 @@
 nodes should be pulled (outages, repeat offenders, slow nodes, GPUs with XIDs)."""
 from __future__ import annotations
 
+import datetime as dt
+
 import polars as pl
 import streamlit as st
 
@@ -11,6 +13,46 @@ ctx = ui.context()
 f = ctx.filters
 ui.header("Reliability", "How many GPU-hours did failures, slow nodes and preemption cost each team, and which "
           "nodes should be pulled?", ctx, deltas=False)
+
+
+def _last_month(month) -> None:
+    """The manager's answer for the last full month: per team losses by cause, slow-node held back, preemption
+    and goodput; the ranked nodes to pull with the evidence. The same tables as `gpuledger report reliability
+    --view teams|pull` (which default to the same month)."""
+    st.subheader(f"Last full month: {month[0]:%B %Y}")
+    st.caption(f"{month[0]:%Y-%m-%d} to {(month[1] - dt.timedelta(days=1)):%Y-%m-%d} UTC, whatever dates the sidebar "
+               "gives; its team, cluster and pool filters apply. Lost = GPUs x time since the last checkpoint "
+               "(governance [[checkpoints]]), else since the job's start.")
+    teams_m = rr.month_teams(ctx.version, f)
+    if teams_m.is_empty():
+        st.caption("No GPU job ran in that month.")
+    else:
+        ui.table(teams_m.with_columns(pl.col("goodput_share") * 100), key="rel_month_teams", file_stem="month_teams",
+                 ctx=ctx, columns={"team": "Team", "allocated_gpu_h": "Allocated (GPU-hours)",
+                                   **{f"{c}_gpu_h": f"{lab} (GPU-hours)" for c, lab in rr.CAUSE_LABELS.items()},
+                                   "failure_gpu_h": "Failures, all causes (GPU-hours)",
+                                   "lost_gpu_h": "Lost incl. preemption (GPU-hours)",
+                                   "slow_node_held_back_gpu_h": "Held back by slow nodes (GPU-hours)",
+                                   "goodput_share": "Goodput (%)"},
+                 formats={c: "%.1f" for c in teams_m.columns if c != "team"})
+    pull = rr.month_pull(ctx.version, f)
+    st.markdown("**Nodes to pull**: repeat offenders (significant, not counted), slow nodes, GPUs with hardware "
+                "XIDs; the most flags first, then the GPU-hours at stake")
+    if pull.is_empty():
+        st.caption("No node was a repeat offender, slow, or carried a GPU with hardware XIDs that month.")
+    else:
+        ui.table(pull.select("rank", "node", "gpu_type", "flags", "at_stake_gpu_h", "outages", "evidence"),
+                 key="rel_month_pull", file_stem="nodes_to_pull", ctx=ctx,
+                 columns={"rank": "Rank", "node": "Node", "gpu_type": "Pool", "flags": "Flags",
+                          "at_stake_gpu_h": "At stake (GPU-hours)", "outages": "Outages that month",
+                          "evidence": "Evidence"}, formats={"at_stake_gpu_h": "%.1f"})
+    st.divider()
+
+
+month = rr.last_full_month(ctx.version)
+if month is not None:
+    _last_month(month)
+    st.subheader("In the selected window")
 
 CAUSE_COLOURS = {"Node failure": theme.BAD, "GPU XID": "#C05621", "Other outage": "#D69E2E",
                  "Preemption": "#6B46C1", "Requeue": "#9F7AEA", "Timeout": "#718096", "Job failed": "#A0AEC0"}

@@ -9,7 +9,7 @@ import datetime as dt
 from pathlib import Path
 
 from ingest.errors import InputError
-from ingest.traces import genai, openb, pai, philly, supercloud
+from ingest.traces import acme, genai, openb, pai, philly, supercloud
 
 KINDS = {
     openb.KIND: openb,            # alibaba-openb
@@ -17,6 +17,7 @@ KINDS = {
     pai.KIND: pai,                # alibaba-pai-2020
     genai.KIND: genai,            # alibaba-genai
     philly.KIND: philly,          # philly
+    acme.KIND: acme,              # acme (AcmeTrace: Seren, Kalos)
 }
 
 

@@ -36,6 +36,9 @@ XID_CLASSES = {48: "memory", 63: "memory", 64: "memory", 92: "memory", 94: "memo
                140: "memory", 79: "bus", 74: "nvlink", 13: "application", 31: "application", 43: "application",
                45: "application", 119: "gsp", 120: "gsp"}
 APPLICATION = "application"
+#: XIDs that record a repair the GPU made (63: a page retirement / row remapping recorded): memory class, but
+#: no reason by themselves to pull the node (64, the failure to record one, is).
+RECORDED_REPAIR_XIDS = (63,)
 
 
 def xid_class_sql(code: str) -> str:
@@ -75,3 +78,36 @@ def cause_sql(j: str = "j", x: str = "x", o: str = "o") -> str:
              THEN {state_cause_sql(j)}
         WHEN {j}.state IN ('FAILED', 'CANCELLED') AND {o}.node IS NOT NULL THEN '{OUTAGE}'
         ELSE {state_cause_sql(j)} END"""
+
+
+# ---------------------------------------------------------------- work lost: the checkpoint rule (one definition)
+
+#: How a job's lost work was measured: since its last checkpoint (an interval known from the governance file's
+#: ``[[checkpoints]]``), or since its start (no interval known: an upper bound).
+CHECKPOINT, SINCE_START = "checkpoint", "since start"
+
+
+def checkpoint_interval_sql(src: str, team: str = "team", job_name: str = "job_name") -> str:
+    """SQL: ``(job_uid, interval_s)`` for the jobs of relation ``src`` (columns job_uid, ``team`` = the job's
+    team key as stored in ``jobs.team``, ``job_name``) that a governance ``[[checkpoints]]`` rule covers: a
+    job-name rule over a team rule (``priority``), then the shortest interval. Jobs no rule covers are absent."""
+    return f"""(SELECT job_uid, interval_s FROM (
+        SELECT l.job_uid, c.interval_s,
+               row_number() OVER (PARTITION BY l.job_uid ORDER BY c.priority DESC, c.interval_s) AS rn
+        FROM {src} l JOIN checkpoint_intervals c
+          ON (c.team IS NULL OR c.team = l.{team})
+         AND (c.job_name_like IS NULL OR l.{job_name} LIKE c.job_name_like ESCAPE '\\'))
+        WHERE rn = 1)"""
+
+
+def lost_from_sql(start: str, end: str, interval_s: str) -> str:
+    """SQL: the instant (UTC) from which a job's work is lost: its last checkpoint before ``end`` when
+    ``interval_s`` (seconds, checkpoints every interval from ``start``) is not NULL, else ``start``. Work lost =
+    GPUs x (end - this), in GPU-seconds; e.g. 1 GPU for 4,800 s with 1-h checkpoints loses 1,200 GPU-s."""
+    return f"""CASE WHEN {interval_s} IS NULL THEN {start}
+        ELSE {start} + to_seconds(floor(epoch({end} - {start}) / {interval_s}) * {interval_s}) END"""
+
+
+def basis_sql(interval_s: str) -> str:
+    """SQL: the basis of :func:`lost_from_sql` ('checkpoint' or 'since start')."""
+    return f"CASE WHEN {interval_s} IS NULL THEN '{SINCE_START}' ELSE '{CHECKPOINT}' END"

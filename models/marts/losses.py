@@ -85,15 +85,8 @@ def _candidates(con: duckdb.DuckDBPyConnection, since: dt.datetime) -> None:
                   AND e.start >= CASE WHEN l.state IN {sql_list(L.NODE_FAIL_STATES)} THEN l.start
                                       ELSE l."end" - to_seconds({L.OUTAGE_GRACE_S}) END
             WHERE {explain} AND {event_class_sql('e')} IS NOT NULL) WHERE rn = 1""")
-    con.execute("""
-        CREATE OR REPLACE TEMP TABLE _lk AS   -- the checkpoint interval: a job-name rule over a team rule
-        SELECT job_uid, interval_s FROM (
-            SELECT l.job_uid, c.interval_s,
-                   row_number() OVER (PARTITION BY l.job_uid ORDER BY c.priority DESC, c.interval_s) AS rn
-            FROM _lc0 l JOIN checkpoint_intervals c
-              ON (c.team IS NULL OR c.team = l.team)
-             AND (c.job_name_like IS NULL OR l.job_name LIKE c.job_name_like ESCAPE '\\'))
-        WHERE rn = 1""")
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE _lk AS   -- the checkpoint interval (governance [[checkpoints]])
+                    SELECT * FROM {L.checkpoint_interval_sql('_lc0')}""")
 
 
 def _classified(con: duckdb.DuckDBPyConnection) -> None:
@@ -118,10 +111,8 @@ def _classified(con: duckdb.DuckDBPyConnection) -> None:
                CASE WHEN c.cause = '{L.GPU_XID}' AND c.x_code IS NOT NULL THEN c.x_node ELSE c.o_node END AS event_node,
                CASE WHEN c.cause = '{L.GPU_XID}' AND c.x_code IS NOT NULL THEN c.x_ts ELSE c.o_start END AS event_start,
                c.start, c."end", c.ngpus,
-               CASE WHEN c.interval_s IS NULL THEN c.start
-                    ELSE c.start + to_seconds(floor(epoch(c."end" - c.start) / c.interval_s) * c.interval_s) END
-                   AS lost_from,
-               CASE WHEN c.interval_s IS NULL THEN 'since start' ELSE 'checkpoint' END AS basis,
+               {L.lost_from_sql('c.start', 'c."end"', 'c.interval_s')} AS lost_from,
+               {L.basis_sql('c.interval_s')} AS basis,
                c.interval_s AS checkpoint_s
         FROM c WHERE c.cause IS NOT NULL""")
 

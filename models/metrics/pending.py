@@ -37,8 +37,9 @@ SOURCES = ("squeue", "sacct (last reason)", "none")
 
 
 def _segments_sql(dims: list[str]) -> str:
-    """Per job and reason source: seconds before eligible / eligible inside [$s, $e), with the grouping columns."""
-    cols = ", ".join(f"j.{d}" for d in dims)
+    """Per job and reason source: seconds before eligible / eligible inside [$s, $e), with the grouping columns
+    (carried through each part, so no join back to the jobs at the end: the year has millions of waits)."""
+    keep = ", ".join(f"jw.{d}" for d in dims)
     return f"""
     WITH j AS (
       SELECT j.job_uid, j.cluster, j.job_id, {team_sql()} AS team, j.account, j."user", j.partition,
@@ -56,27 +57,27 @@ def _segments_sql(dims: list[str]) -> str:
                             captured_at + to_seconds($gap)), captured_at + to_seconds($gap)) AS t_next
       FROM (SELECT DISTINCT cluster, captured_at FROM squeue_snapshots)),
     seg AS (
-      SELECT jw.job_uid, s.reason, greatest(n.t, jw.a0) AS a, least(n.t_next, jw.b0) AS b, jw.e1
+      SELECT jw.job_uid, {keep}, jw.g, s.reason, greatest(n.t, jw.a0) AS a, least(n.t_next, jw.b0) AS b, jw.e1
       FROM squeue_snapshots s JOIN snaps n ON n.cluster = s.cluster AND n.t = s.captured_at
       JOIN jw ON jw.cluster = s.cluster AND jw.job_id = s.job_id AND s.captured_at >= jw.q0 AND s.captured_at < jw.q2
       WHERE s.state = 'PENDING' AND least(n.t_next, jw.b0) > greatest(n.t, jw.a0)),
     cov AS (
-      SELECT job_uid, reason, 'squeue' AS source,
+      SELECT job_uid, {", ".join(dims)}, g, reason, 'squeue' AS source,
              sum(greatest(0, epoch(least(b, e1) - a))) AS before_s, sum(greatest(0, epoch(b - greatest(a, e1)))) AS elig_s
       FROM seg GROUP BY ALL),
     tot AS (
       SELECT jw.*, greatest(0, epoch(least(e1, b0) - a0)) AS before_s, greatest(0, epoch(b0 - greatest(e1, a0))) AS elig_s
       FROM jw),
     unk AS (
-      SELECT t.job_uid, t.sacct_reason AS reason,
+      SELECT t.job_uid, {", ".join(f"t.{d}" for d in dims)}, t.g, t.sacct_reason AS reason,
              CASE WHEN t.sacct_reason IS NULL THEN 'none' ELSE 'sacct (last reason)' END AS source,
              t.before_s - coalesce(c.before_s, 0) AS before_s, t.elig_s - coalesce(c.elig_s, 0) AS elig_s
       FROM tot t LEFT JOIN (SELECT job_uid, sum(before_s) AS before_s, sum(elig_s) AS elig_s FROM cov GROUP BY 1) c
         USING (job_uid)),
-    parts AS (SELECT * FROM cov UNION ALL SELECT * FROM unk WHERE before_s + elig_s > 0)
-    SELECT {cols}, p.job_uid, j.g, p.reason, p.source, {reason_class_sql('p.reason')} AS class,
-           p.before_s, p.elig_s
-    FROM parts p JOIN jw j USING (job_uid)"""
+    parts AS (SELECT * FROM cov UNION ALL BY NAME SELECT * FROM unk WHERE before_s + elig_s > 0)
+    SELECT {", ".join(f"p.{d}" for d in dims)}, p.job_uid, p.g, p.reason, p.source,
+           {reason_class_sql('p.reason')} AS class, p.before_s, p.elig_s
+    FROM parts p"""
 
 
 def _segments(con, start, end, dims: list[str], max_gap: str | int) -> tuple[str, dict] | None:
@@ -95,8 +96,9 @@ def by_reason(con, start=None, end=None, by="team", max_gap: str | int = MAX_GAP
         return pl.DataFrame()
     sql, params = q
     cols = ", ".join(f'"{d}"' for d in dims)
+    # a job has one segment row per (reason, source) and its grouping columns are its own: count(*) counts jobs
     out = frame(con, f"""
-        SELECT {cols}, class, coalesce(reason, '{UNKNOWN}') AS reason, source, count(DISTINCT job_uid) AS jobs,
+        SELECT {cols}, class, coalesce(reason, '{UNKNOWN}') AS reason, source, count(*) AS jobs,
                sum(g * before_s) / 3600 AS before_eligible_gpu_h, sum(g * elig_s) / 3600 AS eligible_gpu_h,
                sum(g * (before_s + elig_s)) / 3600 AS wait_gpu_h
         FROM ({sql}) GROUP BY ALL""", params)
@@ -109,11 +111,19 @@ def by_reason(con, start=None, end=None, by="team", max_gap: str | int = MAX_GAP
             .sort([*dims, "_o", "wait_gpu_h"], descending=[False] * len(dims) + [False, True]).drop("_o"))
 
 
-def by_class(con, start=None, end=None, by="team", max_gap: str | int = MAX_GAP_S) -> pl.DataFrame:
+def views(con, start=None, end=None, by="team", max_gap: str | int = MAX_GAP_S) -> dict[str, pl.DataFrame]:
+    """The report's two views (``classes``, ``reasons``) from one computation of the per-job reason segments."""
+    rs = by_reason(con, start, end, by, max_gap)
+    return {"classes": by_class(con, start, end, by, max_gap, rs), "reasons": rs}
+
+
+def by_class(con, start=None, end=None, by="team", max_gap: str | int = MAX_GAP_S,
+             rs: pl.DataFrame | None = None) -> pl.DataFrame:
     """Per group: waiting GPU-hours per reason class as columns (``priority_gpu_h`` ...), the total, the share that
-    squeue snapshots explain, and beside it the eligible wait blocked by fragmentation (not added)."""
+    squeue snapshots explain, and beside it the eligible wait blocked by fragmentation (not added).
+    ``rs``: :func:`by_reason` of the same window, grouping and gap when already computed."""
     dims = normalise_dims(by, DIMS) or ["team"]
-    rs = by_reason(con, start, end, dims, max_gap)
+    rs = by_reason(con, start, end, dims, max_gap) if rs is None else rs
     if rs.is_empty():
         return rs
     wide = rs.pivot(on="class", index=dims, values="wait_gpu_h", aggregate_function="sum")

@@ -9,8 +9,9 @@ Definitions (docs/METRICS.md, "Preemption"):
   QOS other than the victim's (the warehouse holds no QOS priorities: a job of the victim's own QOS cannot have
   preempted it under preempt/qos); the earliest such start wins, then the most GPUs on the shared nodes.
   No such job: preemptor ``(unknown)``;
-- **work lost** = the preempted GPU-hours since the job's start (no checkpoint interval is known to this
-  module: every preempted run is counted as lost from its start, which is an upper bound);
+- **work lost** = allocated GPUs x (end - the run's last checkpoint) when the governance file gives a checkpoint
+  interval for its job name or team, else x (end - start), an upper bound; ``basis`` says which. The rule is
+  models/definitions/losses_sql.py's, the same the loss marts apply to every cause;
 - **requeues** = job records that ended ``REQUEUED`` or ``PREEMPTED`` whose job (cluster, JobIDRaw) has a later
   record (it ran or waited again), counted per team of the record.
 
@@ -23,6 +24,7 @@ import polars as pl
 from ingest.warehouse import frame
 from models.definitions.jobs_sql import team_sql
 from models.definitions.labels import NONE
+from models.definitions.losses_sql import basis_sql, checkpoint_interval_sql, lost_from_sql
 from models.metrics import timeline
 
 UNKNOWN = "(unknown)"
@@ -30,11 +32,15 @@ GRACE_S = 60
 
 #: Victims in [$s, $e) with their preemptor (NULL columns when none was found).
 VICTIMS_SQL = f"""
-    WITH v AS (
+    WITH v0 AS (SELECT * FROM jobs j
+                WHERE j.state = 'PREEMPTED' AND j."end" >= $s AND j."end" < $e AND j.start IS NOT NULL),
+    v AS (
       SELECT j.job_uid, j.cluster, j.job_id, j.job_id_raw, {team_sql()} AS team, j.account, j."user",
              coalesce(j.qos, '{NONE}') AS qos, j.partition, j.ngpus, j.start, j."end",
-             j.ngpus * epoch(j."end" - j.start) / 3600 AS gpu_h
-      FROM jobs j WHERE j.state = 'PREEMPTED' AND j."end" >= $s AND j."end" < $e AND j.start IS NOT NULL),
+             j.ngpus * epoch(j."end" - j.start) / 3600 AS gpu_h,
+             j.ngpus * epoch(j."end" - {lost_from_sql('j.start', 'j."end"', 'k.interval_s')}) / 3600 AS work_lost_gpu_h,
+             {basis_sql('k.interval_s')} AS basis, k.interval_s AS checkpoint_s
+      FROM v0 j LEFT JOIN {checkpoint_interval_sql('v0')} k USING (job_uid)),
     vn AS (SELECT v.job_uid, v.cluster, v."end", v.qos, n.node, b.b
            FROM v JOIN job_nodes n USING (job_uid),
                 unnest([floor(epoch(v."end") / $grace)::BIGINT - 1, floor(epoch(v."end") / $grace)::BIGINT,
@@ -95,14 +101,17 @@ def by_victim(con, start=None, end=None, grace_s: int = GRACE_S, v: pl.DataFrame
     v = victims(con, *win, grace_s=grace_s) if v is None else v
     req = frame(con, REQUEUES_SQL, {"s": win[0], "e": win[1]})
     per = (v.group_by("team").agg(pl.len().alias("preempted_jobs"), pl.col("gpu_h").sum().alias("preempted_gpu_h"),
+                                  pl.col("work_lost_gpu_h").sum(),
                                   (pl.col("preemptor_team") != UNKNOWN).sum().alias("preemptor_found"))
            if v.height else pl.DataFrame(schema={"team": pl.String, "preempted_jobs": pl.UInt32,
-                                                 "preempted_gpu_h": pl.Float64, "preemptor_found": pl.UInt32}))
+                                                 "preempted_gpu_h": pl.Float64, "work_lost_gpu_h": pl.Float64,
+                                                 "preemptor_found": pl.UInt32}))
     out = per.join(req, on="team", how="full", coalesce=True).with_columns(
         pl.col("preempted_jobs").fill_null(0).cast(pl.Int64), pl.col("preempted_gpu_h").fill_null(0.0),
+        pl.col("work_lost_gpu_h").fill_null(0.0),
         pl.col("preemptor_found").fill_null(0).cast(pl.Int64), pl.col("requeues").fill_null(0).cast(pl.Int64))
-    return out.select("team", "preempted_jobs", "preempted_gpu_h",
-                      pl.col("preempted_gpu_h").alias("work_lost_gpu_h"), "requeues", "preemptor_found").sort("team")
+    return out.select("team", "preempted_jobs", "preempted_gpu_h", "work_lost_gpu_h", "requeues",
+                      "preemptor_found").sort("team")
 
 
 def by_preemptor(con, start=None, end=None, grace_s: int = GRACE_S, v: pl.DataFrame | None = None) -> pl.DataFrame:

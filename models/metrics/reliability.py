@@ -11,7 +11,7 @@ import polars as pl
 from scipy import stats
 
 from models.definitions.labels import UNTYPED
-from models.definitions.losses_sql import HARDWARE_CAUSES, xid_class_sql
+from models.definitions.losses_sql import APPLICATION, HARDWARE_CAUSES, RECORDED_REPAIR_XIDS, xid_class_sql
 from models.definitions.jobs_sql import sql_list
 from models.definitions.nodes_sql import event_class_sql
 from models.metrics.losses import window
@@ -133,7 +133,8 @@ def has_telemetry(con: duckdb.DuckDBPyConnection) -> bool:
 
 def gpus(con: duckdb.DuckDBPyConnection, start=None, end=None) -> pl.DataFrame:
     """GPUs that reported XID errors, slowdown throttling (thermal, hardware, power brake), row-remap failures
-    or ECC double-bit errors in the window: per device, XID events per class, the XID codes seen, throttle /
+    or ECC double-bit errors in the window: per device, XID events per class, ``hardware_xid_events`` (neither
+    application class nor a recorded repair, losses_sql.RECORDED_REPAIR_XIDS), the XID codes seen, throttle /
     remap / ECC events, first and last event, and the jobs on its node whose end XIDs explain (gpu_xid cause)."""
     p = _params(con, start, end)
     if p is None:
@@ -148,6 +149,8 @@ def gpus(con: duckdb.DuckDBPyConnection, start=None, end=None) -> pl.DataFrame:
                count(*) FILTER (WHERE cls = 'memory') AS memory, count(*) FILTER (WHERE cls = 'bus') AS bus,
                count(*) FILTER (WHERE cls = 'nvlink') AS nvlink, count(*) FILTER (WHERE cls = 'application') AS application,
                count(*) FILTER (WHERE cls NOT IN ('memory', 'bus', 'nvlink', 'application')) AS other,
+               count(*) FILTER (WHERE kind = 'xid' AND cls <> '{APPLICATION}'
+                                  AND code NOT IN ({', '.join(map(str, RECORDED_REPAIR_XIDS))})) AS hardware_xid_events,
                coalesce(string_agg(DISTINCT code::VARCHAR, ',' ORDER BY code::VARCHAR) FILTER (WHERE kind = 'xid'), '')
                    AS codes,
                count(*) FILTER (WHERE kind = 'throttle') AS throttle_events,
@@ -158,6 +161,14 @@ def gpus(con: duckdb.DuckDBPyConnection, start=None, end=None) -> pl.DataFrame:
         GROUP BY e.cluster, e.node, e.gpu, p.gpu_type
         ORDER BY (count(*) - count(*) FILTER (WHERE cls = 'application')) DESC, e.cluster, e.node, e.gpu""",
                    params=p).pl()
+
+
+#: Per multi-node job ending in [$s, $e) (its telemetry window's end) and node: the job's allocated GPU-seconds
+#: and ``slow`` (below its peers for >= $share of >= $mm shared minutes), the rule of :func:`slow_nodes`.
+SLOW_PAIRS_SQL = """
+    SELECT a.*, g.alloc_gpu_s, a.minutes >= $mm AND a.minutes_below >= $share * a.minutes AS slow
+    FROM job_node_activity a JOIN gpu_efficiency_job g USING (job_uid)
+    WHERE g.window_end >= $s AND g.window_end < $e"""
 
 
 def slow_nodes(con: duckdb.DuckDBPyConnection, start=None, end=None, share: float = SLOW_SHARE,
@@ -171,10 +182,7 @@ def slow_nodes(con: duckdb.DuckDBPyConnection, start=None, end=None, share: floa
     if p is None:
         return pl.DataFrame()
     return con.sql(f"""
-        WITH a AS (
-            SELECT a.*, g.alloc_gpu_s, a.minutes >= $mm AND a.minutes_below >= $share * a.minutes AS slow
-            FROM job_node_activity a JOIN gpu_efficiency_job g USING (job_uid)
-            WHERE g.window_end >= $s AND g.window_end < $e)
+        WITH a AS ({SLOW_PAIRS_SQL})
         SELECT a.cluster, a.node, coalesce(p.gpu_type, '{UNTYPED}') AS gpu_type, count(*) AS multi_node_jobs,
                count(*) FILTER (WHERE slow) AS slow_jobs,
                sum(minutes_below) FILTER (WHERE slow)::BIGINT AS minutes_below,
