@@ -1,24 +1,26 @@
 """`gpuledger ingest prometheus --aggregate INTERVAL`: per-GPU aggregates computed where the telemetry lives.
 
 Instead of one point per series and minute (:mod:`ingest.prometheus`), the store answers one point per series
-and *interval* (default 5 minutes, aligned to the UTC epoch). Every aggregate runs over the same one-minute
-readings the raw pull would store (``last_over_time(m[59.999s])`` at each minute, as a PromQL subquery), so the
-two pulls describe the same readings:
+and *interval* (default 5 minutes). Every aggregate runs over the one-minute readings the raw pull would store
+(``last_over_time(m[59.999s])`` at each minute, as a PromQL subquery), so both pulls describe the same readings.
+Intervals end on multiples of the interval since the epoch: the 5-minute interval evaluated at 10:05 holds the
+minute rows 10:01 .. 10:05 (the raw row ``ts`` holds the last reading in ``(ts - 60 s, ts]``, so these are the
+readings of (10:00, 10:05]).
 
-* activity metrics (GPU_UTIL, SM/GR_ENGINE/TENSOR_ACTIVE): the interval's mean ``a``, its number of minutes
-  with a reading ``n`` and of minutes at zero activity ``z`` (below the idle threshold,
-  :data:`ingest.telemetry_store.IDLE_EPSILON`), packed into one value ``a + 1000 * (n + 1000 * z)`` so the
-  points transferred fall by the interval's length (``a`` <= 100, ``n``, ``z`` <= 999);
-* FB_USED: the maximum; POWER_USAGE, GPU_TEMP: the mean; XID and the state-event fields: the maximum.
+Per series and interval the store sends:
 
-Stored rows (apportioning; docs/METRICS.md "Push-down telemetry"): an interval whose device read every minute
-and whose activity was either never or always zero is stored as one row covering the interval (``interval_s`` =
-the interval): the efficiency model spreads it evenly over its minutes, exactly as it would the raw minutes'
-sum. Any other interval is laid out as minute rows: the ``n`` covered minutes sit at the interval's end when the
-device had no reading in the interval before (its series starts), else at its start; the ``z`` zero minutes sit
-on the side whose neighbouring interval has more zeros (all zero before some zero), at the start on a tie; the
-other minutes carry ``a * n / (n - z)``, so the interval's sum is kept. A job starting or ending mid-interval on a
-GPU that was idle outside it therefore gets exactly its own activity and idle minutes.
+* activity metrics (GPU_UTIL, SM/GR_ENGINE/TENSOR_ACTIVE): the mean ``a``, the minutes with a reading ``n`` and
+  the minutes at zero activity ``z`` (below :data:`ingest.telemetry_store.IDLE_EPSILON`), packed into one value
+  ``a + 1000 * (n + 1000 * z)`` (``a`` <= 100; ``n``, ``z`` <= 999), so one point stands for the interval;
+* FB_USED: the maximum; POWER_USAGE, GPU_TEMP: the mean; XID and the state-event fields: the maximum;
+* *edges*: the minute readings of every activity series in the intervals where it is *mixed*: some minutes at
+  zero and some not, or not a reading every minute (a job, or its exporter label, starting or ending inside the
+  interval). The store picks them itself (the mixed test is part of the query), so only they travel.
+
+Stored rows (docs/METRICS.md, "Push-down telemetry"): a device's interval in which no activity series is mixed
+is one row covering the interval (``interval_s`` = the interval), which the efficiency model spreads evenly over
+its minutes; any other interval is stored as minute rows: the edge readings as read, the device's other series
+(memory, power, temperature, unmixed activity metrics) repeated on the minutes the device reported.
 
 Chunking, retries, credentials and error messages are those of :mod:`ingest.prometheus`.
 """
@@ -40,18 +42,37 @@ MAX_INTERVAL_S = 60 * (BASE - 1)
 _FN = {"fb_used_mib": "max_over_time", "power_w": "avg_over_time", "temp_c": "avg_over_time"}
 
 
+def _parts(selector: str, metric: str, interval_s: int, step_s: int) -> tuple[str, str, str]:
+    """(per-minute reading, subquery range over an interval's minutes, idle threshold in the metric's unit)."""
+    scale = store.METRICS[metric][1]
+    return (f"last_over_time({selector}[{step_s * 1000 - 1}ms])", f"[{interval_s * 1000 - 1}ms:{step_s}s]",
+            f"{store.IDLE_EPSILON / scale:g}")      # GPU_UTIL is percent: 0.5; the PROF ratios 0.005
+
+
+def is_activity(metric: str) -> bool:
+    return store.METRICS[metric][0] in store.ACTIVITY_COLUMNS
+
+
 def expression(metric: str, selector: str, interval_s: int, step_s: int = 60) -> str:
-    """The PromQL asking ``metric`` (``selector`` = metric + matchers) for one interval's aggregate, evaluated
-    at the interval's last minute ``b + interval - step``: minutes ``b .. b + interval - step``, as the raw
-    pull's rows."""
-    per_minute = f"last_over_time({selector}[{step_s * 1000 - 1}ms])"
-    sub = f"[{interval_s * 1000 - 1}ms:{step_s}s]"
-    col, scale = store.METRICS[metric][:2]
-    if col in store.ACTIVITY_COLUMNS:
-        thr = store.IDLE_EPSILON / scale          # GPU_UTIL is percent: 0.5, the PROF ratios 0.005
-        return (f"avg_over_time({per_minute}{sub}) + {BASE} * (count_over_time({per_minute}{sub}) + {BASE} * "
-                f"sum_over_time(({per_minute} < bool {thr:g}){sub}))")
-    return f"{_FN.get(col, 'max_over_time')}({per_minute}{sub})"
+    """PromQL of ``metric``'s aggregate (``selector`` = metric + matchers) over the minutes of the interval
+    ending at the evaluation time."""
+    r, sub, thr = _parts(selector, metric, interval_s, step_s)
+    if is_activity(metric):
+        return (f"avg_over_time({r}{sub}) + {BASE} * (count_over_time({r}{sub}) + {BASE} * "
+                f"sum_over_time(({r} < bool {thr}){sub}))")
+    return f"{_FN.get(store.METRICS[metric][0], 'max_over_time')}({r}{sub})"
+
+
+def edge_expression(metric: str, selector: str, interval_s: int, step_s: int = 60) -> str:
+    """PromQL of the minute readings of activity ``metric`` in its mixed intervals, evaluated at minute
+    ``t + interval - step`` for the reading of minute ``t`` (the interval test looks at the interval that ends on
+    the multiple of ``interval_s`` at or after ``t``; PromQL cannot look forward, so the query is shifted)."""
+    r, sub, thr = _parts(selector, metric, interval_s, step_s)
+    lag = interval_s - step_s
+    n, z = f"count_over_time({r}{sub})", f"sum_over_time(({r} < bool {thr}){sub})"
+    mixed = f"(({n} < {interval_s // step_s}) or (({z} > 0) and ({z} < {n})))"
+    shifted = f"last_over_time({selector}[{step_s * 1000 - 1}ms] offset {lag}s)" if lag else r
+    return f"{shifted} and last_over_time({mixed}[{interval_s * 1000 - 1}ms:{interval_s}s])"
 
 
 def unpack(value: float) -> tuple[float, int, int]:
@@ -60,145 +81,148 @@ def unpack(value: float) -> tuple[float, int, int]:
     return value - BASE * k, k % BASE, k // BASE
 
 
-def buckets(start: float, end: float, interval_s: int) -> tuple[int, int]:
-    """First and last interval start (epoch seconds, multiples of ``interval_s``) covering ``[start, end]``."""
-    return int(start // interval_s) * interval_s, int(end // interval_s) * interval_s
+def interval_ends(start: float, end: float, interval_s: int) -> tuple[int, int]:
+    """First and last interval end (multiples of ``interval_s``, epoch seconds) whose minutes cover the raw
+    pull's rows ``start .. end``."""
+    return -(-int(start) // interval_s) * interval_s, -(-int(end) // interval_s) * interval_s
 
 
 # ---------------------------------------------------------------- layout (DuckDB)
 
 def _layout_sql(interval_s: int, step_s: int) -> str:
-    """Aggregates ``_ag(sid, b, v)`` + series ``_as`` -> ``_lay(sid, ts, value, coarse)``: the readings to store
-    (module doc). ``b`` is the interval start (epoch seconds); rows outside ``[$lo, $hi]`` are context only."""
-    slots = interval_s // step_s
+    """Aggregates ``_ag(sid, s, v)`` (``s`` = interval end), edges ``_ed(series_text, ts, v)`` and series ``_as``
+    -> ``_lay(sid, ts, value, coarse)``: the readings to store, ``ts`` epoch seconds (module doc)."""
+    lag, slots = interval_s - step_s, interval_s // step_s
     acts = ", ".join(f"'{c}'" for c in store.ACTIVITY_COLUMNS)
     return f"""
     CREATE OR REPLACE TEMP TABLE _lay AS
     WITH a AS (
-        SELECT g.sid, g.b, g.v, s.metric IN ({acts}) AS is_act,
+        SELECT g.sid, g.s - {lag} AS b, g.v, s.metric IN ({acts}) AS is_act,
                coalesce(s.cluster || '|' || s.node || '|' || s.gpu, 'sid' || g.sid) AS dkey
         FROM _ag g JOIN _as s USING (sid) WHERE NOT isnan(g.v)),
     u AS (
         SELECT *, CASE WHEN is_act THEN v - {BASE} * floor(v / {BASE}) ELSE v END AS avg,
-               CASE WHEN is_act THEN (floor(v / {BASE})::BIGINT % {BASE}) END AS n,
-               CASE WHEN is_act THEN (floor(v / {BASE})::BIGINT // {BASE}) END AS z
+               CASE WHEN is_act THEN floor(v / {BASE})::BIGINT % {BASE} END AS n,
+               CASE WHEN is_act THEN floor(v / {BASE})::BIGINT // {BASE} END AS z
         FROM a),
-    ctx AS (   -- each activity series' neighbours: 2 = all zero, 1 = some zeros, 0 = none or no reading
-        SELECT *, CASE WHEN lag(b) OVER w = b - {interval_s} THEN
-                         CASE WHEN lag(z) OVER w = lag(n) OVER w THEN 2 WHEN lag(z) OVER w > 0 THEN 1 ELSE 0 END
-                       ELSE 0 END AS zprev,
-                  CASE WHEN lead(b) OVER w = b + {interval_s} THEN
-                         CASE WHEN lead(z) OVER w = lead(n) OVER w THEN 2 WHEN lead(z) OVER w > 0 THEN 1 ELSE 0 END
-                       ELSE 0 END AS znext
-        FROM u WHERE is_act WINDOW w AS (PARTITION BY sid ORDER BY b)),
-    d0 AS (
-        SELECT dkey, b, max(n) AS n_dev, bool_and(n = {slots} AND (z = 0 OR z = n)) AS uniform
-        FROM u WHERE is_act GROUP BY ALL),
-    dev AS (   -- the device's covered minutes sit at the interval's end when it had no reading before
-        SELECT *, CASE WHEN coalesce(lag(b) OVER w, -1) <> b - {interval_s} AND lead(b) OVER w = b + {interval_s}
-                       THEN {slots} - n_dev ELSE 0 END AS off
-        FROM d0 WINDOW w AS (PARTITION BY dkey ORDER BY b)),
-    s AS (
-        SELECT u.sid, u.b, u.avg, u.is_act, coalesce(c.n, d.n_dev, {slots}) AS n, coalesce(c.z, 0) AS z,
-               coalesce(c.znext > c.zprev, FALSE) AS zeros_last, coalesce(d.off, 0) AS off,
-               coalesce(d.uniform, TRUE) AS coarse
-        FROM u LEFT JOIN ctx c ON c.sid = u.sid AND c.b = u.b LEFT JOIN dev d ON d.dkey = u.dkey AND d.b = u.b
-        WHERE u.b BETWEEN $lo AND $hi),
-    m AS (SELECT *, unnest(range(n)) AS j FROM s WHERE NOT coarse)
-    SELECT sid, b::DOUBLE AS ts, avg AS value, TRUE AS coarse FROM s WHERE coarse
+    dev AS (SELECT dkey, b, bool_and(n = {slots} AND (z = 0 OR z = n)) AS coarse FROM u WHERE is_act GROUP BY ALL),
+    e AS (
+        SELECT s.sid, e.ts, e.ts - ((e.ts - {step_s}) % {interval_s}) AS b, e.v,
+               coalesce(s.cluster || '|' || s.node || '|' || s.gpu, 'sid' || s.sid) AS dkey
+        FROM _ed e JOIN _as s USING (series_text)),
+    dl AS (SELECT dkey, b, list(DISTINCT ts ORDER BY ts) AS tss FROM e GROUP BY ALL),
+    x AS (SELECT u.*, coalesce(d.coarse, TRUE) AS coarse FROM u LEFT JOIN dev d USING (dkey, b)),
+    spread AS (   -- minute rows of series without edge readings: on the device's edge minutes, else every minute
+        SELECT x.sid, unnest(coalesce(dl.tss, generate_series(x.b, x.b + {lag}, {step_s}))) AS ts,
+               CASE WHEN x.is_act AND x.z = x.n THEN 0.0 ELSE x.avg END AS value
+        FROM x LEFT JOIN dl USING (dkey, b)
+        WHERE NOT x.coarse AND NOT EXISTS (SELECT 1 FROM e WHERE e.sid = x.sid AND e.b = x.b))
+    SELECT sid, b::DOUBLE AS ts, avg AS value, TRUE AS coarse FROM x WHERE coarse
     UNION ALL
-    SELECT sid, (b + {step_s} * least(off + j, {slots} - n + j))::DOUBLE AS ts,
-           CASE WHEN NOT is_act THEN avg
-                WHEN (zeros_last AND j >= n - z) OR (NOT zeros_last AND j < z) THEN 0.0
-                ELSE avg * n / (n - z) END AS value, FALSE AS coarse
-    FROM m"""
+    SELECT e.sid, e.ts::DOUBLE, e.v, FALSE FROM e JOIN x USING (sid, b) WHERE NOT x.coarse
+    UNION ALL
+    SELECT sid, ts::DOUBLE, value, FALSE FROM spread"""
 
 
-def _answers(client: raw._Client, counts: dict, t0: float, t1: float, q: raw.QueryOptions, interval_s: int,
-             opts: store.TelemetryOptions, cluster: str, cache: dict) -> tuple[pa.Table, list[dict]]:
-    """One window's answers of every metric: ``(sid, b, v)`` and the series rows."""
-    parts, series = [], []
+def _matrix(client: raw._Client, expr: str, start: float, end: float, step_s: int) -> list:
+    data = client.get("/api/v1/query_range", [("query", expr), ("start", f"{start:.3f}"), ("end", f"{end:.3f}"),
+                                               ("step", f"{step_s}s")])
+    if not data or data.get("resultType") != "matrix":
+        raise InputError(client.shown, f"expected a matrix from query_range, got {data and data.get('resultType')}")
+    return data.get("result") or []
+
+
+def _answers(client: raw._Client, counts: dict, s0: float, s1: float, q: raw.QueryOptions, interval_s: int,
+             opts: store.TelemetryOptions, cluster: str, cache: dict) -> tuple[pa.Table, pa.Table, list[dict]]:
+    """The answers for the intervals ending at ``s0 .. s1``: aggregates ``(sid, s, v)``, edge readings
+    ``(series_text, ts, v)`` and the series rows of the aggregates."""
+    aggs, edges, series = [], [], []
+    lag = interval_s - q.step_s
     for metric, (selector, _) in counts.items():
-        expr = expression(metric, selector, interval_s, q.step_s)
-        lag = interval_s - q.step_s                      # evaluated at the interval's last minute
-        data = client.get("/api/v1/query_range", [("query", expr), ("start", f"{t0 + lag:.3f}"),
-                                                   ("end", f"{t1 + lag:.3f}"), ("step", f"{interval_s}s")])
-        if not data or data.get("resultType") != "matrix":
-            raise InputError(client.shown, f"expected a matrix from query_range, got {data and data.get('resultType')}")
-        points, rows = raw._to_tables(data.get("result") or [], 0, metric, opts, cluster, cache, sid_base=len(series))
-        parts.append(points)
+        result = _matrix(client, expression(metric, selector, interval_s, q.step_s), s0, s1, interval_s)
+        points, rows = raw._to_tables(result, 0, metric, opts, cluster, cache, sid_base=len(series))
+        aggs.append(points)
         series += rows
-    pts = pa.concat_tables(parts) if parts else None
-    if pts is None or not pts.num_rows:
-        return None, series
-    b = pc.subtract(pts.column("ts"), float(lag))
-    return pa.table({"sid": pts.column("sid"), "b": pc.cast(pc.round(b), pa.int64()),
-                     "v": store.with_numbers(pts).column("vd")}), series
+        if is_activity(metric):     # minute t is asked at t + lag: the first minute of s0's interval is s0 - lag
+            result = _matrix(client, edge_expression(metric, selector, interval_s, q.step_s), s0, s1 + lag,
+                             q.step_s)
+            points, rows = raw._to_tables(result, 0, metric, opts, cluster, cache, sid_base=0)
+            text = pa.array([r["series_text"] for r in rows], pa.string())
+            edges.append(pa.table({"series_text": pc.take(text, points.column("sid")),
+                                   "ts": pc.cast(pc.round(pc.subtract(points.column("ts"), float(lag))), pa.int64()),
+                                   "v": store.with_numbers(points).column("vd")}))
+    ag = pa.concat_tables(aggs)
+    ed = pa.concat_tables(edges) if edges else pa.table({"series_text": pa.array([], pa.string()),
+                                                         "ts": pa.array([], pa.int64()),
+                                                         "v": pa.array([], pa.float64())})
+    ag = pa.table({"sid": ag.column("sid"), "s": pc.cast(pc.round(ag.column("ts")), pa.int64()),
+                   "v": store.with_numbers(ag).column("vd")})
+    return ag, ed, series
 
 
 def ingest(con: duckdb.DuckDBPyConnection, q: raw.QueryOptions, opts: store.TelemetryOptions,
            interval_s: int = 300) -> dict:
-    """Pull per-interval aggregates of ``q.metrics`` over the intervals covering ``[q.start, q.end]`` and store
-    them as rows the efficiency model reads like raw minutes (module doc); returns the run summary.
+    """Pull per-interval aggregates (and mixed intervals' minutes) of ``q.metrics`` for the intervals covering
+    ``[q.start, q.end]`` and store them as rows the efficiency model reads like raw minutes (module doc).
 
-    ``q.stats``: ``queries``, ``points`` (aggregate values received), ``series``, ``bytes``."""
-    if interval_s % q.step_s or interval_s < q.step_s or interval_s > MAX_INTERVAL_S:
-        raise InputError("--aggregate", f"interval must be a multiple of --step ({q.step_s} s) up to "
-                                        f"{MAX_INTERVAL_S // 60} minutes; got {interval_s} s")
+    Returns the run summary; ``q.stats`` gets ``queries``, ``points`` (values received: aggregates + edge
+    minutes), ``edge_points``, ``series`` and ``bytes``."""
+    if interval_s % q.step_s or interval_s < q.step_s or interval_s > MAX_INTERVAL_S or q.step_s != 60:
+        raise InputError("--aggregate", f"interval must be whole minutes, 1 to {MAX_INTERVAL_S // 60} (with --step "
+                                        f"60s); got {interval_s} s")
     client = raw._Client(q)
     inner = raw.matchers(q.match)
     start, end = raw._epoch(q.start), raw._epoch(q.end)
     if end < start:
         raise InputError("--end", "is before --start")
     cluster = opts.cluster or store.default_cluster(con)
-    first, last = buckets(start, end, interval_s)
-    name = (f"{client.shown} [{q.start:%Y-%m-%dT%H:%M:%SZ}, {q.end:%Y-%m-%dT%H:%M:%SZ}] aggregate {interval_s}s")
+    first, last = interval_ends(start, end, interval_s)
+    name = f"{client.shown} [{q.start:%Y-%m-%dT%H:%M:%SZ}, {q.end:%Y-%m-%dT%H:%M:%SZ}] aggregate {interval_s}s"
     counts = {}
     for metric in q.metrics:
         selector = metric + ("{" + inner + "}" if inner else "")
-        n = raw._series_count(client, selector, first - interval_s, last + 2 * interval_s)
+        n = raw._series_count(client, selector, first - interval_s, last)
         if n:
             counts[metric] = (selector, n)
-    per_series = min(q.max_points, max(3, q.max_query_points // max(1, sum(n for _, n in counts.values()))))
-    # each window is asked with one interval of context on either side (the layout looks at neighbours)
-    windows = raw.chunks(first, last, interval_s, max(1, per_series - 2)) if counts else []
-    q.stats.update(queries=len(windows) * len(counts), points=0, series=sum(n for _, n in counts.values()))
+    # bounded like the raw pull, in minutes: the store evaluates every minute of the window's intervals
+    per_series = q.max_query_points // max(1, sum(n for _, n in counts.values())) // (interval_s // q.step_s)
+    windows = raw.chunks(first, last, interval_s, max(1, min(q.max_points, per_series))) if counts else []
+    q.stats.update(queries=len(windows) * (len(counts) + sum(map(is_activity, counts))), points=0, edge_points=0,
+                   series=sum(n for _, n in counts.values()))
     run = warehouse.IngestRun(con, "prometheus", name, cluster=cluster, options={
         "url": client.shown, "start": q.start, "end": q.end, "step_s": q.step_s, "aggregate_s": interval_s,
         "match": q.match, "auth": client.auth, "queries": q.stats["queries"]})
     with run, warehouse.bounded_memory(con, raw.PULL_MEMORY):
         cache, line = {}, 1
-        for done, (t0, t1) in enumerate(windows):
+        for done, (s0, s1) in enumerate(windows):
             if q.progress:
                 q.progress(done, len(windows))
-            ag, series = _answers(client, counts, t0 - interval_s, t1 + interval_s, q, interval_s, opts, cluster,
-                                  cache)
-            if ag is None:
-                continue
-            q.stats["points"] += ag.num_rows
-            line = _store_window(con, run, ag, series, (t0, t1), q.step_s, interval_s, opts, line)
+            ag, ed, series = _answers(client, counts, s0, s1, q, interval_s, opts, cluster, cache)
+            q.stats["points"] += ag.num_rows + ed.num_rows
+            q.stats["edge_points"] += ed.num_rows
+            if ag.num_rows:
+                line = _store_window(con, run, ag, ed, series, q.step_s, interval_s, opts, line)
         if q.progress and windows:
             q.progress(len(windows), len(windows))
-        run.options["points_received"] = q.stats["points"]
+        run.options.update(points_received=q.stats["points"], edge_points=q.stats["edge_points"])
         if q.stats.get("warnings"):
             run.options["warnings"] = q.stats["warnings"][:20]
     return store.summary(con, run)
 
 
-def _store_window(con: duckdb.DuckDBPyConnection, run: warehouse.IngestRun, ag: pa.Table, series: list[dict],
-                  core: tuple[float, float], step_s: int, interval_s: int, opts: store.TelemetryOptions,
-                  line: int) -> int:
-    """Lay one window's aggregates out (:func:`_layout_sql`) and hand them to the telemetry store: whole
-    intervals as rows of ``interval_s``, the rest as minute rows; returns the next line number."""
+def _store_window(con: duckdb.DuckDBPyConnection, run: warehouse.IngestRun, ag: pa.Table, ed: pa.Table,
+                  series: list[dict], step_s: int, interval_s: int, opts: store.TelemetryOptions, line: int) -> int:
+    """Lay one window's answers out (:func:`_layout_sql`) and hand them to the telemetry store: whole intervals
+    as rows of ``interval_s``, the rest as minute rows; returns the next line number."""
     ser = store.series_table(series)
     con.register("_ag", ag)
+    con.register("_ed", ed)
     con.register("_as", ser)
     try:
-        con.execute(_layout_sql(interval_s, step_s), {"lo": int(core[0]), "hi": int(core[1])})
+        con.execute(_layout_sql(interval_s, step_s))
     finally:
-        con.unregister("_ag")
-        con.unregister("_as")
-    events = "', '".join(store.EVENT_COLS)
+        for t in ("_ag", "_ed", "_as"):
+            con.unregister(t)
     for coarse, width in ((True, interval_s), (False, step_s)):
         pts = _batch(con, ser, coarse)
         if not pts.num_rows:
@@ -214,12 +238,13 @@ def _store_window(con: duckdb.DuckDBPyConnection, run: warehouse.IngestRun, ag: 
 
 def _batch(con: duckdb.DuckDBPyConnection, ser: pa.Table, coarse: bool) -> pa.Table:
     """The readings of ``_lay`` stored as whole intervals (``coarse``) or as minutes, values as text (the store
-    classifies text, as read from any input). State-event fields always go with the minute batch."""
+    classifies text, as read from any input). State-event fields all go with the minute batch, so one batch
+    derives each device's events."""
     event_sids = [s for s, m in zip(ser.column("sid").to_pylist(), ser.column("metric").to_pylist())
                   if m in store.EVENT_COLS]
     t = con.sql("""SELECT sid, ts, value FROM _lay
-                       WHERE CASE WHEN list_contains($ev, sid) THEN NOT $coarse ELSE coarse = $coarse END
-                       ORDER BY sid, ts""", params={"ev": event_sids, "coarse": coarse}).to_arrow_table()
+                   WHERE CASE WHEN list_contains($ev, sid) THEN NOT $coarse ELSE coarse = $coarse END
+                   ORDER BY sid, ts""", params={"ev": event_sids, "coarse": coarse}).to_arrow_table()
     return pa.table({"sid": pc.cast(t.column("sid"), pa.int32()), "value": pc.cast(t.column("value"), pa.string()),
                      "ts": t.column("ts")})
 
@@ -230,4 +255,3 @@ def parse_interval(text: str) -> int:
         return raw.parse_step(text)
     except InputError:
         raise InputError("--aggregate", f"not an interval: {text!r} (use e.g. 5m, 15m)") from None
-
