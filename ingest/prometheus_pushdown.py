@@ -26,6 +26,8 @@ Chunking, retries, credentials and error messages are those of :mod:`ingest.prom
 """
 from __future__ import annotations
 
+import re
+
 import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -75,6 +77,40 @@ def edge_expression(metric: str, selector: str, interval_s: int, step_s: int = 6
     return f"{shifted} and last_over_time({mixed}[{interval_s * 1000 - 1}ms:{interval_s}s])"
 
 
+#: A job starting within this many seconds of another's end on the same node may leave no minute at zero
+#: between them (a *handover*): the store's mixed test cannot see it, so those intervals are asked minute by minute.
+HANDOVER_S = 120
+
+
+def handovers(con: duckdb.DuckDBPyConnection, cluster: str, first: int, last: int, interval_s: int,
+              step_s: int = 60) -> dict[int, list[str]]:
+    """Intervals (by end, epoch seconds) in ``[first, last]`` holding a handover (:data:`HANDOVER_S`) between two
+    GPU jobs known to the warehouse, with the nodes where it happens: ``{interval end: [node, ...]}``. A time
+    falls in the minute row holding it; the row belongs to the interval ending at the next multiple of
+    ``interval_s``."""
+    rows = con.execute(f"""
+        WITH e AS (
+            SELECT jn.node, epoch(j.start) AS st, epoch(j."end") AS en
+            FROM jobs j JOIN job_nodes jn USING (job_uid)
+            WHERE j.cluster = $c AND j.ngpus > 0 AND jn.gpus_on_node > 0 AND j.start IS NOT NULL
+              AND coalesce(j."end", j.start) >= to_timestamp($lo) AND j.start <= to_timestamp($hi)),
+        h AS (SELECT b.node, unnest([a.en, b.st]) AS t
+              FROM e b ASOF JOIN (SELECT node, en FROM e WHERE en IS NOT NULL) a ON a.node = b.node AND a.en <= b.st
+              WHERE b.st - a.en <= {HANDOVER_S}),
+        s AS (SELECT DISTINCT node, ceil(floor(t / {step_s}) * {step_s} / {interval_s})::BIGINT * {interval_s} AS s
+              FROM h)
+        SELECT s, list(node ORDER BY node) FROM s WHERE s BETWEEN $first AND $last GROUP BY s ORDER BY s""",
+                       {"c": cluster, "lo": first - 2 * interval_s, "hi": last + interval_s, "first": first,
+                        "last": last}).fetchall()
+    return dict(rows)
+
+
+def node_matcher(nodes: list[str]) -> str:
+    """``Hostname=~"..."`` matching these nodes, with or without a domain (nodes are stored without one)."""
+    alts = "|".join(re.escape(n) for n in nodes).replace("\\", "\\\\").replace('"', '\\"')
+    return f'Hostname=~"({alts})([.].*)?"'
+
+
 def unpack(value: float) -> tuple[float, int, int]:
     """``a + BASE * (n + BASE * z)`` -> (mean a, minutes with a reading n, minutes at zero z)."""
     k = int(value // BASE)
@@ -105,11 +141,13 @@ def _layout_sql(interval_s: int, step_s: int) -> str:
                CASE WHEN is_act THEN floor(v / {BASE})::BIGINT % {BASE} END AS n,
                CASE WHEN is_act THEN floor(v / {BASE})::BIGINT // {BASE} END AS z
         FROM a),
-    dev AS (SELECT dkey, b, bool_and(n = {slots} AND (z = 0 OR z = n)) AS coarse FROM u WHERE is_act GROUP BY ALL),
     e AS (
-        SELECT s.sid, e.ts, e.ts - ((e.ts - {step_s}) % {interval_s}) AS b, e.v,
+        SELECT DISTINCT s.sid, e.ts, e.ts - ((e.ts - {step_s}) % {interval_s}) AS b, e.v,
                coalesce(s.cluster || '|' || s.node || '|' || s.gpu, 'sid' || s.sid) AS dkey
         FROM _ed e JOIN _as s USING (series_text)),
+    dev AS (   -- a device's interval is one row when no activity series is mixed and no minute was fetched
+        SELECT dkey, b, bool_and(n = {slots} AND (z = 0 OR z = n)) AND count(e.b) = 0 AS coarse
+        FROM u LEFT JOIN (SELECT DISTINCT dkey, b FROM e) e USING (dkey, b) WHERE is_act GROUP BY ALL),
     dl AS (SELECT dkey, b, list(DISTINCT ts ORDER BY ts) AS tss FROM e GROUP BY ALL),
     x AS (SELECT u.*, coalesce(d.coarse, TRUE) AS coarse FROM u LEFT JOIN dev d USING (dkey, b)),
     spread AS (   -- minute rows of series without edge readings: on the device's edge minutes, else every minute
@@ -132,11 +170,40 @@ def _matrix(client: raw._Client, expr: str, start: float, end: float, step_s: in
     return data.get("result") or []
 
 
+def _edge_table(points: pa.Table, rows: list[dict], shift: int) -> pa.Table:
+    """Edge answers -> ``(series_text, ts, v)``, ``ts`` the minute row (evaluation time - ``shift``)."""
+    text = pa.array([r["series_text"] for r in rows], pa.string())
+    return pa.table({"series_text": pc.take(text, points.column("sid")),
+                     "ts": pc.cast(pc.round(pc.subtract(points.column("ts"), float(shift))), pa.int64()),
+                     "v": store.with_numbers(points).column("vd")})
+
+
+def _job_edge_answers(client: raw._Client, counts: dict, edges: dict[int, list[str]], q: raw.QueryOptions,
+                      interval_s: int, opts: store.TelemetryOptions, cluster: str, cache: dict) -> list[pa.Table]:
+    """Minute readings of every activity series on the nodes where a job starts or ends, in that interval only
+    (one small query per interval and activity metric)."""
+    out = []
+    for s, nodes in edges.items():
+        for metric, (selector, _) in counts.items():
+            if not is_activity(metric):
+                continue
+            name, _, inner = selector.partition("{")
+            sel = name + "{" + ", ".join(filter(None, [inner.rstrip("}"), node_matcher(nodes)])) + "}"
+            result = _matrix(client, f"last_over_time({sel}[{q.step_s * 1000 - 1}ms])",
+                             s - interval_s + q.step_s, s, q.step_s)
+            points, rows = raw._to_tables(result, 0, metric, opts, cluster, cache, sid_base=0)
+            out.append(_edge_table(points, rows, 0))
+    return out
+
+
 def _answers(client: raw._Client, counts: dict, s0: float, s1: float, q: raw.QueryOptions, interval_s: int,
-             opts: store.TelemetryOptions, cluster: str, cache: dict) -> tuple[pa.Table, pa.Table, list[dict]]:
+             opts: store.TelemetryOptions, cluster: str, cache: dict,
+             jobs: dict[int, list[str]]) -> tuple[pa.Table, pa.Table, list[dict]]:
     """The answers for the intervals ending at ``s0 .. s1``: aggregates ``(sid, s, v)``, edge readings
-    ``(series_text, ts, v)`` and the series rows of the aggregates."""
-    aggs, edges, series = [], [], []
+    ``(series_text, ts, v)`` (mixed intervals, and ``jobs``: job edges by interval) and the aggregates' series."""
+    aggs, series = [], []
+    edges = _job_edge_answers(client, counts, {s: n for s, n in jobs.items() if s0 <= s <= s1}, q, interval_s,
+                              opts, cluster, cache)
     lag = interval_s - q.step_s
     for metric, (selector, _) in counts.items():
         result = _matrix(client, expression(metric, selector, interval_s, q.step_s), s0, s1, interval_s)
@@ -147,10 +214,7 @@ def _answers(client: raw._Client, counts: dict, s0: float, s1: float, q: raw.Que
             result = _matrix(client, edge_expression(metric, selector, interval_s, q.step_s), s0, s1 + lag,
                              q.step_s)
             points, rows = raw._to_tables(result, 0, metric, opts, cluster, cache, sid_base=0)
-            text = pa.array([r["series_text"] for r in rows], pa.string())
-            edges.append(pa.table({"series_text": pc.take(text, points.column("sid")),
-                                   "ts": pc.cast(pc.round(pc.subtract(points.column("ts"), float(lag))), pa.int64()),
-                                   "v": store.with_numbers(points).column("vd")}))
+            edges.append(_edge_table(points, rows, lag))
     ag = pa.concat_tables(aggs)
     ed = pa.concat_tables(edges) if edges else pa.table({"series_text": pa.array([], pa.string()),
                                                          "ts": pa.array([], pa.int64()),
@@ -187,8 +251,10 @@ def ingest(con: duckdb.DuckDBPyConnection, q: raw.QueryOptions, opts: store.Tele
     # bounded like the raw pull, in minutes: the store evaluates every minute of the window's intervals
     per_series = q.max_query_points // max(1, sum(n for _, n in counts.values())) // (interval_s // q.step_s)
     windows = raw.chunks(first, last, interval_s, max(1, min(q.max_points, per_series))) if counts else []
-    q.stats.update(queries=len(windows) * (len(counts) + sum(map(is_activity, counts))), points=0, edge_points=0,
-                   series=sum(n for _, n in counts.values()))
+    jobs = handovers(con, cluster, first, last, interval_s, q.step_s) if counts else {}
+    n_act = sum(map(is_activity, counts))
+    q.stats.update(queries=len(windows) * (len(counts) + n_act) + len(jobs) * n_act, points=0, edge_points=0,
+                   series=sum(n for _, n in counts.values()), handover_intervals=len(jobs))
     run = warehouse.IngestRun(con, "prometheus", name, cluster=cluster, options={
         "url": client.shown, "start": q.start, "end": q.end, "step_s": q.step_s, "aggregate_s": interval_s,
         "match": q.match, "auth": client.auth, "queries": q.stats["queries"]})
@@ -197,7 +263,7 @@ def ingest(con: duckdb.DuckDBPyConnection, q: raw.QueryOptions, opts: store.Tele
         for done, (s0, s1) in enumerate(windows):
             if q.progress:
                 q.progress(done, len(windows))
-            ag, ed, series = _answers(client, counts, s0, s1, q, interval_s, opts, cluster, cache)
+            ag, ed, series = _answers(client, counts, s0, s1, q, interval_s, opts, cluster, cache, jobs)
             q.stats["points"] += ag.num_rows + ed.num_rows
             q.stats["edge_points"] += ed.num_rows
             if ag.num_rows:
