@@ -37,11 +37,11 @@ from ingest import telemetry_store as store
 from ingest import warehouse
 from ingest.errors import InputError
 
-#: Packing base of the activity answer ``a + BASE * (n + BASE * z)``.
-BASE = 1000
-#: Longest interval whose minute counts fit the packing (``n``, ``z`` < BASE).
-MAX_INTERVAL_S = 60 * (BASE - 1)
-_FN = {"fb_used_mib": "max_over_time", "power_w": "avg_over_time", "temp_c": "avg_over_time"}
+#: Longest interval whose minute counts fit the mixed test's packing (``n``, ``z`` < 1000).
+MAX_INTERVAL_S = 60 * 999
+#: The aggregate of each stored column over an interval (the rest, XID and state events: the maximum).
+_FN = {**dict.fromkeys(store.ACTIVITY_COLUMNS, "avg_over_time"), "fb_used_mib": "max_over_time",
+       "power_w": "avg_over_time", "temp_c": "avg_over_time"}
 
 
 def _parts(selector: str, metric: str, interval_s: int, step_s: int) -> tuple[str, str, str]:
@@ -57,24 +57,36 @@ def is_activity(metric: str) -> bool:
 
 def expression(metric: str, selector: str, interval_s: int, step_s: int = 60) -> str:
     """PromQL of ``metric``'s aggregate (``selector`` = metric + matchers) over the minutes of the interval
-    ending at the evaluation time."""
-    r, sub, thr = _parts(selector, metric, interval_s, step_s)
-    if is_activity(metric):
-        return (f"avg_over_time({r}{sub}) + {BASE} * (count_over_time({r}{sub}) + {BASE} * "
-                f"sum_over_time(({r} < bool {thr}){sub}))")
+    ending at the evaluation time: the mean, or for memory the maximum, for XID and state events the maximum."""
+    r, sub, _ = _parts(selector, metric, interval_s, step_s)
     return f"{_FN.get(store.METRICS[metric][0], 'max_over_time')}({r}{sub})"
+
+
+def mixed_expression(metric: str, selector: str, interval_s: int, step_s: int = 60) -> str:
+    """PromQL keeping the series of activity ``metric`` whose interval (ending at the evaluation time) is mixed:
+    ``P = 1000 n + 1000000 z`` (``n`` minutes with a reading, ``z`` of them at zero) is neither ``1000 N`` (all
+    ``N`` minutes busy) nor ``1001000 N`` (all at zero). Comparisons with scalars only: Prometheus matches no
+    label sets for them (a vector-to-vector operator here doubled the query's time)."""
+    r, sub, thr = _parts(selector, metric, interval_s, step_s)
+    slots = interval_s // step_s
+    return (f"sum_over_time((1000 + 1000000 * ({r} < bool {thr})){sub}) != {1000 * slots} "
+            f"!= {1001000 * slots}")
 
 
 def edge_expression(metric: str, selector: str, interval_s: int, step_s: int = 60) -> str:
     """PromQL of the minute readings of activity ``metric`` in its mixed intervals, evaluated at minute
     ``t + interval - step`` for the reading of minute ``t`` (the interval test looks at the interval that ends on
     the multiple of ``interval_s`` at or after ``t``; PromQL cannot look forward, so the query is shifted)."""
-    r, sub, thr = _parts(selector, metric, interval_s, step_s)
     lag = interval_s - step_s
-    n, z = f"count_over_time({r}{sub})", f"sum_over_time(({r} < bool {thr}){sub})"
-    mixed = f"(({n} < {interval_s // step_s}) or (({z} > 0) and ({z} < {n})))"
-    shifted = f"last_over_time({selector}[{step_s * 1000 - 1}ms] offset {lag}s)" if lag else r
-    return f"{shifted} and last_over_time({mixed}[{interval_s * 1000 - 1}ms:{interval_s}s])"
+    shifted = f"last_over_time({selector}[{step_s * 1000 - 1}ms]{f' offset {lag}s' if lag else ''})"
+    mixed = mixed_expression(metric, selector, interval_s, step_s)
+    return f"{shifted} and last_over_time(({mixed})[{interval_s * 1000 - 1}ms:{interval_s}s])"
+
+
+def interval_ends(start: float, end: float, interval_s: int) -> tuple[int, int]:
+    """First and last interval end (multiples of ``interval_s``, epoch seconds) whose minutes cover the raw
+    pull's rows ``start .. end``."""
+    return -(-int(start) // interval_s) * interval_s, -(-int(end) // interval_s) * interval_s
 
 
 #: A job starting within this many seconds of another's end on the same node may leave no minute at zero
@@ -111,18 +123,6 @@ def node_matcher(nodes: list[str]) -> str:
     return f'Hostname=~"({alts})([.].*)?"'
 
 
-def unpack(value: float) -> tuple[float, int, int]:
-    """``a + BASE * (n + BASE * z)`` -> (mean a, minutes with a reading n, minutes at zero z)."""
-    k = int(value // BASE)
-    return value - BASE * k, k % BASE, k // BASE
-
-
-def interval_ends(start: float, end: float, interval_s: int) -> tuple[int, int]:
-    """First and last interval end (multiples of ``interval_s``, epoch seconds) whose minutes cover the raw
-    pull's rows ``start .. end``."""
-    return -(-int(start) // interval_s) * interval_s, -(-int(end) // interval_s) * interval_s
-
-
 # ---------------------------------------------------------------- layout (DuckDB)
 
 def _layout_sql(interval_s: int, step_s: int) -> str:
@@ -132,27 +132,20 @@ def _layout_sql(interval_s: int, step_s: int) -> str:
     acts = ", ".join(f"'{c}'" for c in store.ACTIVITY_COLUMNS)
     return f"""
     CREATE OR REPLACE TEMP TABLE _lay AS
-    WITH a AS (
-        SELECT g.sid, g.s - {lag} AS b, g.v, s.metric IN ({acts}) AS is_act,
+    WITH u AS (
+        SELECT g.sid, g.s - {lag} AS b, g.v AS avg, s.metric IN ({acts}) AS is_act,
                coalesce(s.cluster || '|' || s.node || '|' || s.gpu, 'sid' || g.sid) AS dkey
         FROM _ag g JOIN _as s USING (sid) WHERE NOT isnan(g.v)),
-    u AS (
-        SELECT *, CASE WHEN is_act THEN v - {BASE} * floor(v / {BASE}) ELSE v END AS avg,
-               CASE WHEN is_act THEN floor(v / {BASE})::BIGINT % {BASE} END AS n,
-               CASE WHEN is_act THEN floor(v / {BASE})::BIGINT // {BASE} END AS z
-        FROM a),
     e AS (
         SELECT DISTINCT s.sid, e.ts, e.ts - ((e.ts - {step_s}) % {interval_s}) AS b, e.v,
                coalesce(s.cluster || '|' || s.node || '|' || s.gpu, 'sid' || s.sid) AS dkey
         FROM _ed e JOIN _as s USING (series_text)),
-    dev AS (   -- a device's interval is one row when no activity series is mixed and no minute was fetched
-        SELECT dkey, b, bool_and(n = {slots} AND (z = 0 OR z = n)) AND count(e.b) = 0 AS coarse
-        FROM u LEFT JOIN (SELECT DISTINCT dkey, b FROM e) e USING (dkey, b) WHERE is_act GROUP BY ALL),
+    dev AS (SELECT DISTINCT dkey, b, FALSE AS coarse FROM e),   -- devices with minutes fetched in an interval
     dl AS (SELECT dkey, b, list(DISTINCT ts ORDER BY ts) AS tss FROM e GROUP BY ALL),
     x AS (SELECT u.*, coalesce(d.coarse, TRUE) AS coarse FROM u LEFT JOIN dev d USING (dkey, b)),
     spread AS (   -- minute rows of series without edge readings: on the device's edge minutes, else every minute
         SELECT x.sid, unnest(coalesce(dl.tss, generate_series(x.b, x.b + {lag}, {step_s}))) AS ts,
-               CASE WHEN x.is_act AND x.z = x.n THEN 0.0 ELSE x.avg END AS value
+               x.avg AS value
         FROM x LEFT JOIN dl USING (dkey, b)
         WHERE NOT x.coarse AND NOT EXISTS (SELECT 1 FROM e WHERE e.sid = x.sid AND e.b = x.b))
     SELECT sid, b::DOUBLE AS ts, avg AS value, TRUE AS coarse FROM x WHERE coarse
