@@ -1,26 +1,28 @@
 """`gpuledger ingest prometheus --aggregate INTERVAL`: per-GPU aggregates computed where the telemetry lives.
 
 Instead of one point per series and minute (:mod:`ingest.prometheus`), the store answers one point per series
-and *interval* (default 5 minutes). Every aggregate runs over the one-minute readings the raw pull would store
+and *interval* (default 5 minutes), computed over the one-minute readings the raw pull would store
 (``last_over_time(m[59.999s])`` at each minute, as a PromQL subquery), so both pulls describe the same readings.
 Intervals end on multiples of the interval since the epoch: the 5-minute interval evaluated at 10:05 holds the
-minute rows 10:01 .. 10:05 (the raw row ``ts`` holds the last reading in ``(ts - 60 s, ts]``, so these are the
-readings of (10:00, 10:05]).
+minute rows 10:01 .. 10:05 (a raw row ``ts`` holds the last reading in ``(ts - 60 s, ts]``, so these are the
+readings of (10:00, 10:05]). The pull is widened to the whole intervals around ``--start`` and ``--end``.
 
-Per series and interval the store sends:
+Per series and interval the store sends the mean of the activity metrics (GPU_UTIL, SM/GR_ENGINE/TENSOR_ACTIVE),
+POWER_USAGE and GPU_TEMP, the maximum of FB_USED, XID and the state-event fields. Minute readings travel only
+where one value per interval would change the efficiency figures:
 
-* activity metrics (GPU_UTIL, SM/GR_ENGINE/TENSOR_ACTIVE): the mean ``a``, the minutes with a reading ``n`` and
-  the minutes at zero activity ``z`` (below :data:`ingest.telemetry_store.IDLE_EPSILON`), packed into one value
-  ``a + 1000 * (n + 1000 * z)`` (``a`` <= 100; ``n``, ``z`` <= 999), so one point stands for the interval;
-* FB_USED: the maximum; POWER_USAGE, GPU_TEMP: the mean; XID and the state-event fields: the maximum;
-* *edges*: the minute readings of every activity series in the intervals where it is *mixed*: some minutes at
-  zero and some not, or not a reading every minute (a job, or its exporter label, starting or ending inside the
-  interval). The store picks them itself (the mixed test is part of the query), so only they travel.
+* *mixed* intervals of an activity series: some minutes at zero (below :data:`ingest.warehouse.IDLE_EPSILON`)
+  and some not, or not a reading every minute (a job, or its exporter label, starting or ending inside; an idle
+  stretch beginning or ending). The store picks them itself: the mixed test is part of the query;
+* *handover* intervals: a GPU job known to the warehouse starts within :data:`HANDOVER_S` of another's end on
+  the same node, so no minute at zero need separate them; every activity series of that node is asked for
+  those minutes (one small query per interval and metric).
 
-Stored rows (docs/METRICS.md, "Push-down telemetry"): a device's interval in which no activity series is mixed
-is one row covering the interval (``interval_s`` = the interval), which the efficiency model spreads evenly over
-its minutes; any other interval is stored as minute rows: the edge readings as read, the device's other series
-(memory, power, temperature, unmixed activity metrics) repeated on the minutes the device reported.
+Stored rows (docs/METRICS.md, "Push-down telemetry"): a device's interval without minute readings is one row
+covering the interval (``interval_s`` = the interval), which the efficiency model spreads evenly over its
+minutes: the interval's sum is the raw minutes' sum, and its minutes are all at zero or all not. Any other
+interval is stored as minute rows: the fetched readings as read, the device's other series (memory, power,
+temperature, activity metrics that were not mixed) repeated on the device's fetched minutes.
 
 Chunking, retries, credentials and error messages are those of :mod:`ingest.prometheus`.
 """
@@ -48,7 +50,7 @@ def _parts(selector: str, metric: str, interval_s: int, step_s: int) -> tuple[st
     """(per-minute reading, subquery range over an interval's minutes, idle threshold in the metric's unit)."""
     scale = store.METRICS[metric][1]
     return (f"last_over_time({selector}[{step_s * 1000 - 1}ms])", f"[{interval_s * 1000 - 1}ms:{step_s}s]",
-            f"{store.IDLE_EPSILON / scale:g}")      # GPU_UTIL is percent: 0.5; the PROF ratios 0.005
+            f"{warehouse.IDLE_EPSILON / scale:g}")      # GPU_UTIL is percent: 0.5; the PROF ratios 0.005
 
 
 def is_activity(metric: str) -> bool:

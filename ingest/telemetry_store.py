@@ -51,9 +51,6 @@ METRICS: dict[str, tuple[str, float, float, float]] = {
 EVENT_COLS = ("throttle", "row_remap_failure", "ecc_dbe")
 THROTTLE_MASK = 0x08 | 0x20 | 0x40 | 0x80
 ACTIVITY_COLUMNS = ("gpu_util", "sm_active", "gr_engine_active", "tensor_active")
-#: Activity below this fraction (0.5 %) counts as zero (it prints as 0 %): idle minutes for the efficiency model,
-#: zero minutes for the push-down aggregates (ingest/prometheus_pushdown.py).
-IDLE_EPSILON = 0.005
 #: Labels that name the scheduler job using the GPU (dcgm-exporter --hpc-job-mapping-dir writes ``hpc_job``).
 JOB_LABELS = ("hpc_job", "slurm_job_id", "slurm_job")
 POD_LABELS = {"pod": ("pod", "pod_name"), "namespace": ("namespace", "pod_namespace"),

@@ -9,13 +9,13 @@ from ingest.warehouse.base import ENV_MEMORY_LIMIT, WarehouseError, bounded_memo
 from ingest.warehouse.connection import DEFAULT_DB, ENV_DB, ENV_LOCK_TIMEOUT, connect, resolve_path
 from ingest.warehouse.mart_state import is_current, mart_run, newest_run, record_mart, states_of
 from ingest.warehouse.query import execute, frame, has_table
-from ingest.warehouse.schema import migrate, migration_files, schema_version
+from ingest.warehouse.schema import IDLE_EPSILON, migrate, migration_files, schema_version
 from ingest.warehouse.times import TimeParseError, parse_time
 from ingest.warehouse.serving import (PARTITIONS, SERVING_EXCLUDE, WHOLE, collect_garbage, note_changed,
                                       publish_serving, read_manifest, remove_orphaned_snapshots, serving_dir,
                                       serving_path, table_names)
 
-__all__ = ["IngestAccountingError", "IngestRun", "get_watermark", "set_watermark", "ENV_MEMORY_LIMIT", "WarehouseError",
+__all__ = ["IDLE_EPSILON", "IngestAccountingError", "IngestRun", "get_watermark", "set_watermark", "ENV_MEMORY_LIMIT", "WarehouseError",
            "bounded_memory", "transaction", "utcnow", "DEFAULT_DB", "ENV_DB", "ENV_LOCK_TIMEOUT", "connect", "resolve_path",
            "is_current", "mart_run", "newest_run", "record_mart", "states_of", "execute", "frame", "has_table", "migrate",
            "migration_files", "schema_version", "SERVING_EXCLUDE", "publish_serving", "serving_path",

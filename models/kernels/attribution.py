@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import duckdb
 
-from ingest.telemetry_store import IDLE_EPSILON
+from ingest.warehouse import IDLE_EPSILON
 from models.definitions.jobs_sql import SPANS_SQL, end_eff_sql
 #: A job's GPU counts as idle-allocated only in stretches of at least this many seconds at zero activity.
 IDLE_STRETCH_S = 300
