@@ -136,19 +136,23 @@ def _layout_sql(interval_s: int, step_s: int) -> str:
     CREATE OR REPLACE TEMP TABLE _lay AS
     WITH u AS (
         SELECT g.sid, g.s - {lag} AS b, g.v AS avg, s.metric IN ({acts}) AS is_act,
-               coalesce(s.cluster || '|' || s.node || '|' || s.gpu, 'sid' || g.sid) AS dkey
+               coalesce(s.cluster || '|' || s.node || '|' || s.gpu, 'sid' || g.sid) AS dkey,
+               substr(s.series_text, strpos(s.series_text, '{{')) AS lkey
         FROM _ag g JOIN _as s USING (sid) WHERE NOT isnan(g.v)),
     e AS (
         SELECT DISTINCT s.sid, e.ts, e.ts - ((e.ts - {step_s}) % {interval_s}) AS b, e.v,
-               coalesce(s.cluster || '|' || s.node || '|' || s.gpu, 'sid' || s.sid) AS dkey
+               coalesce(s.cluster || '|' || s.node || '|' || s.gpu, 'sid' || s.sid) AS dkey,
+               substr(s.series_text, strpos(s.series_text, '{{')) AS lkey
         FROM _ed e JOIN _as s USING (series_text)),
     dev AS (SELECT DISTINCT dkey, b, FALSE AS coarse FROM e),   -- devices with minutes fetched in an interval
     dl AS (SELECT dkey, b, list(DISTINCT ts ORDER BY ts) AS tss FROM e GROUP BY ALL),
+    ll AS (SELECT lkey, b, list(DISTINCT ts ORDER BY ts) AS tss FROM e GROUP BY ALL),
     x AS (SELECT u.*, coalesce(d.coarse, TRUE) AS coarse FROM u LEFT JOIN dev d USING (dkey, b)),
-    spread AS (   -- minute rows of series without edge readings: on the device's edge minutes, else every minute
-        SELECT x.sid, unnest(coalesce(dl.tss, generate_series(x.b, x.b + {lag}, {step_s}))) AS ts,
+    spread AS (   -- minute rows of series without edge readings: on the minutes fetched for the same label set
+                  -- (the exporter's job label stays on its job's minutes), else the device's, else every minute
+        SELECT x.sid, unnest(coalesce(ll.tss, dl.tss, generate_series(x.b, x.b + {lag}, {step_s}))) AS ts,
                x.avg AS value
-        FROM x LEFT JOIN dl USING (dkey, b)
+        FROM x LEFT JOIN dl USING (dkey, b) LEFT JOIN ll USING (lkey, b)
         WHERE NOT x.coarse AND NOT EXISTS (SELECT 1 FROM e WHERE e.sid = x.sid AND e.b = x.b))
     SELECT sid, b::DOUBLE AS ts, avg AS value, TRUE AS coarse FROM x WHERE coarse
     UNION ALL
