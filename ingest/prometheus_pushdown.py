@@ -288,6 +288,7 @@ def _store_window(con: duckdb.DuckDBPyConnection, run: warehouse.IngestRun, ag: 
     finally:
         for t in ("_ag", "_ed", "_as"):
             con.unregister(t)
+    _drop_overlapped(con, ser, run, interval_s)
     for coarse, width in ((True, interval_s), (False, step_s)):
         pts = _batch(con, ser, coarse)
         if not pts.num_rows:
@@ -299,6 +300,30 @@ def _store_window(con: duckdb.DuckDBPyConnection, run: warehouse.IngestRun, ag: 
                               ts_unit="s", interval_s=width)
     con.execute("DROP TABLE IF EXISTS _lay")
     return line
+
+
+def _drop_overlapped(con: duckdb.DuckDBPyConnection, ser: pa.Table, run: warehouse.IngestRun,
+                     interval_s: int) -> None:
+    """Delete the stored minute rows inside the intervals about to be stored whole (an earlier raw pull, or a
+    pull that saw the interval still open): the interval's row replaces them, so no minute counts twice."""
+    con.register("_asd", ser)
+    try:
+        lo, hi = con.sql("SELECT min(ts), max(ts) FROM _lay WHERE coarse").fetchall()[0]
+        if lo is None:
+            return
+        n = con.execute(f"""
+            DELETE FROM gpu_samples g USING (
+                SELECT DISTINCT s.cluster, s.node, s.gpu, make_timestamp((l.ts * 1e6)::BIGINT) AS b
+                FROM _lay l JOIN _asd s USING (sid) WHERE l.coarse AND s.node IS NOT NULL) c
+            WHERE g.cluster = c.cluster AND g.node = c.node AND g.gpu = c.gpu
+              AND g.ts > c.b AND g.ts < c.b + INTERVAL {int(interval_s)} SECOND
+              AND g.ts > make_timestamp(($lo * 1e6)::BIGINT)
+              AND g.ts < make_timestamp(($hi * 1e6)::BIGINT) + INTERVAL {int(interval_s)} SECOND""",
+                        {"lo": lo, "hi": hi}).fetchall()[0][0]
+    finally:
+        con.unregister("_asd")
+    if n:
+        run.options["replaced_minute_rows"] = run.options.get("replaced_minute_rows", 0) + n
 
 
 def _batch(con: duckdb.DuckDBPyConnection, ser: pa.Table, coarse: bool) -> pa.Table:

@@ -119,6 +119,18 @@ def test_push_down_gives_the_raw_pull_figures(prom, tmp_path):
     assert agg_con.sql("SELECT count(*) FROM gpu_samples WHERE interval_s = 300").fetchall()[0][0] > 0
 
 
+def test_a_second_pull_over_raw_rows_counts_no_minute_twice(prom, tmp_path):
+    """Raw pull, then push-down over the same hours: the whole intervals' rows replace the raw minutes inside
+    them, and the figures stay the raw pull's."""
+    con, _, raw = _pull(tmp_path / "both.duckdb", prom.url, tmp_path, None)
+    con.close()
+    con, stats, both = _pull(tmp_path / "both.duckdb", prom.url, tmp_path, 300)
+    assert con.sql("""SELECT count(*) FROM gpu_samples a JOIN gpu_samples b USING (cluster, node, gpu)
+                      WHERE b.ts > a.ts AND b.ts < a.ts + to_seconds(a.interval_s)""").fetchall() == [(0,)]
+    for job, row in raw.items():
+        assert both[job][1] == pytest.approx(row[1]) and abs(both[job][2] - row[2]) <= 1e-9
+
+
 def test_handover_without_the_warehouse_jobs_is_an_interval_mean(prom, tmp_path):
     """Without the jobs (telemetry pulled first), the handover interval is one row: its mean (0.3 x 3 + 0.9 x 2)
     / 5 stands for every minute, and 302's mean moves by (2 minutes + 10 s) x 0.24 / 2680 s, past 0.5 points: the
