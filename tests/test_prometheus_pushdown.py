@@ -174,3 +174,16 @@ def test_query_shapes():
     assert prometheus_pushdown.node_matcher(["g-1", "h.x"]) == 'Hostname=~"(g\\\\-1|h\\\\.x)([.].*)?"'
     with pytest.raises(InputError, match="--aggregate"):
         prometheus_pushdown.parse_interval("0m")
+
+
+def test_service_collector_pushes_down_when_configured(prom, tmp_path):
+    """The collector's ``aggregate`` option: the pull's audit row says push-down, and the rows are the CLI's."""
+    from models.service import sources
+    con = warehouse.connect(str(tmp_path / "svc.duckdb"))
+    opts = {k: key.default for k, key in sources.KINDS["prometheus"].keys.items()}
+    since = int((warehouse.utcnow() - dt.datetime(2026, 7, 14, 10, 0)).total_seconds())   # the first pull: 10:00
+    opts.update(url=prom.url, metrics=[GR], lookback=since - since % 60, max_window=3 * 3600, aggregate=300)
+    s = sources.collect_prometheus(con, sources.Where("lab"), opts)
+    assert s["rejected"] == 0 and s["loaded"] > 0
+    assert con.sql("SELECT json_extract(options, '$.aggregate_s')::INT FROM ingest_runs").fetchall() == [(300,)]
+    assert con.sql("SELECT count(*) FROM gpu_samples WHERE interval_s = 300").fetchall()[0][0] > 0
