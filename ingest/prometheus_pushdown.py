@@ -46,43 +46,25 @@ _FN = {**dict.fromkeys(store.ACTIVITY_COLUMNS, "avg_over_time"), "fb_used_mib": 
        "power_w": "avg_over_time", "temp_c": "avg_over_time"}
 
 
-def _parts(selector: str, metric: str, interval_s: int, step_s: int) -> tuple[str, str, str]:
-    """(per-minute reading, subquery range over an interval's minutes, idle threshold in the metric's unit)."""
-    scale = store.METRICS[metric][1]
-    return (f"last_over_time({selector}[{step_s * 1000 - 1}ms])", f"[{interval_s * 1000 - 1}ms:{step_s}s]",
-            f"{warehouse.IDLE_EPSILON / scale:g}")      # GPU_UTIL is percent: 0.5; the PROF ratios 0.005
-
-
 def is_activity(metric: str) -> bool:
     return store.METRICS[metric][0] in store.ACTIVITY_COLUMNS
 
 
-def expression(metric: str, selector: str, interval_s: int, step_s: int = 60) -> str:
-    """PromQL of ``metric``'s aggregate (``selector`` = metric + matchers) over the minutes of the interval
-    ending at the evaluation time: the mean, or for memory the maximum, for XID and state events the maximum."""
-    r, sub, _ = _parts(selector, metric, interval_s, step_s)
-    return f"{_FN.get(store.METRICS[metric][0], 'max_over_time')}({r}{sub})"
+def expression(metric: str, selector: str, interval_s: int) -> str:
+    """PromQL of ``metric``'s aggregate (``selector`` = metric + matchers) over the readings of the interval
+    ending at the evaluation time, ``(s - interval, s]``: the mean, for memory, XID and state events the maximum.
+    A plain range function: no subquery, no operator between vectors (both multiply the store's work)."""
+    return f"{_FN.get(store.METRICS[metric][0], 'max_over_time')}({selector}[{interval_s * 1000 - 1}ms])"
 
 
 def mixed_expression(metric: str, selector: str, interval_s: int, step_s: int = 60) -> str:
-    """PromQL keeping the series of activity ``metric`` whose interval (ending at the evaluation time) is mixed:
-    ``P = 1000 n + 1000000 z`` (``n`` minutes with a reading, ``z`` of them at zero) is neither ``1000 N`` (all
-    ``N`` minutes busy) nor ``1001000 N`` (all at zero). Comparisons with scalars only: Prometheus matches no
-    label sets for them (a vector-to-vector operator here doubled the query's time)."""
-    r, sub, thr = _parts(selector, metric, interval_s, step_s)
-    slots = interval_s // step_s
-    return (f"sum_over_time((1000 + 1000000 * ({r} < bool {thr})){sub}) != {1000 * slots} "
-            f"!= {1001000 * slots}")
-
-
-def edge_expression(metric: str, selector: str, interval_s: int, step_s: int = 60) -> str:
-    """PromQL of the minute readings of activity ``metric`` in its mixed intervals, evaluated at minute
-    ``t + interval - step`` for the reading of minute ``t`` (the interval test looks at the interval that ends on
-    the multiple of ``interval_s`` at or after ``t``; PromQL cannot look forward, so the query is shifted)."""
-    lag = interval_s - step_s
-    shifted = f"last_over_time({selector}[{step_s * 1000 - 1}ms]{f' offset {lag}s' if lag else ''})"
-    mixed = mixed_expression(metric, selector, interval_s, step_s)
-    return f"{shifted} and last_over_time(({mixed})[{interval_s * 1000 - 1}ms:{interval_s}s])"
+    """PromQL keeping the activity series whose interval (ending at the evaluation time) is *mixed*: fewer
+    readings than minutes, or some reading at zero (below the idle threshold in the metric's unit: 0.5 for
+    GPU_UTIL, which is percent; 0.005 for the PROF ratios) and some not."""
+    r = f"{selector}[{interval_s * 1000 - 1}ms]"
+    thr = f"{warehouse.IDLE_EPSILON / store.METRICS[metric][1]:g}"
+    return (f"(count_over_time({r}) < {interval_s // step_s}) or "
+            f"((min_over_time({r}) < {thr}) and (max_over_time({r}) >= {thr}))")
 
 
 def interval_ends(start: float, end: float, interval_s: int) -> tuple[int, int]:
@@ -119,10 +101,19 @@ def handovers(con: duckdb.DuckDBPyConnection, cluster: str, first: int, last: in
     return dict(rows)
 
 
-def node_matcher(nodes: list[str]) -> str:
+def _alternatives(values) -> str:
+    """A PromQL string literal's inside for a regex matching exactly these values."""
+    return "|".join(re.escape(v) for v in sorted(values)).replace("\\", "\\\\").replace('"', '\\"')
+
+
+def node_matcher(nodes) -> str:
     """``Hostname=~"..."`` matching these nodes, with or without a domain (nodes are stored without one)."""
-    alts = "|".join(re.escape(n) for n in nodes).replace("\\", "\\\\").replace('"', '\\"')
-    return f'Hostname=~"({alts})([.].*)?"'
+    return f'Hostname=~"({_alternatives(nodes)})([.].*)?"'
+
+
+def uuid_matcher(uuids) -> str:
+    """``UUID=~"..."`` matching these devices."""
+    return f'UUID=~"{_alternatives(uuids)}"'
 
 
 # ---------------------------------------------------------------- layout (DuckDB)
@@ -162,6 +153,7 @@ def _layout_sql(interval_s: int, step_s: int) -> str:
 
 
 def _matrix(client: raw._Client, expr: str, start: float, end: float, step_s: int) -> list:
+    client.opts.stats["queries"] = client.opts.stats.get("queries", 0) + 1
     data = client.get("/api/v1/query_range", [("query", expr), ("start", f"{start:.3f}"), ("end", f"{end:.3f}"),
                                                ("step", f"{step_s}s")])
     if not data or data.get("resultType") != "matrix":
@@ -177,50 +169,64 @@ def _edge_table(points: pa.Table, rows: list[dict], shift: int) -> pa.Table:
                      "v": store.with_numbers(points).column("vd")})
 
 
-def _job_edge_answers(client: raw._Client, counts: dict, edges: dict[int, list[str]], q: raw.QueryOptions,
-                      interval_s: int, opts: store.TelemetryOptions, cluster: str, cache: dict) -> list[pa.Table]:
-    """Minute readings of every activity series on the nodes where a job starts or ends, in that interval only
-    (one small query per interval and activity metric)."""
+def _mixed(client: raw._Client, metric: str, selector: str, s0: float, s1: float, interval_s: int, step_s: int,
+           opts: store.TelemetryOptions, cluster: str, cache: dict, wanted: dict) -> int:
+    """Ask which series of ``metric`` are mixed in which interval; adds their devices (UUID, else node) to
+    ``wanted[interval end]``; returns the points received."""
+    result = _matrix(client, mixed_expression(metric, selector, interval_s, step_s), s0, s1, interval_s)
+    points, rows = raw._to_tables(result, 0, metric, opts, cluster, cache, sid_base=0)
+    for sid, t in zip(points.column("sid").to_pylist(), points.column("ts").to_pylist()):
+        row = rows[sid]
+        nodes, uuids = wanted.setdefault(int(round(t)), (set(), set()))
+        if row.get("uuid"):
+            uuids.add(row["uuid"])
+        elif row.get("node"):
+            nodes.add(row["node"])
+    return points.num_rows
+
+
+def _minutes(client: raw._Client, counts: dict, wanted: dict, q: raw.QueryOptions, interval_s: int,
+             opts: store.TelemetryOptions, cluster: str, cache: dict) -> list[pa.Table]:
+    """The minute readings of every activity series of the wanted devices (by UUID) and nodes (handovers, series
+    without a UUID), interval by interval: small queries the store answers from its index in milliseconds."""
     out = []
-    for s, nodes in edges.items():
+    for s, (nodes, uuids) in sorted(wanted.items()):
         for metric, (selector, _) in counts.items():
             if not is_activity(metric):
                 continue
             name, _, inner = selector.partition("{")
-            sel = name + "{" + ", ".join(filter(None, [inner.rstrip("}"), node_matcher(nodes)])) + "}"
-            result = _matrix(client, f"last_over_time({sel}[{q.step_s * 1000 - 1}ms])",
-                             s - interval_s + q.step_s, s, q.step_s)
-            points, rows = raw._to_tables(result, 0, metric, opts, cluster, cache, sid_base=0)
-            out.append(_edge_table(points, rows, 0))
+            for m in ([node_matcher(nodes)] if nodes else []) + ([uuid_matcher(uuids)] if uuids else []):
+                sel = name + "{" + ", ".join(filter(None, [inner.rstrip("}"), m])) + "}"
+                result = _matrix(client, f"last_over_time({sel}[{q.step_s * 1000 - 1}ms])",
+                                 s - interval_s + q.step_s, s, q.step_s)
+                points, rows = raw._to_tables(result, 0, metric, opts, cluster, cache, sid_base=0)
+                out.append(_edge_table(points, rows, 0))
     return out
 
 
 def _answers(client: raw._Client, counts: dict, s0: float, s1: float, q: raw.QueryOptions, interval_s: int,
              opts: store.TelemetryOptions, cluster: str, cache: dict,
-             jobs: dict[int, list[str]]) -> tuple[pa.Table, pa.Table, list[dict]]:
-    """The answers for the intervals ending at ``s0 .. s1``: aggregates ``(sid, s, v)``, edge readings
-    ``(series_text, ts, v)`` (mixed intervals, and ``jobs``: job edges by interval) and the aggregates' series."""
-    aggs, series = [], []
-    edges = _job_edge_answers(client, counts, {s: n for s, n in jobs.items() if s0 <= s <= s1}, q, interval_s,
-                              opts, cluster, cache)
-    lag = interval_s - q.step_s
+             jobs: dict[int, list[str]]) -> tuple[pa.Table, pa.Table, list[dict], int]:
+    """The answers for the intervals ending at ``s0 .. s1``: aggregates ``(sid, s, v)``, minute readings
+    ``(series_text, ts, v)`` of mixed and handover (``jobs``) intervals, the aggregates' series, and the number of
+    mixed-test points received."""
+    aggs, series, tested = [], [], 0
+    wanted = {s: (set(n), set()) for s, n in jobs.items() if s0 <= s <= s1}
     for metric, (selector, _) in counts.items():
-        result = _matrix(client, expression(metric, selector, interval_s, q.step_s), s0, s1, interval_s)
+        result = _matrix(client, expression(metric, selector, interval_s), s0, s1, interval_s)
         points, rows = raw._to_tables(result, 0, metric, opts, cluster, cache, sid_base=len(series))
         aggs.append(points)
         series += rows
-        if is_activity(metric):     # minute t is asked at t + lag: the first minute of s0's interval is s0 - lag
-            result = _matrix(client, edge_expression(metric, selector, interval_s, q.step_s), s0, s1 + lag,
-                             q.step_s)
-            points, rows = raw._to_tables(result, 0, metric, opts, cluster, cache, sid_base=0)
-            edges.append(_edge_table(points, rows, lag))
+        if is_activity(metric):
+            tested += _mixed(client, metric, selector, s0, s1, interval_s, q.step_s, opts, cluster, cache, wanted)
+    edges = _minutes(client, counts, wanted, q, interval_s, opts, cluster, cache)
     ag = pa.concat_tables(aggs)
     ed = pa.concat_tables(edges) if edges else pa.table({"series_text": pa.array([], pa.string()),
                                                          "ts": pa.array([], pa.int64()),
                                                          "v": pa.array([], pa.float64())})
     ag = pa.table({"sid": ag.column("sid"), "s": pc.cast(pc.round(ag.column("ts")), pa.int64()),
                    "v": store.with_numbers(ag).column("vd")})
-    return ag, ed, series
+    return ag, ed, series, tested
 
 
 def ingest(con: duckdb.DuckDBPyConnection, q: raw.QueryOptions, opts: store.TelemetryOptions,
@@ -251,25 +257,25 @@ def ingest(con: duckdb.DuckDBPyConnection, q: raw.QueryOptions, opts: store.Tele
     per_series = q.max_query_points // max(1, sum(n for _, n in counts.values())) // (interval_s // q.step_s)
     windows = raw.chunks(first, last, interval_s, max(1, min(q.max_points, per_series))) if counts else []
     jobs = handovers(con, cluster, first, last, interval_s, q.step_s) if counts else {}
-    n_act = sum(map(is_activity, counts))
-    q.stats.update(queries=len(windows) * (len(counts) + n_act) + len(jobs) * n_act, points=0, edge_points=0,
+    q.stats.update(queries=0, points=0, edge_points=0,
                    series=sum(n for _, n in counts.values()), handover_intervals=len(jobs))
     run = warehouse.IngestRun(con, "prometheus", name, cluster=cluster, options={
         "url": client.shown, "start": q.start, "end": q.end, "step_s": q.step_s, "aggregate_s": interval_s,
-        "match": q.match, "auth": client.auth, "queries": q.stats["queries"]})
+        "match": q.match, "auth": client.auth})
     with run, warehouse.bounded_memory(con, raw.PULL_MEMORY):
         cache, line = {}, 1
         for done, (s0, s1) in enumerate(windows):
             if q.progress:
                 q.progress(done, len(windows))
-            ag, ed, series = _answers(client, counts, s0, s1, q, interval_s, opts, cluster, cache, jobs)
-            q.stats["points"] += ag.num_rows + ed.num_rows
+            ag, ed, series, tested = _answers(client, counts, s0, s1, q, interval_s, opts, cluster, cache, jobs)
+            q.stats["points"] += ag.num_rows + ed.num_rows + tested
             q.stats["edge_points"] += ed.num_rows
             if ag.num_rows:
                 line = _store_window(con, run, ag, ed, series, q.step_s, interval_s, opts, line)
         if q.progress and windows:
             q.progress(len(windows), len(windows))
-        run.options.update(points_received=q.stats["points"], edge_points=q.stats["edge_points"])
+        run.options.update(queries=q.stats["queries"], points_received=q.stats["points"],
+                           edge_points=q.stats["edge_points"])
         if q.stats.get("warnings"):
             run.options["warnings"] = q.stats["warnings"][:20]
     return store.summary(con, run)

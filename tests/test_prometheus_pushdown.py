@@ -166,12 +166,11 @@ def test_cli_aggregate_and_its_errors(prom, run_cli, db_path, tmp_path):
 def test_query_shapes():
     assert prometheus_pushdown.interval_ends(T0, T0 + 59 * 60, 300) == (T0, T0 + 3600)
     assert prometheus_pushdown.interval_ends(T0 + 1, T0 + 301, 300) == (T0 + 300, T0 + 600)
-    assert prometheus_pushdown.expression(FB, FB, 300) == \
-        f"max_over_time(last_over_time({FB}[59999ms])[299999ms:60s])"
+    assert prometheus_pushdown.expression(FB, FB, 300) == f"max_over_time({FB}[299999ms])"
     # GPU_UTIL is percent: its zero is below 0.5
-    assert "< bool 0.5)" in prometheus_pushdown.mixed_expression("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_UTIL", 300)
-    assert prometheus_pushdown.mixed_expression(GR, GR, 300).endswith("!= 5000 != 5005000")
-    assert prometheus_pushdown.node_matcher(["g-1", "h.x"]) == 'Hostname=~"(g\\\\-1|h\\\\.x)([.].*)?"'
+    assert "< 0.5) and" in prometheus_pushdown.mixed_expression("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_UTIL", 300)
+    assert prometheus_pushdown.mixed_expression(GR, "x", 300).startswith("(count_over_time(x[299999ms]) < 5) or")
+    assert prometheus_pushdown.node_matcher(["h.x", "g-1"]) == 'Hostname=~"(g\\\\-1|h\\\\.x)([.].*)?"'
     with pytest.raises(InputError, match="--aggregate"):
         prometheus_pushdown.parse_interval("0m")
 
