@@ -1,28 +1,34 @@
 """`gpuledger ingest prometheus --aggregate INTERVAL`: per-GPU aggregates computed where the telemetry lives.
 
 Instead of one point per series and minute (:mod:`ingest.prometheus`), the store answers one point per series
-and *interval* (default 5 minutes), computed over the one-minute readings the raw pull would store
-(``last_over_time(m[59.999s])`` at each minute, as a PromQL subquery), so both pulls describe the same readings.
-Intervals end on multiples of the interval since the epoch: the 5-minute interval evaluated at 10:05 holds the
-minute rows 10:01 .. 10:05 (a raw row ``ts`` holds the last reading in ``(ts - 60 s, ts]``, so these are the
-readings of (10:00, 10:05]). The pull is widened to the whole intervals around ``--start`` and ``--end``.
+and *interval* (default 5 minutes). Intervals end on multiples of the interval since the epoch: the interval
+evaluated at 10:05 holds the readings of (10:00, 10:05], which the raw pull stores as the minute rows
+10:01 .. 10:05 (a raw row ``ts`` holds the last reading in ``(ts - 60 s, ts]``). The pull is widened to the whole
+intervals around ``--start`` and ``--end``.
 
 Per series and interval the store sends the mean of the activity metrics (GPU_UTIL, SM/GR_ENGINE/TENSOR_ACTIVE),
-POWER_USAGE and GPU_TEMP, the maximum of FB_USED, XID and the state-event fields. Minute readings travel only
-where one value per interval would change the efficiency figures:
+POWER_USAGE and GPU_TEMP, the maximum of FB_USED, XID and the state-event fields: plain range functions
+(``avg_over_time(m[5m])``), the cheapest thing a store evaluates. With the exporter scraped once a minute these
+are the raw rows' mean and maximum exactly; with faster scrapes the mean is over every reading (the raw pull keeps
+the last of each minute). Minute readings travel only where one value per interval would change the efficiency
+figures:
 
-* *mixed* intervals of an activity series: some minutes at zero (below :data:`ingest.warehouse.IDLE_EPSILON`)
-  and some not, or not a reading every minute (a job, or its exporter label, starting or ending inside; an idle
-  stretch beginning or ending). The store picks them itself: the mixed test is part of the query;
+* *mixed* intervals of an activity series: fewer readings than minutes, or some at zero (below
+  :data:`ingest.warehouse.IDLE_EPSILON`) and some not (a job or its exporter label starting or ending inside, an
+  idle stretch beginning or ending). The store tests this (:func:`mixed_expression`) and answers only the mixed
+  (series, interval) pairs;
 * *handover* intervals: a GPU job known to the warehouse starts within :data:`HANDOVER_S` of another's end on
-  the same node, so no minute at zero need separate them; every activity series of that node is asked for
-  those minutes (one small query per interval and metric).
+  the same node, so no minute at zero need separate them.
+
+Their minutes are then asked interval by interval, for just those devices (by ``UUID``, else by node): queries
+the store answers from its index in milliseconds. (Selecting them inside one query for the whole window made the
+store evaluate every minute of every series, more work than the raw pull.)
 
 Stored rows (docs/METRICS.md, "Push-down telemetry"): a device's interval without minute readings is one row
 covering the interval (``interval_s`` = the interval), which the efficiency model spreads evenly over its
-minutes: the interval's sum is the raw minutes' sum, and its minutes are all at zero or all not. Any other
-interval is stored as minute rows: the fetched readings as read, the device's other series (memory, power,
-temperature, activity metrics that were not mixed) repeated on the device's fetched minutes.
+minutes: its sum is the raw minutes' sum, and its minutes are all at zero or none. Any other interval is stored
+as minute rows: the fetched readings as read, the device's other series (memory, power, temperature, activity
+metrics that were not mixed) repeated on the minutes fetched for the same label set, else for the device.
 
 Chunking, retries, credentials and error messages are those of :mod:`ingest.prometheus`.
 """
@@ -39,7 +45,7 @@ from ingest import telemetry_store as store
 from ingest import warehouse
 from ingest.errors import InputError
 
-#: Longest interval whose minute counts fit the mixed test's packing (``n``, ``z`` < 1000).
+#: Longest interval accepted (longer intervals transfer fewer aggregates but more minutes of mixed intervals).
 MAX_INTERVAL_S = 60 * 999
 #: The aggregate of each stored column over an interval (the rest, XID and state events: the maximum).
 _FN = {**dict.fromkeys(store.ACTIVITY_COLUMNS, "avg_over_time"), "fb_used_mib": "max_over_time",
