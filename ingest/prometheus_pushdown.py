@@ -95,7 +95,8 @@ def handovers(con: duckdb.DuckDBPyConnection, cluster: str, first: int, last: in
             SELECT jn.node, epoch(j.start) AS st, epoch(j."end") AS en
             FROM jobs j JOIN job_nodes jn USING (job_uid)
             WHERE j.cluster = $c AND j.ngpus > 0 AND jn.gpus_on_node > 0 AND j.start IS NOT NULL
-              AND coalesce(j."end", j.start) >= to_timestamp($lo) AND j.start <= to_timestamp($hi)),
+              AND coalesce(j."end", j.start) >= make_timestamp($lo::BIGINT * 1000000)
+              AND j.start <= make_timestamp($hi::BIGINT * 1000000)),
         h AS (SELECT b.node, unnest([a.en, b.st]) AS t
               FROM e b ASOF JOIN (SELECT node, en FROM e WHERE en IS NOT NULL) a ON a.node = b.node AND a.en <= b.st
               WHERE b.st - a.en <= {HANDOVER_S}),
