@@ -202,12 +202,12 @@ def _minutes(client: raw._Client, counts: dict, wanted: dict, q: raw.QueryOption
             if not is_activity(metric):
                 continue
             name, _, inner = selector.partition("{")
-            for m in ([node_matcher(nodes)] if nodes else []) + ([uuid_matcher(uuids)] if uuids else []):
-                sel = name + "{" + ", ".join(filter(None, [inner.rstrip("}"), m])) + "}"
-                result = _matrix(client, f"last_over_time({sel}[{q.step_s * 1000 - 1}ms])",
-                                 s - interval_s + q.step_s, s, q.step_s)
-                points, rows = raw._to_tables(result, 0, metric, opts, cluster, cache, sid_base=0)
-                out.append(_edge_table(points, rows, 0))
+            parts = [f"last_over_time({name}{{{', '.join(filter(None, [inner.rstrip('}'), m]))}}}"
+                     f"[{q.step_s * 1000 - 1}ms])"
+                     for m in ([node_matcher(nodes)] if nodes else []) + ([uuid_matcher(uuids)] if uuids else [])]
+            result = _matrix(client, " or ".join(parts), s - interval_s + q.step_s, s, q.step_s)
+            points, rows = raw._to_tables(result, 0, metric, opts, cluster, cache, sid_base=0)
+            out.append(_edge_table(points, rows, 0))
     return out
 
 
