@@ -11,7 +11,11 @@ from __future__ import annotations
 
 import datetime as dt
 
+import duckdb
+import pyarrow as pa
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ingest import prometheus, prometheus_pushdown, sacct, telemetry_store, warehouse
 from ingest.errors import InputError
@@ -186,3 +190,44 @@ def test_service_collector_pushes_down_when_configured(prom, tmp_path):
     assert s["rejected"] == 0 and s["loaded"] > 0
     assert con.sql("SELECT json_extract(options, '$.aggregate_s')::INT FROM ingest_runs").fetchall() == [(300,)]
     assert con.sql("SELECT count(*) FROM gpu_samples WHERE interval_s = 300").fetchall()[0][0] > 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from([0.0, 0.0, 0.001, 0.3, 0.75, 1.0]), min_size=5, max_size=40),
+       st.integers(0, 4))
+def test_layout_keeps_each_intervals_sum_and_zero_minutes(values, gap):
+    """Whatever the minutes, the stored rows (whole intervals spread evenly, mixed intervals as read) keep every
+    interval's activity sum and the set of minutes at zero: what the efficiency model reads. The store's answers
+    are computed here as Prometheus computes them (mean per interval; mixed = some < 0.005 and some not, or a
+    minute missing)."""
+    con = duckdb.connect()
+    minutes = [m for m in range(len(values)) if not (gap and m == gap)]      # one reading may be missing
+    s0 = T0 + 300                                                              # rows T0+60 .. T0+300: interval 1
+    ts = {m: T0 + 60 + 60 * m for m in minutes}
+    ident = telemetry_store.series_identity(GR, {"Hostname": "n1", "gpu": "0"},
+                                            telemetry_store.TelemetryOptions(), "lab")
+    ser = telemetry_store.series_table([{**ident, "sid": 0, "series_text": GR + '{Hostname="n1",gpu="0"}'}])
+    ag, ed = [], []
+    for s in range(s0, T0 + 60 + 60 * len(values) + 300, 300):
+        inside = [m for m in minutes if s - 300 < ts[m] <= s]
+        if not inside:
+            continue
+        vals = [values[m] for m in inside]
+        ag.append((0, s, sum(vals) / len(vals)))
+        if len(inside) < 5 or (min(vals) < 0.005 <= max(vals)):
+            ed += [(GR + '{Hostname="n1",gpu="0"}', ts[m], values[m]) for m in inside]
+    con.register("_ag", pa.table({"sid": pa.array([a[0] for a in ag], pa.int32()), "s": [a[1] for a in ag],
+                                  "v": [a[2] for a in ag]}))
+    con.register("_ed", pa.table({"series_text": pa.array([e[0] for e in ed], pa.string()),
+                                  "ts": pa.array([e[1] for e in ed], pa.int64()), "v": [e[2] for e in ed]}))
+    con.register("_as", ser)
+    con.execute(prometheus_pushdown._layout_sql(300, 60))
+    spread = {}
+    for t, v, coarse in con.sql("SELECT ts, value, coarse FROM _lay").fetchall():
+        for k in range(5 if coarse else 1):
+            spread[int(t) + 60 * k] = v
+    raw = {ts[m]: values[m] for m in minutes}
+    for s in {a[1] for a in ag}:
+        window = range(s - 240, s + 1, 60)
+        assert sum(spread.get(t, 0.0) for t in window) == pytest.approx(sum(raw.get(t, 0.0) for t in window))
+        assert {t for t in window if spread.get(t, 1) < 0.005} == {t for t in window if raw.get(t, 1) < 0.005}
