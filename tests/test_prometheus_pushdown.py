@@ -231,3 +231,20 @@ def test_layout_keeps_each_intervals_sum_and_zero_minutes(values, gap):
         window = range(s - 240, s + 1, 60)
         assert sum(spread.get(t, 0.0) for t in window) == pytest.approx(sum(raw.get(t, 0.0) for t in window))
         assert {t for t in window if spread.get(t, 1) < 0.005} == {t for t in window if raw.get(t, 1) < 0.005}
+
+
+def test_chunked_windows_store_the_same_rows(prom, tmp_path):
+    """Windows of at most 4 intervals (ten windows instead of one) store the same rows."""
+    def rows(path, **kw):
+        con = warehouse.connect(str(path))
+        jobs = tmp_path / "jobs.psv"
+        jobs.write_text(JOBS)
+        sacct.ingest_path(con, str(jobs), sacct.SacctOptions())
+        q = prometheus.QueryOptions(url=prom.url, start=dt.datetime(2026, 7, 14, 10, 0),
+                                    end=dt.datetime(2026, 7, 14, 12, 59), metrics=(GR, POWER), **kw)
+        prometheus_pushdown.ingest(con, q, telemetry_store.TelemetryOptions(cluster="lab"), 300)
+        return q.stats["queries"], con.sql("""SELECT node, gpu, ts, interval_s, gr_engine_active, power_w, hpc_jobs
+                                              FROM gpu_samples ORDER BY ALL""").fetchall()
+    n_one, one = rows(tmp_path / "one.duckdb")
+    n_many, many = rows(tmp_path / "many.duckdb", max_points=4)
+    assert n_many > n_one and many == one and len(one) > 0
