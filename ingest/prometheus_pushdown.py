@@ -168,11 +168,11 @@ def _matrix(client: raw._Client, expr: str, start: float, end: float, step_s: in
     return data.get("result") or []
 
 
-def _edge_table(points: pa.Table, rows: list[dict], shift: int) -> pa.Table:
-    """Edge answers -> ``(series_text, ts, v)``, ``ts`` the minute row (evaluation time - ``shift``)."""
+def _edge_table(points: pa.Table, rows: list[dict]) -> pa.Table:
+    """Minute answers -> ``(series_text, ts, v)``, ``ts`` the minute row (the evaluation time)."""
     text = pa.array([r["series_text"] for r in rows], pa.string())
     return pa.table({"series_text": pc.take(text, points.column("sid")),
-                     "ts": pc.cast(pc.round(pc.subtract(points.column("ts"), float(shift))), pa.int64()),
+                     "ts": pc.cast(pc.round(points.column("ts")), pa.int64()),
                      "v": store.with_numbers(points).column("vd")})
 
 
@@ -207,7 +207,7 @@ def _minutes(client: raw._Client, counts: dict, wanted: dict, q: raw.QueryOption
                      for m in ([node_matcher(nodes)] if nodes else []) + ([uuid_matcher(uuids)] if uuids else [])]
             result = _matrix(client, " or ".join(parts), s - interval_s + q.step_s, s, q.step_s)
             points, rows = raw._to_tables(result, 0, metric, opts, cluster, cache, sid_base=0)
-            out.append(_edge_table(points, rows, 0))
+            out.append(_edge_table(points, rows))
     return out
 
 
