@@ -95,7 +95,7 @@ def pull(url: str, db: Path, work: Path, families: list[str], aggregate: int | N
     assert s["rejected"] == 0, s["reject_examples"]
     rows = con.sql("SELECT count(*) FROM gpu_samples").fetchall()[0][0]
     return {"seconds": wall, "points": q.stats["points"], "mib": q.stats.get("bytes", 0) / 2**20,
-            "queries": q.stats["queries"], "rows": rows}, con
+            "queries": q.stats["queries"], "rows": rows, "minute_points": q.stats.get("edge_points", 0)}, con
 
 
 def efficiency(con) -> dict:
@@ -147,7 +147,8 @@ def main() -> None:
     med = {m: statistics.median(f["seconds"] for f in res[m]) for m in res}
     raw, agg = res["raw"][0], res["agg"][0]
     print(f"raw pull: {raw['points']:,} points, {raw['mib']:,.1f} MiB, {med['raw']:.1f} s (median of {a.runs})")
-    print(f"push-down {a.interval}: {agg['points']:,} points, {agg['mib']:,.1f} MiB, {med['agg']:.1f} s (median of "
+    print(f"push-down {a.interval}: {agg['points']:,} points ({agg['minute_points']:,} of them minute readings of "
+          f"mixed and handover intervals), {agg['mib']:,.1f} MiB, {med['agg']:.1f} s (median of "
           f"{a.runs}); points x{raw['points'] / agg['points']:.2f} fewer, bytes x{raw['mib'] / agg['mib']:.2f} fewer, "
           f"time x{med['raw'] / med['agg']:.2f} faster")
     if a.accuracy if a.accuracy is not None else a.gpus <= 2048:
