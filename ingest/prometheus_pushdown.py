@@ -108,9 +108,14 @@ def handovers(con: duckdb.DuckDBPyConnection, cluster: str, first: int, last: in
     return dict(rows)
 
 
+_META = re.compile(r"([\\.+*?()|\[\]{}^$])")
+
+
 def _alternatives(values) -> str:
-    """A PromQL string literal's inside for a regex matching exactly these values."""
-    return "|".join(re.escape(v) for v in sorted(values)).replace("\\", "\\\\").replace('"', '\\"')
+    """A PromQL string literal's inside for a regex matching exactly these values. Only regex metacharacters are
+    escaped (``re.escape`` also escapes ``-``, which keeps Prometheus from matching a plain alternation as a set
+    through its index: every UUID has dashes)."""
+    return "|".join(_META.sub(r"\\\1", v) for v in sorted(values)).replace("\\", "\\\\").replace('"', '\\"')
 
 
 def node_matcher(nodes) -> str:

@@ -174,7 +174,9 @@ def test_query_shapes():
     # GPU_UTIL is percent: its zero is below 0.5
     assert "< 0.5) and" in prometheus_pushdown.mixed_expression("DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_GPU_UTIL", 300)
     assert prometheus_pushdown.mixed_expression(GR, "x", 300).startswith("(count_over_time(x[299999ms]) < 5) or")
-    assert prometheus_pushdown.node_matcher(["h.x", "g-1"]) == 'Hostname=~"(g\\\\-1|h\\\\.x)([.].*)?"'
+    # only regex metacharacters escaped: a plain alternation of UUIDs stays a set Prometheus looks up in its index
+    assert prometheus_pushdown.node_matcher(["h.x", "g-1"]) == 'Hostname=~"(g-1|h\\\\.x)([.].*)?"'
+    assert prometheus_pushdown.uuid_matcher(["GPU-b-2", "GPU-a-1"]) == 'UUID=~"GPU-a-1|GPU-b-2"'
     with pytest.raises(InputError, match="--aggregate"):
         prometheus_pushdown.parse_interval("0m")
 
