@@ -310,13 +310,30 @@ def cmd_ingest_prometheus(args) -> int:
     start, end = _time(args.start, "--start", args.tz), _time(args.end, "--end", args.tz)
     step = _duration(args.step, "--step")
 
+    aggregate = _aggregate_interval(args)
+
     def load(con, opts):
         q = prometheus.QueryOptions(
             url=args.url, start=start, end=end, step_s=step,
             match=args.match, timeout_s=args.timeout, retries=args.retries,
             progress=_progress(args, "prometheus: query windows"))
+        if aggregate:
+            from ingest import prometheus_pushdown
+            return [prometheus_pushdown.ingest(con, q, opts, aggregate)]
         return [prometheus.ingest(con, q, opts)]
     return _ingest_telemetry(args, load)
+
+
+def _aggregate_interval(args) -> int | None:
+    """`ingest prometheus --aggregate [INTERVAL]`: seconds, or None for the raw pull."""
+    if args.aggregate is None:
+        return None
+    from ingest import prometheus_pushdown
+    from ingest.errors import InputError
+    try:
+        return prometheus_pushdown.parse_interval(args.aggregate)
+    except InputError as exc:
+        raise CliError(str(exc)) from exc
 
 
 def cmd_ingest_dcgm(args) -> int:
@@ -1373,6 +1390,9 @@ def _telemetry_parsers(ising) -> None:
     s.add_argument("--end", required=True, metavar="T", help="ISO 8601 time or epoch seconds, inclusive")
     s.add_argument("--step", default="60s", help="resolution, e.g. 60s, 5m (default 60s; stored rows are >= 1 min)")
     s.add_argument("--match", metavar="SELECTOR", help='extra label matchers for every metric, e.g. {Hostname=~"gpu.*"}')
+    s.add_argument("--aggregate", nargs="?", const="5m", metavar="INTERVAL",
+                   help="push-down: ask the store for per-GPU aggregates per INTERVAL (default 5m, UTC-aligned) "
+                        "instead of every minute; see docs/METRICS.md, Push-down telemetry")
     s.add_argument("--tz", help="zone of --start/--end given without an offset (default UTC)")
     s.add_argument("--timeout", type=float, default=60.0, metavar="S", help="seconds per HTTP request (default 60)")
     s.add_argument("--retries", type=int, default=3, metavar="N",

@@ -54,7 +54,7 @@ def test_the_example_parses_as_documented():
     prom = next(s for s in cfg.sources if s.kind == "prometheus").opts
     assert prom == {"url": "http://prometheus:9090", "metrics": [], "match": '{cluster="alpha"}', "step": 60,
                     "lookback": 3600, "overlap": 300, "max_window": 21600, "retries": 1, "keep_raw_days": 0,
-                    "timeout": 60}
+                    "aggregate": None, "timeout": 60}
     beta = next(s for s in cfg.sources if s.where.cluster == "beta")
     assert beta.where.env == (("SLURM_CONF", "/etc/slurm-beta/slurm.conf"),)
     assert beta.where.command("sacct") == ["env", "SLURM_CONF=/etc/slurm-beta/slurm.conf", "sacct"]

@@ -9,6 +9,11 @@ import duckdb
 
 from ingest.warehouse.base import WarehouseError, transaction, utcnow
 
+#: Stored activity (gpu_samples' fractions 0..1) below this, 0.5 %, counts as zero (it prints as 0 %): idle
+#: minutes for the efficiency model (models/kernels/attribution.py), zero minutes for the push-down telemetry's
+#: mixed-interval test (ingest/prometheus_pushdown.py).
+IDLE_EPSILON = 0.005
+
 
 def migration_files() -> list[tuple[int, str, str]]:
     """(version, name, sql) for every migration shipped in ingest/warehouse/migrations, in order."""

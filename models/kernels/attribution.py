@@ -23,10 +23,8 @@ from __future__ import annotations
 
 import duckdb
 
+from ingest.warehouse import IDLE_EPSILON
 from models.definitions.jobs_sql import SPANS_SQL, end_eff_sql
-
-#: activity below this (0.5 %) counts as zero: it prints as 0 %.
-IDLE_EPSILON = 0.005
 #: A job's GPU counts as idle-allocated only in stretches of at least this many seconds at zero activity.
 IDLE_STRETCH_S = 300
 #: Bins of the activity histogram kept per job and hour (0, (0, 0.5 %), then 5 % steps).

@@ -30,6 +30,7 @@ from typing import Any, Callable
 import duckdb
 
 from ingest import governance, prometheus, reservations, sacct, slurm_events, slurm_nodes, squeue, telemetry_store
+from ingest import prometheus_pushdown
 from ingest import warehouse
 from ingest.errors import InputError
 
@@ -148,8 +149,9 @@ def collect_prometheus(con, where: Where, opts: dict) -> dict:
     q = prometheus.QueryOptions(url=opts["url"], start=start, end=end, step_s=opts["step"], match=opts["match"] or None,
                                 metrics=tuple(opts["metrics"]) or tuple(telemetry_store.METRICS),
                                 timeout_s=float(opts["timeout"]), retries=opts["retries"])
-    summary = prometheus.ingest(con, q, telemetry_store.TelemetryOptions(
-        cluster=where.cluster, keep_raw_days=opts["keep_raw_days"] or None))
+    topts = telemetry_store.TelemetryOptions(cluster=where.cluster, keep_raw_days=opts["keep_raw_days"] or None)
+    summary = prometheus_pushdown.ingest(con, q, topts, opts["aggregate"]) if opts.get("aggregate") else \
+        prometheus.ingest(con, q, topts)
     warehouse.set_watermark(con, "prometheus", where.cluster, end)
     summary["more"] = (warehouse.utcnow() - end).total_seconds() >= 2 * opts["step"]   # still catching up
     return summary
@@ -199,6 +201,7 @@ KINDS: dict[str, SourceKind] = {
         "max_window": Key("duration", 6 * 3600, "at most this far past the watermark per collection (catch-up in steps)"),
         "retries": Key("int", 1, "retries of a transient HTTP failure inside one collection"),
         "keep_raw_days": Key("int", 0, "prune raw rows older than N days after loading (0: keep)"),
+        "aggregate": Key("duration", None, "push-down: per-GPU aggregates per this interval, e.g. 5m (unset: raw pull)"),
         "timeout": Key("duration", 60, "seconds per HTTP request")}),
     "governance": SourceKind("governance", collect_governance, "1m", {
         "path": Key("path", None, "the governance TOML; reloaded when its content changes")}, scope="global"),
