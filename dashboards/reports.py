@@ -15,15 +15,23 @@ finance pack, rendered from the serving snapshot through the same reads the dash
 from __future__ import annotations
 
 import datetime as dt
-from dataclasses import dataclass, field
+import logging
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import jinja2
 import polars as pl
 
-from dashboards import access, exports, model_reads as mr, queries, report_charts
-from dashboards.filters import Filters
-from models.definitions.labels import UNMAPPED
+# Outside a Streamlit server (the CLI, the service) the pages' caches fall back to process memory, which is what a
+# report wants; Streamlit warns about it on every cached function and call (a filter, set before the cached
+# functions are defined: Streamlit resets its loggers' levels).
+for _name in ("cache_data_api", "cache_resource_api"):
+    logging.getLogger(f"streamlit.runtime.caching.{_name}").addFilter(
+        lambda rec: "No runtime found" not in rec.getMessage())
+
+from dashboards import access, exports, model_reads as mr, pdf, queries, report_charts  # noqa: E402
+from dashboards.filters import Filters  # noqa: E402
+from models.definitions.labels import UNMAPPED  # noqa: E402
 
 TEMPLATES = Path(__file__).resolve().parent / "report_templates"
 KINDS = ("weekly", "team_note", "finance")
@@ -42,7 +50,7 @@ class Report:
     attachments: tuple = ()
 
 
-class NotAllowed(Exception):
+class NotAllowed(PermissionError):
     """A recipient whose dashboard role may not see this report (the message says why, in one line)."""
 
 
@@ -251,7 +259,7 @@ def finance_pack(version: str, period: str, template_dir=None) -> Report:
              "adjustment_lines": adjust.height}
     ctx = {"period": period, "stmt": stmt, "money": money, "currency": p.currency,
            "closed_at": f"{stmt.closed_at:%Y-%m-%d %H:%M} UTC", "recon": _table(recon), "adjust": _table(adjust),
-           "by_team": _table(by_team), "files": [name for name, _, _ in files]}
+           "by_team": _table(by_team), "files": [name for name, _, _ in files], "published": _published(version)}
     return _render("finance", period, subject, ctx, facts, template_dir, files)
 
 
@@ -259,3 +267,38 @@ def _table(df: pl.DataFrame) -> dict:
     """Columns and rows as text, for a template's table."""
     return {"columns": df.columns, "rows": [[fmt_value(v) if isinstance(v, (int, float)) or v is None else str(v)
                                              for v in r] for r in df.rows()]}
+
+
+# ---------------------------------------------------------------- one recipient's report (what the service sends)
+
+def week_window(label: str) -> Filters:
+    """'2026-W42' -> that ISO week's window (Monday 00:00 UTC to the next Monday)."""
+    year, _, week = label.partition("-W")
+    return week_of(dt.date.fromisocalendar(int(year), int(week), 1))
+
+
+def for_recipient(report, period: str, who: str) -> Report:
+    """``report`` (a [[reports]] entry: kind, team, pdf, template_dir) for ``period`` as ``who`` may see it, read
+    from the snapshot of $GPULEDGER_DB: the weekly report in their dashboard scope, a team note only to someone
+    who may see that team, the finance pack only to full roles (it names every team). Raises :class:`NotAllowed`
+    (a PermissionError) otherwise."""
+    version = queries.current().version
+    scope = recipient_scope(version, who)
+    if report.kind == "finance":
+        if not scope.full:
+            raise NotAllowed(f"{who} ({scope.role}) may not receive the finance pack: it names every team")
+        return finance_pack(version, period, report.template_dir or None)
+    f = week_window(period)
+    if report.kind == "team_note":
+        if not scope.full and report.team not in scope.teams:
+            raise NotAllowed(f"{who} ({scope.role}) may not see team {report.team}")
+        r = team_note(version, f, report.team, report.template_dir or None)
+    else:
+        r = weekly(access.scoped_version(version, scope), f, report.template_dir or None)
+    return with_pdf(r) if report.pdf else r
+
+
+def with_pdf(r: Report) -> Report:
+    """``r`` with its HTML printed to PDF attached (dashboards/pdf.py)."""
+    name = f"{r.kind.replace('_', '-')}-{r.period}.pdf"
+    return replace(r, attachments=(*r.attachments, (name, pdf.html_to_pdf(r.html), "application/pdf")))

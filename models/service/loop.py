@@ -74,6 +74,9 @@ class Collector:
         self.need_refresh = True                      # the first cycle brings the marts up to date
         self.heartbeat = time.monotonic()
         self.child: subprocess.Popen | None = None
+        #: called with the read-write connection after each cycle's refresh and publish (scheduled reports,
+        #: models/service/reports.py); a hook's exception is logged, never the cycle's failure
+        self.after_cycle: list[Callable] = []
 
     # ------------------------------------------------------------ schedule
 
@@ -132,6 +135,7 @@ class Collector:
             except Exception as exc:            # noqa: BLE001 -- the loop outlives a failed refresh
                 log.exception("refresh failed")
                 return self._cycle_failed(f"refresh failed: {one_line(exc)}")
+            self._after_cycle(con, stop)
         finally:
             con.close()
         with self.lock:
@@ -140,6 +144,15 @@ class Collector:
             self.last_cycle_end = time.time()
             self.timings = {**timed, "cycle": time.perf_counter() - t0}     # one cycle's figures together
         return True
+
+    def _after_cycle(self, con, stop: threading.Event) -> None:
+        for hook in self.after_cycle:
+            if stop.is_set():
+                return
+            try:
+                hook(con)
+            except Exception:                   # noqa: BLE001 -- reports and alerts never stop collection
+                log.exception("after-cycle step %s failed", getattr(hook, "__name__", hook))
 
     def _cycle_failed(self, msg: str) -> bool:
         log.error("cycle failed: %s", msg)
@@ -229,12 +242,14 @@ class Collector:
             stop.wait(self.wait_s(self.heartbeat))
 
 
-def serve(cfg: ServiceConfig, dashboard: Callable[[], subprocess.Popen] | None = None, once: bool = False) -> int:
+def serve(cfg: ServiceConfig, dashboard: Callable[[], subprocess.Popen] | None = None, once: bool = False,
+          after_cycle: tuple[Callable, ...] = ()) -> int:
     """Run the service until SIGTERM/SIGINT: /healthz and /metrics (``[health] listen``), the dashboard child
     (``dashboard()`` starts it) and the collector loop in this thread. Returns the exit status: 0; with ``once``
     (one cycle, no health server, no dashboard) 1 when the cycle or a source failed."""
     stop = threading.Event()
     collector = Collector(cfg)
+    collector.after_cycle.extend(after_cycle)
 
     def on_signal(signum, frame):
         if stop.is_set():                       # a second signal: interrupt now (the transaction rolls back)
