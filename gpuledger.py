@@ -754,7 +754,7 @@ def _report_snapshot(args):
 
 def _report_week(args, version: str):
     """--week's window, else the last complete ISO week before the snapshot's data horizon."""
-    from dashboards import queries, reports
+    from dashboards import reports, queries
     if args.week:
         try:
             return reports.week_window(args.week)
@@ -793,7 +793,7 @@ def _write_report(args, r) -> int:
 
 def cmd_report_weekly(args) -> int:
     """The weekly manager report: the Overview's figures and charts for one ISO week (the dashboard's reads)."""
-    from dashboards import access, reports
+    from dashboards import reports, access
     version = _report_snapshot(args)
     f = _report_week(args, version)
     if args.as_user:
@@ -806,7 +806,7 @@ def cmd_report_weekly(args) -> int:
 
 def cmd_report_team_note(args) -> int:
     """A team lead's weekly note: the team's usage, waits and waste, as its lead sees the dashboard."""
-    from dashboards import queries, reports
+    from dashboards import reports, queries
     version = _report_snapshot(args)
     if args.team not in queries.catalogue(version).all_teams:
         raise CliError(f"report team-note: no team {args.team!r} in the governance file or the jobs")
@@ -815,7 +815,7 @@ def cmd_report_team_note(args) -> int:
 
 def cmd_report_finance_pack(args) -> int:
     """The finance pack of a closed month: statement workbook, reconciliation and adjustments."""
-    from dashboards import model_reads, reports
+    from dashboards import reports, model_reads  # reports first: it quiets Streamlit outside a server
     version = _report_snapshot(args)
     closed = model_reads.chargeback_periods(version, None, None)[1]
     period = args.period or (max(closed) if closed else None)
