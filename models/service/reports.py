@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
@@ -154,30 +155,42 @@ def message(r: Rendered) -> delivery.Message:
     return delivery.Message(r.subject, r.text, r.html, dict(r.facts), tuple(r.attachments))
 
 
-def _record(con, report: ReportConfig, period: str, who: str, status: str, attempts: int, error: str | None,
-            subject: str | None) -> None:
+class Clock:
+    """The service's time: ``now`` (naive UTC) when the step began, advanced by the real time elapsed since, so
+    stored times are true in the service and consistent with an injected ``now`` in tests."""
+
+    def __init__(self, now: dt.datetime | None = None):
+        self.start, self.m0 = now or warehouse.utcnow(), time.monotonic()
+
+    def __call__(self) -> dt.datetime:
+        return self.start + dt.timedelta(seconds=time.monotonic() - self.m0)
+
+
+def _record(con, clock: Clock, report: ReportConfig, period: str, who: str, status: str, attempts: int,
+            error: str | None, subject: str | None) -> None:
     con.execute("INSERT INTO report_runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [report.name, report.kind, period, who, status, attempts, error, subject, warehouse.utcnow()])
+                [report.name, report.kind, period, who, status, attempts, error, subject, clock()])
 
 
 def send_one(con, cfg: ReportsConfig, report: ReportConfig, period: str, who: str, render: Render,
-             send=delivery.send_email) -> str:
+             send=delivery.send_email, clock: Clock | None = None) -> str:
     """Render ``report`` for ``who``, send it and store the outcome; the status (sent, failed, refused)."""
+    clock = clock or Clock()
     try:
         r = render(report, period, who)
     except PermissionError as exc:
-        _record(con, report, period, who, "refused", 0, str(exc), None)
+        _record(con, clock, report, period, who, "refused", 0, str(exc), None)
         log.warning("report %s %s not sent to %s: %s", report.name, period, who, exc)
         return "refused"
     except Exception as exc:                    # noqa: BLE001 -- one report's failure never stops the loop
         text = str(exc).strip().splitlines()
         error = f"rendering failed: {type(exc).__name__}: {text[0] if text else ''}"
-        _record(con, report, period, who, "failed", 0, error, None)
+        _record(con, clock, report, period, who, "failed", 0, error, None)
         log.exception("report %s %s for %s: rendering failed", report.name, period, who)
         return "failed"
     d = send(cfg.smtp, [who], message(r))
     status = "sent" if d.ok else "failed"
-    _record(con, report, period, who, status, d.attempts, d.error or None, r.subject)
+    _record(con, clock, report, period, who, status, d.attempts, d.error or None, r.subject)
     (log.info if d.ok else log.error)("report %s %s to %s: %s%s", report.name, period, who, status,
                                       f" ({d.error})" if d.error else "")
     return status
@@ -187,12 +200,12 @@ def run_due(con, cfg: ReportsConfig, render: Render, now: dt.datetime | None = N
             send=delivery.send_email) -> dict[str, int]:
     """Send every report that is due at ``now`` (naive UTC; default the clock) to every recipient still owed it,
     storing each outcome in ``report_runs`` on ``con`` (the service's read-write connection). Counts by status."""
-    now = now or warehouse.utcnow()
+    clock = Clock(now)
     counts = {"sent": 0, "failed": 0, "refused": 0}
     for report in cfg.reports:
-        period = period_due(con, report, now)
+        period = period_due(con, report, clock.start)
         if period is None:
             continue
-        for who in pending(con, report, period, now, cfg.retry_s):
-            counts[send_one(con, cfg, report, period, who, render, send)] += 1
+        for who in pending(con, report, period, clock(), cfg.retry_s):
+            counts[send_one(con, cfg, report, period, who, render, send, clock)] += 1
     return counts
