@@ -127,7 +127,8 @@ def test_each_report_goes_out_once_per_period_in_the_recipients_scope(lab_copy, 
 
 def test_an_unreachable_smtp_server_is_retried_and_reported_not_fatal(lab_copy, tmp_path, monkeypatch):
     monkeypatch.setenv("GPULEDGER_DB", str(lab_copy))
-    cfg, text = _config(tmp_path, lab_copy, unreachable_port(), CONFIG.split("[[reports]]\nname = \"nlp-note\"")[0])
+    one = CONFIG.split("[[reports]]\nname = \"nlp-note\"")[0].replace('"NLP-Lead@lab.example"', '"fin@lab.example"')
+    cfg, text = _config(tmp_path, lab_copy, unreachable_port(), one)
     rcfg = reports.parse(cfg, text)
     rcfg = replace(rcfg, smtp=replace(rcfg.smtp, backoff_s=0.05))
     con = warehouse.connect(lab_copy)
