@@ -164,3 +164,16 @@ def test_the_service_loop_sends_the_due_reports_once(lab_copy, tmp_path, monkeyp
     con = warehouse.connect(lab_copy, read_only=True)
     assert _runs(con) == [("managers", week, "admin@lab.example", "sent")]
     con.close()
+
+
+def test_the_example_config_documents_every_reports_key():
+    example = Path(__file__).resolve().parent.parent / "data" / "gpuledger.example.toml"
+    text = example.read_text()
+    r = reports.parse(config.load(example), text)
+    assert [(x.name, x.kind, x.team, x.pdf) for x in r.reports] == [
+        ("managers-weekly", "weekly", "", True), ("nlp-weekly-note", "team_note", "nlp", False),
+        ("finance-pack", "finance", "", True)]
+    assert (r.smtp.host, r.smtp.port, r.smtp.security, r.smtp.retries, r.smtp.backoff_s, r.retry_s) == (
+        "mail.example.org", 587, "starttls", 3, 5.0, 900)
+    keys = {*reports.REPORT_KEYS, *reports.SMTP_KEYS, *reports.SCHEDULE_KEYS}
+    assert not [k for k in sorted(keys) if f"{k} =" not in text]
