@@ -745,11 +745,12 @@ def _report_snapshot(args):
     """The serving snapshot of the warehouse (reports read what the dashboard reads) and its version."""
     from dashboards import reports  # noqa: F401 -- first: it quiets Streamlit's warnings outside a server
     from dashboards import queries
+    _open(args, read_only=True).close()                   # names a missing warehouse as every read does
     os.environ["GPULEDGER_DB"] = str(_db_path(args))     # dashboards' reads follow $GPULEDGER_DB
-    try:
-        return queries.current().version
-    except FileNotFoundError as exc:
-        raise CliError(f"{exc} (run `gpuledger refresh` first)") from exc
+    version = queries.current().version
+    if not version:
+        raise CliError(f"{_db_path(args)}: no dashboard snapshot published yet (run `gpuledger refresh`)")
+    return version
 
 
 def _report_week(args, version: str):

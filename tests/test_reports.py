@@ -191,3 +191,22 @@ def test_the_pdf_renders(lab, tmp_path):
         assert row["metric"] in text
     alloc = reports.fmt_value(r.facts["figures"]["Allocation ratio"])
     assert re.search(rf"Allocation ratio\s+%\s+{re.escape(alloc)}", text)
+
+
+def test_the_cli_writes_the_report_and_leaves_the_warehouse_as_it_was(lab_db, tmp_path, capsys):
+    import hashlib
+    import gpuledger
+    before = hashlib.sha256(lab_db.read_bytes()).hexdigest()
+    assert gpuledger.main(["-q", "--db", str(lab_db), "report", "weekly", "--week", WEEK, "--out", str(tmp_path)]) == 0
+    html = (tmp_path / f"weekly-{WEEK}.html").read_text()
+    assert gpuledger.main(["-q", "--db", str(lab_db), "report", "team-note", "--team", "nlp", "--week", WEEK]) == 0
+    assert capsys.readouterr().out.startswith(f"GPU usage of team nlp, {WEEK}")
+    assert hashlib.sha256(lab_db.read_bytes()).hexdigest() == before
+    assert [r[0] for r in cells(html)["headline"][1:]][0] == "Allocation ratio"
+    missing = tmp_path / "nowhere" / "w.duckdb"
+    assert gpuledger.main(["--db", str(missing), "report", "weekly"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and str(missing) in err and not missing.parent.exists()
+    assert gpuledger.main(["--db", str(lab_db), "report", "finance-pack"]) == 1
+    assert "no period is closed yet" in capsys.readouterr().err
+    assert gpuledger.main(["--db", str(lab_db), "report", "weekly", "--week", "42"]) == 2

@@ -246,7 +246,8 @@ def serve(cfg: ServiceConfig, dashboard: Callable[[], subprocess.Popen] | None =
           after_cycle: tuple[Callable, ...] = ()) -> int:
     """Run the service until SIGTERM/SIGINT: /healthz and /metrics (``[health] listen``), the dashboard child
     (``dashboard()`` starts it) and the collector loop in this thread. Returns the exit status: 0; with ``once``
-    (one cycle, no health server, no dashboard) 1 when the cycle or a source failed."""
+    (one cycle, no health server, no dashboard) 1 when the cycle or a source failed. ``after_cycle``: steps run
+    with the cycle's read-write connection after its refresh and publish (scheduled reports)."""
     stop = threading.Event()
     collector = Collector(cfg)
     collector.after_cycle.extend(after_cycle)
