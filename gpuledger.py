@@ -851,6 +851,60 @@ def _scheduled_report_parsers(isrep) -> None:
                  "the finance pack of a closed month: statement XLSX, reconciliation and adjustments")
     s.add_argument("--period", metavar="YYYY-MM", help="a closed month (default: the newest closed)")
     s.add_argument("--out", metavar="DIR", help="write the HTML, XLSX and CSVs into DIR instead of printing the text")
+# ---------------------------------------------------------------- budgets (issue 19)
+
+def cmd_report_budgets(args) -> int:
+    """Each budget's period: charged so far + the demand forecast for the rest, against the budget."""
+    from models.definitions.policy import CostError
+    from models.forecasting import budgets
+    con = _open(args, read_only=True)
+    try:
+        df = budgets.report(con, args.period)
+    except (CostError, ValueError) as exc:
+        raise CliError(f"report budgets: {exc}") from exc
+    if df.is_empty():
+        _say(args, "report budgets: no budget in force for the period (add [[budgets]] to the governance file "
+                   "and run `gpuledger ingest governance FILE.toml`)")
+        return EXIT_OK
+    emit(df, args.format, args.out)
+    over = df.filter(df["forecast_pct"] > 100)
+    _say(args, f"{over.height} of {df.height} budgets forecast over 100 % (data horizon "
+               f"{df['horizon'][0]:%Y-%m-%d %H:%M} UTC)")
+    _freshness(args, con)
+    return EXIT_OK
+
+
+def cmd_report_alerts(args) -> int:
+    """The alerts `gpuledger serve` raised (one row per episode) or its deliveries: who was told what, when."""
+    from models.metrics import alerts
+    lo, hi = _window(args, "report alerts")
+    con = _open(args, read_only=True)
+    df = (alerts.deliveries if args.view == "deliveries" else alerts.history)(con, lo, hi)
+    if df.is_empty():
+        _say(args, "report alerts: nothing in the window (alerts come from [[alerts]] rules of `gpuledger serve`)")
+        return EXIT_OK
+    emit(df, args.format, args.out)
+    return EXIT_OK
+
+
+def _budgets_parser(isrep) -> None:
+    s = _command(isrep, "budgets", cmd_report_budgets, "budgets against charged-so-far + forecast spend",
+                 "For each [[budgets]] entry of the governance file (per team or cost centre, per month or quarter, "
+                 "in money or GPU-hours): what the period's statements charge so far, the daily demand forecast "
+                 "(served GPU-hours) for the rest of the period priced at the scope's effective rate, their sum and "
+                 "its percentage of the budget.")
+    s.add_argument("--period", metavar="YYYY-MM|YYYY-QN",
+                   help="a month (its month budgets and its quarter's quarter budgets) or a quarter; default: the "
+                        "period holding the data horizon")
+    _output_options(s)
+    s = _command(isrep, "alerts", cmd_report_alerts, "alerts raised by the service and whom it told",
+                 "The alerts of the service's [[alerts]] rules: one row per condition episode (fired, resolved, "
+                 "values, the recipients told of each, deliveries still failing), or with --view deliveries every "
+                 "delivery attempt. The window selects episodes overlapping it, or deliveries inside it.")
+    _window_options(s)
+    s.add_argument("--view", choices=["alerts", "deliveries"], default="alerts",
+                   help="alerts (default): one row per episode; deliveries: one row per delivery attempt")
+    _output_options(s)
 
 
 # ---------------------------------------------------------------- finance
@@ -1252,10 +1306,7 @@ def _scheduled_reports(cfg) -> tuple:
     if not rcfg.reports:
         return ()
     os.environ["GPULEDGER_DB"] = str(cfg.warehouse)       # the renderer reads this warehouse's snapshot
-
-    def scheduled_reports(con):
-        reports.run_due(con, rcfg, rendering.for_recipient)
-    return (scheduled_reports,)
+    return (reports.step(cfg.warehouse, cfg.lock_timeout_s, rcfg, rendering.for_recipient),)
 
 
 #: The demo's own warehouse: `demo` never writes to $GPULEDGER_DB (that may be a real site's warehouse).
@@ -1496,6 +1547,7 @@ def _report_parsers(sub) -> None:
     _losses_parsers(isrep)
     _waiting_parsers(isrep)
     _scheduled_report_parsers(isrep)
+    _budgets_parser(isrep)
 
 
 def _waiting_parsers(isrep) -> None:

@@ -21,7 +21,7 @@ from dashboards.queries import CACHE
 from models.definitions.labels import ALL, UNMAPPED, sized
 from models.definitions.policy import CostError, current_policy
 from models.definitions.times import next_period
-from models.forecasting import capacity as capacity_mod
+from models.forecasting import budgets as budgets_mod, capacity as capacity_mod
 from models.metrics import blocked as blocked_mod, chargeback as chargeback_mod, efficiency as efficiency_mod
 from models.metrics import fairness as fairness_mod, fragmentation as fragmentation_mod, queue as queue_mod
 from models.metrics import timeline, utilization as utilization_mod
@@ -208,6 +208,15 @@ def statement_xlsx(version: str, period: str) -> bytes:
     created = stmt.closed_at or queries.published_at(version)
     return exports.xlsx_bytes(views, title=f"GPU chargeback {stmt.period}", created=created,
                               units=chargeback_mod.units(stmt))
+
+
+@st.cache_data(**CACHE)
+def budgets(version: str, period: str) -> pl.DataFrame | str:
+    """`gpuledger report budgets --period P`'s table (models/forecasting/budgets.py), or why there is none."""
+    try:
+        return budgets_mod.report(_cursor(version), period)
+    except CostError as exc:
+        return str(exc)
 
 
 # ---------------------------------------------------------------- forecasts (models/capacity.py + forecast.py, issue 7)

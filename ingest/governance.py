@@ -35,7 +35,7 @@ USER_PRIORITY, ACCOUNT_PRIORITY = 50, 100
 
 TOP_KEYS = {"currency", "minor_units", "period_timezone", "clusters", "cost_centers", "teams", "mappings",
             "entitlements", "rates", "billing", "idle", "fairness", "checkpoints",
-            "access", "access_policy"}
+            "access", "access_policy", "budgets"}
 SECTION_KEYS = {
     "clusters": {"name", "timezone", "description"},
     "cost_centers": {"id", "name", "owner"},
@@ -49,6 +49,7 @@ SECTION_KEYS = {
     "access": {"user", "role", "teams"},
     "access_policy": {"contact"},
     "checkpoints": {"team", "job_name", "interval"},
+    "budgets": {"team", "cost_center", "period", "amount", "gpu_hours", "from", "to"},
 }
 TCO_KEYS = {"capex_per_gpu", "depreciation_years", "interest_rate", "power_kw_per_gpu", "pue", "price_per_kwh",
             "facility_per_gpu_year", "staff_per_gpu_year"}
@@ -69,11 +70,12 @@ class Governance:
     access: list[tuple] = field(default_factory=list)         # (user lower case, role, [teams]); see _parse_access
     access_contact: str | None = None
     checkpoints: list[tuple] = field(default_factory=list)    # (team, job_name_like, interval_s, priority)
+    budgets: list[tuple] = field(default_factory=list)        # see _parse_budgets
 
     @property
     def records(self) -> int:
         return sum(len(x) for x in (self.clusters, self.cost_centers, self.teams, self.team_map,
-                                    self.entitlements, self.rates, self.checkpoints, self.access))
+                                    self.entitlements, self.rates, self.checkpoints, self.access, self.budgets))
 
 
 class _Checker:
@@ -458,6 +460,7 @@ def parse(text: str, source: str = "<governance>") -> Governance:
     _parse_rates(chk, doc, gov)
     _parse_access(chk, doc, gov, {t[0] for t in gov.teams})
     _parse_checkpoints(chk, doc, gov, {t[0] for t in gov.teams})
+    _parse_budgets(chk, doc, gov)
     gov.settings["document"] = _canonical(gov)
     return gov
 
@@ -538,6 +541,7 @@ def load(con, gov: Governance, source: str, sha256: str, nbytes: int) -> dict:
                      s["bsld_tau_minutes"], s["document"]])
         _load_access(con, gov)
         _load_checkpoints(con, gov)
+        _load_budgets(con, gov)
         run.updated = assign_teams(con)
         run.inserted = gov.records
         run.options.update({"teams": len(gov.teams), "rates": len(gov.rates),
@@ -584,6 +588,59 @@ def _parse_checkpoints(chk: _Checker, doc: dict, gov: Governance, teams: set[str
 def _load_checkpoints(con, gov: Governance) -> None:
     con.execute("DELETE FROM checkpoint_intervals")
     _insert(con, "checkpoint_intervals", gov.checkpoints)
+
+
+# ---------------------------------------------------------------- budgets (issue 19)
+# [[budgets]] team = "nlp" | cost_center = "CC-1", period = "month" | "quarter", amount = "12000.00" (money, in the
+# file's currency) | gpu_hours = 5000, optional from/to (the periods starting in [from, to)). Kept out of the
+# canonical document, like access: setting a budget never makes a stored statement stale.
+
+BUDGET_PERIODS = ("month", "quarter")
+
+
+def _budget_month(chk: _Checker, path: tuple, value: Any) -> dt.datetime | None:
+    """A budget's from/to: the first day of a month (a date, or text 2026-01 / 2026-01-01)."""
+    if isinstance(value, str) and re.fullmatch(r"\d{4}-\d{2}", value.strip()):
+        value = value.strip() + "-01"
+    t = _time(chk, path, value, required=False)
+    if t is not None and (t.day != 1 or t.time() != dt.time()):
+        chk.fail(path, f"must be the first day of a month (budgets apply to whole periods), got {value!r}")
+    return t
+
+
+def _parse_budgets(chk: _Checker, doc: dict, gov: Governance) -> None:
+    teams, ccs = {t[0] for t in gov.teams}, {c[0] for c in gov.cost_centers} | {t[1] for t in gov.teams if t[1]}
+    seen: dict[tuple, list] = {}
+    for i, b in enumerate(_array(chk, doc, "budgets")):
+        p = ("budgets", i)
+        if ("team" in b) == ("cost_center" in b):
+            chk.fail(p, "needs exactly one of team or cost_center")
+        scope = "team" if "team" in b else "cost_center"
+        name = _str(chk, p + (scope,), b[scope])
+        if name not in (teams if scope == "team" else ccs):
+            where = "[[teams]]" if scope == "team" else "[[cost_centers]] or a team's cost_center"
+            chk.fail(p + (scope,), f"{scope.replace('_', ' ')} {name!r} is not declared in {where}")
+        period = b.get("period", "month")
+        if period not in BUDGET_PERIODS:
+            chk.fail(p + ("period",), f"must be one of {', '.join(BUDGET_PERIODS)}, got {period!r}")
+        if ("amount" in b) == ("gpu_hours" in b):
+            chk.fail(p, "needs exactly one of amount (money, in the file's currency) or gpu_hours")
+        unit = "money" if "amount" in b else "gpu_hours"
+        value = _decimal(chk, p + (unit if unit == "gpu_hours" else "amount",), b.get("amount", b.get("gpu_hours")),
+                         lo=Decimal(0), lo_open=True)
+        start, end = _budget_month(chk, p + ("from",), b.get("from")), _budget_month(chk, p + ("to",), b.get("to"))
+        if start and end and end <= start:
+            chk.fail(p + ("to",), f"must be after from ({start:%Y-%m})")
+        for s0, e0, j in seen.setdefault((scope, name, period, unit), []):
+            if (start or dt.datetime.min) < (e0 or dt.datetime.max) and (s0 or dt.datetime.min) < (end or dt.datetime.max):
+                chk.fail(p, f"overlaps budgets[{j}] ({scope.replace('_', ' ')} {name!r}, per {period}, {unit})")
+        seen[(scope, name, period, unit)].append((start, end, i))
+        gov.budgets.append((i, scope, name, period, unit, value, start, end))
+
+
+def _load_budgets(con, gov: Governance) -> None:
+    con.execute("DELETE FROM budgets")
+    _insert(con, "budgets", gov.budgets)
 
 
 def _insert(con, table: str, rows: list[tuple]) -> None:

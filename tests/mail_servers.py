@@ -104,9 +104,10 @@ def _authenticator(server, session, envelope, mechanism, auth_data):
 
 
 @contextlib.contextmanager
-def smtp_server(tls_dir: Path | None = None, refuse_first: int = 0):
-    """A real aiosmtpd server on 127.0.0.1. With ``tls_dir``: STARTTLS required, AUTH (USER/PASSWORD) required."""
-    box = MailBox(port=free_port(), refuse_first=refuse_first)
+def smtp_server(tls_dir: Path | None = None, refuse_first: int = 0, port: int | None = None):
+    """A real aiosmtpd server on 127.0.0.1 (on ``port``, default a free one). With ``tls_dir``: STARTTLS
+    required, AUTH (USER/PASSWORD) required."""
+    box = MailBox(port=port or free_port(), refuse_first=refuse_first)
     kwargs: dict = {}
     if tls_dir is not None:
         cert, key = self_signed(Path(tls_dir))

@@ -1,7 +1,8 @@
 """models/service/reports.py: [[reports]] in the service config, sent once per period to each recipient in their
 dashboard scope, stored in report_runs so a restart sends nothing twice; an unreachable SMTP server is retried and
 reported, never fatal. Real aiosmtpd servers receive the mail; the warehouse is a private copy of the dashboard
-tests' lab cluster (its governance file gives admin, finance, an nlp team lead and a vision member)."""
+tests' lab cluster (its governance file gives admin, finance, an nlp team lead and a vision member). SMTP settings
+come from [delivery], which the alerts share (models/service/config.py)."""
 from __future__ import annotations
 
 import datetime as dt
@@ -27,21 +28,21 @@ warehouse = "{db}"
 listen = ""
 [governance]
 path = "{gov}"
-[smtp]
-host = "127.0.0.1"
-port = {port}
-security = "none"
+[delivery]
+smtp_host = "127.0.0.1"
+smtp_port = {port}
+smtp_security = "none"
 sender = "gpuledger@lab.example"
 retries = 1
 backoff = 1
-[reports_schedule]
-retry = "10m"
+max_attempts = 3
 
 [[reports]]
 name = "managers"
 kind = "weekly"
 to = ["admin@lab.example", "NLP-Lead@lab.example"]
 pdf = false
+retry = "10m"
 
 [[reports]]
 name = "nlp-note"
@@ -64,28 +65,40 @@ def _config(tmp_path: Path, db: Path, port: int, text: str = CONFIG) -> tuple[co
     return config.parse(body, str(path)), body
 
 
-def _runs(con) -> list[tuple]:
-    return con.execute("""SELECT report, period, recipient, status FROM report_runs
-                          ORDER BY report, period, recipient, ended_at""").fetchall()
+def _query(db: Path, sql: str) -> list[tuple]:
+    con = warehouse.connect(db, read_only=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def _runs(db: Path) -> list[tuple]:
+    return _query(db, "SELECT report, period, recipient, status FROM report_runs "
+                      "ORDER BY report, period, recipient, ended_at")
 
 
 def test_the_reports_config_is_checked_with_file_and_line(tmp_path):
     cfg, text = _config(tmp_path, tmp_path / "w.duckdb", 2525)
     r = reports.parse(cfg, text)
-    assert [(x.name, x.kind, x.team, x.pdf) for x in r.reports] == [
-        ("managers", "weekly", "", False), ("nlp-note", "team_note", "nlp", False), ("finance", "finance", "", True)]
-    assert (r.smtp.host, r.smtp.port, r.smtp.security, r.smtp.retries, r.retry_s) == ("127.0.0.1", 2525, "none", 1, 600)
+    assert [(x.name, x.kind, x.team, x.pdf, x.retry_s) for x in r.reports] == [
+        ("managers", "weekly", "", False, 600), ("nlp-note", "team_note", "nlp", False, 900),
+        ("finance", "finance", "", True, 900)]
+    assert (r.smtp.host, r.smtp.port, r.smtp.security, r.smtp.retries, r.max_attempts) == (
+        "127.0.0.1", 2525, "none", 1, 3)
     for bad, where, problem in (('kind = "weekly"', 'kind = "daily"', "must be one of weekly, team_note, finance"),
                                 ('team = "nlp"', 'team = ""', "a team_note names its team"),
-                                ('pdf = false\n\n[[reports]]\nname = "nlp-note"', 'pdf = false\n\n[[reports]]\n'
-                                 'name = "managers"', "configured twice"),
-                                ('security = "none"', 'security = "ssl"', "must be starttls, tls or none"),
-                                ('retry = "10m"', 'retry = "10m"\ncolour = 1', "unknown key")):
+                                ('pdf = false\nretry = "10m"\n\n[[reports]]\nname = "nlp-note"',
+                                 'pdf = false\nretry = "10m"\n\n[[reports]]\nname = "managers"', "configured twice"),
+                                ('retry = "10m"', 'retry = "10m"\ncolour = 1', "unknown key"),
+                                ('smtp_host = "127.0.0.1"', 'smtp_host = ""', "set [delivery] smtp_host")):
         body = text.replace(bad, where, 1)
         with pytest.raises(InputError) as exc:
             reports.parse(config.parse(body, str(tmp_path / "gpuledger.toml")), body)
         msg = str(exc.value)
-        line = max(i for i, ln in enumerate(body.split("\n"), 1) if where.split("\n")[-1] in ln)   # the later one
+        key = where.split("\n")[-1] if "smtp_host" not in where else "[[reports]]"
+        line = (max if "twice" in problem else min)(
+            i for i, ln in enumerate(body.split("\n"), 1) if key in ln)
         assert problem in msg and f"gpuledger.toml:{line}:" in msg, msg
 
 
@@ -95,8 +108,7 @@ def test_each_report_goes_out_once_per_period_in_the_recipients_scope(lab_copy, 
     with smtp_server() as mail:
         cfg, text = _config(tmp_path, lab_copy, mail.port)
         rcfg = reports.parse(cfg, text)
-        con = warehouse.connect(lab_copy)
-        counts = reports.run_due(con, rcfg, rendering.for_recipient, now=NOW)
+        counts = reports.run_due(lab_copy, rcfg, rendering.for_recipient, now=NOW)
         assert counts == {"sent": 4, "failed": 0, "refused": 2}
         got = {(env[1][0], m["Subject"]) for m, env in zip(mail.wait(4), mail.envelopes)}
         assert ("fin@lab.example", next(s for _, s in got if s.startswith("GPU chargeback 2026-09"))) in got
@@ -106,23 +118,20 @@ def test_each_report_goes_out_once_per_period_in_the_recipients_scope(lab_copy, 
         fin = next(m for m, env in zip(mail.messages, mail.envelopes) if env[1] == ["fin@lab.example"])
         assert {p.get_filename() for p in fin.iter_attachments()} == {
             "chargeback-2026-09.xlsx", "reconciliation-2026-09.csv", "adjustments-2026-09.csv"}
-        refused = con.execute("SELECT report, recipient, error FROM report_runs WHERE status = 'refused' "
-                              "ORDER BY report").fetchall()
+        refused = _query(lab_copy, "SELECT report, recipient, error FROM report_runs WHERE status = 'refused' "
+                                   "ORDER BY report")
         assert [(r, who) for r, who, _ in refused] == [("finance", "nlp-lead@lab.example"),
                                                         ("nlp-note", "vision-member@lab.example")]
-        con.close()
-
-        con = warehouse.connect(lab_copy)          # a restart: the stored runs say what was done
-        assert reports.run_due(con, rcfg, rendering.for_recipient, now=NOW + dt.timedelta(hours=5)) == {
+        # a restart (a new pass reads the stored runs): nothing is sent twice
+        assert reports.run_due(lab_copy, rcfg, rendering.for_recipient, now=NOW + dt.timedelta(hours=5)) == {
             "sent": 0, "failed": 0, "refused": 0}
         assert len(mail.messages) == 4
         # next week: the weekly report and the note again (and the refusal again); the finance pack not
-        counts = reports.run_due(con, rcfg, rendering.for_recipient, now=NOW + dt.timedelta(days=7))
+        counts = reports.run_due(lab_copy, rcfg, rendering.for_recipient, now=NOW + dt.timedelta(days=7))
         assert counts == {"sent": 3, "failed": 0, "refused": 1}
         assert {m["Subject"].split(":")[0] for m in mail.wait(7)[4:]} == {
             "GPU cluster weekly report 2026-W43", "GPU usage of team nlp, 2026-W43"}
-        assert len(_runs(con)) == 10
-        con.close()
+        assert len(_runs(lab_copy)) == 10
 
 
 def test_an_unreachable_smtp_server_is_retried_and_reported_not_fatal(lab_copy, tmp_path, monkeypatch):
@@ -131,21 +140,30 @@ def test_an_unreachable_smtp_server_is_retried_and_reported_not_fatal(lab_copy, 
     cfg, text = _config(tmp_path, lab_copy, unreachable_port(), one)
     rcfg = reports.parse(cfg, text)
     rcfg = replace(rcfg, smtp=replace(rcfg.smtp, backoff_s=0.05))
-    con = warehouse.connect(lab_copy)
-    assert reports.run_due(con, rcfg, rendering.for_recipient, now=NOW) == {"sent": 0, "failed": 2, "refused": 0}
-    rows = con.execute("SELECT recipient, attempts, error FROM report_runs WHERE status = 'failed'").fetchall()
+    assert reports.run_due(lab_copy, rcfg, rendering.for_recipient, now=NOW) == {"sent": 0, "failed": 2, "refused": 0}
+    rows = _query(lab_copy, "SELECT recipient, attempts, error FROM report_runs WHERE status = 'failed'")
     assert len(rows) == 2 and all(a == 2 and "Connection refused" in e or "ConnectionRefused" in e
                                   for _, a, e in rows), rows
-    # not again before [reports_schedule] retry has passed ...
-    assert reports.run_due(con, rcfg, rendering.for_recipient, now=NOW + dt.timedelta(minutes=5))["failed"] == 0
+    # not again before the report's retry has passed ...
+    assert reports.run_due(lab_copy, rcfg, rendering.for_recipient, now=NOW + dt.timedelta(minutes=5))["failed"] == 0
     # ... then again, to a server that is up now: sent, and never again
     with smtp_server() as mail:
         up = replace(rcfg, smtp=mail.settings())
-        assert reports.run_due(con, up, rendering.for_recipient, now=NOW + dt.timedelta(minutes=11)) == {
+        assert reports.run_due(lab_copy, up, rendering.for_recipient, now=NOW + dt.timedelta(minutes=11)) == {
             "sent": 2, "failed": 0, "refused": 0}
         assert len(mail.wait(2)) == 2
-        assert reports.run_due(con, up, rendering.for_recipient, now=NOW + dt.timedelta(hours=1))["sent"] == 0
-    con.close()
+        assert reports.run_due(lab_copy, up, rendering.for_recipient, now=NOW + dt.timedelta(hours=1))["sent"] == 0
+
+
+def test_failed_deliveries_stop_after_max_attempts(lab_copy, tmp_path, monkeypatch):
+    monkeypatch.setenv("GPULEDGER_DB", str(lab_copy))
+    one = CONFIG.split("[[reports]]\nname = \"nlp-note\"")[0].replace(', "NLP-Lead@lab.example"', "")
+    cfg, text = _config(tmp_path, lab_copy, unreachable_port(), one)
+    rcfg = reports.parse(cfg, text)
+    rcfg = replace(rcfg, smtp=replace(rcfg.smtp, retries=0))
+    tries = [reports.run_due(lab_copy, rcfg, rendering.for_recipient, now=NOW + dt.timedelta(minutes=11 * k))["failed"]
+             for k in range(5)]
+    assert tries == [1, 1, 1, 0, 0]                         # [delivery] max_attempts = 3
 
 
 def test_the_service_loop_sends_the_due_reports_once(lab_copy, tmp_path, monkeypatch):
@@ -161,19 +179,16 @@ def test_the_service_loop_sends_the_due_reports_once(lab_copy, tmp_path, monkeyp
         week = reports.week_label(dt.datetime.now(dt.timezone.utc).date() - dt.timedelta(days=7))
         assert mail.messages[0]["Subject"].startswith(f"GPU cluster weekly report {week}")
         assert "Allocation ratio" in MailBox.body(mail.messages[0])
-    con = warehouse.connect(lab_copy, read_only=True)
-    assert _runs(con) == [("managers", week, "admin@lab.example", "sent")]
-    con.close()
+    assert _runs(lab_copy) == [("managers", week, "admin@lab.example", "sent")]
 
 
 def test_the_example_config_documents_every_reports_key():
     example = Path(__file__).resolve().parent.parent / "data" / "gpuledger.example.toml"
     text = example.read_text()
     r = reports.parse(config.load(example), text)
-    assert [(x.name, x.kind, x.team, x.pdf) for x in r.reports] == [
-        ("managers-weekly", "weekly", "", True), ("nlp-weekly-note", "team_note", "nlp", False),
-        ("finance-pack", "finance", "", True)]
-    assert (r.smtp.host, r.smtp.port, r.smtp.security, r.smtp.retries, r.smtp.backoff_s, r.retry_s) == (
-        "mail.example.org", 587, "starttls", 3, 5.0, 900)
-    keys = {*reports.REPORT_KEYS, *reports.SMTP_KEYS, *reports.SCHEDULE_KEYS}
+    assert [(x.name, x.kind, x.team, x.pdf, x.retry_s) for x in r.reports] == [
+        ("managers-weekly", "weekly", "", True, 900), ("nlp-weekly-note", "team_note", "nlp", False, 900),
+        ("finance-pack", "finance", "", True, 900)]
+    assert (r.smtp.host, r.smtp.port, r.smtp.security, r.max_attempts) == ("smtp.example.org", 587, "starttls", 5)
+    keys = set(reports.REPORT_KEYS)
     assert not [k for k in sorted(keys) if f"{k} =" not in text]

@@ -136,6 +136,32 @@ if views["adjustments"].height:
         ui.table(views["adjustments"], key="cb_adj", file_stem=f"chargeback_{period}_adjustments", ctx=ctx,
                  columns={"adjusts_period": "Adjusts period", **line_cols, "job_refs": "Jobs"})
 
+# ---------------------------------------------------------------- budgets (issue 19): as `gpuledger report budgets`
+bud = mr.budgets(ctx.version, period)
+if isinstance(bud, pl.DataFrame) and bud.height:
+    seen_teams = set(lines["team"].to_list())
+    seen_cc = set(lines["cost_center"].drop_nulls().to_list())
+    bud = bud.filter(pl.when(pl.col("scope") == "team").then(pl.col("name").is_in(seen_teams))
+                     .otherwise(pl.col("name").is_in(seen_cc)))
+if isinstance(bud, pl.DataFrame) and bud.height:
+    st.subheader("Budgets")
+    over = bud.filter(pl.col("forecast_pct") > 100)
+    if over.height:
+        st.warning(f"{over.height} of {bud.height} budgets are forecast over 100 %: "
+                   + ", ".join(f"{r['name']} {r['period']} ({r['forecast_pct']:.0f} %)" for r in over.iter_rows(named=True)),
+                   icon=":material/savings:")
+    ui.table(bud.drop("horizon", "budget_no"), key="cb_budgets", file_stem=f"budgets_{period}", ctx=ctx,
+             columns={"scope": "Scope", "name": "Team or cost centre", "period": "Budget period", "unit": "Unit",
+                      "budget": "Budget", "actual": "Charged so far", "forecast_rest": "Forecast, rest of period",
+                      "forecast": "Forecast, period", "actual_pct": "Charged (% of budget)",
+                      "forecast_pct": "Forecast (% of budget)", "rate": f"Rate ({cur}/GPU-hour)",
+                      "period_end": "Period ends (UTC)", "note": "Note"},
+             formats={"budget": "%.2f", "actual": "%.2f", "forecast_rest": "%.2f", "forecast": "%.2f",
+                      "actual_pct": "%.1f", "forecast_pct": "%.1f", "rate": "%.4f"},
+             caption=f"Money budgets in {cur}, the others in GPU-hours. Charged so far: the period's statements to "
+                     f"the data horizon ({bud['horizon'][0]:%Y-%m-%d %H:%M} UTC); the rest: the daily forecast of "
+                     "served GPU-hours, priced at the scope's rate so far (`gpuledger report budgets`).")
+
 # ---------------------------------------------------------------- drill-down to jobs
 JOBS_SHOWN = 1000   # a big site's line holds 100,000 jobs: the browser gets the costliest, the workbook all
 st.subheader("Jobs behind a line")

@@ -296,3 +296,26 @@ def method_shares(con: duckdb.DuckDBPyConnection, date_from: dt.datetime | None 
             (("exporter-label (exact)", "exporter_label_gpu_h"), ("gpu-index (exact)", "gpu_index_gpu_h"),
              ("node-share", "node_share_gpu_h"))]
     return pl.DataFrame(rows, schema=["method", "gpu_h", "pct"], orient="row")
+
+
+# ---------------------------------------------------------------- jobs holding GPUs at 0 % (issue 19's alert)
+
+def zero_runs(con: duckdb.DuckDBPyConnection, date_from: dt.datetime, date_to: dt.datetime,
+              min_hours: float) -> pl.DataFrame:
+    """Jobs that held GPUs at 0 % (every telemetry-covered GPU-second in the histogram's first bin, activity
+    below 0.5 %) for at least ``min_hours`` consecutive whole hours within [date_from, date_to): one row per job
+    with its longest such run (``zero_hours``, ``zero_from``, ``zero_to``, UTC) and the run's allocated GPU-hours.
+    Hours without telemetry break a run (nothing is known of them)."""
+    return con.sql("""
+        WITH z AS (SELECT job_uid, hour, alloc_gpu_s FROM gpu_efficiency_job_hour
+                   WHERE hour >= $lo AND hour + INTERVAL 1 HOUR <= $hi AND telemetry_gpu_s > 0
+                     AND hist[1] >= 0.999 * telemetry_gpu_s),
+        g AS (SELECT *, hour - INTERVAL 1 HOUR * row_number() OVER (PARTITION BY job_uid ORDER BY hour) AS grp FROM z),
+        runs AS (SELECT job_uid, count(*) AS zero_hours, min(hour) AS zero_from,
+                        max(hour) + INTERVAL 1 HOUR AS zero_to, sum(alloc_gpu_s) / 3600 AS zero_gpu_h
+                 FROM g GROUP BY job_uid, grp HAVING count(*) >= $n
+                 QUALIFY row_number() OVER (PARTITION BY job_uid ORDER BY count(*) DESC, min(hour) DESC) = 1)
+        SELECT j.cluster, j.job_id, j.user, j.team, j.account, j.ngpus, j.start, j."end", r.zero_hours::DOUBLE AS zero_hours,
+               r.zero_from, r.zero_to, r.zero_gpu_h
+        FROM runs r JOIN jobs j USING (job_uid) ORDER BY r.zero_hours DESC, j.job_id""",
+        params={"lo": date_from, "hi": date_to, "n": min_hours}).pl()

@@ -17,6 +17,7 @@ from typing import Any
 from ingest import warehouse
 from ingest.errors import InputError
 from models.definitions.times import parse_duration
+from models.service.delivery import SHAPES, SmtpSettings, Webhook
 from models.service.sources import GLOBAL, KINDS, Key, Where
 
 #: keys every source table accepts besides its kind's own
@@ -68,6 +69,8 @@ class ServiceConfig:
     dashboard_host: str
     dashboard_port: int
     extra: dict = field(default_factory=dict)
+    alerts: tuple = ()                     # AlertRule, from [[alerts]] (issue 19)
+    delivery: "DeliveryConfig | None" = None
 
 
 class _Where:
@@ -207,7 +210,8 @@ def parse(text: str, source: str) -> ServiceConfig:
                                 "(e.g. [clusters.sacct]) or a [governance] table")
     svc, health, dash = sec["service"], sec["health"], sec["dashboard"]
     listen = _listen(chk, health["listen"])
-    known = {*SECTIONS, "clusters", *(k for k, s in KINDS.items() if s.scope == "global")}
+    known = {*SECTIONS, "clusters", *(k for k, s in KINDS.items() if s.scope == "global"), *ALERT_TABLES}
+    delivery, rules = _alerting(chk, doc, base)
     return ServiceConfig(
         path=Path(source), warehouse=Path(svc["warehouse"]) if svc["warehouse"] else warehouse.resolve_path(None),
         cycle_s=svc["cycle"], backoff_initial_s=svc["backoff_initial"], backoff_max_s=svc["backoff_max"],
@@ -215,7 +219,7 @@ def parse(text: str, source: str) -> ServiceConfig:
         clusters=tuple(dict.fromkeys(s.where.cluster for s in sources if s.where.cluster != GLOBAL)),
         health_listen=listen, max_cycle_age_s=health["max_cycle_age"] or 3 * svc["cycle"] + 60,
         dashboard=dash["enabled"], dashboard_host=dash["host"], dashboard_port=dash["port"],
-        extra={k: v for k, v in doc.items() if k not in known})
+        extra={k: v for k, v in doc.items() if k not in known}, alerts=rules, delivery=delivery)
 
 
 def parse_listen(text: str, what: str = "listen") -> tuple[str, int] | None:
@@ -245,3 +249,126 @@ def load(path: str | Path) -> ServiceConfig:
     except UnicodeDecodeError as exc:
         raise InputError(str(p), f"not UTF-8 text (byte {exc.start})") from None
     return parse(text, str(p))
+
+
+# ---------------------------------------------------------------- alerts and delivery (issue 19)
+# [delivery] (SMTP, templates), [[webhooks]] (name, url, shape) and [[alerts]] (rules the service evaluates after
+# each refresh: models/service/alerts.py). Credentials only from the environment (models/service/delivery.py).
+
+ALERT_TABLES = ("delivery", "webhooks", "alerts")
+ALERT_KINDS = ("budget", "idle_gpu_hours", "zero_util_job", "exhaustion", "stale_source", "blocked_wait")
+#: per kind: what threshold means, and the window's default (None: the kind takes no window)
+KIND_HELP = {"budget": ("forecast % of budget", None), "idle_gpu_hours": ("idle-allocated GPU-hours", "7d"),
+             "zero_util_job": ("hours at 0 %", "1d"), "exhaustion": ("days until exhaustion", None),
+             "stale_source": ("minutes since the last success", None), "blocked_wait": ("% of waiting GPU-hours", "7d")}
+DELIVERY_KEYS = {
+    "smtp_host": Key("str", "", "SMTP server; empty: no email (webhooks only)"),
+    "smtp_port": Key("port", 587, "SMTP port"),
+    "smtp_security": Key("str", "starttls", "starttls, tls (implicit, port 465) or none (a trusted local relay)"),
+    "sender": Key("str", "gpuledger@localhost", "From: address"),
+    "ca_file": Key("path", "", "CA bundle that signs the server's certificate (default: the system's)"),
+    "timeout": Key("duration", 30, "per connection attempt"),
+    "retries": Key("int", 3, "retries of a failed delivery within one evaluation (backoff doubles)"),
+    "backoff": Key("duration", 5, "wait before the first retry"),
+    "max_attempts": Key("int", 5, "evaluations that try an undelivered message before giving up"),
+    "template_dir": Key("path", "", "site templates (digest.subject.j2, digest.txt.j2, digest.html.j2) first"),
+    "dashboard_url": Key("str", "", "link in every message"),
+}
+WEBHOOK_KEYS = {"name": Key("str", None, "referred to as webhook:NAME in notify"),
+                "url": Key("str", None, "the incoming-webhook URL"),
+                "shape": Key("str", "json", "json, slack or teams"),
+                "timeout": Key("duration", 15, "per request")}
+#: the keys of an [[alerts]] rule besides ``threshold`` (a number >= 0 whose unit is the kind's: KIND_HELP)
+ALERT_KEYS = {"name": Key("str", None, "unique rule name"),
+              "kind": Key("str", None, ", ".join(ALERT_KINDS)),
+              "window": Key("duration", None, "trailing window ending at the data horizon"),
+              "teams": Key("strings", [], "only these teams (budget, idle_gpu_hours, zero_util_job)"),
+              "notify": Key("strings", None, "email addresses and webhook:NAME"),
+              "enabled": Key("bool", True, "evaluate this rule")}
+
+
+@dataclass(frozen=True)
+class AlertRule:
+    name: str
+    kind: str
+    threshold: float
+    window_s: int | None
+    teams: tuple
+    notify: tuple
+
+
+@dataclass(frozen=True)
+class DeliveryConfig:
+    smtp: Any                          # delivery.SmtpSettings, or None without smtp_host
+    webhooks: dict                     # name -> delivery.Webhook
+    max_attempts: int
+    template_dir: str
+    dashboard_url: str
+
+
+def _number(chk: _Where, path: tuple, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        chk.fail(path, f"must be a number >= 0, got {value!r}")
+    return float(value)
+
+
+def _alerting(chk: _Where, doc: dict, base: Path) -> tuple[DeliveryConfig | None, tuple]:
+    """[delivery], [[webhooks]] and [[alerts]] checked: (None, ()) when none is configured."""
+    if not any(t in doc for t in ALERT_TABLES):
+        return None, ()
+    d = _table(chk, ("delivery",), doc.get("delivery"), DELIVERY_KEYS, base)
+    if d["smtp_security"] not in ("starttls", "tls", "none"):
+        chk.fail(("delivery", "smtp_security"), f"must be starttls, tls or none, got {d['smtp_security']!r}")
+    smtp = SmtpSettings(d["smtp_host"], d["smtp_port"], d["smtp_security"], d["sender"], d["ca_file"],
+                        d["timeout"], d["retries"], d["backoff"]) if d["smtp_host"] else None
+    hooks = {}
+    for i, w in enumerate(_array_of(chk, doc, "webhooks")):
+        h = _table(chk, ("webhooks", i), w, WEBHOOK_KEYS, base)
+        if h["shape"] not in SHAPES:
+            chk.fail(("webhooks", i, "shape"), f"must be one of {', '.join(SHAPES)}, got {h['shape']!r}")
+        if not re.match(r"https?://", h["url"]):
+            chk.fail(("webhooks", i, "url"), f"must be an http:// or https:// URL, got {h['url']!r}")
+        if h["name"] in hooks:
+            chk.fail(("webhooks", i, "name"), f"webhook {h['name']!r} is configured twice")
+        hooks[h["name"]] = Webhook(h["name"], h["url"], h["shape"], h["timeout"], d["retries"], d["backoff"])
+    rules = tuple(r for i, a in enumerate(_array_of(chk, doc, "alerts"))
+                  if (r := _rule(chk, i, a, base, smtp is not None, hooks)) is not None)
+    names = [r.name for r in rules]
+    for i, n in enumerate(names):
+        if n in names[:i]:
+            chk.fail(("alerts", i, "name"), f"rule {n!r} is configured twice")
+    return DeliveryConfig(smtp, hooks, d["max_attempts"], d["template_dir"], d["dashboard_url"]), rules
+
+
+def _array_of(chk: _Where, doc: dict, name: str) -> list:
+    value = doc.get(name, [])
+    if not isinstance(value, list):
+        chk.fail((name,), f"must be an array of tables: [[{name}]]")
+    return value
+
+
+def _rule(chk: _Where, i: int, a: Any, base: Path, has_smtp: bool, hooks: dict) -> AlertRule | None:
+    p = ("alerts", i)
+    r = _table(chk, p, {k: v for k, v in a.items() if k != "threshold"} if isinstance(a, dict) else a,
+               ALERT_KEYS, base)
+    if r["kind"] not in ALERT_KINDS:
+        chk.fail(p + ("kind",), f"must be one of {', '.join(ALERT_KINDS)}, got {r['kind']!r}")
+    if "threshold" not in a:
+        chk.fail(p + ("threshold",), f"is required ({KIND_HELP[r['kind']][0]})")
+    threshold = _number(chk, p + ("threshold",), a["threshold"])
+    default_window = KIND_HELP[r["kind"]][1]
+    if r["window"] is not None and default_window is None:
+        chk.fail(p + ("window",), f"a {r['kind']} rule takes no window")
+    window = r["window"] or (parse_duration(default_window) if default_window else None)
+    if not r["notify"]:
+        chk.fail(p + ("notify",), "must name at least one email address or webhook:NAME")
+    for n in r["notify"]:
+        if n.startswith("webhook:") and n[8:] not in hooks:
+            chk.fail(p + ("notify",), f"{n!r}: no [[webhooks]] entry named {n[8:]!r}")
+        if not n.startswith("webhook:") and not re.fullmatch(r"[^@\s]+@[^@\s]+", n):
+            chk.fail(p + ("notify",), f"{n!r} is neither an email address nor webhook:NAME")
+        if not n.startswith("webhook:") and not has_smtp:
+            chk.fail(p + ("notify",), f"{n!r}: email needs [delivery] smtp_host")
+    if not r["enabled"]:
+        return None
+    return AlertRule(r["name"], r["kind"], threshold, window, tuple(r["teams"]), tuple(r["notify"]))

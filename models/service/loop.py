@@ -29,11 +29,13 @@ from typing import Callable
 
 from ingest import warehouse
 from models.pipeline import refresh
-from models.service import health
+from models.service import alerts, health
 from models.service.config import ServiceConfig, SourceConfig
 from models.service.sources import KINDS
 
 log = logging.getLogger("gpuledger.service")
+#: the longest time between two alert evaluations when no refresh triggers one (stale sources need the clock)
+ALERT_EVERY_S = 300
 
 
 @dataclass
@@ -74,9 +76,12 @@ class Collector:
         self.need_refresh = True                      # the first cycle brings the marts up to date
         self.heartbeat = time.monotonic()
         self.child: subprocess.Popen | None = None
-        #: called with the read-write connection after each cycle's refresh and publish (scheduled reports,
-        #: models/service/reports.py); a hook's exception is logged, never the cycle's failure
+        #: steps called with the cycle's read-write connection after its refresh and publish (scheduled reports,
+        #: models/service/reports.py); each may return a follow-up run once the warehouse is closed (sending
+        #: mail must not hold it). Their exceptions are logged, never the cycle's failure.
         self.after_cycle: list[Callable] = []
+        self.alerts_at = 0.0                          # time.monotonic() of the last alert evaluation
+        self.alert_counts = {"fired": 0, "resolved": 0, "delivered": 0, "undelivered": 0}
 
     # ------------------------------------------------------------ schedule
 
@@ -135,9 +140,12 @@ class Collector:
             except Exception as exc:            # noqa: BLE001 -- the loop outlives a failed refresh
                 log.exception("refresh failed")
                 return self._cycle_failed(f"refresh failed: {one_line(exc)}")
-            self._after_cycle(con, stop)
+            digests = self._evaluate_alerts(con, refreshed=timed["refresh"] > 0 or timed["publish"] > 0)
+            follow_ups = self._after_cycle(con, stop)
         finally:
             con.close()
+        self._deliver(digests)
+        self._follow_up(follow_ups, stop)
         with self.lock:
             self.cycles += 1
             self.cycle_error = None
@@ -145,14 +153,63 @@ class Collector:
             self.timings = {**timed, "cycle": time.perf_counter() - t0}     # one cycle's figures together
         return True
 
-    def _after_cycle(self, con, stop: threading.Event) -> None:
-        for hook in self.after_cycle:
+    def _after_cycle(self, con, stop: threading.Event) -> list[Callable]:
+        """Run the after-cycle steps on ``con``; the follow-ups they return (to run with the warehouse closed)."""
+        out = []
+        for step in self.after_cycle:
+            if stop.is_set():
+                break
+            try:
+                follow = step(con)
+            except Exception:                   # noqa: BLE001 -- reports never stop collection
+                log.exception("after-cycle step %s failed", getattr(step, "__name__", step))
+                continue
+            out += [follow] if follow else []
+        return out
+
+    def _follow_up(self, follow_ups: list[Callable], stop: threading.Event) -> None:
+        for follow in follow_ups:
             if stop.is_set():
                 return
             try:
-                hook(con)
-            except Exception:                   # noqa: BLE001 -- reports and alerts never stop collection
-                log.exception("after-cycle step %s failed", getattr(hook, "__name__", hook))
+                follow()
+            except Exception:                   # noqa: BLE001 -- reports never stop collection
+                log.exception("after-cycle follow-up %s failed", getattr(follow, "__name__", follow))
+    # ------------------------------------------------------------ alerts (issue 19)
+
+    def _evaluate_alerts(self, con, refreshed: bool) -> list:
+        """After a refresh (or every ALERT_EVERY_S, for the wall-clock rules): evaluate the rules, return the
+        digests owed. Alerting never fails the cycle: its errors are logged."""
+        if not self.cfg.alerts or not (refreshed or time.monotonic() - self.alerts_at >= ALERT_EVERY_S):
+            return []
+        self.alerts_at = time.monotonic()
+        try:
+            counts = alerts.evaluate(con, self.cfg.alerts)
+            with self.lock:
+                self.alert_counts["fired"] += counts["fired"]
+                self.alert_counts["resolved"] += counts["resolved"]
+            return alerts.owed(con, self.cfg.alerts, self.cfg.delivery)
+        except Exception:                      # noqa: BLE001 -- collecting data matters more than alerting
+            log.exception("alert evaluation failed")
+            return []
+
+    def _deliver(self, digests: list) -> None:
+        """Send with the warehouse closed (an SMTP server retried with backoff must not hold it), then record."""
+        if not digests:
+            return
+        results = alerts.send(self.cfg.delivery, digests)
+        with self.lock:
+            self.alert_counts["delivered"] += sum(1 for _, r in results if r.ok)
+            self.alert_counts["undelivered"] += sum(1 for _, r in results if not r.ok)
+        try:
+            con = warehouse.connect(self.cfg.warehouse, lock_timeout=self.cfg.lock_timeout_s)
+        except warehouse.WarehouseError as exc:   # not recorded: the events stay owed and go out again
+            log.error("deliveries not recorded: %s", one_line(exc))
+            return
+        try:
+            alerts.record(con, results)
+        finally:
+            con.close()
 
     def _cycle_failed(self, msg: str) -> bool:
         log.error("cycle failed: %s", msg)
@@ -220,7 +277,7 @@ class Collector:
             return {"started": self.started, "cycles": self.cycles, "last_cycle_end": self.last_cycle_end,
                     "cycle_error": self.cycle_error, "timings": dict(self.timings), "heartbeat": self.heartbeat,
                     "cycle_s": self.cfg.cycle_s, "max_cycle_age_s": self.cfg.max_cycle_age_s,
-                    "warehouse": str(self.cfg.warehouse),
+                    "warehouse": str(self.cfg.warehouse), "alerts": dict(self.alert_counts),
                     "child_exit": self.child.poll() if self.child is not None else None,
                     "sources": [{"cluster": st.cfg.key[0], "source": st.cfg.key[1],
                                  "last_attempt": st.last_attempt, "last_success": st.last_success,
