@@ -324,8 +324,9 @@ _ALWAYS_NULL = {
     "squeue_snapshots": ("account", "user", "job_name"),
     "reservations": ("users", "accounts"),
 }
-#: tables a scoped read sees empty
-_EMPTY = ("access_roles", "access_settings", "report_runs")   # report_runs: who was sent what
+#: tables a scoped read sees empty (alerts: their lines name other teams' jobs and people; report_runs: who was
+#: sent what)
+_EMPTY = ("access_roles", "access_settings", "alerts", "alert_observations", "alert_deliveries", "report_runs")
 
 
 def _literal(s: str) -> str:
@@ -343,6 +344,9 @@ def view_sql(table: str, columns: set[str], teams: tuple[str, ...], catalog: str
         mine = f"(coalesce(node IN ({listed}), false) OR NOT coalesce(is_team, false))" if teams else "NOT is_team"
         return (f"CREATE VIEW {name} AS SELECT CASE WHEN {mine} THEN node ELSE {_literal(OTHER)} END AS node, "
                 f"parent, sum(raw_shares) AS raw_shares, is_team FROM {src} GROUP BY ALL")
+    if table == "budgets":        # the scoped teams' own budgets (a cost centre's spans other teams: not shown)
+        mine = f"scope = 'team' AND name IN ({listed})" if teams else "false"
+        return f"CREATE VIEW {name} AS SELECT * FROM {src} WHERE {mine}"
     if table == "cost_centers":   # a cost centre (and its owner) of the scoped teams only
         mine = (f"coalesce(cost_center IN (SELECT cost_center FROM {catalog}.main.teams WHERE team IN ({listed})), "
                 "false)") if teams else "false"
@@ -368,7 +372,7 @@ def view_sql(table: str, columns: set[str], teams: tuple[str, ...], catalog: str
 
 def scoped_tables() -> set[str]:
     return (set(_AS_OTHER) | set(_AS_NULL) | set(_ALWAYS_NULL) | set(_EMPTY) | set(_DOCUMENTS)
-            | {"team_tree", "open_statements", "cost_centers"})
+            | {"team_tree", "open_statements", "cost_centers", "budgets"})
 
 
 #: tables holding the governance document (teams, mappings, tree, entitlements) -> its column

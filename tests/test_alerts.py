@@ -12,6 +12,7 @@ import threading
 
 import polars as pl
 import pytest
+from hypothesis import given, settings, strategies as st
 
 import dashboard_fixtures as dfx
 from dashboard_fixtures import FIX
@@ -21,7 +22,7 @@ from mail_servers import PASSWORD, USER, free_port, http_receiver, smtp_server
 from models.forecasting import budgets, capacity
 from models.metrics import blocked, efficiency, timeline
 from models.pipeline import refresh
-from models.service import alerts, config, delivery, loop
+from models.service import alerts, config, delivery, health, loop
 from telemetry_fixtures import add_jobs, busy, load_readings, readings
 
 BUDGETS = """
@@ -265,6 +266,9 @@ notify = ["ops@example.org"]
         assert set(msgs) == {"lead@example.org", "fin@example.org", "ops@example.org"}
         assert "source sacct of lab: never succeeded" in mail.body(msgs["ops@example.org"])
         assert c.snapshot()["alerts"] == {"fired": 2, "resolved": 0, "delivered": 3, "undelivered": 0}
+        text = health.metrics(c.snapshot())
+        assert 'gpuledger_alert_events_total{event="fired"} 2.0' in text
+        assert 'gpuledger_alert_deliveries_total{outcome="delivered"} 3.0' in text
 
 
 @pytest.mark.parametrize("body, key, problem", [
@@ -316,3 +320,39 @@ def test_report_alerts_says_who_was_told_what_when(lab, tmp_path, capsys):
     d = json.loads(capsys.readouterr().out)
     assert [(x["recipient"], x["event"], x["ok"]) for x in d] == [("webhook:ops", "fired", True)]
     assert d[0]["subject_line"].startswith("[gpuledger] 1 alert firing: team vision forecast at")
+
+
+_RUNS = iter(range(10 ** 9))
+
+
+@pytest.fixture(scope="module")
+def episode_db(tmp_path_factory):
+    con = warehouse.connect(tmp_path_factory.mktemp("episodes") / "e.duckdb")
+    yield con
+    con.close()
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.sets(st.sampled_from("abc")), min_size=1, max_size=8))
+def test_each_run_of_evaluations_holding_a_condition_is_one_alert(episode_db, holds):
+    """Whatever the sequence, a subject's alerts are exactly its maximal runs of consecutive evaluations that saw
+    the condition: fired at the run's first, resolved at the first evaluation after it (open if none)."""
+    rule = config.AlertRule(f"r{next(_RUNS)}", "stale_source", 1, None, (), ("a@example.org",))
+    t0 = dt.datetime(2026, 3, 1, 0, 0, 7)
+    for k, subjects in enumerate(holds):
+        conds = [alerts.Condition(s, float(k), f"{s} holds") for s in sorted(subjects)]
+        alerts._apply(episode_db, rule, conds, t0 + dt.timedelta(minutes=k), None)
+    want = []
+    for s in "abc":
+        k = 0
+        while k < len(holds):
+            if s in holds[k]:
+                j = k
+                while j < len(holds) and s in holds[j]:
+                    j += 1
+                want.append((s, t0 + dt.timedelta(minutes=k), t0 + dt.timedelta(minutes=j) if j < len(holds) else None))
+                k = j
+            k += 1
+    got = episode_db.execute("SELECT subject, fired_at, resolved_at FROM alerts WHERE rule = ? ORDER BY subject, "
+                             "fired_at", [rule.name]).fetchall()
+    assert got == sorted(want, key=lambda x: (x[0], x[1]))

@@ -166,3 +166,16 @@ def test_cli_says_why_without_budgets(lab_db, capsys):
     assert "no budget in force" in capsys.readouterr().err
     assert dfx.gpuledger.main(["--db", str(db), "report", "budgets", "--period", "2026-13"]) == 1
     assert "report budgets: period '2026-13'" in capsys.readouterr().err
+
+
+def test_a_team_leads_scoped_read_sees_its_own_team_budgets_only(lab):
+    from dashboards.snapshot import Snapshot
+    cur = Snapshot(lab).cursor('teams:["nlp"]')
+    try:
+        assert cur.sql("SELECT scope, name FROM budgets").fetchall() == [("team", "nlp")]
+        rep = budgets.report(cur, "2026-10")
+    finally:
+        cur.close()
+    assert rep["name"].to_list() == ["nlp"]
+    whole = budgets.report(warehouse.connect(lab, read_only=True), "2026-10").filter(pl.col("name") == "nlp")
+    assert rep.drop("budget_no").rows() == whole.drop("budget_no").rows()      # the lead sees the same figures

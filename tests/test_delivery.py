@@ -128,3 +128,13 @@ def test_template_typo_fails_loudly(tmp_path):
     (tmp_path / "digest.subject.j2").write_text("{{ firng }}")
     with pytest.raises(Exception, match="firng"):
         render("digest", {"firing": [], "resolved": []}, tmp_path)
+
+
+def test_html_is_escaped_text_is_not_and_the_subject_is_one_line():
+    ctx = {"recipient": "ana", "dashboard_url": "", "resolved": [],
+           "firing": [{"summary": "team <script>x</script>\nBcc: evil@example.org", "rule": "r", "kind": "budget",
+                       "since": "2026-03-07 10:00", "lines": []}]}
+    m = render("digest", ctx)
+    assert "&lt;script&gt;" in m.html and "<script>" not in m.html
+    assert "team <script>x</script>" in m.text
+    assert "\n" not in m.subject and m.subject.endswith("team <script>x</script> Bcc: evil@example.org")

@@ -29,6 +29,8 @@ READS = [
     ["report", "preemption"],
     ["report", "reservations"],
     ["report", "pending"],
+    ["report", "budgets", "--period", "2026-03"],
+    ["report", "alerts", "--view", "deliveries"],
     ["chargeback", "--period", "2026-03"],
     ["chargeback", "--period", "2026-03", "--view", "jobs", "--format", "csv"],
     ["forecast", "--horizon", "7"],

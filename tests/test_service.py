@@ -135,7 +135,7 @@ def test_failing_sources_back_off_alone_and_are_recorded(tmp_path):
     text = health.metrics(snap)
     assert 'gpuledger_source_consecutive_failures{cluster="lab",source="sacct"} 4.0' in text
     assert 'gpuledger_source_up{cluster="*",source="governance"} 1.0' in text
-    assert 'gpuledger_source_lines_total{cluster="*",source="governance",outcome="loaded"} 52.0' in text   # 2 loads x 26 records (4 of them [[access]])
+    assert 'gpuledger_source_lines_total{cluster="*",source="governance",outcome="loaded"} 56.0' in text   # 2 loads x 28 records (4 [[access]], 2 [[budgets]])
     assert "gpuledger_cycles_total 4.0" in text
     size = int(float(re.search(r"^gpuledger_warehouse_size_bytes (\S+)$", text, re.M).group(1)))
     assert size == os.path.getsize(cfg.warehouse) > 0

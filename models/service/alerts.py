@@ -181,20 +181,29 @@ CONDITIONS = {"budget": _budget, "idle_gpu_hours": _idle, "zero_util_job": _zero
 
 # ------------------------------------------------------------------ episodes
 
-def evaluate(con, rules, now: dt.datetime | None = None) -> dict[str, int]:
-    """Evaluate every rule at ``now`` (naive UTC, default the clock) against the data horizon; open, update and
-    close episodes in ``alerts`` and record ``alert_observations``. Returns counts (fired, resolved, firing,
-    failed rules)."""
+def observe(con, rules, now: dt.datetime | None = None) -> tuple:
+    """Read only: (now, data horizon, [(rule, its conditions or None when the rule failed to evaluate)])."""
     now = now or utcnow()
     hz = timeline.horizon(con)
-    counts = {"fired": 0, "resolved": 0, "firing": 0, "failed": 0}
+    out = []
     for rule in rules:
         if hz is None and rule.kind != "stale_source":
             continue
         try:
-            conds = CONDITIONS[rule.kind](con, rule, hz, now)
+            out.append((rule, CONDITIONS[rule.kind](con, rule, hz, now)))
         except Exception:                      # noqa: BLE001 -- one rule's failure leaves its episodes as they are
             log.exception("alert rule %s (%s) failed to evaluate", rule.name, rule.kind)
+            out.append((rule, None))
+    return now, hz, out
+
+
+def store(con, observed: tuple) -> dict[str, int]:
+    """Write what :func:`observe` saw: open, update and close episodes in ``alerts``, add ``alert_observations``.
+    Returns counts (fired, resolved, firing, failed rules)."""
+    now, hz, results = observed
+    counts = {"fired": 0, "resolved": 0, "firing": 0, "failed": 0}
+    for rule, conds in results:
+        if conds is None:
             counts["failed"] += 1
             continue
         fired, resolved = _apply(con, rule, conds, now, hz)
@@ -202,6 +211,12 @@ def evaluate(con, rules, now: dt.datetime | None = None) -> dict[str, int]:
         counts["resolved"] += resolved
         counts["firing"] += len(conds)
     return counts
+
+
+def evaluate(con, rules, now: dt.datetime | None = None) -> dict[str, int]:
+    """Evaluate every rule at ``now`` (naive UTC, default the clock) against the data horizon and store the
+    outcome (:func:`observe` then :func:`store` on one read-write connection)."""
+    return store(con, observe(con, rules, now))
 
 
 def _apply(con, rule: AlertRule, conds: list[Condition], now, hz) -> tuple[int, int]:

@@ -107,6 +107,11 @@ def metrics(snap: dict, now: float | None = None) -> str:
     _family(out, "gpuledger_up", "gauge", "1 when /healthz answers 200.", [({}, float(status(snap, now)[0] == 200))])
     _family(out, "gpuledger_warehouse_size_bytes", "gauge", "Size of the warehouse file and its write-ahead log.",
             [({}, float(warehouse_bytes(snap["warehouse"])))])
+    if "alerts" in snap:                         # issue 19: a failing mail server shows here, not only in logs
+        _family(out, "gpuledger_alert_events_total", "counter", "Alert episodes fired and resolved since start.",
+                [({"event": e}, float(snap["alerts"][e])) for e in ("fired", "resolved")])
+        _family(out, "gpuledger_alert_deliveries_total", "counter", "Digests delivered and not delivered (after "
+                "retries) since start.", [({"outcome": o}, float(snap["alerts"][o])) for o in ("delivered", "undelivered")])
     return "\n".join(out) + "\n"
 
 

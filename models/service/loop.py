@@ -140,11 +140,10 @@ class Collector:
             except Exception as exc:            # noqa: BLE001 -- the loop outlives a failed refresh
                 log.exception("refresh failed")
                 return self._cycle_failed(f"refresh failed: {one_line(exc)}")
-            digests = self._evaluate_alerts(con, refreshed=timed["refresh"] > 0 or timed["publish"] > 0)
             follow_ups = self._after_cycle(con, stop)
         finally:
             con.close()
-        self._deliver(digests)
+        self._alert_round(refreshed=timed["refresh"] > 0 or timed["publish"] > 0)
         self._follow_up(follow_ups, stop)
         with self.lock:
             self.cycles += 1
@@ -175,41 +174,45 @@ class Collector:
                 follow()
             except Exception:                   # noqa: BLE001 -- reports never stop collection
                 log.exception("after-cycle follow-up %s failed", getattr(follow, "__name__", follow))
+
     # ------------------------------------------------------------ alerts (issue 19)
 
-    def _evaluate_alerts(self, con, refreshed: bool) -> list:
-        """After a refresh (or every ALERT_EVERY_S, for the wall-clock rules): evaluate the rules, return the
-        digests owed. Alerting never fails the cycle: its errors are logged."""
+    def _alert_round(self, refreshed: bool) -> None:
+        """After a refresh (or every ALERT_EVERY_S, for the wall-clock rules): evaluate the rules on a read-only
+        connection (readers keep the file meanwhile), store the episodes and compute the digests owed on a short
+        read-write one, send them with the warehouse closed (an SMTP server retried with backoff must not hold
+        it), then record the deliveries. Alerting never fails the cycle: its errors are logged; deliveries not
+        recorded stay owed and go out again."""
         if not self.cfg.alerts or not (refreshed or time.monotonic() - self.alerts_at >= ALERT_EVERY_S):
-            return []
+            return
         self.alerts_at = time.monotonic()
         try:
-            counts = alerts.evaluate(con, self.cfg.alerts)
+            con = warehouse.connect(self.cfg.warehouse, read_only=True, lock_timeout=self.cfg.lock_timeout_s)
+            try:
+                observed = alerts.observe(con, self.cfg.alerts)
+            finally:
+                con.close()
+            con = warehouse.connect(self.cfg.warehouse, lock_timeout=self.cfg.lock_timeout_s)
+            try:
+                counts = alerts.store(con, observed)
+                digests = alerts.owed(con, self.cfg.alerts, self.cfg.delivery)
+            finally:
+                con.close()
             with self.lock:
                 self.alert_counts["fired"] += counts["fired"]
                 self.alert_counts["resolved"] += counts["resolved"]
-            return alerts.owed(con, self.cfg.alerts, self.cfg.delivery)
+            results = alerts.send(self.cfg.delivery, digests)
+            with self.lock:
+                self.alert_counts["delivered"] += sum(1 for _, r in results if r.ok)
+                self.alert_counts["undelivered"] += sum(1 for _, r in results if not r.ok)
+            if results:
+                con = warehouse.connect(self.cfg.warehouse, lock_timeout=self.cfg.lock_timeout_s)
+                try:
+                    alerts.record(con, results)
+                finally:
+                    con.close()
         except Exception:                      # noqa: BLE001 -- collecting data matters more than alerting
-            log.exception("alert evaluation failed")
-            return []
-
-    def _deliver(self, digests: list) -> None:
-        """Send with the warehouse closed (an SMTP server retried with backoff must not hold it), then record."""
-        if not digests:
-            return
-        results = alerts.send(self.cfg.delivery, digests)
-        with self.lock:
-            self.alert_counts["delivered"] += sum(1 for _, r in results if r.ok)
-            self.alert_counts["undelivered"] += sum(1 for _, r in results if not r.ok)
-        try:
-            con = warehouse.connect(self.cfg.warehouse, lock_timeout=self.cfg.lock_timeout_s)
-        except warehouse.WarehouseError as exc:   # not recorded: the events stay owed and go out again
-            log.error("deliveries not recorded: %s", one_line(exc))
-            return
-        try:
-            alerts.record(con, results)
-        finally:
-            con.close()
+            log.exception("alert round failed")
 
     def _cycle_failed(self, msg: str) -> bool:
         log.error("cycle failed: %s", msg)
