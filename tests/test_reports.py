@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 import pytest
+from hypothesis import given, strategies as st
 from PIL import Image
 
 import dashboard_fixtures as dfx
@@ -82,6 +83,17 @@ def test_week_windows_are_iso_weeks_in_utc():
     # at 00:00:01 on Monday 19 October the week of 12-18 October has just ended
     assert reports.week_label(reports.last_complete_week(dt.datetime(2026, 10, 19, 0, 0, 1))) == WEEK
     assert reports.week_label(reports.last_complete_week(dt.datetime(2026, 10, 18, 23, 59, 59))) == "2026-W41"
+
+
+@given(st.dates(min_value=dt.date(2000, 1, 1), max_value=dt.date(2099, 12, 31)),
+       st.integers(min_value=0, max_value=86_399))
+def test_every_instant_lies_after_its_last_complete_week(day, second):
+    """Property: the last complete week at any instant ends at or before it, within a week, on a Monday, and its
+    label names it back (the service's period keys round-trip)."""
+    now = dt.datetime.combine(day, dt.time()) + dt.timedelta(seconds=second)
+    f = reports.last_complete_week(now)
+    assert f.t1 <= now < f.t1 + dt.timedelta(days=7) and f.t0.weekday() == 0 and f.days == 7
+    assert reports.week_window(reports.week_label(f)) == f
 
 
 def test_the_weekly_email_says_what_the_overview_page_says(lab, lab_db, monkeypatch, tmp_path):

@@ -6,6 +6,7 @@ come from [delivery], which the alerts share (models/service/config.py)."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -115,6 +116,13 @@ def test_each_report_goes_out_once_per_period_in_the_recipients_scope(lab_copy, 
         assert {to for to, s in got if s.startswith("GPU cluster weekly report 2026-W42")} == {
             "admin@lab.example", "NLP-Lead@lab.example"}
         assert {to for to, s in got if s.startswith("GPU usage of team nlp, 2026-W42")} == {"nlp-lead@lab.example"}
+        weekly = next(m for m, env in zip(mail.messages, mail.envelopes)
+                      if env[1] == ["admin@lab.example"] and "weekly" in m["Subject"])
+        html = MailBox.body(weekly, "html")
+        cids = re.findall(r'src="cid:([^"]+)"', html)
+        related = {p["Content-ID"].strip("<>"): p.get_content() for p in weekly.walk() if p["Content-ID"]}
+        assert len(cids) == 2 and set(cids) == set(related) and "data:image" not in html
+        assert all(png.startswith(b"\x89PNG") for png in related.values())      # the charts, as related parts
         fin = next(m for m, env in zip(mail.messages, mail.envelopes) if env[1] == ["fin@lab.example"])
         assert {p.get_filename() for p in fin.iter_attachments()} == {
             "chargeback-2026-09.xlsx", "reconciliation-2026-09.csv", "adjustments-2026-09.csv"}

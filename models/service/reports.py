@@ -27,8 +27,10 @@ Delivery is at least once: a crash between the SMTP server's acceptance and the 
 """
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import logging
+import re
 import time
 from dataclasses import dataclass
 from typing import Callable, Protocol
@@ -168,8 +170,20 @@ def owed(con, cfg: ReportsConfig, clock: Clock) -> list[tuple[ReportConfig, str,
 
 # ---------------------------------------------------------------- sending (the warehouse closed)
 
+_DATA_IMAGE = re.compile(r'src="data:(image/[a-z]+);base64,([A-Za-z0-9+/=]+)"')
+
+
 def message(r: Rendered) -> delivery.Message:
-    return delivery.Message(r.subject, r.text, r.html, dict(r.facts), tuple(r.attachments))
+    """The email of a rendered report: its ``data:`` images (self-contained for the file and the PDF) become
+    related parts referenced by ``cid:`` (web mail clients block ``data:`` images)."""
+    inline = []
+
+    def to_cid(m: re.Match) -> str:
+        cid = f"chart{len(inline) + 1}@gpuledger"
+        inline.append((cid, base64.b64decode(m.group(2)), m.group(1)))
+        return f'src="cid:{cid}"'
+    html = _DATA_IMAGE.sub(to_cid, r.html)
+    return delivery.Message(r.subject, r.text, html, dict(r.facts), tuple(r.attachments), tuple(inline))
 
 
 def attempt(cfg: ReportsConfig, report: ReportConfig, period: str, who: str, render: Render, clock: Clock,
