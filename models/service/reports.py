@@ -1,5 +1,5 @@
 """Scheduled reports (issue 19 part 4): who gets which report, when it is due, and the stored runs that make each
-one go out once per period, even across restarts. The service loop calls :func:`run_due` after each cycle.
+one go out once per period, even across restarts. The service loop runs :func:`step` in each cycle.
 
 Configuration, in the service's file (data/gpuledger.example.toml documents it)::
 
