@@ -789,6 +789,118 @@ def cmd_report_pending(args) -> int:
     return EXIT_OK
 
 
+# ---------------------------------------------------------------- scheduled reports, on demand (issue 19 part 4)
+
+def _report_snapshot(args):
+    """The serving snapshot of the warehouse (reports read what the dashboard reads) and its version."""
+    from dashboards import reports  # noqa: F401 -- first: it quiets Streamlit's warnings outside a server
+    from dashboards import queries
+    _open(args, read_only=True).close()                   # names a missing warehouse as every read does
+    os.environ["GPULEDGER_DB"] = str(_db_path(args))     # dashboards' reads follow $GPULEDGER_DB
+    version = queries.current().version
+    if not version:
+        raise CliError(f"{_db_path(args)}: no dashboard snapshot published yet (run `gpuledger refresh`)")
+    return version
+
+
+def _report_week(args, version: str):
+    """--week's window, else the last complete ISO week before the snapshot's data horizon."""
+    from dashboards import reports, queries
+    if args.week:
+        try:
+            return reports.week_window(args.week)
+        except ValueError as exc:
+            raise UsageError(f"report: --week: not an ISO week such as 2026-W42: {args.week!r}") from exc
+    horizon = queries.catalogue(version).horizon
+    if horizon is None:
+        raise CliError("report: the warehouse has no jobs yet")
+    return reports.last_complete_week(horizon)
+
+
+def _write_report(args, r) -> int:
+    """The report's text on stdout; with --out, its HTML (and --pdf's PDF, and attachments) in that directory."""
+    from dashboards import pdf, reports
+    if args.pdf:
+        try:
+            r = reports.with_pdf(r)
+        except pdf.PdfError as exc:
+            raise CliError(f"report: {exc}") from exc
+        if not args.out:
+            raise UsageError("report: --pdf writes a file: give --out DIR")
+    if not args.out:
+        sys.stdout.write(r.text)
+        return EXIT_OK
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    html = out / f"{r.kind.replace('_', '-')}-{r.period}.html"
+    html.write_text(r.html, encoding="utf-8")
+    written = [html]
+    for name, data, _ in r.attachments:
+        (out / name).write_bytes(data)
+        written.append(out / name)
+    _say(args, f"{r.subject}: wrote {', '.join(str(p) for p in written)}")
+    return EXIT_OK
+
+
+def cmd_report_weekly(args) -> int:
+    """The weekly manager report: the Overview's figures and charts for one ISO week (the dashboard's reads)."""
+    from dashboards import reports, access
+    version = _report_snapshot(args)
+    f = _report_week(args, version)
+    if args.as_user:
+        try:
+            version = access.scoped_version(version, reports.recipient_scope(version, args.as_user))
+        except reports.NotAllowed as exc:
+            raise CliError(f"report weekly: {exc}") from exc
+    return _write_report(args, reports.weekly(version, f))
+
+
+def cmd_report_team_note(args) -> int:
+    """A team lead's weekly note: the team's usage, waits and waste, as its lead sees the dashboard."""
+    from dashboards import reports, queries
+    version = _report_snapshot(args)
+    if args.team not in queries.catalogue(version).all_teams:
+        raise CliError(f"report team-note: no team {args.team!r} in the governance file or the jobs")
+    return _write_report(args, reports.team_note(version, _report_week(args, version), args.team))
+
+
+def cmd_report_finance_pack(args) -> int:
+    """The finance pack of a closed month: statement workbook, reconciliation and adjustments."""
+    from dashboards import reports, model_reads  # reports first: it quiets Streamlit outside a server
+    version = _report_snapshot(args)
+    closed = model_reads.chargeback_periods(version, None, None)[1]
+    period = args.period or (max(closed) if closed else None)
+    if period is None:
+        raise CliError("report finance-pack: no period is closed yet (`gpuledger chargeback --period P --close`)")
+    try:
+        r = reports.finance_pack(version, period)
+    except ValueError as exc:
+        raise CliError(f"report {exc}") from exc
+    args.pdf = False
+    return _write_report(args, r)
+
+
+def _scheduled_report_parsers(isrep) -> None:
+    """`report weekly|team-note|finance-pack`: what `serve`'s [[reports]] send, on demand."""
+    for name, func, text in (("weekly", cmd_report_weekly, "the weekly manager report (the Overview's figures and "
+                                                           "charts) as text, or HTML and PDF files"),
+                             ("team-note", cmd_report_team_note, "a team lead's weekly note: the team's usage, "
+                                                                 "waits and waste")):
+        s = _command(isrep, name, func, text)
+        if name == "team-note":
+            s.add_argument("--team", required=True, metavar="TEAM", help="the team")
+        else:
+            s.add_argument("--as", dest="as_user", metavar="EMAIL",
+                           help="in this person's dashboard scope (their governance [[access]] role)")
+        s.add_argument("--week", metavar="YYYY-Www", help="ISO week, e.g. 2026-W42 (default: the last complete "
+                                                          "week before the data horizon)")
+        s.add_argument("--out", metavar="DIR", help="write the HTML (and attachments) into DIR instead of "
+                                                   "printing the text")
+        s.add_argument("--pdf", action="store_true", help="also print the HTML to PDF (headless chromium)")
+    s = _command(isrep, "finance-pack", cmd_report_finance_pack,
+                 "the finance pack of a closed month: statement XLSX, reconciliation and adjustments")
+    s.add_argument("--period", metavar="YYYY-MM", help="a closed month (default: the newest closed)")
+    s.add_argument("--out", metavar="DIR", help="write the HTML, XLSX and CSVs into DIR instead of printing the text")
 # ---------------------------------------------------------------- budgets (issue 19)
 
 def cmd_report_budgets(args) -> int:
@@ -1225,9 +1337,26 @@ def cmd_serve(args) -> int:
         def dashboard():
             return server.start(cfg.warehouse, cfg.dashboard_port, cfg.dashboard_host)
     try:
-        return loop.serve(cfg, dashboard, once=args.once)
+        return loop.serve(cfg, dashboard, once=args.once, after_cycle=_scheduled_reports(cfg))
     except (server.PortInUse, OSError) as exc:
         raise CliError(f"serve: {exc}") from exc
+
+
+def _scheduled_reports(cfg) -> tuple:
+    """The service's after-cycle step that sends the config's [[reports]] when due (none without them): the
+    dashboards render (reading the snapshot of the service's warehouse), models/service/reports.py schedules,
+    sends and stores the runs."""
+    from dashboards import reports as rendering
+    from ingest.errors import InputError
+    from models.service import reports
+    try:
+        rcfg = reports.parse(cfg, cfg.path.read_text(encoding="utf-8-sig"))
+    except InputError as exc:
+        raise CliError(str(exc)) from exc
+    if not rcfg.reports:
+        return ()
+    os.environ["GPULEDGER_DB"] = str(cfg.warehouse)       # the renderer reads this warehouse's snapshot
+    return (reports.step(cfg.warehouse, cfg.lock_timeout_s, rcfg, rendering.for_recipient),)
 
 
 #: The demo's own warehouse: `demo` never writes to $GPULEDGER_DB (that may be a real site's warehouse).
@@ -1470,6 +1599,7 @@ def _report_parsers(sub) -> None:
     _queue_parser(isrep)
     _losses_parsers(isrep)
     _waiting_parsers(isrep)
+    _scheduled_report_parsers(isrep)
     _budgets_parser(isrep)
 
 

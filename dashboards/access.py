@@ -324,8 +324,9 @@ _ALWAYS_NULL = {
     "squeue_snapshots": ("account", "user", "job_name"),
     "reservations": ("users", "accounts"),
 }
-#: tables a scoped read sees empty (alerts: their lines name other teams' jobs and people)
-_EMPTY = ("access_roles", "access_settings", "alerts", "alert_observations", "alert_deliveries")
+#: tables a scoped read sees empty (alerts: their lines name other teams' jobs and people; report_runs: who was
+#: sent what)
+_EMPTY = ("access_roles", "access_settings", "alerts", "alert_observations", "alert_deliveries", "report_runs")
 
 
 def _literal(s: str) -> str:

@@ -70,6 +70,9 @@ class Message:
     html: str = ""
     facts: dict = field(default_factory=dict)
     attachments: tuple = ()
+    #: images the HTML shows as ``src="cid:CID"``: ``(cid, bytes, mime type)``, sent as related parts of the HTML
+    #: (mail clients that block ``data:`` images show these; scheduled reports, models/service/reports.py)
+    inline: tuple = ()
 
 
 @dataclass(frozen=True)
@@ -125,6 +128,10 @@ def email_message(smtp: SmtpSettings, to: list[str], msg: Message) -> EmailMessa
     em.set_content(msg.text)
     if msg.html:
         em.add_alternative(msg.html, subtype="html")
+        html = em.get_body(("html",))
+        for cid, data, mime in msg.inline:
+            main, _, sub = mime.partition("/")
+            html.add_related(data, maintype=main, subtype=sub, cid=f"<{cid}>", disposition="inline")
     for name, data, mime in msg.attachments:
         main, _, sub = mime.partition("/")
         em.add_attachment(data, maintype=main, subtype=sub or "octet-stream", filename=name)

@@ -76,6 +76,10 @@ class Collector:
         self.need_refresh = True                      # the first cycle brings the marts up to date
         self.heartbeat = time.monotonic()
         self.child: subprocess.Popen | None = None
+        #: steps called with the cycle's read-write connection after its refresh and publish (scheduled reports,
+        #: models/service/reports.py); each may return a follow-up run once the warehouse is closed (sending
+        #: mail must not hold it). Their exceptions are logged, never the cycle's failure.
+        self.after_cycle: list[Callable] = []
         self.alerts_at = 0.0                          # time.monotonic() of the last alert evaluation
         self.alert_counts = {"fired": 0, "resolved": 0, "delivered": 0, "undelivered": 0}
 
@@ -136,15 +140,40 @@ class Collector:
             except Exception as exc:            # noqa: BLE001 -- the loop outlives a failed refresh
                 log.exception("refresh failed")
                 return self._cycle_failed(f"refresh failed: {one_line(exc)}")
+            follow_ups = self._after_cycle(con, stop)
         finally:
             con.close()
         self._alert_round(refreshed=timed["refresh"] > 0 or timed["publish"] > 0)
+        self._follow_up(follow_ups, stop)
         with self.lock:
             self.cycles += 1
             self.cycle_error = None
             self.last_cycle_end = time.time()
             self.timings = {**timed, "cycle": time.perf_counter() - t0}     # one cycle's figures together
         return True
+
+    def _after_cycle(self, con, stop: threading.Event) -> list[Callable]:
+        """Run the after-cycle steps on ``con``; the follow-ups they return (to run with the warehouse closed)."""
+        out = []
+        for step in self.after_cycle:
+            if stop.is_set():
+                break
+            try:
+                follow = step(con)
+            except Exception:                   # noqa: BLE001 -- reports never stop collection
+                log.exception("after-cycle step %s failed", getattr(step, "__name__", step))
+                continue
+            out += [follow] if follow else []
+        return out
+
+    def _follow_up(self, follow_ups: list[Callable], stop: threading.Event) -> None:
+        for follow in follow_ups:
+            if stop.is_set():
+                return
+            try:
+                follow()
+            except Exception:                   # noqa: BLE001 -- reports never stop collection
+                log.exception("after-cycle follow-up %s failed", getattr(follow, "__name__", follow))
 
     # ------------------------------------------------------------ alerts (issue 19)
 
@@ -273,12 +302,15 @@ class Collector:
             stop.wait(self.wait_s(self.heartbeat))
 
 
-def serve(cfg: ServiceConfig, dashboard: Callable[[], subprocess.Popen] | None = None, once: bool = False) -> int:
+def serve(cfg: ServiceConfig, dashboard: Callable[[], subprocess.Popen] | None = None, once: bool = False,
+          after_cycle: tuple[Callable, ...] = ()) -> int:
     """Run the service until SIGTERM/SIGINT: /healthz and /metrics (``[health] listen``), the dashboard child
     (``dashboard()`` starts it) and the collector loop in this thread. Returns the exit status: 0; with ``once``
-    (one cycle, no health server, no dashboard) 1 when the cycle or a source failed."""
+    (one cycle, no health server, no dashboard) 1 when the cycle or a source failed. ``after_cycle``: steps run
+    with the cycle's read-write connection after its refresh and publish (scheduled reports)."""
     stop = threading.Event()
     collector = Collector(cfg)
+    collector.after_cycle.extend(after_cycle)
 
     def on_signal(signum, frame):
         if stop.is_set():                       # a second signal: interrupt now (the transaction rolls back)
