@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ingest import warehouse
-from models.pipeline import refresh
+from models.pipeline import lake, refresh
 from models.service import health
 from models.service.config import ServiceConfig, SourceConfig
 from models.service.sources import KINDS
@@ -125,6 +125,8 @@ class Collector:
                     pub = sum(s for n, s in steps if n == "serving snapshot")
                     timed = {"refresh": sum(s for n, s in steps) - pub, "publish": pub}
                     self.need_refresh = False
+                    if self.cfg.lake is not None:      # the lake follows the refresh it exports
+                        timed["lake"] = lake.export(con, self.cfg.lake)["seconds"]
                 elif due:
                     p0 = time.perf_counter()
                     warehouse.publish_serving(con, self.cfg.warehouse)
