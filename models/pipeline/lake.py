@@ -217,7 +217,7 @@ def _swap_manifest(con, d: Path, old: dict | None, tables: dict, retired: list[s
     gone.update({f: now for f in retired if f not in keep})
     same = old is not None and _content(old["tables"]) == _content(tables)
     version = (old["version"] if same else old["version"] + 1) if old is not None else 1
-    schema = con.execute("SELECT max(version) FROM schema_migrations").fetchone()[0]
+    schema = con.execute("SELECT max(version) FROM schema_migrations").fetchall()[0][0]
     manifest = {"format": FORMAT, "schema_version": schema, "version": version,
                 "exported_at": old["exported_at"] if same else utcnow().isoformat(timespec="seconds") + "Z",
                 "tables": tables, "retired": gone}
