@@ -230,6 +230,7 @@ def check_march(lines, totals, db: Path) -> None:
 
 # ---------------------------------------------------------------- Spark and DuckDB on the lake
 
+@pytest.mark.slow          # a JVM's start and Spark's planning: ~20-45 s on 2 loaded cores
 def test_spark_computes_team_months_and_march_chargeback_equal_to_gpuledger(spark, site):
     db, lake_dir = site
     spark_views(spark, lake_dir)
@@ -353,3 +354,19 @@ def test_partition_values_round_trip_through_hive_escaping(value):
     path = lake._escape(value)
     assert "/" not in path and "=" not in path
     assert (None if path == lake.NULL_PART else unquote(path)) == value or value == lake.NULL_PART
+
+
+def test_exporting_leaves_a_read_only_warehouse_byte_identical(site, tmp_path, capsys):
+    import gpuledger
+    import os
+    import stat
+    db = tmp_path / "ro.duckdb"
+    shutil.copyfile(site[0], db)
+    os.chmod(db, stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+    before = hashlib.sha256(db.read_bytes()).hexdigest()
+    try:
+        assert gpuledger.main(["--db", str(db), "export", "lake", str(tmp_path / "lake")]) == 0, capsys.readouterr()
+        assert hashlib.sha256(db.read_bytes()).hexdigest() == before
+        assert not db.with_name(db.name + ".wal").exists()
+    finally:
+        os.chmod(db, stat.S_IRUSR | stat.S_IWUSR)
