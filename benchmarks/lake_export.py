@@ -48,6 +48,7 @@ def du(d: Path) -> int:
 
 def baseline(con, out: Path) -> float:
     """Seconds of DuckDB's partitioned COPY of the lake's tables (same columns, UTC instants, same partitions)."""
+    out.mkdir(parents=True, exist_ok=True)
     t = time.perf_counter()
     cols = serving._columns(con)
     for name in sorted(set(cols) - lake.LAKE_EXCLUDE):
@@ -83,8 +84,9 @@ def add_day(con, work: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3, help="runs of the unchanged export (median)")
+    ap.add_argument("--db", type=Path, help="another warehouse with marts instead of the year (to try the script)")
     args = ap.parse_args(argv)
-    src = marts_year()
+    src = args.db or marts_year()
     with tempfile.TemporaryDirectory(prefix="lake-bench-", dir=CACHE.parent) as tmp:
         work = Path(tmp)
         db = work_copy(src, work)
