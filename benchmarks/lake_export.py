@@ -113,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
         m = lake.read_manifest(work / "lake")
         parts = sum(len(e["parts"]) for e in m["tables"].values())
         total_b = sum(p["bytes"] for e in m["tables"].values() for p in e["parts"].values())
+        biggest = sorted(((sum(p["bytes"] for p in e["parts"].values()), t, e["rows"], len(e["parts"]))
+                          for t, e in m["tables"].items()), reverse=True)[:8]
         con.close()
     med = statistics.median(s["seconds"] for s in same)
     print(f"lake export of the {jobs:,}-job year ({len(m['tables'])} tables, {parts} parts, "
@@ -123,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  unchanged (median of {len(same)})           {med:7.1f} s  {0:8.1f} MB  0 parts")
     print(f"  +1 day ({n:,} sacct lines)       {inc['seconds']:7.1f} s  {inc['bytes_written'] / 1e6:8.1f} MB  "
           f"{inc['written']} parts, {inc['rows_written']:,} rows  (x{inc['seconds'] / full['seconds']:.2f} the full)")
+    print("  largest tables: " + "; ".join(f"{t} {b / 1e6:.1f} MB ({n:,} rows, {k} parts)" for b, t, n, k in biggest))
     return 0
 
 

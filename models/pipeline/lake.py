@@ -42,9 +42,12 @@ ENV_GRACE = "GPULEDGER_LAKE_GRACE_S"
 NULL_PART = "__HIVE_DEFAULT_PARTITION__"
 #: The lake holds what the serving view holds (canonical tables and marts; not raw telemetry or bookkeeping).
 LAKE_EXCLUDE = serving.SERVING_EXCLUDE | {"mart_state"}
-#: The time column that gives a table's month, first present wins: when a job was submitted (never changes, so
-#: a job's rows stay in one part), when an interval starts, the hour or day of a rollup, a statement's period.
-MONTH_COLUMNS = ("period", "submit", "t0", "hour", "day", "time", "ts")
+#: The time column that gives a table's month, first present wins: a statement's period, when a job was submitted
+#: (never changes, so a job's rows stay in one part), when an interval starts, the hour or day of a rollup, then
+#: the starts of the tables that grow with history without those (loss_jobs, node_events, gpu_efficiency_job,
+#: ingest_runs, node_states).
+MONTH_COLUMNS = ("period", "submit", "t0", "hour", "day", "time", "ts", "start", "window_start", "started_at",
+                 "observed_at")
 
 
 class LakeError(Exception):
