@@ -118,6 +118,7 @@ WHERE month = '2026-03' AND kind = 'charge' GROUP BY team, account, gpu_type
 MINIMAL_SERVICE = """[service]
 warehouse = "wh.duckdb"
 lake = "out/lake"
+lake_interval = "15m"
 [[clusters]]
 name = "alpha"
 [clusters.sacct]
@@ -345,7 +346,7 @@ def test_cli_exports_and_the_service_option_parses(site, tmp_path, run_cli):
     assert code == 0 and "parts written" in err
     assert lake.read_manifest(tmp_path / "lake")["tables"].keys() == lake.read_manifest(lake0)["tables"].keys()
     cfg = config.parse(MINIMAL_SERVICE, str(tmp_path / "svc.toml"))
-    assert cfg.lake == tmp_path / "out" / "lake"
+    assert cfg.lake == tmp_path / "out" / "lake" and cfg.lake_interval_s == 900
 
 
 @settings(max_examples=60, deadline=None)

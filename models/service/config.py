@@ -29,7 +29,8 @@ SECTIONS: dict[str, dict[str, Key]] = {
                 "backoff_max": Key("duration", 900, "the longest wait between retries of a failing source"),
                 "lock_timeout": Key("duration", 60, "how long a cycle waits for a warehouse another process holds"),
                 # the lake (models/pipeline/lake.py): exported after each refresh
-                "lake": Key("path", "", "directory of the open Parquet lake written after each refresh (empty: none)")},
+                "lake": Key("path", "", "directory of the open Parquet lake written after refreshes (empty: none)"),
+                "lake_interval": Key("duration", 3600, "the least time between two lake exports")},
     "health": {"listen": Key("str", "127.0.0.1:9464", "HOST:PORT of /healthz and /metrics; empty: off"),
                "max_cycle_age": Key("duration", 0, "/healthz fails when no cycle ended for this long "
                                                    "(0: 3 cycles + 60 s)")},
@@ -70,7 +71,8 @@ class ServiceConfig:
     dashboard_host: str
     dashboard_port: int
     extra: dict = field(default_factory=dict)
-    lake: Path | None = None          # `gpuledger export lake` after each refresh (None: no lake)
+    lake: Path | None = None          # `gpuledger export lake` after refreshes (None: no lake) ...
+    lake_interval_s: int = 3600       # ... at most this often
 
 
 class _Where:
@@ -219,7 +221,7 @@ def parse(text: str, source: str) -> ServiceConfig:
         health_listen=listen, max_cycle_age_s=health["max_cycle_age"] or 3 * svc["cycle"] + 60,
         dashboard=dash["enabled"], dashboard_host=dash["host"], dashboard_port=dash["port"],
         extra={k: v for k, v in doc.items() if k not in known},
-        lake=Path(svc["lake"]) if svc["lake"] else None)
+        lake=Path(svc["lake"]) if svc["lake"] else None, lake_interval_s=svc["lake_interval"])
 
 
 def parse_listen(text: str, what: str = "listen") -> tuple[str, int] | None:

@@ -72,6 +72,7 @@ class Collector:
         self.timings = {"cycle": 0.0, "refresh": 0.0, "publish": 0.0}
         self.loaded_status = False
         self.need_refresh = True                      # the first cycle brings the marts up to date
+        self.lake_due = 0.0                           # monotonic time the next lake export may run
         self.heartbeat = time.monotonic()
         self.child: subprocess.Popen | None = None
 
@@ -125,8 +126,11 @@ class Collector:
                     pub = sum(s for n, s in steps if n == "serving snapshot")
                     timed = {"refresh": sum(s for n, s in steps) - pub, "publish": pub}
                     self.need_refresh = False
-                    if self.cfg.lake is not None:      # the lake follows the refresh it exports
+                    # The lake follows the refreshes, at most every lake_interval: an export fingerprints every
+                    # table (docs/BENCHMARKS.md, the lake), more than a 60 s cycle should carry.
+                    if self.cfg.lake is not None and time.monotonic() >= self.lake_due:
                         timed["lake"] = lake.export(con, self.cfg.lake)["seconds"]
+                        self.lake_due = time.monotonic() + self.cfg.lake_interval_s
                 elif due:
                     p0 = time.perf_counter()
                     warehouse.publish_serving(con, self.cfg.warehouse)
