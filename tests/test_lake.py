@@ -371,3 +371,19 @@ def test_exporting_leaves_a_read_only_warehouse_byte_identical(site, tmp_path, c
         assert not db.with_name(db.name + ".wal").exists()
     finally:
         os.chmod(db, stat.S_IRUSR | stat.S_IWUSR)
+
+
+def test_the_service_exports_the_lake_after_a_refresh_at_most_every_interval(site, tmp_path):
+    import threading
+    from models.service import config, loop
+    shutil.copyfile(site[0], tmp_path / "wh.duckdb")
+    (tmp_path / "governance.toml").write_text(GOV)
+    cfg = config.parse('[service]\nwarehouse = "wh.duckdb"\nlake = "lake"\nlake_interval = "1h"\n'
+                       '[governance]\npath = "governance.toml"\n', str(tmp_path / "svc.toml"))
+    c = loop.Collector(cfg)
+    assert c.cycle(threading.Event())                      # first cycle: refresh, then the lake
+    first = lake.read_manifest(tmp_path / "lake")
+    assert first["tables"]["jobs"]["rows"] == len(JOBS) and "lake" in c.timings
+    c.need_refresh = True
+    assert c.cycle(threading.Event())                      # within the hour: refreshed, not exported
+    assert "lake" not in c.timings and lake.read_manifest(tmp_path / "lake") == first
