@@ -410,6 +410,21 @@ def cmd_refresh(args) -> int:
     return EXIT_OK
 
 
+def cmd_export_lake(args) -> int:
+    """Write the warehouse to an open lake (Hive-partitioned Parquet and a manifest); only changed parts."""
+    from models.pipeline import lake
+    con = _open(args, read_only=True)
+    try:
+        s = lake.export(con, args.dir, full=args.full)
+    except lake.LakeError as exc:
+        raise CliError(f"export lake: {exc}") from exc
+    m = lake.read_manifest(args.dir)
+    _say(args, f"export lake: {s['written']} parts written ({s['rows_written']:,} rows, {s['bytes_written']:,} bytes), "
+               f"{s['kept']} unchanged, {s['retired']} retired, in {s['seconds']:.1f} s; manifest version "
+               f"{m['version']}, schema {m['schema_version']}")
+    return EXIT_OK
+
+
 def cmd_report_utilization(args) -> int:
     """Capacity, allocated, idle and unavailable GPU-hours per bucket and group."""
     from models.metrics import utilization
@@ -1906,6 +1921,19 @@ def _serve_parser(sub) -> None:
                    help="address of /healthz and /metrics instead of the config's [health] listen ('' turns it off)")
 
 
+def _export_parsers(sub) -> None:
+    exp = sub.add_parser("export", help="write the warehouse where other engines read it (an open Parquet lake)")
+    _common_options(exp)
+    isexp = exp.add_subparsers(dest="target", metavar="TARGET", required=True)
+    s = _command(isexp, "lake", cmd_export_lake, "the canonical tables and marts as Hive-partitioned Parquet",
+                 "Write every canonical table and mart (not raw telemetry) to DIR as Hive-partitioned Parquet "
+                 "(cluster, month) with DIR/manifest.json (schema version, row counts, content hashes per part). "
+                 "Incremental: only parts whose content changed are written; the manifest is swapped atomically "
+                 "and replaced parts are deleted after a grace period. Spark, DuckDB or Trino read it (docs/SCALE.md).")
+    s.add_argument("dir", metavar="DIR", help="the lake directory (created; empty or an earlier export)")
+    s.add_argument("--full", action="store_true", help="write every part again, changed or not")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="gpuledger",
@@ -1923,6 +1951,7 @@ def build_parser() -> argparse.ArgumentParser:
     _plan_parser(sub)
     _serving_parsers(sub)
     _serve_parser(sub)
+    _export_parsers(sub)
     return p
 
 

@@ -28,7 +28,10 @@ SECTIONS: dict[str, dict[str, Key]] = {
                 "cycle": Key("duration", 60, "how often the loop looks for due sources"),
                 "backoff_initial": Key("duration", 30, "wait after a source's first failure; doubles per failure"),
                 "backoff_max": Key("duration", 900, "the longest wait between retries of a failing source"),
-                "lock_timeout": Key("duration", 60, "how long a cycle waits for a warehouse another process holds")},
+                "lock_timeout": Key("duration", 60, "how long a cycle waits for a warehouse another process holds"),
+                # the lake (models/pipeline/lake.py): exported after each refresh
+                "lake": Key("path", "", "directory of the open Parquet lake written after refreshes (empty: none)"),
+                "lake_interval": Key("duration", 3600, "the least time between two lake exports")},
     "health": {"listen": Key("str", "127.0.0.1:9464", "HOST:PORT of /healthz and /metrics; empty: off"),
                "max_cycle_age": Key("duration", 0, "/healthz fails when no cycle ended for this long "
                                                    "(0: 3 cycles + 60 s)")},
@@ -71,6 +74,8 @@ class ServiceConfig:
     extra: dict = field(default_factory=dict)
     alerts: tuple = ()                     # AlertRule, from [[alerts]] (issue 19)
     delivery: "DeliveryConfig | None" = None
+    lake: Path | None = None          # `gpuledger export lake` after refreshes (None: no lake) ...
+    lake_interval_s: int = 3600       # ... at most this often
 
 
 class _Where:
@@ -219,7 +224,8 @@ def parse(text: str, source: str) -> ServiceConfig:
         clusters=tuple(dict.fromkeys(s.where.cluster for s in sources if s.where.cluster != GLOBAL)),
         health_listen=listen, max_cycle_age_s=health["max_cycle_age"] or 3 * svc["cycle"] + 60,
         dashboard=dash["enabled"], dashboard_host=dash["host"], dashboard_port=dash["port"],
-        extra={k: v for k, v in doc.items() if k not in known}, alerts=rules, delivery=delivery)
+        extra={k: v for k, v in doc.items() if k not in known}, alerts=rules, delivery=delivery,
+        lake=Path(svc["lake"]) if svc["lake"] else None, lake_interval_s=svc["lake_interval"])
 
 
 def parse_listen(text: str, what: str = "listen") -> tuple[str, int] | None:

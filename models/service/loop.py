@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ingest import warehouse
-from models.pipeline import refresh
+from models.pipeline import lake, refresh
 from models.service import alerts, health
 from models.service.config import ServiceConfig, SourceConfig
 from models.service.sources import KINDS
@@ -74,6 +74,7 @@ class Collector:
         self.timings = {"cycle": 0.0, "refresh": 0.0, "publish": 0.0}
         self.loaded_status = False
         self.need_refresh = True                      # the first cycle brings the marts up to date
+        self.lake_due = 0.0                           # monotonic time the next lake export may run
         self.heartbeat = time.monotonic()
         self.child: subprocess.Popen | None = None
         #: steps called with the cycle's read-write connection after its refresh and publish (scheduled reports,
@@ -133,6 +134,11 @@ class Collector:
                     pub = sum(s for n, s in steps if n == "serving snapshot")
                     timed = {"refresh": sum(s for n, s in steps) - pub, "publish": pub}
                     self.need_refresh = False
+                    # The lake follows the refreshes, at most every lake_interval: an export fingerprints every
+                    # table (docs/BENCHMARKS.md, the lake), more than a 60 s cycle should carry.
+                    if self.cfg.lake is not None and time.monotonic() >= self.lake_due:
+                        timed["lake"] = lake.export(con, self.cfg.lake)["seconds"]
+                        self.lake_due = time.monotonic() + self.cfg.lake_interval_s
                 elif due:
                     p0 = time.perf_counter()
                     warehouse.publish_serving(con, self.cfg.warehouse)

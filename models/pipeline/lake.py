@@ -1,0 +1,267 @@
+"""`gpuledger export lake DIR`: the warehouse as an open lake of Hive-partitioned Parquet that Spark, DuckDB,
+Trino or a lakehouse read without gpuledger (docs/SCALE.md, docs/ARCHITECTURE.md "The lake").
+
+Layout: ``DIR/<table>/cluster=<c>/month=<YYYY-MM>/part-<id>.parquet`` (a table without a cluster column has no
+``cluster=`` level, one without a time column no ``month=`` level), and ``DIR/manifest.json``: the schema
+version, every table's columns (DuckDB type and the lake's), and per part its file, row count, the row-content
+fingerprint and the file's sha256. The partition columns live in the path only (Hive's convention); ``month`` is
+the UTC month of the table's time column (:data:`MONTH_COLUMNS`), or its ``period`` for the statement tables.
+
+Types: timestamps are written as Parquet timestamps adjusted to UTC (the warehouse's naive UTC ``TIMESTAMP``
+becomes ``TIMESTAMP WITH TIME ZONE``: Spark reads an instant, not a wall-clock time); money stays ``DECIMAL``
+with the warehouse's precision and scale; everything else as in docs/SCHEMA.md.
+
+Incremental, with the serving view's change detection (ingest.warehouse.serving: row count and summed row
+hashes per partition): an export fingerprints every (cluster, month) of every table, writes only the parts
+whose fingerprint changed, and carries the others over. Atomic: new parts get new file names, then the manifest
+is replaced by rename; readers that go through the manifest (:func:`part_files`) see one export or the next.
+Replaced parts are deleted ``$GPULEDGER_LAKE_GRACE_S`` seconds (default 600) later, so a reader on the previous
+manifest keeps working; files no manifest names (an export killed mid-way) go at the next export. One export runs
+at a time per lake (a lock file). Reading never writes the warehouse.
+"""
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import time
+import uuid
+from pathlib import Path
+
+import duckdb
+
+from ingest.warehouse import serving
+from ingest.warehouse.base import utcnow
+
+FORMAT = 1
+MANIFEST = "manifest.json"
+ENV_GRACE = "GPULEDGER_LAKE_GRACE_S"
+#: Hive's name for a NULL partition value (Spark and DuckDB read it as NULL).
+NULL_PART = "__HIVE_DEFAULT_PARTITION__"
+#: The lake holds what the serving view holds (canonical tables and marts; not raw telemetry or bookkeeping).
+LAKE_EXCLUDE = serving.SERVING_EXCLUDE | {"mart_state"}
+#: The time column that gives a table's month, first present wins: a statement's period, when a job was submitted
+#: (never changes, so a job's rows stay in one part), when an interval starts, the hour or day of a rollup, then
+#: the starts of the tables that grow with history without those (loss_jobs, node_events, gpu_efficiency_job,
+#: ingest_runs, node_states).
+MONTH_COLUMNS = ("period", "submit", "t0", "hour", "day", "time", "ts", "start", "window_start", "started_at",
+                 "observed_at")
+
+
+class LakeError(Exception):
+    """The lake directory cannot be written (not a lake, locked by another export)."""
+
+
+def grace_seconds() -> float:
+    return float(os.environ.get(ENV_GRACE, 600))
+
+
+def read_manifest(lake: str | os.PathLike) -> dict | None:
+    """The lake's manifest (None before the first export)."""
+    try:
+        return json.loads((Path(lake) / MANIFEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def part_files(lake: str | os.PathLike, table: str, manifest: dict | None = None) -> list[str]:
+    """Absolute paths of ``table``'s parts in the manifest (read with Hive partitioning and basePath
+    ``DIR/<table>``); a reader lists these rather than the directory, which may hold parts of the next export."""
+    m = manifest if manifest is not None else read_manifest(lake)
+    if m is None or table not in m["tables"]:
+        return []
+    return [str(Path(lake) / p["file"]) for p in m["tables"][table]["parts"].values()]
+
+
+# ---------------------------------------------------------------- partitions
+
+def _spec(cols: list[list[str]]) -> tuple[bool, str | None, str | None]:
+    """(has a cluster column, the month column, its serving bucket: 'month' for times, 'value' for periods)."""
+    types = dict(cols)
+    month = next((c for c in MONTH_COLUMNS if c in types), None)
+    bucket = None if month is None else ("value" if types[month] == "VARCHAR" else "month")
+    return "cluster" in types, month, bucket
+
+
+def _key_sql(has_cluster: bool, month: str | None, bucket: str | None) -> str:
+    """SQL of a row's part key: JSON [cluster, month] (null parts as JSON null)."""
+    c = '"cluster"' if has_cluster else "NULL"
+    m = f"nullif({serving._key_sql(month, bucket)}, 'null')" if month else "NULL"
+    return f"to_json([{c}::VARCHAR, {m}])::VARCHAR"
+
+
+def _where(has_cluster: bool, month: str | None, bucket: str | None, key: list) -> tuple[str, list]:
+    """WHERE clause selecting the rows of part ``key`` (a month range: zone maps prune)."""
+    clauses, params = [], []
+    if has_cluster:
+        clauses.append('"cluster" IS NOT DISTINCT FROM ?')
+        params.append(key[0])
+    if month:
+        sql, p = serving._range_sql(month, bucket, "null" if key[1] is None else key[1])
+        clauses.append(sql)
+        params += p
+    return " AND ".join(clauses) or "true", params
+
+
+def _escape(value: str | None) -> str:
+    """A Hive path value: Hive's %XX escapes for anything but letters, digits and ``_.-``."""
+    if value is None:
+        return NULL_PART
+    return re.sub(r"[^A-Za-z0-9_.-]", lambda m: "".join(f"%{b:02X}" for b in m.group().encode()), value)
+
+
+def _part_dir(t: str, has_cluster: bool, month: str | None, key: list) -> str:
+    parts = [t] + ([f"cluster={_escape(key[0])}"] if has_cluster else []) + (
+        [f"month={_escape(key[1])}"] if month else [])
+    return "/".join(parts)
+
+
+def _select(cols: list[list[str]], has_cluster: bool, month: str | None) -> str:
+    """The exported columns: all but the path's; naive UTC timestamps as UTC instants."""
+    out = []
+    for c, ty in cols:
+        if c == "cluster" and has_cluster:
+            continue
+        out.append(f"timezone('UTC', \"{c}\") AS \"{c}\"" if ty == "TIMESTAMP" else f'"{c}"')
+    return ", ".join(out)
+
+
+def _lake_type(ty: str) -> str:
+    return "TIMESTAMP WITH TIME ZONE (UTC)" if ty == "TIMESTAMP" else ty
+
+
+# ---------------------------------------------------------------- export
+
+def export(con: duckdb.DuckDBPyConnection, lake: str | os.PathLike, full: bool = False) -> dict:
+    """Export the warehouse to the lake at ``lake``; returns a summary: parts written, kept and retired, rows and
+    bytes written, seconds. Only parts whose content changed are written (``full``: all of them)."""
+    t0 = time.perf_counter()
+    d = Path(lake)
+    d.mkdir(parents=True, exist_ok=True)
+    if any(d.iterdir()) and not (d / MANIFEST).exists() and not (d / ".lock").exists():
+        raise LakeError(f"{d}: not empty and not a gpuledger lake (no {MANIFEST}); choose an empty directory")
+    with open(d / ".lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            raise LakeError(f"{d}: another export is writing this lake") from exc
+        old = read_manifest(d)
+        old = old if old is not None and old.get("format") == FORMAT else None
+        stats = {"written": 0, "kept": 0, "retired": 0, "rows_written": 0, "bytes_written": 0}
+        cols = serving._columns(con)
+        names = sorted(set(cols) - LAKE_EXCLUDE)
+        prev = {} if old is None or full else old["tables"]
+        tables, retired = {}, []
+        for t in names:
+            tables[t], gone = _export_table(con, d, t, cols[t], prev.get(t), stats)
+            retired += gone
+        for t in set((old or {}).get("tables", {})) - set(tables):
+            retired += [p["file"] for p in old["tables"][t]["parts"].values()]
+        if full and old is not None:
+            keep = {p["file"] for e in tables.values() for p in e["parts"].values()}
+            retired += [p["file"] for e in old["tables"].values() for p in e["parts"].values() if p["file"] not in keep]
+        stats["retired"] = len(retired)
+        _swap_manifest(con, d, old, tables, retired)
+        stats["removed"] = len(collect_garbage(d))
+    stats["seconds"] = time.perf_counter() - t0
+    return stats
+
+
+def _export_table(con, d: Path, t: str, cols, prev: dict | None, stats: dict) -> tuple[dict, list[str]]:
+    """Table ``t``'s manifest entry and the files of its previous parts it no longer uses."""
+    has_cluster, month, bucket = _spec(cols)
+    part_by = [*(["cluster"] if has_cluster else []), *(["month"] if month else [])]
+    lake_cols = [[c, ty, _lake_type(ty)] for c, ty in cols]
+    if prev is not None and (prev["columns"] != lake_cols or prev["partition_by"] != part_by):
+        prev = None                                 # schema changed: every part anew
+    old_parts = prev["parts"] if prev is not None else {}
+    fresh = serving._fingerprints(con, t, _key_sql(has_cluster, month, bucket))
+    parts, retired = {}, [p["file"] for k, p in old_parts.items() if k not in fresh]
+    select = _select(cols, has_cluster, month)
+    for k, (n, fp) in sorted(fresh.items()):
+        old = old_parts.get(k)
+        if old is not None and old["rows"] == n and old["fp"] == fp:
+            parts[k] = old
+            stats["kept"] += 1
+            continue
+        if old is not None:
+            retired.append(old["file"])
+        key = json.loads(k)
+        where, params = _where(has_cluster, month, bucket, key)
+        rel = f"{_part_dir(t, has_cluster, month, key)}/part-{uuid.uuid4().hex[:16]}.parquet"
+        (d / rel).parent.mkdir(parents=True, exist_ok=True)
+        con.execute(f"""COPY (SELECT {select} FROM main."{t}" WHERE {where}) TO '{serving._sql_path(d / rel)}'
+                        (FORMAT parquet, COMPRESSION zstd)""", params)
+        parts[k] = {"file": rel, "cluster": key[0], "month": key[1], "rows": n, "fp": fp,
+                    "sha256": _sha256(d / rel), "bytes": (d / rel).stat().st_size}
+        stats["written"] += 1
+        stats["rows_written"] += n
+        stats["bytes_written"] += parts[k]["bytes"]
+    return {"columns": lake_cols, "partition_by": part_by, "month_from": month,
+            "rows": sum(p["rows"] for p in parts.values()), "parts": parts}, retired
+
+
+def _sha256(p: Path) -> str:
+    h = hashlib.sha256()
+    with open(p, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _swap_manifest(con, d: Path, old: dict | None, tables: dict, retired: list[str]) -> None:
+    """Write the new manifest beside the old and rename it over (atomic on POSIX); unchanged content keeps the
+    version number."""
+    keep = {p["file"] for e in tables.values() for p in e["parts"].values()}
+    now = time.time()
+    gone = {f: at for f, at in (old or {}).get("retired", {}).items() if f not in keep}
+    gone.update({f: now for f in retired if f not in keep})
+    same = old is not None and _content(old["tables"]) == _content(tables)
+    version = (old["version"] if same else old["version"] + 1) if old is not None else 1
+    schema = con.execute("SELECT max(version) FROM schema_migrations").fetchall()[0][0]
+    manifest = {"format": FORMAT, "schema_version": schema, "version": version,
+                "exported_at": old["exported_at"] if same else utcnow().isoformat(timespec="seconds") + "Z",
+                "tables": tables, "retired": gone}
+    tmp = d / f"{MANIFEST}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(manifest, f, separators=(",", ":"), sort_keys=True)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, d / MANIFEST)
+
+
+def _content(tables: dict) -> dict:
+    return {t: (e["columns"], {k: p["file"] for k, p in e["parts"].items()}) for t, e in tables.items()}
+
+
+def collect_garbage(lake: str | os.PathLike, now: float | None = None) -> list[Path]:
+    """Delete parts retired more than the grace period ago, and Parquet files and temporary manifests no
+    manifest names (an export killed mid-way). Called by the export, under the lake's lock."""
+    d = Path(lake)
+    m = read_manifest(d)
+    if m is None:
+        return []
+    now = time.time() if now is None else now
+    live = {p["file"] for e in m["tables"].values() for p in e["parts"].values()}
+    expired = {f for f, at in m["retired"].items() if at + grace_seconds() <= now and f not in live}
+    if expired:
+        m["retired"] = {f: at for f, at in m["retired"].items() if f not in expired}
+        tmp = d / f"{MANIFEST}.tmp{os.getpid()}"
+        tmp.write_text(json.dumps(m, separators=(",", ":"), sort_keys=True), encoding="utf-8")
+        os.replace(tmp, d / MANIFEST)
+    known = live | set(m["retired"])
+    removed = []
+    for part in d.rglob("*.parquet"):
+        if part.relative_to(d).as_posix() not in known:
+            part.unlink(missing_ok=True)
+            removed.append(part)
+    for tmp in d.glob(f"{MANIFEST}.tmp*"):
+        tmp.unlink(missing_ok=True)
+        removed.append(tmp)
+    for sub in sorted((p for p in d.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+        if not any(sub.iterdir()):
+            sub.rmdir()
+    return removed
+
