@@ -24,13 +24,16 @@ def _targets(con: duckdb.DuckDBPyConnection, full: bool) -> int:
         con.execute("""CREATE OR REPLACE TEMP TABLE _eff_targets AS
                        SELECT job_uid FROM jobs WHERE ngpus > 0 AND start IS NOT NULL""")
         return newest
-    con.execute("""
+    con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _eff_dirty AS
         SELECT job_uid FROM jobs WHERE ngpus > 0 AND start IS NOT NULL
           AND (coalesce(updated_run_id, ingest_run_id) > $last OR "end" IS NULL)
         UNION SELECT job_uid FROM job_gpu_indices WHERE ingest_run_id > $last
-        UNION SELECT j.job_uid FROM jobs j ANTI JOIN gpu_efficiency_job e USING (job_uid)
-              WHERE j.ngpus > 0 AND j.start IS NOT NULL""", {"last": last})
+        UNION SELECT j.job_uid FROM jobs j JOIN ({attribution.horizon_sql()}) h USING (cluster)
+              ANTI JOIN gpu_efficiency_job e ON e.job_uid = j.job_uid
+              -- never built; not a job whose window is empty (it never gets a row: attribution.job_windows), which
+              -- would be a target at every refresh and make the serving view compare every part from its uid on
+              WHERE j.ngpus > 0 AND j.start IS NOT NULL AND {attribution.end_sql()} > j.start""", {"last": last})
     # neighbours share nodes with changed jobs (their node-share changes), or sit under new telemetry
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _eff_targets AS
