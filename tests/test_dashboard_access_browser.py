@@ -279,7 +279,8 @@ def test_member_cannot_close_a_period(site, browser):
         _open(page, f"{site['web']}/chargeback", "Chargeback")
         page.get_by_text(re.compile(r"^Close \d{4}-\d{2}$")).first.click()
         page.get_by_role("button", name=re.compile(r"Close \d{4}-\d{2} now")).click()
-        page.get_by_text("Refused:").first.wait_for(timeout=60_000)
+        # the click reruns the whole page (statements, budgets' forecasts): give it the time _open gives a page
+        page.get_by_text("Refused:").first.wait_for(timeout=120_000)
         assert "(member) may not close" in _text(page)
     finally:
         ctx.close()

@@ -71,7 +71,8 @@ def test_waits_per_qos_and_parity(qcon):
 
 def test_size_classes_cover_every_request():
     import duckdb
-    got = duckdb.sql(f"SELECT g, {queue.size_class_sql('g')} FROM range(0, 140) t(g)").fetchall()
+    with duckdb.connect() as own:           # not duckdb's process-wide default connection: other tests use it
+        got = own.sql(f"SELECT g, {queue.size_class_sql('g')} FROM range(0, 140) t(g)").fetchall()
     classes = {g: c for g, c in got}
     assert [classes[g] for g in (0, 1, 2, 4, 5, 8, 9, 15, 16, 17, 39, 64, 65, 129)] == [
         "0", "1", "2-4", "2-4", "5-8", "5-8", "9-16", "9-16", "9-16", "17-32", "33-64", "33-64", "65-128", "129+"]

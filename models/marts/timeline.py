@@ -345,7 +345,8 @@ def _build_cluster(con, c: str, ds, hz, old, last_run: int, half_life_s: float |
             _ex(con, f"DELETE FROM {t} WHERE cluster = ?", [c])
         warehouse.note_changed(con, TIMELINE_TABLES)
     p["T"] = T
-    warehouse.note_mart_change(con, marts.TIMELINE, c, T)    # jobs placed again from T on (the demand mart)
+    if T < hz:       # jobs placed again from T on (the demand mart); from the horizon on, nothing was placed again
+        warehouse.note_mart_change(con, marts.TIMELINE, c, T)
     register_ids(con, c)
     _ex(con, "DELETE FROM tl_node_state WHERE cluster = ?", [c])
     _ex(con, "INSERT INTO tl_node_state SELECT cluster, node, t0, t1, gpus, gpu_type, partitions, avail, reason FROM _ns")
