@@ -420,6 +420,7 @@ def test_real_slurm_new_job_within_two_cycles_and_downtime_loses_nothing(slurm, 
               f"{t['cycle']:.2f} s (refresh {t['refresh']:.2f} s, publish {t['publish']:.2f} s)")
         nodes = Snapshot(cfg.warehouse).frame("SELECT node, gpus FROM nodes ORDER BY node").rows()
         assert nodes == [("gpu01", 4), ("gpu02", 4), ("gpu03", 4)]       # the inventory source ran too
+        read_before = run.source("glcluster", "sacct")["last_success"]
     finally:
         run.stop()
     # downtime: accounting the service has not seen (and the first job's end)
@@ -429,7 +430,16 @@ def test_real_slurm_new_job_within_two_cycles_and_downtime_loses_nothing(slurm, 
         _wait(f"job {job} to end", lambda job=job: _final(job), 60, 0.5)
     run = Running(cfg)                                  # restart: catch up from the watermark
     try:
-        _wait("a cycle after the restart", lambda: run.cycles() >= 1, 60)
+        # a read that succeeded after the restart (one may fail and be retried under load: that is the design),
+        # then the end of a cycle after it (its refresh); the error of a failing read is in the timeout's message
+        def read_again():
+            st = run.source("glcluster", "sacct")
+            return run.cycles() + 1 if st["last_success"] and st["last_success"] > read_before else None
+        try:
+            c1 = _wait("a successful sacct read after the restart", read_again, 60)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: {run.source('glcluster', 'sacct')['last_error']}") from None
+        _wait("the end of that cycle", lambda: run.cycles() >= c1, 60)
     finally:
         run.stop()
     import gpuledger
