@@ -34,9 +34,14 @@ Chunking, retries, credentials and error messages are those of :mod:`ingest.prom
 """
 from __future__ import annotations
 
+import concurrent.futures
+import dataclasses
+import queue
 import re
+from itertools import chain
 
 import duckdb
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -173,12 +178,23 @@ def _matrix(client: raw._Client, expr: str, start: float, end: float, step_s: in
     return data.get("result") or []
 
 
-def _edge_table(points: pa.Table, rows: list[dict]) -> pa.Table:
-    """Minute answers -> ``(series_text, ts, v)``, ``ts`` the minute row (the evaluation time)."""
-    text = pa.array([r["series_text"] for r in rows], pa.string())
-    return pa.table({"series_text": pc.take(text, points.column("sid")),
-                     "ts": pc.cast(pc.round(points.column("ts")), pa.int64()),
-                     "v": store.with_numbers(points).column("vd")})
+def _edge_table(result: list, metric: str) -> pa.Table:
+    """A minute query's matrix -> ``(series_text, ts, v)``, ``ts`` the minute row (the evaluation time). Only the
+    series text (as :func:`ingest.prometheus._to_tables` writes it: it joins the aggregates' series) is built:
+    these answers are many series of a few points each, so per-series work is what costs."""
+    texts, lens, flat = [], [], []
+    for item in result:
+        labels = item.get("metric") or {}
+        texts.append(metric + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()) if k != "__name__")
+                     + "}")
+        vals = item.get("values") or []
+        lens.append(len(vals))
+        flat.extend(chain.from_iterable(vals))
+    sid = pa.array(np.repeat(np.arange(len(texts), dtype=np.int32), lens))
+    ts = pa.array(flat[0::2], pa.float64())
+    points = store.with_numbers(pa.table({"value": pa.array(flat[1::2], pa.string()), "ts": ts}))
+    return pa.table({"series_text": pc.take(pa.array(texts, pa.string()), sid),
+                     "ts": pc.cast(pc.round(ts), pa.int64()), "v": points.column("vd")})
 
 
 def _mixed(client: raw._Client, metric: str, selector: str, s0: float, s1: float, interval_s: int, step_s: int,
@@ -197,11 +213,17 @@ def _mixed(client: raw._Client, metric: str, selector: str, s0: float, s1: float
     return points.num_rows
 
 
+#: Minute queries in flight at once: each is a round trip the store answers in milliseconds, so one at a time
+#: leaves both ends waiting on each other (288 of them a day per activity metric).
+PARALLEL_QUERIES = 4
+
+
 def _minutes(client: raw._Client, counts: dict, wanted: dict, q: raw.QueryOptions, interval_s: int,
              opts: store.TelemetryOptions, cluster: str, cache: dict) -> list[pa.Table]:
     """The minute readings of every activity series of the wanted devices (by UUID) and nodes (handovers, series
-    without a UUID), interval by interval: small queries the store answers from its index in milliseconds."""
-    out = []
+    without a UUID), interval by interval: small queries the store answers from its index in milliseconds,
+    :data:`PARALLEL_QUERIES` at a time (each thread with its own client and counters, summed here)."""
+    asks = []
     for s, (nodes, uuids) in sorted(wanted.items()):
         for metric, (selector, _) in counts.items():
             if not is_activity(metric):
@@ -210,9 +232,28 @@ def _minutes(client: raw._Client, counts: dict, wanted: dict, q: raw.QueryOption
             parts = [f"last_over_time({name}{{{', '.join(filter(None, [inner.rstrip('}'), m]))}}}"
                      f"[{q.step_s * 1000 - 1}ms])"
                      for m in ([node_matcher(nodes)] if nodes else []) + ([uuid_matcher(uuids)] if uuids else [])]
-            result = _matrix(client, " or ".join(parts), s - interval_s + q.step_s, s, q.step_s)
-            points, rows = raw._to_tables(result, 0, metric, opts, cluster, cache, sid_base=0)
-            out.append(_edge_table(points, rows))
+            asks.append((metric, " or ".join(parts), s - interval_s + q.step_s, s))
+    clients = queue.SimpleQueue()
+    mine = [raw._Client(dataclasses.replace(q, stats={})) for _ in range(min(PARALLEL_QUERIES, len(asks)))]
+    for c in mine:
+        clients.put(c)
+
+    def ask(a):
+        c = clients.get()
+        try:
+            return _matrix(c, a[1], a[2], a[3], q.step_s)
+        finally:
+            clients.put(c)
+
+    out = []
+    with concurrent.futures.ThreadPoolExecutor(len(mine) or 1) as pool:
+        for (metric, *_), result in zip(asks, pool.map(ask, asks)):
+            out.append(_edge_table(result, metric))
+    for c in mine:
+        for k in ("queries", "bytes"):
+            client.opts.stats[k] = client.opts.stats.get(k, 0) + c.opts.stats.get(k, 0)
+        if c.opts.stats.get("warnings"):
+            client.opts.stats.setdefault("warnings", []).extend(c.opts.stats["warnings"])
     return out
 
 
@@ -247,7 +288,8 @@ def ingest(con: duckdb.DuckDBPyConnection, q: raw.QueryOptions, opts: store.Tele
     ``[q.start, q.end]`` and store them as rows the efficiency model reads like raw minutes (module doc).
 
     Returns the run summary; ``q.stats`` gets ``queries``, ``points`` (values received: aggregates + edge
-    minutes), ``edge_points``, ``series`` and ``bytes``."""
+    minutes), ``edge_points``, ``series``, ``bytes`` and ``batches`` (store calls: windows are held together up
+    to ``q.max_query_points`` rows, :class:`_Held`)."""
     if interval_s % q.step_s or interval_s < q.step_s or interval_s > MAX_INTERVAL_S or q.step_s != 60:
         raise InputError("--aggregate", f"interval must be whole minutes, 1 to {MAX_INTERVAL_S // 60} (with --step "
                                         f"60s); got {interval_s} s")
@@ -269,21 +311,23 @@ def ingest(con: duckdb.DuckDBPyConnection, q: raw.QueryOptions, opts: store.Tele
     per_series = q.max_query_points // max(1, sum(n for _, n in counts.values())) // (interval_s // q.step_s)
     windows = raw.chunks(first, last, interval_s, max(1, min(q.max_points, per_series))) if counts else []
     jobs = handovers(con, cluster, first, last, interval_s, q.step_s) if counts else {}
-    q.stats.update(queries=0, points=0, edge_points=0,
+    q.stats.update(queries=0, points=0, edge_points=0, batches=0,
                    series=sum(n for _, n in counts.values()), handover_intervals=len(jobs))
     run = warehouse.IngestRun(con, "prometheus", name, cluster=cluster, options={
         "url": client.shown, "start": q.start, "end": q.end, "step_s": q.step_s, "aggregate_s": interval_s,
         "match": q.match, "auth": client.auth})
     with run, warehouse.bounded_memory(con, raw.PULL_MEMORY):
-        cache, line = {}, 1
+        cache, line, held = {}, 1, _Held()
         for done, (s0, s1) in enumerate(windows):
             if q.progress:
                 q.progress(done, len(windows))
             ag, ed, series, tested = _answers(client, counts, s0, s1, q, interval_s, opts, cluster, cache, jobs)
             q.stats["points"] += ag.num_rows + ed.num_rows + tested
             q.stats["edge_points"] += ed.num_rows
-            if ag.num_rows:
-                line = _store_window(con, run, ag, ed, series, q.step_s, interval_s, opts, line)
+            held.add(ag, ed, series)
+            if held.ag_rows and (held.rows >= q.max_query_points or done == len(windows) - 1):
+                line = _store_window(con, run, *held.take(), q.step_s, interval_s, opts, line)
+                q.stats["batches"] += 1
         if q.progress and windows:
             q.progress(len(windows), len(windows))
         run.options.update(queries=q.stats["queries"], points_received=q.stats["points"],
@@ -293,9 +337,38 @@ def ingest(con: duckdb.DuckDBPyConnection, q: raw.QueryOptions, opts: store.Tele
     return store.summary(con, run)
 
 
+class _Held:
+    """Windows' answers held until :data:`ingest.prometheus.MAX_QUERY_POINTS` rows (bounded memory) are stored
+    together: each store call has a fixed cost (merge, rollup, commit of a batch), and on edge-dense days a
+    window's answers are a fraction of that bound. Series keep one ``sid`` across the held windows."""
+
+    def __init__(self):
+        self.ags, self.eds, self.series, self.index, self.rows, self.ag_rows = [], [], [], {}, 0, 0
+
+    def add(self, ag: pa.Table, ed: pa.Table, series: list[dict]) -> None:
+        sids = []
+        for r in series:
+            sid = self.index.get(r["series_text"])
+            if sid is None:
+                sid = self.index[r["series_text"]] = len(self.series)
+                self.series.append({**r, "sid": sid})
+            sids.append(sid)
+        if ag.num_rows:
+            ag = ag.set_column(0, "sid", pc.take(pa.array(sids, pa.int32()), ag.column("sid")))
+        self.ags.append(ag)
+        self.eds.append(ed)
+        self.rows += ag.num_rows + ed.num_rows
+        self.ag_rows += ag.num_rows
+
+    def take(self) -> tuple[pa.Table, pa.Table, list[dict]]:
+        out = (pa.concat_tables(self.ags), pa.concat_tables(self.eds), self.series)
+        self.__init__()
+        return out
+
+
 def _store_window(con: duckdb.DuckDBPyConnection, run: warehouse.IngestRun, ag: pa.Table, ed: pa.Table,
                   series: list[dict], step_s: int, interval_s: int, opts: store.TelemetryOptions, line: int) -> int:
-    """Lay one window's answers out (:func:`_layout_sql`) and hand them to the telemetry store: whole intervals
+    """Lay the held windows' answers out (:func:`_layout_sql`) and hand them to the telemetry store: whole intervals
     as rows of ``interval_s``, the rest as minute rows; returns the next line number."""
     ser = store.series_table(series)
     con.register("_ag", ag)

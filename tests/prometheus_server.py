@@ -67,20 +67,22 @@ class PromServer:
 
 
 def start(om: str | Path, workdir: Path, ready_timeout_s: float = 60.0, scrape: tuple[str, ...] = (),
-          scrape_interval: str = "1m") -> PromServer:
+          scrape_interval: str = "1m", backfill: bool = True) -> PromServer:
     """Backfill ``om`` (OpenMetrics text, or the Path of such a file) with promtool, then start prometheus on
     a free port; returns when /-/ready. ``scrape``: HOST:PORT targets whose /metrics it scrapes (job "scrape")
-    every ``scrape_interval``."""
+    every ``scrape_interval``. ``backfill=False`` serves ``workdir``'s data as an earlier start left it (a
+    benchmark's cached store; ``om`` is not read)."""
     prom, tool = binaries()
     workdir.mkdir(parents=True, exist_ok=True)
     data = workdir / "data"
-    if not isinstance(om, Path):
-        (workdir / "backfill.om").write_text(om, encoding="utf-8")
-        om = workdir / "backfill.om"
-    done = subprocess.run([tool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)],
-                          capture_output=True, text=True, timeout=3600)
-    if done.returncode != 0:
-        raise RuntimeError(f"promtool failed: {done.stderr.strip() or done.stdout.strip()}")
+    if backfill:
+        if not isinstance(om, Path):
+            (workdir / "backfill.om").write_text(om, encoding="utf-8")
+            om = workdir / "backfill.om"
+        done = subprocess.run([tool, "tsdb", "create-blocks-from", "openmetrics", str(om), str(data)],
+                              capture_output=True, text=True, timeout=3600)
+        if done.returncode != 0:
+            raise RuntimeError(f"promtool failed: {done.stderr.strip() or done.stdout.strip()}")
     conf = workdir / "prometheus.yml"
     jobs = ("\n  - job_name: scrape\n    static_configs:\n      - targets: [" + ", ".join(f'"{t}"' for t in scrape)
             + "]\n") if scrape else " []\n"

@@ -245,8 +245,13 @@ def test_chunked_windows_store_the_same_rows(prom, tmp_path):
         q = prometheus.QueryOptions(url=prom.url, start=dt.datetime(2026, 7, 14, 10, 0),
                                     end=dt.datetime(2026, 7, 14, 12, 59), metrics=(GR, POWER), **kw)
         prometheus_pushdown.ingest(con, q, telemetry_store.TelemetryOptions(cluster="lab"), 300)
-        return q.stats["queries"], con.sql("""SELECT node, gpu, ts, interval_s, gr_engine_active, power_w, hpc_jobs
-                                              FROM gpu_samples ORDER BY ALL""").fetchall()
-    n_one, one = rows(tmp_path / "one.duckdb")
-    n_many, many = rows(tmp_path / "many.duckdb", max_points=4)
+        return (q.stats["queries"], q.stats["batches"]), con.sql(
+            """SELECT node, gpu, ts, interval_s, gr_engine_active, power_w, hpc_jobs FROM gpu_samples
+               ORDER BY ALL""").fetchall()
+    (n_one, b_one), one = rows(tmp_path / "one.duckdb")
+    (n_many, b_many), many = rows(tmp_path / "many.duckdb", max_points=4)
     assert n_many > n_one and many == one and len(one) > 0
+    assert b_one == b_many == 1                     # ten windows held, stored in one batch
+    # a bound of 200 points a query (smaller windows) stores the held windows in three batches: the same rows
+    (_, b_few), few = rows(tmp_path / "few.duckdb", max_query_points=200)
+    assert b_few > 1 and few == one
