@@ -29,6 +29,7 @@ from hypothesis import given, settings, strategies as st
 
 from cost_helpers import Job, add_jobs, build, refresh
 from ingest import warehouse
+from ingest.warehouse import serving
 from models.definitions.labels import ALL, UNMAPPED
 from models.metrics import chargeback, utilization
 from models.pipeline import lake
@@ -314,6 +315,52 @@ def test_export_rewrites_only_changed_parts_and_swaps_the_manifest(site, tmp_pat
     monkeypatch.setenv(lake.ENV_GRACE, "0")
     lake.collect_garbage(lake_dir)
     assert not any((lake_dir / f).exists() for f in rewritten) and lake.read_manifest(lake_dir)["retired"] == {}
+
+
+def _parts(lake_dir: Path) -> dict:
+    """{table: {part key: (rows, fingerprint)}} as a lake's manifest lists them."""
+    m = lake.read_manifest(lake_dir)
+    return {t: {k: (p["rows"], p["fp"]) for k, p in e["parts"].items()} for t, e in m["tables"].items()}
+
+
+def test_change_detection_follows_the_published_serving_view(site, tmp_path):
+    """Published serving view: an unchanged export fingerprints no part, a change only the parts it may have
+    touched. Published or not, the lake then lists what a full export of the same warehouse lists."""
+    db = tmp_path / "w.duckdb"
+    shutil.copyfile(site[0], db)
+    con = warehouse.connect(db)
+    try:
+        warehouse.publish_serving(con, db)
+        first = lake.export(con, tmp_path / "lake")
+        assert first["fingerprinted"] == first["written"] > 0
+        same = lake.export(con, tmp_path / "lake")
+        assert same["written"] == same["fingerprinted"] == 0 and same["kept"] == first["written"]
+        # a new job in April, and J2 (February's only job) deleted as a writer deletes (a retention purge:
+        # the rows and a serving_journal note in one transaction). No row of the changed serving partition is in
+        # February's part any more: the parts' recorded serving partitions find it
+        add_jobs(con, tmp_path, [Job(9, "nlp", 1, T(4, 1, 0, 10, 3), T(4, 1, 2, 0, 0), node="h1")], "late.psv")
+        con.execute("BEGIN")
+        con.execute("DELETE FROM jobs WHERE job_id = '2'")
+        serving.note_changed(con, "jobs")
+        con.execute("COMMIT")
+        warehouse.publish_serving(con, db)
+        inc = lake.export(con, tmp_path / "lake")
+        assert set(_parts(tmp_path / "lake")["jobs"]) == {'["c1","2026-03"]', '["c1","2026-04"]'}
+        assert 0 < inc["written"] <= inc["fingerprinted"] < first["written"]
+        assert _parts(tmp_path / "lake") == _parts_of_full(con, tmp_path / "full1")
+        # changed and not yet published: the serving view vouches for nothing the journal names
+        add_jobs(con, tmp_path, [Job(10, "vision", 2, T(3, 20, 1, 2, 3), T(3, 20, 4, 0, 7), node="h2")], "l2.psv")
+        refresh(con, tmp_path)
+        late = lake.export(con, tmp_path / "lake")
+        assert late["written"] > 0
+        assert _parts(tmp_path / "lake") == _parts_of_full(con, tmp_path / "full2")
+    finally:
+        con.close()
+
+
+def _parts_of_full(con, d: Path) -> dict:
+    lake.export(con, d, full=True)
+    return _parts(d)
 
 
 def test_a_killed_export_leaves_the_old_lake_and_its_debris_is_removed(site, tmp_path):

@@ -340,6 +340,24 @@ def publish_serving(con: duckdb.DuckDBPyConnection, db_path: str | os.PathLike,
     return d / MANIFEST
 
 
+def current_entries(con: duckdb.DuckDBPyConnection) -> dict[str, dict]:
+    """The published manifest's entries (columns, partition, parts' rows and fingerprints) of the partitioned
+    tables whose published content is the warehouse's now, by the rule a publish itself applies: the manifest
+    belongs to this warehouse (epoch and sequence of ``serving_state``), the table has no ``serving_journal``
+    note and has not grown since. Unpartitioned tables are not vouched for (a publish fingerprints them whole).
+    Empty for an in-memory warehouse or before the first publish. Reads only."""
+    path = con.execute("SELECT path FROM duckdb_databases() WHERE database_name = current_database()").fetchall()
+    if not path or not path[0][0]:
+        return {}
+    m = read_manifest(path[0][0])
+    state = _state(con)
+    if m is None or m.get("format") != FORMAT or state.get("epoch") != m["epoch"] or state.get("seq") != str(m["seq"]):
+        return {}
+    noted, sizes = set(_journal(con)), _sizes(con)
+    return {t: e for t, e in m["tables"].items()
+            if e.get("partition") and t not in noted and sizes.get(t, 0) <= e.get("size", 0)}
+
+
 def _content(tables: dict) -> dict:
     """What readers see of a manifest's tables: columns and parts (not the bookkeeping sizes)."""
     return {t: (e["columns"], {k: p["file"] for k, p in e["parts"].items()}) for t, e in tables.items()}
