@@ -97,7 +97,8 @@ def start_store(work: Path):
     return server
 
 
-def pull(url: str, db: Path, work: Path, families: list[str], aggregate: int | None) -> tuple[dict, object]:
+def pull(url: str, db: Path, work: Path, families: list[str], aggregate: int | None,
+         max_query_points: int | None = None) -> tuple[dict, object]:
     """One pull of the day into a fresh warehouse (jobs loaded first, untimed); returns (figures, connection)."""
     from ingest import prometheus, prometheus_pushdown, sacct, telemetry_store, warehouse
     for p in (db, Path(str(db) + ".wal")):
@@ -106,6 +107,8 @@ def pull(url: str, db: Path, work: Path, families: list[str], aggregate: int | N
     sacct.ingest_path(con, str(work / "jobs.psv"), sacct.SacctOptions())
     q = prometheus.QueryOptions(url=url, start=site.DAY, end=site.DAY + dt.timedelta(minutes=1439), step_s=60,
                                 metrics=tuple(families), timeout_s=600)
+    if max_query_points:
+        q.max_query_points = max_query_points
     opts = telemetry_store.TelemetryOptions(cluster="big")
     t0 = time.perf_counter()
     s = prometheus_pushdown.ingest(con, q, opts, aggregate) if aggregate else prometheus.ingest(con, q, opts)
@@ -113,7 +116,8 @@ def pull(url: str, db: Path, work: Path, families: list[str], aggregate: int | N
     assert s["rejected"] == 0, s["reject_examples"]
     rows = con.sql("SELECT count(*) FROM gpu_samples").fetchall()[0][0]
     return {"seconds": wall, "points": q.stats["points"], "mib": q.stats.get("bytes", 0) / 2**20,
-            "queries": q.stats["queries"], "rows": rows, "minute_points": q.stats.get("edge_points", 0)}, con
+            "queries": q.stats["queries"], "rows": rows, "minute_points": q.stats.get("edge_points", 0),
+            "series": q.stats.get("series", 0)}, con
 
 
 def efficiency(con) -> dict:
@@ -132,6 +136,11 @@ def main() -> None:
     ap.add_argument("--interval", default="5m")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--accuracy", action=argparse.BooleanOptionalAction, default=None)
+    ap.add_argument("--max-query-points", type=int, default=None,
+                    help="both pulls' bound on points a query (default ingest.prometheus.MAX_QUERY_POINTS); windows "
+                         "are sized as if every series had a point every minute, and a quarter of the synthetic "
+                         "site's series carry a job label (a series per job: 94,000 series at 16,384 GPUs, 16,384 "
+                         "of them live at a time), so the default makes windows of ~21 minutes there")
     ap.add_argument("--workdir", default=os.environ.get("GPULEDGER_BENCH_DIR", "/tmp/gpuledger-bench-pushdown"))
     a = ap.parse_args()
     from ingest import prometheus_pushdown
@@ -149,12 +158,13 @@ def main() -> None:
     try:
         for r in range(a.runs):
             for mode, agg in (("raw", None), ("agg", interval)):
-                fig, con = pull(server.url, work / f"{mode}.duckdb", work, families, agg)
+                fig, con = pull(server.url, work / f"{mode}.duckdb", work, families, agg, a.max_query_points)
                 res[mode].append(fig)
                 if cons.get(mode):
                     cons[mode].close()
                 cons[mode] = con
-                print(f"  run {r + 1} {mode}: {fig['points']:,} points, {fig['mib']:,.1f} MiB, {fig['queries']} queries,"
+                print(f"  run {r + 1} {mode}: {fig['series']:,} series, {fig['points']:,} points, "
+                      f"{fig['mib']:,.1f} MiB, {fig['queries']} queries,"
                       f" {fig['seconds']:.1f} s, {fig['rows']:,} rows stored", flush=True)
     finally:
         server.stop()

@@ -12,12 +12,19 @@ becomes ``TIMESTAMP WITH TIME ZONE``: Spark reads an instant, not a wall-clock t
 with the warehouse's precision and scale; everything else as in docs/SCHEMA.md.
 
 Incremental, with the serving view's change detection (ingest.warehouse.serving: row count and summed row
-hashes per partition): an export fingerprints every (cluster, month) of every table, writes only the parts
-whose fingerprint changed, and carries the others over. Atomic: new parts get new file names, then the manifest
-is replaced by rename; readers that go through the manifest (:func:`part_files`) see one export or the next.
-Replaced parts are deleted ``$GPULEDGER_LAKE_GRACE_S`` seconds (default 600) later, so a reader on the previous
-manifest keeps working; files no manifest names (an export killed mid-way) go at the next export. One export runs
-at a time per lake (a lock file). Reading never writes the warehouse.
+hashes per partition): an export writes only the parts whose fingerprint changed and carries the others over.
+Which parts it fingerprints (:func:`_may_have_changed`): for a table the serving view partitions (jobs, the
+timeline and efficiency marts, the audit tables), the view's current part fingerprints, computed by its publish,
+say whether anything changed since the last export and where (the manifest keeps, per table, the view's
+fingerprints it was exported against and, per part, the serving partitions of its rows); a table the view does
+not partition is compared by its whole fingerprint. Without a current serving view (never published, or changed
+since the last publish), the table's every part is fingerprinted.
+
+Atomic: new parts get new file names, then the manifest is replaced by rename; readers that go through the
+manifest (:func:`part_files`) see one export or the next. Replaced parts are deleted ``$GPULEDGER_LAKE_GRACE_S``
+seconds (default 600) later, so a reader on the previous manifest keeps working; files no manifest names (an
+export killed mid-way) go at the next export. One export runs at a time per lake (a lock file). Reading never
+writes the warehouse.
 """
 from __future__ import annotations
 

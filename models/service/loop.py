@@ -134,8 +134,9 @@ class Collector:
                     pub = sum(s for n, s in steps if n == "serving snapshot")
                     timed = {"refresh": sum(s for n, s in steps) - pub, "publish": pub}
                     self.need_refresh = False
-                    # The lake follows the refreshes, at most every lake_interval: an export fingerprints every
-                    # table (docs/BENCHMARKS.md, the lake), more than a 60 s cycle should carry.
+                    # The lake follows the refreshes (and their publish, whose fingerprints tell the export what
+                    # changed), at most every lake_interval: each export still writes the changed tables' current
+                    # parts whole (docs/BENCHMARKS.md, the lake).
                     if self.cfg.lake is not None and time.monotonic() >= self.lake_due:
                         timed["lake"] = lake.export(con, self.cfg.lake)["seconds"]
                         self.lake_due = time.monotonic() + self.cfg.lake_interval_s
