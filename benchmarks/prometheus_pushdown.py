@@ -98,26 +98,42 @@ def start_store(work: Path):
 
 
 def pull(url: str, db: Path, work: Path, families: list[str], aggregate: int | None,
-         max_query_points: int | None = None) -> tuple[dict, object]:
-    """One pull of the day into a fresh warehouse (jobs loaded first, untimed); returns (figures, connection)."""
+         max_query_points: int | None = None, slice_min: int = 1440) -> tuple[dict, object]:
+    """One pull of the day into a fresh warehouse (jobs loaded first, untimed), in pulls of ``slice_min``
+    minutes; returns (figures, connection)."""
     from ingest import prometheus, prometheus_pushdown, sacct, telemetry_store, warehouse
     for p in (db, Path(str(db) + ".wal")):
         p.unlink(missing_ok=True)
     con = warehouse.connect(db)
     sacct.ingest_path(con, str(work / "jobs.psv"), sacct.SacctOptions())
-    q = prometheus.QueryOptions(url=url, start=site.DAY, end=site.DAY + dt.timedelta(minutes=1439), step_s=60,
-                                metrics=tuple(families), timeout_s=600)
-    if max_query_points:
-        q.max_query_points = max_query_points
     opts = telemetry_store.TelemetryOptions(cluster="big")
+    tot = dict.fromkeys(("points", "bytes", "queries", "edge_points", "series"), 0)
     t0 = time.perf_counter()
-    s = prometheus_pushdown.ingest(con, q, opts, aggregate) if aggregate else prometheus.ingest(con, q, opts)
+    for lo, hi in _slices(slice_min, aggregate):
+        q = prometheus.QueryOptions(url=url, start=site.DAY + dt.timedelta(minutes=lo),
+                                    end=site.DAY + dt.timedelta(minutes=hi), step_s=60, metrics=tuple(families),
+                                    timeout_s=600)
+        if max_query_points:
+            q.max_query_points = max_query_points
+        s = prometheus_pushdown.ingest(con, q, opts, aggregate) if aggregate else prometheus.ingest(con, q, opts)
+        assert s["rejected"] == 0, s["reject_examples"]
+        for k in tot:
+            tot[k] = max(tot[k], q.stats.get(k, 0)) if k == "series" else tot[k] + q.stats.get(k, 0)
     wall = time.perf_counter() - t0
-    assert s["rejected"] == 0, s["reject_examples"]
     rows = con.sql("SELECT count(*) FROM gpu_samples").fetchall()[0][0]
-    return {"seconds": wall, "points": q.stats["points"], "mib": q.stats.get("bytes", 0) / 2**20,
-            "queries": q.stats["queries"], "rows": rows, "minute_points": q.stats.get("edge_points", 0),
-            "series": q.stats.get("series", 0)}, con
+    return {"seconds": wall, "points": tot["points"], "mib": tot["bytes"] / 2**20, "queries": tot["queries"],
+            "rows": rows, "minute_points": tot["edge_points"], "series": tot["series"]}, con
+
+
+def _slices(slice_min: int, aggregate: int | None) -> list[tuple[float, float]]:
+    """The day's minutes (0 .. 1439) as consecutive pulls of ``slice_min`` minutes, each its own ingest run (as a
+    collector pulls: the cycles' runs commit one by one). A push-down slice after the first starts a minute
+    later: its first interval ends ``aggregate`` after the previous slice's last (no interval pulled twice)."""
+    out = []
+    for lo in range(0, 1440, slice_min):
+        hi = min(1439, lo + slice_min - 1)
+        out.append((lo + (1 if aggregate and lo else 0), hi))
+    return out
 
 
 def efficiency(con) -> dict:
@@ -141,12 +157,18 @@ def main() -> None:
                          "are sized as if every series had a point every minute, and a quarter of the synthetic "
                          "site's series carry a job label (a series per job: 94,000 series at 16,384 GPUs, 16,384 "
                          "of them live at a time), so the default makes windows of ~21 minutes there")
+    ap.add_argument("--slice", default="1440m",
+                    help="pull the day in consecutive ingest runs of this length (e.g. 2h; default: one run). One "
+                         "run of 16,384 GPUs' day is one transaction whose temporary tables spilled past 30 GB")
     ap.add_argument("--workdir", default=os.environ.get("GPULEDGER_BENCH_DIR", "/tmp/gpuledger-bench-pushdown"))
     a = ap.parse_args()
     from ingest import prometheus_pushdown
     families = a.families.split(",")
     n_jobs = a.jobs or 20 * a.gpus
     interval = prometheus_pushdown.parse_interval(a.interval)
+    slice_min = prometheus_pushdown.parse_interval(a.slice) // 60
+    if slice_min * 60 % interval:
+        raise SystemExit("--slice must be a multiple of --interval")
     work = Path(a.workdir) / f"g{a.gpus}-j{n_jobs}-{len(families)}f"
     t0 = time.perf_counter()
     st = generate(work, a.gpus, n_jobs, families)
@@ -158,7 +180,8 @@ def main() -> None:
     try:
         for r in range(a.runs):
             for mode, agg in (("raw", None), ("agg", interval)):
-                fig, con = pull(server.url, work / f"{mode}.duckdb", work, families, agg, a.max_query_points)
+                fig, con = pull(server.url, work / f"{mode}.duckdb", work, families, agg, a.max_query_points,
+                                slice_min)
                 res[mode].append(fig)
                 if cons.get(mode):
                     cons[mode].close()

@@ -197,11 +197,10 @@ def _edge_table(result: list, metric: str) -> pa.Table:
                      "ts": pc.cast(pc.round(ts), pa.int64()), "v": points.column("vd")})
 
 
-def _mixed(client: raw._Client, metric: str, selector: str, s0: float, s1: float, interval_s: int, step_s: int,
-           opts: store.TelemetryOptions, cluster: str, cache: dict, wanted: dict) -> int:
-    """Ask which series of ``metric`` are mixed in which interval; adds their devices (UUID, else node) to
-    ``wanted[interval end]``; returns the points received."""
-    result = _matrix(client, mixed_expression(metric, selector, interval_s, step_s), s0, s1, interval_s)
+def _mixed(result: list, metric: str, opts: store.TelemetryOptions, cluster: str, cache: dict,
+           wanted: dict) -> int:
+    """From the answer of :func:`mixed_expression` (which series of ``metric`` are mixed in which interval), add
+    their devices (UUID, else node) to ``wanted[interval end]``; returns the points received."""
     points, rows = raw._to_tables(result, 0, metric, opts, cluster, cache, sid_base=0)
     for sid, t in zip(points.column("sid").to_pylist(), points.column("ts").to_pylist()):
         row = rows[sid]
@@ -233,6 +232,15 @@ def _minutes(client: raw._Client, counts: dict, wanted: dict, q: raw.QueryOption
                      f"[{q.step_s * 1000 - 1}ms])"
                      for m in ([node_matcher(nodes)] if nodes else []) + ([uuid_matcher(uuids)] if uuids else [])]
             asks.append((metric, " or ".join(parts), s - interval_s + q.step_s, s))
+    # the answers first in zip: their generator then runs to its end (and adds its counters)
+    return [_edge_table(result, metric)
+            for result, (metric, *_) in zip(_fetch(client, q, [(a[1], a[2], a[3], q.step_s) for a in asks]), asks)]
+
+
+def _fetch(client: raw._Client, q: raw.QueryOptions, asks: list[tuple[str, float, float, int]]):
+    """The matrices of ``asks`` (expression, start, end, step), in order as they arrive, :data:`PARALLEL_QUERIES`
+    in flight (each thread with its own client and counters, added to ``client``'s once all are read): the
+    caller parses one answer while the store computes the next."""
     clients = queue.SimpleQueue()
     mine = [raw._Client(dataclasses.replace(q, stats={})) for _ in range(min(PARALLEL_QUERIES, len(asks)))]
     for c in mine:
@@ -241,37 +249,38 @@ def _minutes(client: raw._Client, counts: dict, wanted: dict, q: raw.QueryOption
     def ask(a):
         c = clients.get()
         try:
-            return _matrix(c, a[1], a[2], a[3], q.step_s)
+            return _matrix(c, *a)
         finally:
             clients.put(c)
 
-    out = []
     with concurrent.futures.ThreadPoolExecutor(len(mine) or 1) as pool:
-        for (metric, *_), result in zip(asks, pool.map(ask, asks)):
-            out.append(_edge_table(result, metric))
+        yield from pool.map(ask, asks)
     for c in mine:
         for k in ("queries", "bytes"):
             client.opts.stats[k] = client.opts.stats.get(k, 0) + c.opts.stats.get(k, 0)
         if c.opts.stats.get("warnings"):
             client.opts.stats.setdefault("warnings", []).extend(c.opts.stats["warnings"])
-    return out
 
 
 def _answers(client: raw._Client, counts: dict, s0: float, s1: float, q: raw.QueryOptions, interval_s: int,
              opts: store.TelemetryOptions, cluster: str, cache: dict,
              jobs: dict[int, list[str]]) -> tuple[pa.Table, pa.Table, list[dict], int]:
-    """The answers for the intervals ending at ``s0 .. s1``: aggregates ``(sid, s, v)``, minute readings
+    """The answers for the intervals ending at ``s0 .. s1`` (the aggregate and mixed-test queries in flight
+    together, :func:`_fetch`): aggregates ``(sid, s, v)``, minute readings
     ``(series_text, ts, v)`` of mixed and handover (``jobs``) intervals, the aggregates' series, and the number of
     mixed-test points received."""
     aggs, series, tested = [], [], 0
     wanted = {s: (set(n), set()) for s, n in jobs.items() if s0 <= s <= s1}
-    for metric, (selector, _) in counts.items():
-        result = _matrix(client, expression(metric, selector, interval_s), s0, s1, interval_s)
+    asks = [(kind, metric, expr(metric, selector, interval_s)) for metric, (selector, _) in counts.items()
+            for kind, expr in (("agg", expression), ("mixed", mixed_expression))
+            if kind == "agg" or is_activity(metric)]
+    for result, (kind, metric, _) in zip(_fetch(client, q, [(a[2], s0, s1, interval_s) for a in asks]), asks):
+        if kind == "mixed":
+            tested += _mixed(result, metric, opts, cluster, cache, wanted)
+            continue
         points, rows = raw._to_tables(result, 0, metric, opts, cluster, cache, sid_base=len(series))
         aggs.append(points)
         series += rows
-        if is_activity(metric):
-            tested += _mixed(client, metric, selector, s0, s1, interval_s, q.step_s, opts, cluster, cache, wanted)
     edges = _minutes(client, counts, wanted, q, interval_s, opts, cluster, cache)
     ag = pa.concat_tables(aggs)
     ed = pa.concat_tables(edges) if edges else pa.table({"series_text": pa.array([], pa.string()),
