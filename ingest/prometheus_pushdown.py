@@ -221,7 +221,7 @@ def _minutes(client: raw._Client, counts: dict, wanted: dict, q: raw.QueryOption
              opts: store.TelemetryOptions, cluster: str, cache: dict) -> list[pa.Table]:
     """The minute readings of every activity series of the wanted devices (by UUID) and nodes (handovers, series
     without a UUID), interval by interval: small queries the store answers from its index in milliseconds,
-    :data:`PARALLEL_QUERIES` at a time (each thread with its own client and counters, summed here)."""
+    :data:`PARALLEL_QUERIES` at a time (:func:`_fetch`)."""
     asks = []
     for s, (nodes, uuids) in sorted(wanted.items()):
         for metric, (selector, _) in counts.items():
