@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -299,6 +300,11 @@ def main(argv: list[str] | None = None) -> int:
         errors = [ln for ln in log.read_text().splitlines() if "Traceback" in ln or " ERROR" in ln]
         if errors:
             print(f"server log: {len(errors)} error lines, first: {errors[0][:200]}")
+            # the exceptions themselves (a traceback's last line), so a failed tile says why without the log
+            raised = sorted({ln[:300] for ln in log.read_text().splitlines()
+                             if re.match(r"^[A-Za-z_][\w.]*(Error|Exception|Exit)\b", ln)})
+            for ln in raised:
+                print(f"  raised: {ln}")
     return 0 if ok else 1
 
 

@@ -329,6 +329,35 @@ def test_a_pasted_link_opens_the_same_view_and_the_url_follows_changes(server, b
         ctx.close()
 
 
+def test_a_link_to_one_persons_jobs_opens_them_and_the_user_filter_rewrites_the_url(server, browser, warehouse_db):
+    """A team lead's link to one person's jobs (Efficiency, ``?user=NAME``) opens with that person chosen and
+    described; choosing someone else in the User box rewrites the link, keeping the window."""
+    con = duckdb.connect(str(warehouse_db), read_only=True)
+    users = [u for (u,) in con.sql("SELECT \"user\" FROM jobs WHERE \"user\" IS NOT NULL AND ngpus > 0 "
+                                    "AND start IS NOT NULL GROUP BY ALL ORDER BY count(*) DESC, 1 LIMIT 2").fetchall()]
+    con.close()
+    assert len(users) == 2, users
+    who, other = users
+    ctx = browser.new_context(viewport=VIEWPORT)
+    page = ctx.new_page()
+    try:
+        _open(page, f"{server}/efficiency?window=all&user={who}", "Efficiency")
+        box = page.get_by_role("combobox", name="User", exact=True)
+        assert box.input_value() == who
+        page.get_by_text(re.compile(rf"^{re.escape(who)}: [\d,.]+ allocated GPU-hours in [\d,]+ GPU jobs")) \
+            .first.wait_for(timeout=60_000)
+        assert "window=all" in page.url and f"user={who}" in page.url, page.url
+        box.fill(other)
+        page.get_by_role("option", name=other, exact=True).click()
+        page.wait_for_url(re.compile(rf"user={re.escape(other)}(&|$)"), timeout=60_000)
+        assert "window=all" in page.url, page.url
+        page.get_by_text(re.compile(rf"^{re.escape(other)}: [\d,.]+ allocated GPU-hours")).first \
+            .wait_for(timeout=60_000)
+        assert page.get_by_text(re.compile(rf"^{re.escape(who)}: ")).count() == 0
+    finally:
+        ctx.close()
+
+
 def test_behind_nginx_the_bundles_are_compressed(proxy):
     """Streamlit sends its JavaScript uncompressed; the shipped nginx site gzips it (what users behind it get)."""
     index = urllib.request.urlopen(proxy + "/", timeout=10).read().decode()

@@ -50,6 +50,7 @@ def test_wait_percentiles_per_team_and_size_class(qcon):
     assert v1["jobs"] == 2 and v1["wait_max_h"] == pytest.approx(2.0)
     assert v1["wait_p50_h"] == pytest.approx((2 + 5 / 60) / 2)              # linear interpolation of two waits
     assert v1["wait_p95_h"] == pytest.approx(5 / 60 + 0.95 * (2 - 5 / 60))
+    assert v1["wait_p90_h"] == pytest.approx(5 / 60 + 0.90 * (2 - 5 / 60))    # each percentile its own
     assert w["vision", "2-4"]["wait_p95_h"] == pytest.approx(30.0) and w["vision", "2-4"]["waited_over_threshold"] == 1
     assert w["nlp", "5-8"]["wait_p50_h"] == pytest.approx(4.0) and w["nlp", "1"]["wait_max_h"] == 0
 
@@ -58,6 +59,7 @@ def test_bounded_slowdown_uses_tau_for_short_jobs(qcon):
     w = rows(queue.waits(qcon, T(1), T(1, month=4), tau_minutes=10), "team", "size_class")
     # job 1: (2 h + 10 h) / 10 h = 1.2; job 2: (5 + 1) / max(1, 10) min = 0.6 -> bounded to 1
     assert w["vision", "1"]["bsld_p50"] == pytest.approx((1.2 + 1.0) / 2)
+    assert w["vision", "1"]["bsld_p95"] == pytest.approx(1.0 + 0.95 * 0.2)
     assert w["vision", "2-4"]["bsld_p50"] == pytest.approx(31.0)             # (30 h + 1 h) / 1 h
     assert w["nlp", "5-8"]["bsld_p50"] == pytest.approx(2.0)
 
