@@ -155,7 +155,7 @@ def telemetry_histories(draw):
     """Jobs on two 4-GPU nodes over four hours from T0 (10:00), some running to the end, and their nodes'
     readings (GPU_UTIL every minute, with zero stretches; SM_ACTIVE on a1 from some minute on), cut into 2-4
     batches at random minutes not on an hour: each batch is `sacct` as of its cut and the readings before it
-    (less a lag: telemetry trails accounting, so jobs already ended get readings later)."""
+    (less a lag: telemetry trails accounting, so jobs already ended get readings later; some batches none)."""
     jobs = []
     for i in range(draw(st.integers(1, 6))):
         s = draw(st.integers(0, 200))
@@ -167,7 +167,8 @@ def telemetry_histories(draw):
     sm_from = draw(st.one_of(st.none(), st.integers(0, 239)))
     cuts = sorted(draw(st.lists(st.integers(1, 239).filter(lambda m: m % 60), min_size=1, max_size=3, unique=True)))
     lag = draw(st.integers(0, 25))          # readings trail accounting by this many minutes (not the last batch)
-    return jobs, zeros, sm_from, cuts + [None], lag
+    quiet = draw(st.lists(st.booleans(), min_size=len(cuts), max_size=len(cuts)))   # batches without readings
+    return jobs, zeros, sm_from, cuts + [None], lag, quiet + [False]
 
 
 def _util(node: str, g: int, m: int, zeros) -> int:
@@ -192,7 +193,7 @@ def test_incremental_efficiency_after_telemetry_batches_equals_a_full_rebuild(tm
     stretches), jobs ending or starting between batches: the incremental efficiency marts equal a full rebuild."""
     from telemetry_fixtures import add_jobs, load_readings, readings
     from models.marts import efficiency as efficiency_mart
-    jobs, zeros, sm_from, cuts, lag = hist
+    jobs, zeros, sm_from, cuts, lag, quiet = hist
     tmp = tmp_path_factory.mktemp("eff")
     con = warehouse.connect(str(tmp / "w.duckdb"))
     try:
@@ -210,7 +211,7 @@ def test_incremental_efficiency_after_telemetry_batches_equals_a_full_rebuild(tm
                     shown[j["id"]] = (v["start"], v["end"])
             if batch:
                 add_jobs(con, tmp, batch, name=f"jobs{k}.psv")
-            hi = 240 if cut is None else max(lo, cut - lag)      # readings up to here
+            hi = 240 if cut is None else lo if quiet[k] else max(lo, cut - lag)      # readings up to here
             series = {(n, g, None, "DCGM_FI_DEV_GPU_UTIL"): {m: _util(n, g, m, zeros) for m in range(lo, hi)}
                       for n in EFF_NODES for g in range(4)}
             if sm_from is not None:
