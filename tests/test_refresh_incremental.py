@@ -143,3 +143,90 @@ def test_a_batch_restages_only_what_it_touches_and_an_open_job_follows_the_media
         assert _marts(con) == incremental
     finally:
         con.close()
+
+
+# ---------------------------------------------------------------- the efficiency marts (telemetry in batches)
+
+EFF_NODES = ("a1", "a2")
+
+
+@st.composite
+def telemetry_histories(draw):
+    """Jobs on two 4-GPU nodes over four hours from T0 (10:00), some running to the end, and their nodes'
+    readings (GPU_UTIL every minute, with zero stretches; SM_ACTIVE on a1 from some minute on), cut into 2-4
+    batches at random minutes not on an hour: each batch is `sacct` as of its cut and the readings before it
+    (less a lag: telemetry trails accounting, so jobs already ended get readings later; some batches none)."""
+    jobs = []
+    for i in range(draw(st.integers(1, 6))):
+        s = draw(st.integers(0, 200))
+        e = None if draw(st.integers(0, 3)) == 0 else s + draw(st.integers(3, 150))
+        jobs.append(dict(id=i + 1, start=s, end=e, gpus=draw(st.integers(1, 2)), nodes=draw(st.sampled_from(EFF_NODES))))
+    jobs.append(dict(id=99, start=draw(st.integers(0, 30)), end=239, gpus=1, nodes="a2"))   # running to the end
+    zeros = draw(st.lists(st.tuples(st.sampled_from(EFF_NODES), st.integers(0, 3), st.integers(0, 235),
+                                    st.integers(2, 12)), max_size=5))
+    sm_from = draw(st.one_of(st.none(), st.integers(0, 239)))
+    cuts = sorted(draw(st.lists(st.integers(1, 239).filter(lambda m: m % 60), min_size=1, max_size=3, unique=True)))
+    lag = draw(st.integers(0, 25))          # readings trail accounting by this many minutes (not the last batch)
+    quiet = draw(st.lists(st.booleans(), min_size=len(cuts), max_size=len(cuts)))   # batches without readings
+    return jobs, zeros, sm_from, cuts + [None], lag, quiet + [False]
+
+
+def _util(node: str, g: int, m: int, zeros) -> int:
+    if any(n == node and zg == g and z0 <= m < z0 + zl for n, zg, z0, zl in zeros):
+        return 0
+    return (g * 37 + m * 11 + (node == "a2") * 5) % 97 + 1
+
+
+def _eff_marts(con) -> dict:
+    def rounded(sql):
+        return [tuple([round(x, 6) for x in v] if isinstance(v, list) else round(v, 6) if isinstance(v, float)
+                      else v for v in r) for r in con.sql(sql).fetchall()]
+    return {"job": rounded("SELECT * EXCLUDE (computed_at) FROM gpu_efficiency_job ORDER BY job_uid"),
+            "hour": rounded("SELECT * FROM gpu_efficiency_job_hour ORDER BY job_uid, hour"),
+            "nodes": rounded("SELECT * FROM job_node_activity ORDER BY ALL")}
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(telemetry_histories())
+def test_incremental_efficiency_after_telemetry_batches_equals_a_full_rebuild(tmp_path_factory, hist):
+    """Running jobs under telemetry that arrives in several batches, cut inside hours (and inside idle
+    stretches), jobs ending or starting between batches: the incremental efficiency marts equal a full rebuild."""
+    from telemetry_fixtures import add_jobs, load_readings, readings
+    from models.marts import efficiency as efficiency_mart
+    jobs, zeros, sm_from, cuts, lag, quiet = hist
+    tmp = tmp_path_factory.mktemp("eff")
+    con = warehouse.connect(str(tmp / "w.duckdb"))
+    try:
+        shown: dict[int, tuple] = {}
+        lo = 0
+        for k, cut in enumerate(cuts):
+            hi = 240 if cut is None else cut
+            batch = []
+            for j in jobs:
+                if j["start"] >= hi:
+                    continue
+                v = dict(j, end=j["end"] if j["end"] is not None and j["end"] < hi else None)
+                if shown.get(j["id"]) != (v["start"], v["end"]):
+                    batch.append(v)
+                    shown[j["id"]] = (v["start"], v["end"])
+            if batch:
+                add_jobs(con, tmp, batch, name=f"jobs{k}.psv")
+            hi = 240 if cut is None else lo if quiet[k] else max(lo, cut - lag)      # readings up to here
+            series = {(n, g, None, "DCGM_FI_DEV_GPU_UTIL"): {m: _util(n, g, m, zeros) for m in range(lo, hi)}
+                      for n in EFF_NODES for g in range(4)}
+            if sm_from is not None:
+                series.update({("a1", g, None, "DCGM_FI_PROF_SM_ACTIVE"):
+                               {m: _util("a1", g, m, zeros) / 100 for m in range(max(lo, sm_from), hi)}
+                               for g in range(4) if max(lo, sm_from) < hi})
+            if hi > lo:
+                load_readings(con, readings(series), f"r{k}.om")
+            lo = hi
+            efficiency_mart.build(con)
+        incremental = _eff_marts(con)
+        efficiency_mart.build(con, full=True)
+        rebuilt = _eff_marts(con)
+        assert rebuilt["job"], "no job rows: the example exercised nothing"
+        for part in incremental:
+            assert incremental[part] == rebuilt[part], part
+    finally:
+        con.close()

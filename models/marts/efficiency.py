@@ -16,6 +16,20 @@ from models.marts import slow_nodes
 from models.kernels.attribution import IDLE_STRETCH_S, N_BINS
 
 
+#: Per cluster, a lower bound of the horizon at the last refresh (run ``$last``): the latest submit/start/end of
+#: the job rows no run since has changed (they were there, unchanged, then; models/definitions/jobs_sql.py).
+_OLD_HORIZON = """SELECT cluster, greatest(max(submit), max(start), max("end")) AS hz FROM jobs
+                  WHERE coalesce(updated_run_id, ingest_run_id) <= $last GROUP BY cluster"""
+
+
+def _new_labels(con: duckdb.DuckDBPyConnection, last: int) -> bool:
+    """Whether telemetry ingested since run ``last`` names jobs (hpc_job label): a job it names becomes exact on
+    its node over its whole window (attribution._owned), which changes its neighbours' shares before the cut."""
+    return con.sql("""SELECT EXISTS (SELECT 1 FROM gpu_ingest_ranges r JOIN gpu_samples g ON g.cluster = r.cluster
+                          AND g.node = r.node AND g.ts BETWEEN r.min_ts AND r.max_ts
+                      WHERE r.run_id > $last AND g.hpc_jobs IS NOT NULL)""", params={"last": last}).fetchall()[0][0]
+
+
 def _targets(con: duckdb.DuckDBPyConnection, full: bool) -> int:
     """``_eff_targets``: GPU jobs to (re)compute; returns the run id the refresh will be current to."""
     newest = con.sql("SELECT coalesce(max(run_id), 0) FROM ingest_runs").fetchall()[0][0]
@@ -24,22 +38,30 @@ def _targets(con: duckdb.DuckDBPyConnection, full: bool) -> int:
         con.execute("""CREATE OR REPLACE TEMP TABLE _eff_targets AS
                        SELECT job_uid FROM jobs WHERE ngpus > 0 AND start IS NOT NULL""")
         return newest
+    # tail: dirty only because it is open (its window grew past the last refresh's horizon, nothing else changed)
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _eff_dirty AS
-        SELECT job_uid FROM jobs WHERE ngpus > 0 AND start IS NOT NULL
-          AND (coalesce(updated_run_id, ingest_run_id) > $last OR "end" IS NULL)
-        UNION SELECT job_uid FROM job_gpu_indices WHERE ingest_run_id > $last
-        UNION SELECT j.job_uid FROM jobs j JOIN ({attribution.horizon_sql()}) h USING (cluster)
-              ANTI JOIN gpu_efficiency_job e ON e.job_uid = j.job_uid
-              -- never built; not a job whose window is empty (it never gets a row: attribution.job_windows), which
-              -- would be a target at every refresh and make the serving view compare every part from its uid on
-              WHERE j.ngpus > 0 AND j.start IS NOT NULL AND {attribution.end_sql()} > j.start""", {"last": last})
-    # neighbours share nodes with changed jobs (their node-share changes), or sit under new telemetry
+        SELECT job_uid, bool_and(tail) AS tail FROM (
+            SELECT job_uid, coalesce(updated_run_id, ingest_run_id) <= $last AS tail FROM jobs
+            WHERE ngpus > 0 AND start IS NOT NULL AND (coalesce(updated_run_id, ingest_run_id) > $last OR "end" IS NULL)
+            UNION ALL SELECT job_uid, FALSE FROM job_gpu_indices WHERE ingest_run_id > $last
+            UNION ALL SELECT j.job_uid, FALSE FROM jobs j JOIN ({attribution.horizon_sql()}) h USING (cluster)
+                  ANTI JOIN gpu_efficiency_job e ON e.job_uid = j.job_uid
+                  -- never built; not a job whose window is empty (it never gets a row: attribution.job_windows), which
+                  -- would be a target at every refresh and make the serving view compare every part from its uid on
+                  WHERE j.ngpus > 0 AND j.start IS NOT NULL AND {attribution.end_sql()} > j.start)
+        GROUP BY job_uid""", {"last": last})
+    # neighbours share nodes with changed jobs (their node-share changes), or sit under new telemetry. An open job
+    # that only grew changed its node's shares from the last refresh's horizon on: only neighbours after that (a
+    # week-long running job would otherwise pull in every job its node ran that week, at every refresh)
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _eff_targets AS
         WITH h AS ({attribution.horizon_sql()}),
-        win AS (SELECT jn.cluster, jn.node, j.start AS lo, {attribution.end_sql()} AS hi
+        win AS (SELECT jn.cluster, jn.node,
+                       CASE WHEN d.tail AND NOT $labelled THEN greatest(j.start, coalesce(o.hz, j.start)) ELSE j.start END AS lo,
+                       {attribution.end_sql()} AS hi
                 FROM _eff_dirty d JOIN jobs j USING (job_uid) JOIN job_nodes jn USING (job_uid) JOIN h ON h.cluster = j.cluster
+                LEFT JOIN ({_OLD_HORIZON}) o ON o.cluster = j.cluster
                 UNION ALL
                 SELECT cluster, node, min_ts, max_ts FROM gpu_ingest_ranges WHERE run_id > $last)
         SELECT job_uid FROM _eff_dirty
@@ -47,7 +69,7 @@ def _targets(con: duckdb.DuckDBPyConnection, full: bool) -> int:
         SELECT DISTINCT j.job_uid FROM win JOIN job_nodes jn ON jn.cluster = win.cluster AND jn.node = win.node
             JOIN jobs j ON j.job_uid = jn.job_uid JOIN h ON h.cluster = j.cluster
         WHERE j.ngpus > 0 AND j.start IS NOT NULL AND j.start < win.hi AND {attribution.end_sql()} > win.lo""",
-                {"last": last})
+                {"last": last, "labelled": _new_labels(con, last)})
     return newest
 
 
