@@ -192,6 +192,12 @@ def _series_count(client: _Client, selector: str, start: float, end: float) -> i
     return len(data or [])
 
 
+def series_text(metric: str, labels: dict) -> str:
+    """A series' text, ``metric{k="v",...}`` with its labels sorted and without ``__name__``: its key in the
+    identity cache and the join key of push-down's minute answers (ingest/prometheus_pushdown.py)."""
+    return metric + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()) if k != "__name__") + "}"
+
+
 def _to_tables(result: list, first_line: int, metric: str, opts: store.TelemetryOptions, cluster: str,
                cache: dict, sid_base: int) -> tuple[pa.Table, list[dict]]:
     """A ``matrix`` result -> (points, series rows); values stay text, as the API sends them."""
@@ -199,7 +205,7 @@ def _to_tables(result: list, first_line: int, metric: str, opts: store.Telemetry
     for i, item in enumerate(result):
         labels = {k: str(v) for k, v in (item.get("metric") or {}).items()}
         labels.pop("__name__", None)
-        text = metric + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items())) + "}"
+        text = series_text(metric, labels)
         ident = cache.get(text)
         if ident is None:
             ident = cache[text] = store.series_identity(metric, labels, opts, cluster)

@@ -180,13 +180,11 @@ def _matrix(client: raw._Client, expr: str, start: float, end: float, step_s: in
 
 def _edge_table(result: list, metric: str) -> pa.Table:
     """A minute query's matrix -> ``(series_text, ts, v)``, ``ts`` the minute row (the evaluation time). Only the
-    series text (as :func:`ingest.prometheus._to_tables` writes it: it joins the aggregates' series) is built:
-    these answers are many series of a few points each, so per-series work is what costs."""
+    series text (:func:`ingest.prometheus.series_text`: it joins the aggregates' series) is built: these answers
+    are many series of a few points each, so per-series work is what costs."""
     texts, lens, flat = [], [], []
     for item in result:
-        labels = item.get("metric") or {}
-        texts.append(metric + "{" + ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()) if k != "__name__")
-                     + "}")
+        texts.append(raw.series_text(metric, item.get("metric") or {}))
         vals = item.get("values") or []
         lens.append(len(vals))
         flat.extend(chain.from_iterable(vals))
@@ -352,6 +350,9 @@ class _Held:
     window's answers are a fraction of that bound. Series keep one ``sid`` across the held windows."""
 
     def __init__(self):
+        self.clear()
+
+    def clear(self) -> None:
         self.ags, self.eds, self.series, self.index, self.rows, self.ag_rows = [], [], [], {}, 0, 0
 
     def add(self, ag: pa.Table, ed: pa.Table, series: list[dict]) -> None:
@@ -371,7 +372,7 @@ class _Held:
 
     def take(self) -> tuple[pa.Table, pa.Table, list[dict]]:
         out = (pa.concat_tables(self.ags), pa.concat_tables(self.eds), self.series)
-        self.__init__()
+        self.clear()
         return out
 
 

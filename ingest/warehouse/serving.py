@@ -202,11 +202,15 @@ def _sizes(con) -> dict[str, int]:
                             "WHERE schema_name = 'main' AND database_name = current_database()").fetchall())
 
 
-def _fingerprints(con, t: str, key_sql: str, where: str = "true", params: list | None = None) -> dict[str, list]:
-    """key -> [rows, fingerprint] of table ``t``'s rows matching ``where``, grouped by ``key_sql``."""
-    rows = con.execute(f"""SELECT {key_sql} AS _serving_key, count(*), sum(hash(_row)::HUGEINT)::VARCHAR
+def _fingerprints(con, t: str, key_sql: str, where: str = "true", params: list | None = None,
+                  extra: str | None = None) -> dict[str, list]:
+    """key -> [rows, fingerprint] of table ``t``'s rows matching ``where``, grouped by ``key_sql``; with
+    ``extra`` (an aggregate over ``_row``), [rows, fingerprint, extra] (the lake's parts record their rows'
+    serving keys)."""
+    more = f", {extra}" if extra else ""
+    rows = con.execute(f"""SELECT {key_sql} AS _serving_key, count(*), sum(hash(_row)::HUGEINT)::VARCHAR{more}
                            FROM main."{t}" _row WHERE {where} GROUP BY _serving_key""", params or []).fetchall()
-    return {k: [n, fp] for k, n, fp in rows}
+    return {r[0]: list(r[1:]) for r in rows}
 
 
 def _write_part(con, d: Path, t: str, key: str, where: str, params: list) -> str:

@@ -237,14 +237,12 @@ def _export_table(con, d: Path, t: str, cols, prev: dict | None, stats: dict, sr
 
 
 def _fingerprints(con, t: str, key_sql: str, sspec, where: str = "true", params: list | None = None) -> dict:
-    """part key -> (rows, fingerprint, the serving partitions its rows are in) of ``t``'s rows matching
-    ``where``. The fingerprint is the serving view's (row count and summed row hashes)."""
+    """part key -> [rows, fingerprint, the serving partitions its rows are in] of ``t``'s rows matching
+    ``where``. The fingerprint is the serving view's (:func:`ingest.warehouse.serving._fingerprints`)."""
     # sorted by the key itself (``ORDER BY 1`` in an aggregate sorts by the constant 1: any order, and the
     # manifest of an unchanged export would differ from the last one's)
     skeys = f"list(DISTINCT {serving._key_sql(*sspec)} ORDER BY {serving._key_sql(*sspec)})" if sspec else "NULL"
-    rows = con.execute(f"""SELECT {key_sql} AS _lake_key, count(*), sum(hash(_row)::HUGEINT)::VARCHAR, {skeys}
-                           FROM main."{t}" _row WHERE {where} GROUP BY _lake_key""", params or []).fetchall()
-    return {k: (n, fp, sk) for k, n, fp, sk in rows}
+    return serving._fingerprints(con, t, key_sql, where, params, extra=skeys)
 
 
 def _may_have_changed(con, t: str, key_sql: str, prev: dict | None, src: dict | None, whole: list | None,
