@@ -13,8 +13,9 @@ import hypothesis.strategies as st
 from hypothesis import HealthCheck, given, settings
 
 import timeline_fixtures as tf
+from telemetry_fixtures import add_jobs, load_readings, readings
 from ingest import warehouse
-from models.marts import demand, timeline as timeline_mart
+from models.marts import demand, efficiency as efficiency_mart, timeline as timeline_mart
 
 NODES = [("n1", 8, "a100", "p1"), ("n2", 4, "h100", "p2"), ("n3", 8, "a100", "p1,p2")]
 
@@ -191,8 +192,6 @@ def _eff_marts(con) -> dict:
 def test_incremental_efficiency_after_telemetry_batches_equals_a_full_rebuild(tmp_path_factory, hist):
     """Running jobs under telemetry that arrives in several batches, cut inside hours (and inside idle
     stretches), jobs ending or starting between batches: the incremental efficiency marts equal a full rebuild."""
-    from telemetry_fixtures import add_jobs, load_readings, readings
-    from models.marts import efficiency as efficiency_mart
     jobs, zeros, sm_from, cuts, lag, quiet = hist
     tmp = tmp_path_factory.mktemp("eff")
     con = warehouse.connect(str(tmp / "w.duckdb"))
