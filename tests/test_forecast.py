@@ -27,10 +27,11 @@ def test_interval_bounds_use_z_times_calibrated_sd():
     t = np.arange(200)
     y = 100 + 10 * np.sin(2 * np.pi * t / 7) + rng.normal(0, 2, 200)
     r = F.forecast_values(y, 7, 14)
-    scale = r.backtest.scale[r.model]
+    scale = r.backtest.step_scale[r.model]                           # per horizon step (calibrate_steps)
     half80 = (r.hi[80] - r.point) / F.Z[80] / scale[80]
     half95 = (r.hi[95] - r.point) / F.Z[95] / scale[95]
     np.testing.assert_allclose(half80, half95)                        # the same model sd behind both
+    np.testing.assert_allclose(half80, r.sd)
     assert np.all(r.lo[95] <= r.lo[80]) and np.all(r.lo[80] <= r.point)
     assert np.all(r.point <= r.hi[80]) and np.all(r.hi[80] <= r.hi[95])
 
@@ -67,6 +68,31 @@ def test_calibration_reports_leave_one_origin_out_coverage():
     assert [F.conformal_rank(n, 0.8) for n in (4, 10, 100)] == [3, 8, 80]
     few = F._calibrate(absu[:2])                    # too few errors to calibrate on: model-based intervals
     assert few[0] == {80: 1.0, 95: 1.0} and few[1] == few[2]
+
+
+def test_step_windows_pool_neighbouring_steps_until_enough_errors():
+    # 12 origins: 40 errors need 4 steps; a window is centred where it can be, clipped at the ends
+    w = F.step_windows(12, 10, 40)
+    assert [(s.start, s.stop) for s in w] == [(0, 4), (0, 4), (0, 5), (1, 6), (2, 7), (3, 8), (4, 9), (5, 10),
+                                              (6, 10), (6, 10)]
+    assert all(s == slice(0, 3) for s in F.step_windows(5, 3, 40))    # fewer errors than asked: every step
+    assert F.step_windows(50, 4, 40) == [slice(j, j + 1) for j in range(4)]     # enough in each step alone
+
+
+def test_calibrate_steps_by_hand():
+    # 12 origins x 8 steps: errors 1 at steps 1-4, 10 at steps 5-8 (the far steps err ten times more)
+    absu = np.hstack([np.ones((12, 4)), np.full((12, 4), 10.0)])
+    scale, cov = F.calibrate_steps(absu)
+    # step 1's window is steps 1-4 (48 errors, all 1): c = 1/z; step 8's is steps 5-8: c = 10/z
+    assert scale[80][0] == pytest.approx(1 / F.Z[80]) and scale[95][-1] == pytest.approx(10 / F.Z[95])
+    # step 4's window is steps 2-6 (60 errors, 24 of them 10): its 95 % quantile is 10
+    assert scale[95][3] == pytest.approx(10 / F.Z[95])
+    assert cov == {80: 1.0, 95: 1.0}                                   # every error within its own step's band
+    flat, _, _ = F._calibrate(absu)
+    assert flat[95] == pytest.approx(10 / F.Z[95])                     # one factor for all: steps 1-4 ten times wider
+    np.testing.assert_allclose(F.per_step(np.array([1.0, 2.0]), 4), [1, 2, 2, 2])   # beyond hb: the last step's
+    few, _ = F.calibrate_steps(absu[:2])
+    assert all(np.all(v == 1.0) for v in few.values())                # two origins: model-based intervals
 
 
 def _bt(mase_o: dict, horizon: int = 7, step: int = 7) -> F.Backtest:
