@@ -408,6 +408,40 @@ def test_a_history_too_short_to_backtest_gets_the_finite_sample_interval():
     assert long.calibration == "backtest"                               # a calibrated one keeps its backtest band
 
 
+def test_calibration_origins_by_hand():
+    # 40 days, h = 28: no backtest at 28 (one origin); the longest with three origins, each keeping 14 days, is
+    # hb = 12 (origins 28, 21, 14; hb = 13 would need 13)
+    assert F.calibration_origins(40, 7, 28) == ([14, 21, 28], 12)
+    assert F.calibration_origins(20, 7, 28) == ([14, 16, 18], 2)          # shorter than a season: step hb
+    assert F.calibration_origins(16, 7, 5) == ([], 0)                      # two origins at most
+    origins, hb = F.calibration_origins(200, 7, 28)                        # a long history: the full horizon
+    assert hb == 28 and len(origins) == F.MIN_ORIGINS
+
+
+def test_a_history_too_short_for_the_horizon_is_calibrated_on_the_longest_backtest_it_allows():
+    # 40 days at h = 28: no backtest, Theta; its intervals calibrated on Theta's errors at horizons 1..12 from
+    # 3 origins (the last step's factor beyond step 12), not the textbook finite-sample band
+    rng = np.random.default_rng(5)
+    t = np.arange(40)
+    y = 20 + 0.3 * t + 5 * np.sin(2 * np.pi * t / 7) + rng.standard_t(3, 40) * 3   # heavy-tailed errors
+    r = F.forecast_values(y, 7, 28)
+    assert r.backtest is None and r.model == "Theta" and r.calibration == "short-backtest"
+    scale, hb, k = F.short_calibration(y, 7, 28, "Theta")
+    assert (hb, k) == (12, 3) and scale[95].shape == (12,)
+    for lv in F.LEVELS:
+        np.testing.assert_allclose(r.hi[lv] - r.point, F.Z[lv] * F.per_step(scale[lv], 28) * r.sd)
+        np.testing.assert_allclose(F.per_step(scale[lv], 28)[12:], scale[lv][-1])
+    # the 95 % factor of step 1 is the conformal quantile of Theta's standardised errors in step 1's window:
+    # 3 origins x 12 steps = 36 < 40 errors, so every step's window is all 36, and ⌈37·0.95⌉ = 36th is the largest
+    origins, hb = F.calibration_origins(40, 7, 28)
+    p = F.candidate_paths(y, 7, origins, hb, only=("Theta",))["Theta"]
+    err = np.array([y[o:o + hb] for o in origins]) - p.point
+    absu = F.standardised(err, p.sd, F.level_factor(y, origins, 7))
+    assert scale[95][0] == pytest.approx(absu.max() / F.Z[95]) and np.all(scale[95] == scale[95][0])
+    assert any("horizons 1..12 from 3 origins" in n for n in r.notes)
+    assert F.short_calibration(y[:20], 7, 28, "Theta") is None            # 3 origins x 2 steps: too few errors
+
+
 def _calibrated_result(absu: np.ndarray, point=10.0, h=3) -> F.Result:
     """A Result whose backtest calibrated it on the errors ``absu`` (one row per origin)."""
     bt = F.Backtest(h, list(range(absu.shape[0])), {}, {}, {}, {}, {}, {}, absu={"Theta": np.sort(absu, axis=None)})
@@ -452,7 +486,7 @@ def test_pooled_bands_are_never_narrower_than_the_finite_sample_ones_nor_below_z
     rng = np.random.default_rng(seed)
     y = rng.lognormal(1, 1, n) * (rng.random(n) > 0.3)
     r = F.forecast_values(y, 7, h)
-    if r.calibration != "finite-sample":                                   # all zero, two points, or calibrated
+    if r.calibration not in ("finite-sample", "short-backtest"):          # all zero, two points, or calibrated
         return
     before = {lv: (r.lo[lv].copy(), r.hi[lv].copy()) for lv in F.LEVELS}
     F.apply_pooled(r, ({80: factor, 95: factor}, 3), nonneg=True)
