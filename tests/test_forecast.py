@@ -82,7 +82,7 @@ def test_step_windows_pool_neighbouring_steps_until_enough_errors():
 def test_calibrate_steps_by_hand():
     # 12 origins x 8 steps: errors 1 at steps 1-4, 10 at steps 5-8 (the far steps err ten times more)
     absu = np.hstack([np.ones((12, 4)), np.full((12, 4), 10.0)])
-    scale, cov = F.calibrate_steps(absu)
+    scale, cov = F.calibrate_steps(absu, 40)                         # windows of 40 errors
     # step 1's window is steps 1-4 (48 errors, all 1): c = 1/z; step 8's is steps 5-8: c = 10/z
     assert scale[80][0] == pytest.approx(1 / F.Z[80]) and scale[95][-1] == pytest.approx(10 / F.Z[95])
     # step 4's window is steps 2-6 (60 errors, 24 of them 10): its 95 % quantile is 10
@@ -93,6 +93,23 @@ def test_calibrate_steps_by_hand():
     np.testing.assert_allclose(F.per_step(np.array([1.0, 2.0]), 4), [1, 2, 2, 2])   # beyond hb: the last step's
     few, _ = F.calibrate_steps(absu[:2])
     assert all(np.all(v == 1.0) for v in few.values())                # two origins: model-based intervals
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), k=st.integers(3, 15), hb=st.integers(1, 30), need=st.integers(10, 100))
+def test_every_step_band_covers_its_window_at_least_nominally(seed, k, hb, need):
+    # errors growing with the step (as real demand's do faster than the models' sd): each step's window holds
+    # the step and enough errors, and its factors cover at least the level's share of the window's errors
+    if k * hb < 10:
+        return
+    rng = np.random.default_rng(seed)
+    absu = rng.lognormal(0, 1, (k, hb)) * (1 + np.arange(hb) / 4)
+    scale, _ = F.calibrate_steps(absu, need)
+    for j, w in enumerate(F.step_windows(k, hb, need)):
+        assert w.start <= j < w.stop and k * (w.stop - w.start) >= min(need, k * hb)
+        for lv in F.LEVELS:
+            assert np.mean(absu[:, w] <= F.Z[lv] * scale[lv][j] * (1 + 1e-12)) >= lv / 100
+        assert F.Z[95] * scale[95][j] >= F.Z[80] * scale[80][j]
 
 
 def _bt(mase_o: dict, horizon: int = 7, step: int = 7) -> F.Backtest:
