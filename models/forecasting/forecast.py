@@ -265,7 +265,6 @@ class Backtest:
     weights: dict[str, float] = field(default_factory=dict)       # the combination's, from every origin
     selection_o: np.ndarray | None = None    # per origin: MASE of the single selected on the other origins
     absu: dict[str, np.ndarray] = field(default_factory=dict)    # per candidate: sorted |error / model sd|
-    step_scale: dict[str, dict[int, np.ndarray]] = field(default_factory=dict)   # per candidate: c_L per step 1..hb
 
 
 def calibrated(bt: Backtest | None, name: str) -> bool:
@@ -312,59 +311,6 @@ def _calibrate(absu: np.ndarray) -> tuple[dict[int, float], dict[int, float], di
         scale[lv] = float(ordered[conformal_rank(ordered.size, lv / 100)]) / Z[lv]
         cov[lv] = float(np.mean(absu <= others[:, conformal_rank(others.shape[1], lv / 100)][:, None]))
     return scale, cov, raw
-
-
-#: Errors a horizon step's calibration needs (`step_windows`): with 80 the 95 % conformal quantile is the 4th
-#: largest, so a few outlying errors do not set the band. Run 8 measured 40 (the 2nd largest) too: on the
-#: synthetic hold-out 90 days h = 7 its narrow windows left the last quarter of the steps at 77.0 % (80 %
-#: nominal; 81.0 with 80), the other hold-out cases were alike; with 12 origins a 7-step horizon then keeps one
-#: factor for all its steps, and per-step factors start at 14-step horizons.
-STEP_MIN_ERRORS = 80
-
-
-def step_windows(k: int, hb: int, min_errors: int = STEP_MIN_ERRORS) -> list[slice]:
-    """Per horizon step j (0-based), the steps whose errors calibrate it: j and its neighbours j-w..j+w (clipped
-    to 0..hb-1), w the smallest with at least ``min_errors`` errors from k origins (all steps when there are
-    fewer). Why: the models' sd_h grows with the step by their own assumptions, which real demand does not follow
-    (one scale for every step covered the first steps of openb_daily's 28 days at 89 % and the last at 70 %);
-    neighbouring steps are pooled because one step's k errors are too few for a 95 % quantile."""
-    out = []
-    for j in range(hb):
-        w = 0
-        while k * (min(hb, j + w + 1) - max(0, j - w)) < min_errors and (j - w > 0 or j + w + 1 < hb):
-            w += 1
-        out.append(slice(max(0, j - w), min(hb, j + w + 1)))
-    return out
-
-
-def calibrate_steps(absu: np.ndarray, min_errors: int | None = None) -> tuple[dict[int, np.ndarray], dict[int, float]]:
-    """Scale factors c_L per horizon step, the split-conformal quantile (`conformal_rank`) of the standardised
-    errors of that step's window (`step_windows`, of ``min_errors``, default STEP_MIN_ERRORS) over z_L, and the
-    leave-one-origin-out coverage of the intervals they give (each origin's steps calibrated on the other
-    origins' windows). Needs 3 origins and 10 errors, like `_calibrate`; otherwise factors 1."""
-    k, hb = absu.shape
-    scale = {lv: np.ones(hb) for lv in LEVELS}
-    cov = {lv: float(np.mean(absu <= Z[lv])) for lv in LEVELS}
-    if k < 3 or absu.size < 10:
-        return scale, cov
-    hits = {lv: np.zeros_like(absu, dtype=bool) for lv in LEVELS}
-    need = min_errors or STEP_MIN_ERRORS
-    wins, loo = step_windows(k, hb, need), step_windows(k - 1, hb, need)
-    for j in range(hb):
-        window = absu[:, wins[j]]
-        ordered = np.sort(window, axis=None)
-        # row i: the window's errors of every origin but i, sorted
-        others = np.sort(np.stack([np.delete(absu[:, loo[j]], i, axis=0).ravel() for i in range(k)]), axis=1)
-        for lv in LEVELS:
-            scale[lv][j] = float(ordered[conformal_rank(ordered.size, lv / 100)]) / Z[lv]
-            hits[lv][:, j] = absu[:, j] <= others[:, conformal_rank(others.shape[1], lv / 100)]
-    return scale, {lv: float(np.mean(hits[lv])) for lv in LEVELS}
-
-
-def per_step(scale: np.ndarray, h: int) -> np.ndarray:
-    """Per-step factors for h steps: beyond the backtest's steps the last one's (the model's own variance growth
-    carries the band on)."""
-    return np.concatenate([scale[:h], np.full(max(0, h - len(scale)), scale[-1])])
 
 
 def _loo_combination(paths: dict[str, Paths], mase_o: dict[str, np.ndarray], step: int, horizon: int) -> Paths:
@@ -451,8 +397,7 @@ def backtest(y: np.ndarray, m: int, h: int, max_origins: int = 28,
         bt.mase[name] = float(mase_oh.mean())
         bt.smape[name] = float(smape(actual, p.point).mean())
         absu = standardised(err, p.sd, lf)
-        bt.scale[name], _, bt.coverage_raw[name] = _calibrate(absu)
-        bt.step_scale[name], bt.coverage[name] = calibrate_steps(absu)
+        bt.scale[name], bt.coverage[name], bt.coverage_raw[name] = _calibrate(absu)
         bt.absu[name] = np.sort(absu, axis=None)
     bt.weights = combination_weights(bt.mase_o, bt.step, hb)
     return bt
@@ -476,8 +421,8 @@ def calibration_origins(n: int, m: int, h: int) -> tuple[list[int], int]:
 
 
 def short_calibration(y: np.ndarray, m: int, h: int, name: str,
-                      periods: tuple[int, ...] | None = None) -> tuple[dict[int, np.ndarray], int, int] | None:
-    """Per-step scale factors (`calibrate_steps`) of single candidate ``name`` from a backtest at the longest
+                      periods: tuple[int, ...] | None = None) -> tuple[dict[int, float], int, int] | None:
+    """Scale factors c_L (`_calibrate`) of single candidate ``name`` from a backtest at the longest
     horizon hb <= h the history allows (`calibration_origins`), with hb and the number of origins; None when
     it allows none, or fewer than 10 errors. For a history too short to backtest at h: its own errors over the
     near steps say how far the model's sd understates them (the finite-sample rule only knows a line's)."""
@@ -488,7 +433,8 @@ def short_calibration(y: np.ndarray, m: int, h: int, name: str,
     if p is None:
         return None
     actual = np.array([y[o:o + hb] for o in origins])
-    scale, _ = calibrate_steps(standardised(actual - p.point, p.sd, level_factor(y, origins, m)))
+    absu = standardised(actual - p.point, p.sd, level_factor(y, origins, m))
+    scale = _calibrate(absu)[0]
     return scale, hb, len(origins)
 
 
@@ -593,8 +539,7 @@ def forecast_values(y: np.ndarray, m: int, h: int, max_origins: int = 28, force:
     point, sd = final.point[0], final.sd[0]
     res = Result(point, {}, {}, chosen, final.detail, bt, notes, final.weights, sd, "backtest", n)
     if calibrated(bt, chosen):
-        step = {lv: per_step(bt.step_scale[chosen][lv], h) for lv in LEVELS}
-        return _bounded(point, sd, step, y.min() >= 0, res)
+        return _bounded(point, sd, bt.scale[chosen], y.min() >= 0, res)
     short = short_calibration(y, m, h, chosen, periods)
     if short is not None:
         # The history's own errors at the steps it can backtest, not a line's textbook band: on the synthetic
@@ -602,9 +547,9 @@ def forecast_values(y: np.ndarray, m: int, h: int, max_origins: int = 28, force:
         scale, hb, k = short
         res.calibration = "short-backtest"
         notes.append(f"intervals calibrated on {chosen}'s backtest errors at horizons 1..{hb} from {k} origins (the "
-                     f"longest backtest the history allows); beyond step {hb} the model's variance growth with the "
-                     "last step's factor")
-        return _bounded(point, sd, {lv: per_step(scale[lv], h) for lv in LEVELS}, y.min() >= 0, res)
+                     f"longest backtest the history allows); beyond step {hb} the model's own variance growth, "
+                     "scaled by that calibration")
+        return _bounded(point, sd, scale, y.min() >= 0, res)
     res.calibration = "finite-sample"
     notes.append("intervals not calibrated by a backtest (too few origins): the model's variance widened for the "
                  f"estimation error of a trend fitted to {n} periods, Student-t quantiles with {max(n - 2, 1)} "
