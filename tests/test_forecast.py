@@ -417,6 +417,25 @@ def test_a_history_too_short_for_the_horizon_is_calibrated_on_the_longest_backte
     assert F.short_calibration(y[:20], 7, 28, "Theta") is None            # 3 origins x 2 steps: too few errors
 
 
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(17, 60), h=st.integers(14, 60))
+def test_short_backtest_bands_nest_and_stay_non_negative(seed, n, h):
+    # pools of 17-60 days with bursts and zeros at long horizons: whatever calibrates them, 95 % contains 80 %
+    # contains the point, no bound below 0, and a short-backtest band comes from a backtest shorter than h
+    rng = np.random.default_rng(seed)
+    bursts = rng.integers(0, 2, n) * 40.0 * (rng.random(n) < 0.05)
+    y = rng.poisson(rng.uniform(0.5, 20), n) * (rng.random(n) > 0.2) + bursts
+    r = F.forecast_values(y.astype(float), 7, h)
+    if r.model in ("Zero", "none", "Naive"):
+        return
+    assert np.all(r.lo[95] >= 0) and np.all(r.lo[95] <= r.lo[80]) and np.all(r.lo[80] <= r.point + 1e-9)
+    assert np.all(r.point <= r.hi[80] + 1e-9) and np.all(r.hi[80] <= r.hi[95] + 1e-9)
+    if r.calibration == "short-backtest":
+        origins, hb = F.calibration_origins(n, 7, h)
+        assert len(origins) >= 3 and hb < h
+        assert any(f"horizons 1..{hb} from {len(origins)} origins" in x for x in r.notes)
+
+
 def _calibrated_result(absu: np.ndarray, point=10.0, h=3) -> F.Result:
     """A Result whose backtest calibrated it on the errors ``absu`` (one row per origin)."""
     bt = F.Backtest(h, list(range(absu.shape[0])), {}, {}, {}, {}, {}, {}, absu={"Theta": np.sort(absu, axis=None)})
