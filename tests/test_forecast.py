@@ -31,6 +31,7 @@ def test_interval_bounds_use_z_times_calibrated_sd():
     half80 = (r.hi[80] - r.point) / F.Z[80] / scale[80]
     half95 = (r.hi[95] - r.point) / F.Z[95] / scale[95]
     np.testing.assert_allclose(half80, half95)                        # the same model sd behind both
+    np.testing.assert_allclose(half80, r.sd)
     assert np.all(r.lo[95] <= r.lo[80]) and np.all(r.lo[80] <= r.point)
     assert np.all(r.point <= r.hi[80]) and np.all(r.hi[80] <= r.hi[95])
 
@@ -382,6 +383,59 @@ def test_a_history_too_short_to_backtest_gets_the_finite_sample_interval():
     assert long.calibration == "backtest"                               # a calibrated one keeps its backtest band
 
 
+def test_calibration_origins_by_hand():
+    # 40 days, h = 28: no backtest at 28 (one origin); the longest with three origins, each keeping 14 days, is
+    # hb = 12 (origins 28, 21, 14; hb = 13 would need 13)
+    assert F.calibration_origins(40, 7, 28) == ([14, 21, 28], 12)
+    assert F.calibration_origins(20, 7, 28) == ([14, 16, 18], 2)          # shorter than a season: step hb
+    assert F.calibration_origins(16, 7, 5) == ([], 0)                      # two origins at most
+    origins, hb = F.calibration_origins(200, 7, 28)                        # a long history: the full horizon
+    assert hb == 28 and len(origins) == F.MIN_ORIGINS
+
+
+def test_a_history_too_short_for_the_horizon_is_calibrated_on_the_longest_backtest_it_allows():
+    # 40 days at h = 28: no backtest, Theta; its intervals calibrated on Theta's errors at horizons 1..12 from
+    # 3 origins (one factor per level, the model's sd growth beyond step 12), not the textbook finite-sample band
+    rng = np.random.default_rng(5)
+    t = np.arange(40)
+    y = 20 + 0.3 * t + 5 * np.sin(2 * np.pi * t / 7) + rng.standard_t(3, 40) * 3   # heavy-tailed errors
+    r = F.forecast_values(y, 7, 28)
+    assert r.backtest is None and r.model == "Theta" and r.calibration == "short-backtest"
+    scale, hb, k = F.short_calibration(y, 7, 28, "Theta")
+    assert (hb, k) == (12, 3)
+    for lv in F.LEVELS:
+        np.testing.assert_allclose(r.hi[lv] - r.point, F.Z[lv] * scale[lv] * r.sd)
+    # the 95 % factor is the conformal quantile of Theta's 36 standardised errors (3 origins x 12 steps, each
+    # origin's brought to the current level): ⌈37·0.95⌉ = the 36th smallest, the largest; 80 %: the 30th
+    origins, hb = F.calibration_origins(40, 7, 28)
+    p = F.candidate_paths(y, 7, origins, hb, only=("Theta",))["Theta"]
+    err = np.array([y[o:o + hb] for o in origins]) - p.point
+    absu = F.standardised(err, p.sd, F.level_factor(y, origins, 7))
+    assert scale[95] == pytest.approx(absu.max() / F.Z[95])
+    assert scale[80] == pytest.approx(np.sort(absu, axis=None)[29] / F.Z[80])
+    assert any("horizons 1..12 from 3 origins" in n for n in r.notes)
+    assert F.short_calibration(y[:20], 7, 28, "Theta") is None            # 3 origins x 2 steps: too few errors
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 10_000), n=st.integers(17, 60), h=st.integers(14, 60))
+def test_short_backtest_bands_nest_and_stay_non_negative(seed, n, h):
+    # pools of 17-60 days with bursts and zeros at long horizons: whatever calibrates them, 95 % contains 80 %
+    # contains the point, no bound below 0, and a short-backtest band comes from a backtest shorter than h
+    rng = np.random.default_rng(seed)
+    bursts = rng.integers(0, 2, n) * 40.0 * (rng.random(n) < 0.05)
+    y = rng.poisson(rng.uniform(0.5, 20), n) * (rng.random(n) > 0.2) + bursts
+    r = F.forecast_values(y.astype(float), 7, h)
+    if r.model in ("Zero", "none", "Naive"):
+        return
+    assert np.all(r.lo[95] >= 0) and np.all(r.lo[95] <= r.lo[80]) and np.all(r.lo[80] <= r.point + 1e-9)
+    assert np.all(r.point <= r.hi[80] + 1e-9) and np.all(r.hi[80] <= r.hi[95] + 1e-9)
+    if r.calibration == "short-backtest":
+        origins, hb = F.calibration_origins(n, 7, h)
+        assert len(origins) >= 3 and hb < h
+        assert any(f"horizons 1..{hb} from {len(origins)} origins" in x for x in r.notes)
+
+
 def _calibrated_result(absu: np.ndarray, point=10.0, h=3) -> F.Result:
     """A Result whose backtest calibrated it on the errors ``absu`` (one row per origin)."""
     bt = F.Backtest(h, list(range(absu.shape[0])), {}, {}, {}, {}, {}, {}, absu={"Theta": np.sort(absu, axis=None)})
@@ -426,7 +480,7 @@ def test_pooled_bands_are_never_narrower_than_the_finite_sample_ones_nor_below_z
     rng = np.random.default_rng(seed)
     y = rng.lognormal(1, 1, n) * (rng.random(n) > 0.3)
     r = F.forecast_values(y, 7, h)
-    if r.calibration != "finite-sample":                                   # all zero, two points, or calibrated
+    if r.calibration not in ("finite-sample", "short-backtest"):          # all zero, two points, or calibrated
         return
     before = {lv: (r.lo[lv].copy(), r.hi[lv].copy()) for lv in F.LEVELS}
     F.apply_pooled(r, ({80: factor, 95: factor}, 3), nonneg=True)

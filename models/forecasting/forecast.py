@@ -364,6 +364,14 @@ def level_factor(y: np.ndarray, origins: list[int], m: int) -> np.ndarray:
     return np.clip(f, 1 / LEVEL_CLIP, LEVEL_CLIP)[:, None]
 
 
+def standardised(err: np.ndarray, sd: np.ndarray, lf: np.ndarray) -> np.ndarray:
+    """|error / model sd| per origin and step, times the origin's level factor (`level_factor`); an error where
+    the model claimed no uncertainty (sd 0) counts as out of any band."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        absu = np.where(sd > 0, np.abs(err) / sd, np.where(err == 0, 0.0, 1e12)) * lf
+    return np.nan_to_num(absu, nan=1e12)
+
+
 def backtest(y: np.ndarray, m: int, h: int, max_origins: int = 28,
              periods: tuple[int, ...] | None = None) -> Backtest | None:
     origins, hb = backtest_origins(len(y), m, h, max_origins)
@@ -388,13 +396,46 @@ def backtest(y: np.ndarray, m: int, h: int, max_origins: int = 28,
         bt.mase_o[name] = mase_oh.mean(axis=1)
         bt.mase[name] = float(mase_oh.mean())
         bt.smape[name] = float(smape(actual, p.point).mean())
-        with np.errstate(divide="ignore", invalid="ignore"):
-            absu = np.where(p.sd > 0, np.abs(err) / p.sd, np.where(err == 0, 0.0, 1e12)) * lf
-        absu = np.nan_to_num(absu, nan=1e12)
+        absu = standardised(err, p.sd, lf)
         bt.scale[name], bt.coverage[name], bt.coverage_raw[name] = _calibrate(absu)
         bt.absu[name] = np.sort(absu, axis=None)
     bt.weights = combination_weights(bt.mase_o, bt.step, hb)
     return bt
+
+
+#: Origins a calibration needs (`calibrated` asks as much of a backtest).
+CAL_ORIGINS = 3
+
+
+def calibration_origins(n: int, m: int, h: int) -> tuple[list[int], int]:
+    """Origins and horizon hb of the longest backtest (hb <= h) a history of n periods allows with CAL_ORIGINS
+    origins: stepping by min(hb, m) back from n - hb, each keeping two seasons (as `backtest_origins`), up to
+    MIN_ORIGINS of them. ([], 0) when not even hb = 1 allows three."""
+    min_train = max(2 * m, 8)
+    for hb in range(min(h, n - min_train), 0, -1):
+        step = min(hb, m)
+        origins = [n - hb - i * step for i in range(MIN_ORIGINS) if n - hb - i * step >= min_train]
+        if len(origins) >= CAL_ORIGINS:
+            return origins[::-1], hb
+    return [], 0
+
+
+def short_calibration(y: np.ndarray, m: int, h: int, name: str,
+                      periods: tuple[int, ...] | None = None) -> tuple[dict[int, float], int, int] | None:
+    """Scale factors c_L (`_calibrate`) of single candidate ``name`` from a backtest at the longest
+    horizon hb <= h the history allows (`calibration_origins`), with hb and the number of origins; None when
+    it allows none, or fewer than 10 errors. For a history too short to backtest at h: its own errors over the
+    near steps say how far the model's sd understates them (the finite-sample rule only knows a line's)."""
+    origins, hb = calibration_origins(len(y), m, h)
+    if name not in SINGLES or len(origins) < CAL_ORIGINS or len(origins) * hb < 10:
+        return None
+    p = candidate_paths(y, m, origins, hb, only=(name,), periods=periods).get(name)
+    if p is None:
+        return None
+    actual = np.array([y[o:o + hb] for o in origins])
+    absu = standardised(actual - p.point, p.sd, level_factor(y, origins, m))
+    scale = _calibrate(absu)[0]
+    return scale, hb, len(origins)
 
 
 def choose(bt: Backtest) -> tuple[str, str]:
@@ -438,7 +479,7 @@ class Result:
     notes: list[str] = field(default_factory=list)
     weights: dict = field(default_factory=dict)
     sd: np.ndarray | None = None           # the model's sd per step (before any calibration)
-    calibration: str = "none"              # backtest | finite-sample | pooled | none (no interval)
+    calibration: str = "none"              # backtest | finite-sample | short-backtest | pooled | none (no interval)
     n: int = 0                             # periods of history fitted
 
 
@@ -499,6 +540,16 @@ def forecast_values(y: np.ndarray, m: int, h: int, max_origins: int = 28, force:
     res = Result(point, {}, {}, chosen, final.detail, bt, notes, final.weights, sd, "backtest", n)
     if calibrated(bt, chosen):
         return _bounded(point, sd, bt.scale[chosen], y.min() >= 0, res)
+    short = short_calibration(y, m, h, chosen, periods)
+    if short is not None:
+        # The history's own errors at the steps it can backtest, not a line's textbook band: on the synthetic
+        # short hold-outs (run 8) the wider of the two covered 86-87 % at 80, this alone 85 %, the textbook 75-78 %
+        scale, hb, k = short
+        res.calibration = "short-backtest"
+        notes.append(f"intervals calibrated on {chosen}'s backtest errors at horizons 1..{hb} from {k} origins (the "
+                     f"longest backtest the history allows); beyond step {hb} the model's own variance growth, "
+                     "scaled by that calibration")
+        return _bounded(point, sd, scale, y.min() >= 0, res)
     res.calibration = "finite-sample"
     notes.append("intervals not calibrated by a backtest (too few origins): the model's variance widened for the "
                  f"estimation error of a trend fitted to {n} periods, Student-t quantiles with {max(n - 2, 1)} "
@@ -559,15 +610,16 @@ def pooled_scale(results: list[Result]) -> tuple[dict[int, float], int] | None:
 
 
 def apply_pooled(res: Result, pooled: tuple[dict[int, float], int], nonneg: bool) -> Result:
-    """Bounds of a forecast its own backtest could not calibrate: per step the wider of the finite-sample
-    interval (`finite_sample_interval`) and the pooled calibration applied to the model's sd (the pooled
+    """Bounds of a forecast its own backtest could not calibrate: per step the wider of its own interval (the
+    finite-sample one, `finite_sample_interval`, or that of a shorter backtest, `short_calibration`) and the
+    pooled calibration applied to the model's sd (the pooled
     errors come from longer histories, whose parameters are better known, so they alone could be too narrow
     for a short series; the finite-sample rule alone misses what the models get wrong on this kind of series)."""
-    if res.calibration != "finite-sample" or res.sd is None:
+    if res.calibration not in ("finite-sample", "short-backtest") or res.sd is None:
         return res
     scale, k = pooled
-    wide, t_scale = finite_sample_interval(res.sd, res.n)
-    half = {lv: np.fmax(Z[lv] * t_scale[lv] * wide, Z[lv] * scale[lv] * res.sd) for lv in LEVELS}
+    # hi - point: the half-width `forecast_values` set (finite-sample, or the short backtest's calibration)
+    half = {lv: np.fmax(res.hi[lv] - res.point, Z[lv] * scale[lv] * res.sd) for lv in LEVELS}
     res.calibration = "pooled"
     res.notes.append(f"intervals at least as wide as the backtest errors of the {k} calibrated series of this table "
                      f"pooled (factors {scale[80]:.3g} at 80 %, {scale[95]:.3g} at 95 % of the model sd)")
@@ -730,7 +782,7 @@ def _summary_row(key: dict, prep: Prepared, res: Result) -> dict:
            "backtest_mase": bt.mase.get(c) if bt else None, "backtest_smape": bt.smape.get(c) if bt else None,
            "coverage80": bt.coverage[c][80] if bt and c in bt.coverage else None,
            "coverage95": bt.coverage[c][95] if bt and c in bt.coverage else None,
-           # how the 80/95 % bounds were set: backtest (calibrated), finite-sample, pooled, none (no interval)
+           # how the 80/95 % bounds were set: backtest (calibrated), finite-sample, short-backtest, pooled, none
            "interval": res.calibration}
     for cand in CANDIDATES:
         row[f"mase_{cand.lower()}"] = bt.mase.get(cand) if bt else None
