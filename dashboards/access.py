@@ -26,7 +26,6 @@ import ipaddress
 import os
 import re
 import json
-import tomllib
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -34,7 +33,7 @@ from typing import Iterable, Mapping
 
 import streamlit as st
 
-from ingest.errors import InputError
+from ingest.errors import InputError, load_toml
 
 #: the environment variable that names the service configuration file for the dashboard process
 CONFIG_ENV = "GPULEDGER_CONFIG"
@@ -94,12 +93,7 @@ def _fail(path: str, text: str, key: str, problem: str) -> None:
 def parse_config(text: str, source: str = "<config>") -> DashboardConfig:
     """The ``[dashboard]`` host/port and ``[access]`` tables of a service configuration (other tables are the
     service's: models/service). Raises InputError (one line: file, line, key) for a bad value."""
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        m = re.search(r"at line (\d+)", str(exc))
-        raise InputError(source, f"not valid TOML: {str(exc).split(' (at line')[0]}",
-                         line_no=int(m.group(1)) if m else None) from None
+    doc = load_toml(text, source)
     dash = doc.get("dashboard", {})
     if not isinstance(dash, dict):
         _fail(source, text, "dashboard", "must be a table ([dashboard])")

@@ -14,14 +14,13 @@ import datetime as dt
 import hashlib
 import json
 import re
-import tomllib
 import zoneinfo
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation, ROUND_HALF_EVEN, localcontext
 from pathlib import Path
 from typing import Any
 
-from ingest.errors import InputError
+from ingest.errors import InputError, load_toml
 from ingest.lines import BOM
 from ingest.jobs_store import assign_teams
 from ingest.warehouse import IngestRun, utcnow
@@ -442,12 +441,7 @@ def _parse_clusters(chk: _Checker, doc: dict, gov: Governance) -> None:
 def parse(text: str, source: str = "<governance>") -> Governance:
     """Validate a governance TOML document; raises InputError (one line: where, key, problem)."""
     chk = _Checker(source, text)
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        m = re.search(r"at line (\d+)", str(exc))
-        raise InputError(source, f"not valid TOML: {str(exc).split(' (at line')[0]}",
-                         line_no=int(m.group(1)) if m else None) from None
+    doc = load_toml(text, source)
     for k in doc:
         if k not in TOP_KEYS:
             chk.fail((k,), f"unknown key (allowed: {', '.join(sorted(TOP_KEYS))})")

@@ -9,13 +9,12 @@ Relative paths are relative to the config file's directory. Durations are second
 from __future__ import annotations
 
 import re
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ingest import warehouse
-from ingest.errors import InputError
+from ingest.errors import InputError, load_toml
 from models.definitions.times import parse_duration
 from models.service.delivery import SHAPES, SmtpSettings, Webhook
 from models.service.sources import GLOBAL, KINDS, Key, Where
@@ -196,12 +195,7 @@ def _clusters(chk: _Where, doc: Any, base: Path) -> list[SourceConfig]:
 def parse(text: str, source: str) -> ServiceConfig:
     """Validate a service config; raises InputError (one line: file:line: key ...: problem)."""
     chk = _Where(source, text)
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        m = re.search(r"at line (\d+)", str(exc))
-        raise InputError(source, f"not valid TOML: {str(exc).split(' (at line')[0]}",
-                         line_no=int(m.group(1)) if m else None) from None
+    doc = load_toml(text, source)
     base = Path(source).resolve().parent
     sec = {name: _table(chk, (name,), doc.get(name), keys, base) for name, keys in SECTIONS.items()}
     sources = []
