@@ -491,7 +491,8 @@ def test_pooled_bands_are_never_narrower_than_the_finite_sample_ones_nor_below_z
         np.testing.assert_allclose(r.hi[lv] - r.point, np.fmax(before[lv][1] - r.point, F.Z[lv] * factor * r.sd))
 
 
-def test_forecast_table_widens_a_short_series_to_the_pooled_errors_of_the_others():
+def test_forecast_table_widens_a_short_series_to_the_pooled_errors_of_the_others(monkeypatch):
+    monkeypatch.setattr(F, "CROSS_SERIES", False)        # the pooled rule alone (cross-series: the test below)
     t = np.arange(120)
     rng = np.random.default_rng(21)
     long = [50 * k + 5 * np.sin(2 * np.pi * t / 7) + rng.normal(0, 3 * k, 120) for k in (1, 2, 3)]
@@ -507,3 +508,39 @@ def test_forecast_table_widens_a_short_series_to_the_pooled_errors_of_the_others
     r = F.forecast_values(short[100:], 7, 14)                               # the same series alone
     new = fc.filter(pl.col("pool") == "new")
     assert np.all(new["hi95"].to_numpy() >= r.hi[95] - 1e-9) and np.all(new["lo95"].to_numpy() >= 0)
+
+
+def test_cross_windows_take_one_window_per_longer_series_before_a_second_one():
+    # n = 10, h = 7, m = 7: origins step back by 7 from len - 7 while 10 periods precede them
+    assert F.cross_windows(10, [50, 30], 7, 7) == [(0, 43), (1, 23), (0, 36), (1, 16), (0, 29), (0, 22), (0, 15)]
+    assert F.cross_windows(10, [50, 30], 7, 7, limit=3) == [(0, 43), (1, 23), (0, 36)]
+    assert F.cross_windows(10, [16], 7, 7) == []                                 # 9 periods before its only origin
+
+
+def test_cross_calibration_is_the_conformal_quantile_of_the_cut_windows_standardised_errors():
+    # naive (m = 1) on 5 periods of a ramp y_t = t: point o - 1, sigma = 1 (every difference is 1), sd_j = √j,
+    # error at step j = j, so |e/sd| = √j at every window: 12 windows x steps 1..4 = 48 errors, 1, √2, √3 and 2
+    # twelve times each; the ⌈49·0.8⌉ = 40th and the ⌈49·0.95⌉ = 47th smallest are both 2
+    scale, windows, series = F.cross_calibration(5, "SeasonalNaive", [np.arange(30.0)], 1, 4)
+    assert (windows, series) == (12, 1)
+    assert scale[80] == pytest.approx(2 / F.Z[80]) and scale[95] == pytest.approx(2 / F.Z[95])
+    # a flat series: every window's model claims sd 0, nothing to standardise with
+    assert F.cross_calibration(5, "SeasonalNaive", [np.full(30, 3.0)], 1, 4) is None
+    assert F.cross_calibration(5, "Combination", [np.arange(30.0)], 1, 4) is None
+
+
+def test_forecast_table_calibrates_a_new_series_on_the_longer_ones_cut_to_its_length():
+    t = np.arange(120)
+    rng = np.random.default_rng(21)
+    long = [50 * k + 5 * np.sin(2 * np.pi * t / 7) + rng.normal(0, 3 * k, 120) for k in (1, 2, 3)]
+    short = np.r_[np.zeros(100), 40 + rng.normal(0, 2, 20)]                 # a pool that started 20 days ago
+    df = pl.DataFrame({"pool": [p for p in ("a", "b", "c", "new") for _ in t], "ts": np.tile(DAYS[:120], 4),
+                       "value": np.concatenate([*long, short])})
+    fc, summary = F.forecast_table(df, ["pool"], "day", 14)
+    notes = dict(zip(summary["pool"], summary["notes"]))
+    assert dict(zip(summary["pool"], summary["interval"]))["new"] == "cross-series"
+    assert "windows of 20 periods cut from 3 longer series" in notes["new"]
+    r = F.forecast_values(short[100:], 7, 14)                               # the same series alone
+    new = fc.filter(pl.col("pool") == "new")
+    for lv in F.LEVELS:                                                     # at least its own band, never below 0
+        assert np.all(new[f"hi{lv}"].to_numpy() >= r.hi[lv] - 1e-9) and np.all(new[f"lo{lv}"].to_numpy() >= 0)

@@ -626,6 +626,85 @@ def apply_pooled(res: Result, pooled: tuple[dict[int, float], int], nonneg: bool
     return _set_bounds(res.point, half, nonneg, res)
 
 
+# ----------------------------------------------------------------------------- cross-series calibration (short series)
+
+#: Windows of the table's longer series that calibrate one short series (`cross_windows`), at most.
+CROSS_WINDOWS = 40
+#: Whether `forecast_table` calibrates short series on the longer ones (`cross_series`); a module setting so
+#: that the benchmarks can measure the rule off and on in one process.
+CROSS_SERIES = True
+
+
+def cross_windows(n: int, lengths: list[int], m: int, h: int, limit: int = CROSS_WINDOWS) -> list[tuple[int, int]]:
+    """(series index, origin o) of windows y_s[o-n:o] → y_s[o:o+h] cut from longer series of the given lengths:
+    per series up to MIN_ORIGINS origins stepping back by min(h, m) from len - h while n periods precede them,
+    taken round-robin (each series' most recent window first, then the next ones), so that many series give
+    one window each before one series gives many: other series say more about a new one than more windows of one."""
+    step = max(1, min(h, m))
+    per = [[ln - h - i * step for i in range(MIN_ORIGINS) if ln - h - i * step >= n] for ln in lengths]
+    out = []
+    for i in range(max((len(p) for p in per), default=0)):
+        out += [(s, p[i]) for s, p in enumerate(per) if i < len(p)]
+    return out[:limit]
+
+
+def cross_calibration(n: int, name: str, longer: list[np.ndarray], m: int, h: int,
+                      periods: tuple[int, ...] | None = None) -> tuple[dict[int, float], int, int] | None:
+    """Scale factors c_L (`_calibrate`: conformal quantile of |error / model sd| over z_L) of candidate ``name``
+    fitted on n periods and forecasting h, from the table's longer series cut to that length (`cross_windows`):
+    at each window the model is fitted on the n periods before the origin alone, as on the short series, and
+    its errors at steps 1..h are divided by its own sd_j. Returns (factors, windows, series), None with fewer
+    than CAL_ORIGINS windows. A window whose model claims no uncertainty (sd_j <= 0, e.g. a flat stretch) is
+    skipped: its errors cannot be standardised, and counting them as out of any band would make the factor
+    unbounded.
+
+    Why: a series too short to backtest at h knows nothing of its own errors beyond the few steps it can
+    backtest (`short_calibration`), nor of how a model fitted on n periods fares at h steps; the table's other
+    series, cut to n periods, show that at every step up to h."""
+    if name not in SINGLES:
+        return None
+    wins = cross_windows(n, [len(y) for y in longer], m, h)
+    rows, used = [], set()
+    for s, o in wins:
+        p = candidate_paths(longer[s][o - n:o], m, [n], h, only=(name,), periods=periods).get(name)
+        if p is not None and np.all(p.sd[0] > 0):
+            rows.append(standardised(longer[s][o:o + h] - p.point[0], p.sd[0], np.ones(1)))
+            used.add(s)
+    if len(rows) < CAL_ORIGINS:
+        return None
+    return _calibrate(np.array(rows))[0], len(rows), len(used)
+
+
+def apply_cross(res: Result, cross: tuple[dict[int, float], int, int], nonneg: bool) -> Result:
+    """Bounds of a forecast its own backtest could not calibrate at h: per step the wider of its own interval
+    (finite-sample or short-backtest) and the cross-series calibration (`cross_calibration`) on the model's sd."""
+    if res.calibration not in ("finite-sample", "short-backtest") or res.sd is None:
+        return res
+    scale, k, s = cross
+    half = {lv: np.fmax(res.hi[lv] - res.point, Z[lv] * scale[lv] * res.sd) for lv in LEVELS}
+    res.calibration = "cross-series"
+    res.notes.append(f"intervals at least as wide as {res.model}'s errors at horizons 1..{len(res.point)} in {k} "
+                     f"windows of {res.n} periods cut from {s} longer series of this table (factors "
+                     f"{scale[80]:.3g} at 80 %, {scale[95]:.3g} at 95 % of the model sd)")
+    return _set_bounds(res.point, half, nonneg, res)
+
+
+def cross_series(done: list, m: int, h: int, periods: tuple[int, ...] | None) -> None:
+    """Cross-series calibration (`apply_cross`) of every forecast of a table (the (prepared, result, ...) of
+    `forecast_table`) that its own backtest could not calibrate at h, from the table's series with at least
+    n + h periods of history. Such a series is then not widened to the pooled errors (`apply_pooled`): those
+    come from full-length backtests, these from the same length and horizon."""
+    if not CROSS_SERIES:
+        return
+    for prep, res, *_ in done:
+        if res.calibration not in ("finite-sample", "short-backtest") or res.sd is None:
+            continue
+        longer = [p.y for p, r, *_ in done if len(p.y) >= res.n + h and r.model not in ("Zero", "none")]
+        cross = cross_calibration(res.n, res.model, longer, m, h, periods) if longer else None
+        if cross is not None:
+            apply_cross(res, cross, bool(len(prep.y) and prep.y.min() >= 0))
+
+
 # ----------------------------------------------------------------------------- level shifts
 
 def detect_level_shift(y: np.ndarray, m: int, ratio: float = 8.0, rel: float = 0.3) -> tuple[int, float, float] | None:
@@ -856,6 +935,7 @@ def forecast_table(df, keys: list[str], freq: str, horizon: int, shifts: bool = 
         jobs.append((part.get_column("ts").to_numpy(), np.where(np.isfinite(y), y, np.nan), freq, horizon,
                      shifts, max_origins))
     done = list(_run_jobs(jobs, progress))
+    cross_series(done, SEASON[freq], horizon, SEASONS.get(freq))
     pooled = pooled_scale([res for _, res, _ in done])
     for (kv, part), (prep, res, fut) in zip(parts.items(), done):
         if pooled is not None:
