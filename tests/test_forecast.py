@@ -544,3 +544,43 @@ def test_forecast_table_calibrates_a_new_series_on_the_longer_ones_cut_to_its_le
     new = fc.filter(pl.col("pool") == "new")
     for lv in F.LEVELS:                                                     # at least its own band, never below 0
         assert np.all(new[f"hi{lv}"].to_numpy() >= r.hi[lv] - 1e-9) and np.all(new[f"lo{lv}"].to_numpy() >= 0)
+
+
+def test_a_quantile_on_errors_the_model_gave_no_sd_for_calibrates_nothing():
+    # 10 origins x 2 steps; 3 of the 20 errors happened where the model claimed sd 0 (out of any band)
+    absu = np.r_[np.arange(1.0, 18.0), np.full(3, F.OUT_OF_ANY_BAND)].reshape(10, 2)
+    scale, _, _ = F._calibrate(absu)
+    assert scale[80] == pytest.approx(17 / F.Z[80])          # ⌈21·0.80⌉ = 17th smallest: 17
+    assert scale[95] == math.inf                             # ⌈21·0.95⌉ = 20th: an error without sd
+    assert F.standardised(np.array([[0.0, 2.0]]), np.array([[0.0, 0.0]]), np.array([[1 / 3]])).tolist() == \
+        [[0.0, F.OUT_OF_ANY_BAND]]                           # the level factor does not shrink "out of any band"
+
+
+def test_a_history_flat_at_the_backtest_origins_gets_a_finite_band():
+    # a pool flat at 1 GPU for 36 days that then moves: Theta fits the flat origins exactly (sd 0), so most of the
+    # backtest's errors have no sd; the factor once became 1e12/z and the 95 % band 1e11 GPUs wide
+    y = np.r_[0.7, np.ones(35), 1.2, 1.2, 1.3, 2.6, 2.2, 2.3, 3.3, 3.2, 2.3, 2.4]
+    for h in (7, 28):
+        r = F.forecast_values(y, 7, h)
+        assert r.calibration in ("backtest", "short-backtest", "finite-sample")
+        assert np.all(np.isfinite(r.hi[95])) and np.all(r.hi[95] - r.point < 100 * y.max())
+
+
+def test_forecast_table_bands_a_new_flat_series_from_the_others_errors_relative_to_their_level():
+    t = np.arange(120)
+    rng = np.random.default_rng(5)
+    long = [50 * k + 5 * np.sin(2 * np.pi * t / 7) + rng.normal(0, 3 * k, 120) for k in (1, 2)]
+    flat = np.r_[np.zeros(100), np.full(20, 4.0)]                   # one job of 4 GPUs for 20 days, nothing else
+    df = pl.DataFrame({"pool": [p for p in ("a", "b", "new") for _ in t], "ts": np.tile(DAYS[:120], 3),
+                       "value": np.concatenate([*long, flat])})
+    alone = F.forecast_values(flat[100:], 7, 14)
+    assert np.all(alone.hi[95] == alone.point) and "fits the history exactly" in " ".join(alone.notes)
+    fc, summary = F.forecast_table(df, ["pool"], "day", 14)
+    new = fc.filter(pl.col("pool") == "new")
+    notes = dict(zip(summary["pool"], summary["notes"]))
+    assert dict(zip(summary["pool"], summary["interval"]))["new"] == "cross-series"
+    assert "claims no uncertainty" in notes["new"] and "2 longer series" in notes["new"]
+    for lv in F.LEVELS:                                            # q_L · level · √j: half-widths grow as √j
+        half = new[f"hi{lv}"].to_numpy() - new["forecast"].to_numpy()
+        assert half[0] > 0
+        np.testing.assert_allclose(half / half[0], np.sqrt(np.arange(1, 15)))

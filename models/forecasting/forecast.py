@@ -268,8 +268,11 @@ class Backtest:
 
 
 def calibrated(bt: Backtest | None, name: str) -> bool:
-    """Whether the backtest has enough errors of ``name`` to calibrate its intervals (three origins, ten errors)."""
-    return bt is not None and name in bt.absu and len(bt.origins) >= 3 and bt.absu[name].size >= 10
+    """Whether the backtest has enough errors of ``name`` to calibrate its intervals (three origins, ten errors),
+    and its factors are numbers (`_calibrate`: not where the model claimed no uncertainty for the errors that
+    set the quantile)."""
+    return (bt is not None and name in bt.absu and len(bt.origins) >= 3 and bt.absu[name].size >= 10
+            and all(math.isfinite(v) for v in bt.scale.get(name, {}).values()))
 
 
 def backtest_origins(n: int, m: int, h: int, max_origins: int = 28) -> tuple[list[int], int]:
@@ -293,6 +296,12 @@ def conformal_rank(n: int, level: float) -> int:
     return min(n, math.ceil((n + 1) * level - 1e-9)) - 1
 
 
+def _factor(q: float, lv: int) -> float:
+    """c_L = q_L / z_L, infinite when the quantile is an error the model gave no sd for (`OUT_OF_ANY_BAND`): no
+    width calibrates that (the factor used to be 1e12/z_L, and bands of 1e11 GPUs were drawn)."""
+    return q / Z[lv] if q < OUT_OF_ANY_BAND else math.inf
+
+
 def _calibrate(absu: np.ndarray) -> tuple[dict[int, float], dict[int, float], dict[int, float]]:
     """Scale factors c_L = q_L(|u|)/z_L of the standardised errors u = e/sd (rows = origins), q_L the
     split-conformal quantile with the finite-sample correction (`conformal_rank`), the raw coverage, and the
@@ -308,7 +317,7 @@ def _calibrate(absu: np.ndarray) -> tuple[dict[int, float], dict[int, float], di
         if k < 3 or absu.size < 10:
             scale[lv], cov[lv] = 1.0, raw[lv]
             continue
-        scale[lv] = float(ordered[conformal_rank(ordered.size, lv / 100)]) / Z[lv]
+        scale[lv] = _factor(float(ordered[conformal_rank(ordered.size, lv / 100)]), lv)
         cov[lv] = float(np.mean(absu <= others[:, conformal_rank(others.shape[1], lv / 100)][:, None]))
     return scale, cov, raw
 
@@ -364,12 +373,16 @@ def level_factor(y: np.ndarray, origins: list[int], m: int) -> np.ndarray:
     return np.clip(f, 1 / LEVEL_CLIP, LEVEL_CLIP)[:, None]
 
 
+#: The standardised error of an error where the model claimed no uncertainty (sd 0): out of any band.
+OUT_OF_ANY_BAND = 1e12
+
+
 def standardised(err: np.ndarray, sd: np.ndarray, lf: np.ndarray) -> np.ndarray:
     """|error / model sd| per origin and step, times the origin's level factor (`level_factor`); an error where
-    the model claimed no uncertainty (sd 0) counts as out of any band."""
+    the model claimed no uncertainty (sd 0) counts as out of any band (`OUT_OF_ANY_BAND`)."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        absu = np.where(sd > 0, np.abs(err) / sd, np.where(err == 0, 0.0, 1e12)) * lf
-    return np.nan_to_num(absu, nan=1e12)
+        absu = np.where(sd > 0, np.abs(err) / sd * lf, np.where(err == 0, 0.0, OUT_OF_ANY_BAND))
+    return np.nan_to_num(absu, nan=OUT_OF_ANY_BAND)
 
 
 def backtest(y: np.ndarray, m: int, h: int, max_origins: int = 28,
@@ -435,6 +448,8 @@ def short_calibration(y: np.ndarray, m: int, h: int, name: str,
     actual = np.array([y[o:o + hb] for o in origins])
     absu = standardised(actual - p.point, p.sd, level_factor(y, origins, m))
     scale = _calibrate(absu)[0]
+    if not all(math.isfinite(v) for v in scale.values()):
+        return None
     return scale, hb, len(origins)
 
 
@@ -537,6 +552,9 @@ def forecast_values(y: np.ndarray, m: int, h: int, max_origins: int = 28, force:
     if final is None:                        # the chosen model cannot be fitted on this history
         chosen, final = "SeasonalNaive", candidate_paths(y, m, [n], h, only=("SeasonalNaive",))["SeasonalNaive"]
     point, sd = final.point[0], final.sd[0]
+    if not np.any(sd > 0):
+        notes.append(f"{chosen} fits the history exactly (sd 0): its band has no width, and nothing in this history "
+                     "says how far the forecast may be off")
     res = Result(point, {}, {}, chosen, final.detail, bt, notes, final.weights, sd, "backtest", n)
     if calibrated(bt, chosen):
         return _bounded(point, sd, bt.scale[chosen], y.min() >= 0, res)
@@ -551,7 +569,8 @@ def forecast_values(y: np.ndarray, m: int, h: int, max_origins: int = 28, force:
                      "scaled by that calibration")
         return _bounded(point, sd, scale, y.min() >= 0, res)
     res.calibration = "finite-sample"
-    notes.append("intervals not calibrated by a backtest (too few origins): the model's variance widened for the "
+    notes.append("intervals not calibrated by a backtest (too few origins, or errors where the model claimed no "
+                 "uncertainty): the model's variance widened for the "
                  f"estimation error of a trend fitted to {n} periods, Student-t quantiles with {max(n - 2, 1)} "
                  "degrees of freedom")
     return _bounded(point, *finite_sample_interval(sd, n), y.min() >= 0, res)
@@ -606,7 +625,8 @@ def pooled_scale(results: list[Result]) -> tuple[dict[int, float], int] | None:
     if len(pools) < POOL_MIN_SERIES:
         return None
     every = np.sort(np.concatenate(pools))
-    return {lv: float(every[conformal_rank(every.size, lv / 100)]) / Z[lv] for lv in LEVELS}, len(pools)
+    scale = {lv: _factor(float(every[conformal_rank(every.size, lv / 100)]), lv) for lv in LEVELS}
+    return (scale, len(pools)) if all(math.isfinite(v) for v in scale.values()) else None
 
 
 def apply_pooled(res: Result, pooled: tuple[dict[int, float], int], nonneg: bool) -> Result:
@@ -675,6 +695,46 @@ def cross_calibration(n: int, name: str, longer: list[np.ndarray], m: int, h: in
     return _calibrate(np.array(rows))[0], len(rows), len(used)
 
 
+def start_level(y: np.ndarray, m: int) -> float:
+    """The level a forecast from the end of y starts from: the mean of its last season (of all of y if shorter)."""
+    return float(np.mean(y[-max(m, 1):])) if len(y) else 0.0
+
+
+def cross_level(n: int, name: str, longer: list[np.ndarray], m: int, h: int,
+                periods: tuple[int, ...] | None = None) -> tuple[dict[int, float], int, int] | None:
+    """Quantiles q_L of |e_j| / (L·√j) of candidate ``name`` fitted on n periods of the table's longer series
+    (`cross_windows`), L the window's `start_level`, e_j its error at step j; q_L the split-conformal quantile
+    (`conformal_rank`). For a forecast whose model claims no uncertainty at all (sd 0: it fits a flat history
+    exactly), which no factor of its sd can widen: the other series' errors relative to their level are the
+    only scale left (demand's errors grow with its level and, as a level that moves in steps, about as √j).
+    Returns (quantiles, windows, series), None with fewer than CAL_ORIGINS windows."""
+    if name not in SINGLES:
+        return None
+    rows, used = [], set()
+    growth = np.sqrt(np.arange(1, h + 1))
+    for s, o in cross_windows(n, [len(y) for y in longer], m, h):
+        hist = longer[s][o - n:o]
+        p = candidate_paths(hist, m, [n], h, only=(name,), periods=periods).get(name) if start_level(hist, m) > 0 else None
+        if p is not None:
+            rows.append(np.abs(longer[s][o:o + h] - p.point[0]) / (start_level(hist, m) * growth))
+            used.add(s)
+    if len(rows) < CAL_ORIGINS:
+        return None
+    u = np.sort(np.concatenate(rows))
+    return {lv: float(u[conformal_rank(u.size, lv / 100)]) for lv in LEVELS}, len(rows), len(used)
+
+
+def apply_cross_level(res: Result, cross: tuple[dict[int, float], int, int], level: float, nonneg: bool) -> Result:
+    """Bounds q_L·level·√j per step j (`cross_level`) of a forecast whose model sd is 0 at every step."""
+    q, k, s = cross
+    j = np.sqrt(np.arange(1, len(res.point) + 1))
+    res.calibration = "cross-series"
+    res.notes.append(f"the model claims no uncertainty (it fits the history exactly): intervals from {res.model}'s "
+                     f"errors in {k} windows of {res.n} periods cut from {s} longer series of this table, relative "
+                     f"to their level ({q[80]:.3g} at 80 %, {q[95]:.3g} at 95 % of the level × √step)")
+    return _set_bounds(res.point, {lv: q[lv] * level * j for lv in LEVELS}, nonneg, res)
+
+
 def apply_cross(res: Result, cross: tuple[dict[int, float], int, int], nonneg: bool) -> Result:
     """Bounds of a forecast its own backtest could not calibrate at h: per step the wider of its own interval
     (finite-sample or short-backtest) and the cross-series calibration (`cross_calibration`) on the model's sd."""
@@ -697,12 +757,18 @@ def cross_series(done: list, m: int, h: int, periods: tuple[int, ...] | None) ->
     if not CROSS_SERIES:
         return
     for prep, res, *_ in done:
+        nonneg = bool(len(prep.y) and prep.y.min() >= 0)
+        longer = [p.y for p, r, *_ in done if len(p.y) >= res.n + h and r.model not in ("Zero", "none")]
+        if res.sd is not None and not np.any(res.sd > 0) and longer:
+            cross = cross_level(res.n, res.model, longer, m, h, periods)
+            if cross is not None:
+                apply_cross_level(res, cross, start_level(prep.y, m), nonneg)
+            continue
         if res.calibration not in ("finite-sample", "short-backtest") or res.sd is None:
             continue
-        longer = [p.y for p, r, *_ in done if len(p.y) >= res.n + h and r.model not in ("Zero", "none")]
         cross = cross_calibration(res.n, res.model, longer, m, h, periods) if longer else None
         if cross is not None:
-            apply_cross(res, cross, bool(len(prep.y) and prep.y.min() >= 0))
+            apply_cross(res, cross, nonneg)
 
 
 # ----------------------------------------------------------------------------- level shifts
