@@ -30,7 +30,12 @@ own intervals on the raw training data of the same folds (season length m = 7 da
 One table per frequency (hourly; daily), each with every method's MASE per series and horizon, then every
 method's mean MASE, sMAPE and 80/95 % coverage over the frequency's cells.
 
-Run: .venv/bin/python benchmarks/forecast_accuracy.py [--quick] [--series A,B] [--raw FILE.csv] [--markdown FILE]
+--table: "ours" is forecast as `gpuledger forecast` forecasts a table: at each fold origin every series of one
+trace and frequency (openb and openb_T4, same days) is cut there and forecast together by `forecast_table`, so a
+short series is calibrated on the longer ones (cross-series and pooled rules); Philly and DLRM are tables of one.
+The forced candidates and statsforecast's methods are per series as without it (statsforecast is univariate).
+
+Run: .venv/bin/python benchmarks/forecast_accuracy.py [--quick] [--series A,B] [--table] [--raw FILE.csv] [--markdown FILE]
 (statsforecast is in the `bench` extra: `uv pip install -e '.[bench]'`). statsforecast's AutoARIMA takes most of
 the time (about 25 minutes for each 3,584-hour openb series, ours 4 s): `--ours-only --raw ours.csv` scores ours
 alone, `--theirs-from RAW.csv` reuses statsforecast's rows of an earlier run on the same folds, and

@@ -668,8 +668,22 @@ def cross_windows(n: int, lengths: list[int], m: int, h: int, limit: int = CROSS
     return out[:limit]
 
 
+def window_paths(hist: np.ndarray, name: str, weights: dict, m: int, h: int,
+                 periods: tuple[int, ...] | None) -> Paths | None:
+    """Candidate ``name`` fitted on ``hist`` alone, forecasting h: a single, or the combination of the members
+    ``weights`` names with those weights (renormalised over the members that can be fitted)."""
+    if name in SINGLES:
+        return candidate_paths(hist, m, [len(hist)], h, only=(name,), periods=periods).get(name)
+    if name != "Combination" or not weights:
+        return None
+    members = candidate_paths(hist, m, [len(hist)], h, only=tuple(weights), periods=periods)
+    total = sum(w for c, w in weights.items() if c in members)
+    return combine(members, {c: w / total for c, w in weights.items() if c in members}) if total else None
+
+
 def cross_calibration(n: int, name: str, longer: list[np.ndarray], m: int, h: int,
-                      periods: tuple[int, ...] | None = None) -> tuple[dict[int, float], int, int] | None:
+                      periods: tuple[int, ...] | None = None,
+                      weights: dict | None = None) -> tuple[dict[int, float], int, int] | None:
     """Scale factors c_L (`_calibrate`: conformal quantile of |error / model sd| over z_L) of candidate ``name``
     fitted on n periods and forecasting h, from the table's longer series cut to that length (`cross_windows`):
     at each window the model is fitted on the n periods before the origin alone, as on the short series, and
@@ -680,13 +694,12 @@ def cross_calibration(n: int, name: str, longer: list[np.ndarray], m: int, h: in
 
     Why: a series too short to backtest at h knows nothing of its own errors beyond the few steps it can
     backtest (`short_calibration`), nor of how a model fitted on n periods fares at h steps; the table's other
-    series, cut to n periods, show that at every step up to h."""
-    if name not in SINGLES:
-        return None
+    series, cut to n periods, show that at every step up to h. A combination (``weights``: its members and
+    weights) is fitted on each window with the same members and weights (`window_paths`)."""
     wins = cross_windows(n, [len(y) for y in longer], m, h)
     rows, used = [], set()
     for s, o in wins:
-        p = candidate_paths(longer[s][o - n:o], m, [n], h, only=(name,), periods=periods).get(name)
+        p = window_paths(longer[s][o - n:o], name, weights or {}, m, h, periods)
         if p is not None and np.all(p.sd[0] > 0):
             rows.append(standardised(longer[s][o:o + h] - p.point[0], p.sd[0], np.ones(1)))
             used.add(s)
@@ -701,20 +714,19 @@ def start_level(y: np.ndarray, m: int) -> float:
 
 
 def cross_level(n: int, name: str, longer: list[np.ndarray], m: int, h: int,
-                periods: tuple[int, ...] | None = None) -> tuple[dict[int, float], int, int] | None:
+                periods: tuple[int, ...] | None = None,
+                weights: dict | None = None) -> tuple[dict[int, float], int, int] | None:
     """Quantiles q_L of |e_j| / (L·√j) of candidate ``name`` fitted on n periods of the table's longer series
     (`cross_windows`), L the window's `start_level`, e_j its error at step j; q_L the split-conformal quantile
     (`conformal_rank`). For a forecast whose model claims no uncertainty at all (sd 0: it fits a flat history
     exactly), which no factor of its sd can widen: the other series' errors relative to their level are the
     only scale left (demand's errors grow with its level and, as a level that moves in steps, about as √j).
     Returns (quantiles, windows, series), None with fewer than CAL_ORIGINS windows."""
-    if name not in SINGLES:
-        return None
     rows, used = [], set()
     growth = np.sqrt(np.arange(1, h + 1))
     for s, o in cross_windows(n, [len(y) for y in longer], m, h):
         hist = longer[s][o - n:o]
-        p = candidate_paths(hist, m, [n], h, only=(name,), periods=periods).get(name) if start_level(hist, m) > 0 else None
+        p = window_paths(hist, name, weights or {}, m, h, periods) if start_level(hist, m) > 0 else None
         if p is not None:
             rows.append(np.abs(longer[s][o:o + h] - p.point[0]) / (start_level(hist, m) * growth))
             used.add(s)
@@ -760,13 +772,13 @@ def cross_series(done: list, m: int, h: int, periods: tuple[int, ...] | None) ->
         nonneg = bool(len(prep.y) and prep.y.min() >= 0)
         longer = [p.y for p, r, *_ in done if len(p.y) >= res.n + h and r.model not in ("Zero", "none")]
         if res.sd is not None and not np.any(res.sd > 0) and longer:
-            cross = cross_level(res.n, res.model, longer, m, h, periods)
+            cross = cross_level(res.n, res.model, longer, m, h, periods, res.weights)
             if cross is not None:
                 apply_cross_level(res, cross, start_level(prep.y, m), nonneg)
             continue
         if res.calibration not in ("finite-sample", "short-backtest") or res.sd is None:
             continue
-        cross = cross_calibration(res.n, res.model, longer, m, h, periods) if longer else None
+        cross = cross_calibration(res.n, res.model, longer, m, h, periods, res.weights) if longer else None
         if cross is not None:
             apply_cross(res, cross, nonneg)
 
