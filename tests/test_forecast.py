@@ -584,3 +584,23 @@ def test_forecast_table_bands_a_new_flat_series_from_the_others_errors_relative_
         half = new[f"hi{lv}"].to_numpy() - new["forecast"].to_numpy()
         assert half[0] > 0
         np.testing.assert_allclose(half / half[0], np.sqrt(np.arange(1, 15)))
+
+
+@settings(max_examples=4, deadline=None)
+@given(seed=st.integers(0, 10_000), n_new=st.integers(3, 30), h=st.integers(1, 28))
+def test_cross_series_bands_are_at_least_the_series_own_nest_and_stay_non_negative(seed, n_new, h):
+    rng = np.random.default_rng(seed)
+    t = np.arange(90)
+    long = [rng.lognormal(2, 1) * (1 + 0.3 * np.sin(2 * np.pi * t / 7)) * rng.lognormal(0, 0.3, 90) for _ in range(3)]
+    new = np.r_[np.zeros(90 - n_new), rng.lognormal(1, 1) * rng.lognormal(0, 0.5, n_new)]
+    df = pl.DataFrame({"pool": [p for p in ("a", "b", "c", "new") for _ in t], "ts": np.tile(DAYS[:90], 4),
+                       "value": np.concatenate([*long, new])})
+    fc, summary = F.forecast_table(df, ["pool"], "day", h)
+    if dict(zip(summary["pool"], summary["interval"]))["new"] != "cross-series":
+        return
+    alone = F.forecast_values(new[90 - n_new:], 7, h)                       # its own band, without the table
+    f = fc.filter(pl.col("pool") == "new")
+    assert np.all(f["lo95"].to_numpy() >= 0)
+    assert np.all(f["lo95"].to_numpy() <= f["lo80"].to_numpy() + 1e-9)
+    assert np.all(f["hi80"].to_numpy() <= f["hi95"].to_numpy() + 1e-9)
+    assert np.all(f["hi95"].to_numpy() >= alone.hi[95] - 1e-9) and np.all(np.isfinite(f["hi95"].to_numpy()))

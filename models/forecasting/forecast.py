@@ -494,7 +494,7 @@ class Result:
     notes: list[str] = field(default_factory=list)
     weights: dict = field(default_factory=dict)
     sd: np.ndarray | None = None           # the model's sd per step (before any calibration)
-    calibration: str = "none"              # backtest | finite-sample | short-backtest | pooled | none (no interval)
+    calibration: str = "none"    # backtest | finite-sample | short-backtest | pooled | cross-series | none (no interval)
     n: int = 0                             # periods of history fitted
 
 
@@ -553,8 +553,8 @@ def forecast_values(y: np.ndarray, m: int, h: int, max_origins: int = 28, force:
         chosen, final = "SeasonalNaive", candidate_paths(y, m, [n], h, only=("SeasonalNaive",))["SeasonalNaive"]
     point, sd = final.point[0], final.sd[0]
     if not np.any(sd > 0):
-        notes.append(f"{chosen} fits the history exactly (sd 0): its band has no width, and nothing in this history "
-                     "says how far the forecast may be off")
+        notes.append(f"{chosen} fits the history exactly (sd 0): its own band has no width, and nothing in this "
+                     "history says how far the forecast may be off")
     res = Result(point, {}, {}, chosen, final.detail, bt, notes, final.weights, sd, "backtest", n)
     if calibrated(bt, chosen):
         return _bounded(point, sd, bt.scale[chosen], y.min() >= 0, res)
@@ -763,24 +763,28 @@ def apply_cross(res: Result, cross: tuple[dict[int, float], int, int], nonneg: b
 
 def cross_series(done: list, m: int, h: int, periods: tuple[int, ...] | None) -> None:
     """Cross-series calibration (`apply_cross`) of every forecast of a table (the (prepared, result, ...) of
-    `forecast_table`) that its own backtest could not calibrate at h, from the table's series with at least
-    n + h periods of history. Such a series is then not widened to the pooled errors (`apply_pooled`): those
-    come from full-length backtests, these from the same length and horizon."""
+    `forecast_table`) that its own backtest could not calibrate at h, and bands relative to the level
+    (`apply_cross_level`) for one whose model sd is 0 (positive levels only), from the table's series with at
+    least n + h periods of history. Such a series is then not widened to the pooled errors (`apply_pooled`):
+    those come from full-length backtests, these from the same length and horizon."""
     if not CROSS_SERIES:
         return
     for prep, res, *_ in done:
-        nonneg = bool(len(prep.y) and prep.y.min() >= 0)
+        if res.sd is None:
+            continue
+        flat = not np.any(res.sd > 0)          # the model claims no uncertainty: only the level is left (above)
+        if not flat and res.calibration not in ("finite-sample", "short-backtest"):
+            continue
         longer = [p.y for p, r, *_ in done if len(p.y) >= res.n + h and r.model not in ("Zero", "none")]
-        if res.sd is not None and not np.any(res.sd > 0) and longer:
+        nonneg = bool(len(prep.y) and prep.y.min() >= 0)
+        if flat and longer and start_level(prep.y, m) > 0:
             cross = cross_level(res.n, res.model, longer, m, h, periods, res.weights)
             if cross is not None:
                 apply_cross_level(res, cross, start_level(prep.y, m), nonneg)
-            continue
-        if res.calibration not in ("finite-sample", "short-backtest") or res.sd is None:
-            continue
-        cross = cross_calibration(res.n, res.model, longer, m, h, periods, res.weights) if longer else None
-        if cross is not None:
-            apply_cross(res, cross, nonneg)
+        elif not flat and longer:
+            cross = cross_calibration(res.n, res.model, longer, m, h, periods, res.weights)
+            if cross is not None:
+                apply_cross(res, cross, nonneg)
 
 
 # ----------------------------------------------------------------------------- level shifts
@@ -939,7 +943,8 @@ def _summary_row(key: dict, prep: Prepared, res: Result) -> dict:
            "backtest_mase": bt.mase.get(c) if bt else None, "backtest_smape": bt.smape.get(c) if bt else None,
            "coverage80": bt.coverage[c][80] if bt and c in bt.coverage else None,
            "coverage95": bt.coverage[c][95] if bt and c in bt.coverage else None,
-           # how the 80/95 % bounds were set: backtest (calibrated), finite-sample, short-backtest, pooled, none
+           # how the 80/95 % bounds were set: backtest (calibrated), finite-sample, short-backtest, pooled,
+           # cross-series, none
            "interval": res.calibration}
     for cand in CANDIDATES:
         row[f"mase_{cand.lower()}"] = bt.mase.get(cand) if bt else None
