@@ -30,7 +30,12 @@ own intervals on the raw training data of the same folds (season length m = 7 da
 One table per frequency (hourly; daily), each with every method's MASE per series and horizon, then every
 method's mean MASE, sMAPE and 80/95 % coverage over the frequency's cells.
 
-Run: .venv/bin/python benchmarks/forecast_accuracy.py [--quick] [--series A,B] [--raw FILE.csv] [--markdown FILE]
+--table: "ours" is forecast as `gpuledger forecast` forecasts a table: at each fold origin every series of one
+trace and frequency (openb and openb_T4, same days) is cut there and forecast together by `forecast_table`, so a
+short series is calibrated on the longer ones (cross-series and pooled rules); Philly and DLRM are tables of one.
+The forced candidates and statsforecast's methods are per series as without it (statsforecast is univariate).
+
+Run: .venv/bin/python benchmarks/forecast_accuracy.py [--quick] [--series A,B] [--table] [--raw FILE.csv] [--markdown FILE]
 (statsforecast is in the `bench` extra: `uv pip install -e '.[bench]'`). statsforecast's AutoARIMA takes most of
 the time (about 25 minutes for each 3,584-hour openb series, ours 4 s): `--ours-only --raw ours.csv` scores ours
 alone, `--theirs-from RAW.csv` reuses statsforecast's rows of an earlier run on the same folds, and
@@ -170,6 +175,32 @@ def run_ours(y: np.ndarray, freq: str, h: int, origins: list[int]) -> list[dict]
     return rows
 
 
+def trace_of(name: str) -> str:
+    """The trace a series comes from (openb_daily and openb_T4_daily: openb): its table in --table mode."""
+    return name.split("_")[0]
+
+
+def run_table(group: dict[str, np.ndarray], freq: str, h: int, origins: list[int]) -> dict[tuple[str, int], dict]:
+    """Ours as `gpuledger forecast` runs a table: at each origin every series of one trace and frequency (same
+    length, same time axis) cut there and forecast together by `forecast_table` (pooled and cross-series
+    calibration of the short ones included); scored on each series' raw actuals. (name, origin) -> scores."""
+    m = F.SEASON[freq]
+    out = {}
+    for o in origins:
+        ts = (np.datetime64("2000-01-01") + F.STEP[freq] * np.arange(o)).astype("datetime64[us]")
+        df = pl.DataFrame({"series": [k for k in group for _ in range(o)], "ts": np.tile(ts, len(group)),
+                           "value": np.concatenate([y[:o] for y in group.values()])})
+        fc, summary = F.forecast_table(df, ["series"], freq, h)
+        chosen = dict(zip(summary["series"], summary["model"]))
+        for name, y in group.items():
+            f = fc.filter(pl.col("series") == name) if fc.height else fc
+            cols = ("forecast", "lo80", "hi80", "lo95", "hi95")
+            # a series with no demand has no forecast rows (not forecast): its forecast is 0 with no width
+            vals = [f[c].to_numpy() for c in cols] if f.height else [np.zeros(h)] * 5
+            out[(name, o)] = {"chosen": chosen[name], **score(y, o, h, m, *vals)}
+    return out
+
+
 def run_theirs(y: np.ndarray, freq: str, h: int, origins: list[int]) -> list[dict]:
     from statsforecast import StatsForecast
     from statsforecast.models import MSTL, AutoARIMA, AutoETS, AutoTheta, SeasonalNaive
@@ -197,11 +228,13 @@ def run_theirs(y: np.ndarray, freq: str, h: int, origins: list[int]) -> list[dic
 # ----------------------------------------------------------------------------- report
 
 def evaluate(series: dict, folds_max: int | None, raw: str | None = None,
-             theirs: pl.DataFrame | None = None, ours_only: bool = False) -> pl.DataFrame:
+             theirs: pl.DataFrame | None = None, ours_only: bool = False, table: bool = False) -> pl.DataFrame:
     """Every method on every fold; with ``raw`` the rows so far are rewritten to that CSV after each cell.
     ``theirs``: statsforecast's rows of an earlier --raw run, reused for the folds they cover (their models do
-    not change between runs of ours; only ours are refitted)."""
+    not change between runs of ours; only ours are refitted). ``table``: "ours" is forecast per trace as a
+    table (`run_table`), the forced candidates and statsforecast's per series as before."""
     rows = []
+    tabled: dict[tuple[str, int, int], dict] = {}
     for name, (freq, y) in series.items():
         m = F.SEASON[freq]
         for h in HORIZONS[freq]:
@@ -214,6 +247,10 @@ def evaluate(series: dict, folds_max: int | None, raw: str | None = None,
             t0 = time.perf_counter()
             old = None if theirs is None else theirs.filter((pl.col("series") == name) & (pl.col("h") == h)
                                                              & pl.col("origin").is_in(origins))
+            if table and (name, h, origins[0]) not in tabled:
+                group = {k: v for k, (fq, v) in series.items() if fq == freq and trace_of(k) == trace_of(name)
+                         and len(v) == len(y)}
+                tabled.update({(k, h, o): r for (k, o), r in run_table(group, freq, h, origins).items()})
             if ours_only:
                 got = run_ours(y, freq, h, origins)
             elif old is not None and old.select("origin").n_unique() == len(origins):
@@ -222,6 +259,8 @@ def evaluate(series: dict, folds_max: int | None, raw: str | None = None,
                                                                                          "folds")} for r in kept]
             else:
                 got = run_ours(y, freq, h, origins) + run_theirs(y, freq, h, origins)
+            if table:
+                got = [{**r, **tabled[(name, h, r["origin"])]} if r["method"] == "ours" else r for r in got]
             rows += [{"series": name, "freq": freq, "n": len(y), "h": h, "folds": len(origins), **r} for r in got]
             if raw:
                 pl.DataFrame(rows).write_csv(raw)
@@ -264,6 +303,8 @@ def main(argv=None) -> int:
     ap.add_argument("--raw", help="write every fold's scores to this CSV as the run goes")
     ap.add_argument("--from-raw", help="only print the tables of a --raw CSV written before")
     ap.add_argument("--theirs-from", help="reuse statsforecast's rows of an earlier --raw CSV (same folds)")
+    ap.add_argument("--table", action="store_true",
+                    help="forecast ours per trace as a table (openb and openb_T4 together), as the CLI runs a table")
     ap.add_argument("--ours-only", action="store_true",
                     help="score ours only (with --raw; combine with statsforecast's rows by --from-raw A.csv,B.csv)")
     args = ap.parse_args(argv)
@@ -279,7 +320,7 @@ def main(argv=None) -> int:
     theirs = None
     if args.theirs_from:
         theirs = pl.read_csv(args.theirs_from).filter(pl.col("method").is_in(THEIRS))
-    return report(evaluate(series, 3 if args.quick else args.folds, args.raw, theirs, args.ours_only),
+    return report(evaluate(series, 3 if args.quick else args.folds, args.raw, theirs, args.ours_only, args.table),
                   args.markdown, t0)
 
 

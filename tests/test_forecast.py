@@ -491,7 +491,8 @@ def test_pooled_bands_are_never_narrower_than_the_finite_sample_ones_nor_below_z
         np.testing.assert_allclose(r.hi[lv] - r.point, np.fmax(before[lv][1] - r.point, F.Z[lv] * factor * r.sd))
 
 
-def test_forecast_table_widens_a_short_series_to_the_pooled_errors_of_the_others():
+def test_forecast_table_widens_a_short_series_to_the_pooled_errors_of_the_others(monkeypatch):
+    monkeypatch.setattr(F, "CROSS_SERIES", False)        # the pooled rule alone (cross-series: the test below)
     t = np.arange(120)
     rng = np.random.default_rng(21)
     long = [50 * k + 5 * np.sin(2 * np.pi * t / 7) + rng.normal(0, 3 * k, 120) for k in (1, 2, 3)]
@@ -507,3 +508,99 @@ def test_forecast_table_widens_a_short_series_to_the_pooled_errors_of_the_others
     r = F.forecast_values(short[100:], 7, 14)                               # the same series alone
     new = fc.filter(pl.col("pool") == "new")
     assert np.all(new["hi95"].to_numpy() >= r.hi[95] - 1e-9) and np.all(new["lo95"].to_numpy() >= 0)
+
+
+def test_cross_windows_take_one_window_per_longer_series_before_a_second_one():
+    # n = 10, h = 7, m = 7: origins step back by 7 from len - 7 while 10 periods precede them
+    assert F.cross_windows(10, [50, 30], 7, 7) == [(0, 43), (1, 23), (0, 36), (1, 16), (0, 29), (0, 22), (0, 15)]
+    assert F.cross_windows(10, [50, 30], 7, 7, limit=3) == [(0, 43), (1, 23), (0, 36)]
+    assert F.cross_windows(10, [16], 7, 7) == []                                 # 9 periods before its only origin
+
+
+def test_cross_calibration_is_the_conformal_quantile_of_the_cut_windows_standardised_errors():
+    # naive (m = 1) on 5 periods of a ramp y_t = t: point o - 1, sigma = 1 (every difference is 1), sd_j = √j,
+    # error at step j = j, so |e/sd| = √j at every window: 12 windows x steps 1..4 = 48 errors, 1, √2, √3 and 2
+    # twelve times each; the ⌈49·0.8⌉ = 40th and the ⌈49·0.95⌉ = 47th smallest are both 2
+    scale, windows, series = F.cross_calibration(5, "SeasonalNaive", [np.arange(30.0)], 1, 4)
+    assert (windows, series) == (12, 1)
+    assert scale[80] == pytest.approx(2 / F.Z[80]) and scale[95] == pytest.approx(2 / F.Z[95])
+    # a flat series: every window's model claims sd 0, nothing to standardise with
+    assert F.cross_calibration(5, "SeasonalNaive", [np.full(30, 3.0)], 1, 4) is None
+    assert F.cross_calibration(5, "Combination", [np.arange(30.0)], 1, 4) is None
+
+
+def test_forecast_table_calibrates_a_new_series_on_the_longer_ones_cut_to_its_length():
+    t = np.arange(120)
+    rng = np.random.default_rng(21)
+    long = [50 * k + 5 * np.sin(2 * np.pi * t / 7) + rng.normal(0, 3 * k, 120) for k in (1, 2, 3)]
+    short = np.r_[np.zeros(100), 40 + rng.normal(0, 2, 20)]                 # a pool that started 20 days ago
+    df = pl.DataFrame({"pool": [p for p in ("a", "b", "c", "new") for _ in t], "ts": np.tile(DAYS[:120], 4),
+                       "value": np.concatenate([*long, short])})
+    fc, summary = F.forecast_table(df, ["pool"], "day", 14)
+    notes = dict(zip(summary["pool"], summary["notes"]))
+    assert dict(zip(summary["pool"], summary["interval"]))["new"] == "cross-series"
+    assert "windows of 20 periods cut from 3 longer series" in notes["new"]
+    r = F.forecast_values(short[100:], 7, 14)                               # the same series alone
+    new = fc.filter(pl.col("pool") == "new")
+    for lv in F.LEVELS:                                                     # at least its own band, never below 0
+        assert np.all(new[f"hi{lv}"].to_numpy() >= r.hi[lv] - 1e-9) and np.all(new[f"lo{lv}"].to_numpy() >= 0)
+
+
+def test_a_quantile_on_errors_the_model_gave_no_sd_for_calibrates_nothing():
+    # 10 origins x 2 steps; 3 of the 20 errors happened where the model claimed sd 0 (out of any band)
+    absu = np.r_[np.arange(1.0, 18.0), np.full(3, F.OUT_OF_ANY_BAND)].reshape(10, 2)
+    scale, _, _ = F._calibrate(absu)
+    assert scale[80] == pytest.approx(17 / F.Z[80])          # ⌈21·0.80⌉ = 17th smallest: 17
+    assert scale[95] == math.inf                             # ⌈21·0.95⌉ = 20th: an error without sd
+    assert F.standardised(np.array([[0.0, 2.0]]), np.array([[0.0, 0.0]]), np.array([[1 / 3]])).tolist() == \
+        [[0.0, F.OUT_OF_ANY_BAND]]                           # the level factor does not shrink "out of any band"
+
+
+def test_a_history_flat_at_the_backtest_origins_gets_a_finite_band():
+    # a pool flat at 1 GPU for 36 days that then moves: Theta fits the flat origins exactly (sd 0), so most of the
+    # backtest's errors have no sd; the factor once became 1e12/z and the 95 % band 1e11 GPUs wide
+    y = np.r_[0.7, np.ones(35), 1.2, 1.2, 1.3, 2.6, 2.2, 2.3, 3.3, 3.2, 2.3, 2.4]
+    for h in (7, 28):
+        r = F.forecast_values(y, 7, h)
+        assert r.calibration in ("backtest", "short-backtest", "finite-sample")
+        assert np.all(np.isfinite(r.hi[95])) and np.all(r.hi[95] - r.point < 100 * y.max())
+
+
+def test_forecast_table_bands_a_new_flat_series_from_the_others_errors_relative_to_their_level():
+    t = np.arange(120)
+    rng = np.random.default_rng(5)
+    long = [50 * k + 5 * np.sin(2 * np.pi * t / 7) + rng.normal(0, 3 * k, 120) for k in (1, 2)]
+    flat = np.r_[np.zeros(100), np.full(20, 4.0)]                   # one job of 4 GPUs for 20 days, nothing else
+    df = pl.DataFrame({"pool": [p for p in ("a", "b", "new") for _ in t], "ts": np.tile(DAYS[:120], 3),
+                       "value": np.concatenate([*long, flat])})
+    alone = F.forecast_values(flat[100:], 7, 14)
+    assert np.all(alone.hi[95] == alone.point) and "fits the history exactly" in " ".join(alone.notes)
+    fc, summary = F.forecast_table(df, ["pool"], "day", 14)
+    new = fc.filter(pl.col("pool") == "new")
+    notes = dict(zip(summary["pool"], summary["notes"]))
+    assert dict(zip(summary["pool"], summary["interval"]))["new"] == "cross-series"
+    assert "claims no uncertainty" in notes["new"] and "2 longer series" in notes["new"]
+    for lv in F.LEVELS:                                            # q_L · level · √j: half-widths grow as √j
+        half = new[f"hi{lv}"].to_numpy() - new["forecast"].to_numpy()
+        assert half[0] > 0
+        np.testing.assert_allclose(half / half[0], np.sqrt(np.arange(1, 15)))
+
+
+@settings(max_examples=4, deadline=None)
+@given(seed=st.integers(0, 10_000), n_new=st.integers(3, 30), h=st.integers(1, 28))
+def test_cross_series_bands_are_at_least_the_series_own_nest_and_stay_non_negative(seed, n_new, h):
+    rng = np.random.default_rng(seed)
+    t = np.arange(90)
+    long = [rng.lognormal(2, 1) * (1 + 0.3 * np.sin(2 * np.pi * t / 7)) * rng.lognormal(0, 0.3, 90) for _ in range(3)]
+    new = np.r_[np.zeros(90 - n_new), rng.lognormal(1, 1) * rng.lognormal(0, 0.5, n_new)]
+    df = pl.DataFrame({"pool": [p for p in ("a", "b", "c", "new") for _ in t], "ts": np.tile(DAYS[:90], 4),
+                       "value": np.concatenate([*long, new])})
+    fc, summary = F.forecast_table(df, ["pool"], "day", h)
+    if dict(zip(summary["pool"], summary["interval"]))["new"] != "cross-series":
+        return
+    alone = F.forecast_values(new[90 - n_new:], 7, h)                       # its own band, without the table
+    f = fc.filter(pl.col("pool") == "new")
+    assert np.all(f["lo95"].to_numpy() >= 0)
+    assert np.all(f["lo95"].to_numpy() <= f["lo80"].to_numpy() + 1e-9)
+    assert np.all(f["hi80"].to_numpy() <= f["hi95"].to_numpy() + 1e-9)
+    assert np.all(f["hi95"].to_numpy() >= alone.hi[95] - 1e-9) and np.all(np.isfinite(f["hi95"].to_numpy()))

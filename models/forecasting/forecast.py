@@ -268,8 +268,11 @@ class Backtest:
 
 
 def calibrated(bt: Backtest | None, name: str) -> bool:
-    """Whether the backtest has enough errors of ``name`` to calibrate its intervals (three origins, ten errors)."""
-    return bt is not None and name in bt.absu and len(bt.origins) >= 3 and bt.absu[name].size >= 10
+    """Whether the backtest has enough errors of ``name`` to calibrate its intervals (three origins, ten errors),
+    and its factors are numbers (`_calibrate`: not where the model claimed no uncertainty for the errors that
+    set the quantile)."""
+    return (bt is not None and name in bt.absu and len(bt.origins) >= 3 and bt.absu[name].size >= 10
+            and all(math.isfinite(v) for v in bt.scale.get(name, {}).values()))
 
 
 def backtest_origins(n: int, m: int, h: int, max_origins: int = 28) -> tuple[list[int], int]:
@@ -293,6 +296,12 @@ def conformal_rank(n: int, level: float) -> int:
     return min(n, math.ceil((n + 1) * level - 1e-9)) - 1
 
 
+def _factor(q: float, lv: int) -> float:
+    """c_L = q_L / z_L, infinite when the quantile is an error the model gave no sd for (`OUT_OF_ANY_BAND`): no
+    width calibrates that (the factor used to be 1e12/z_L, and bands of 1e11 GPUs were drawn)."""
+    return q / Z[lv] if q < OUT_OF_ANY_BAND else math.inf
+
+
 def _calibrate(absu: np.ndarray) -> tuple[dict[int, float], dict[int, float], dict[int, float]]:
     """Scale factors c_L = q_L(|u|)/z_L of the standardised errors u = e/sd (rows = origins), q_L the
     split-conformal quantile with the finite-sample correction (`conformal_rank`), the raw coverage, and the
@@ -308,7 +317,7 @@ def _calibrate(absu: np.ndarray) -> tuple[dict[int, float], dict[int, float], di
         if k < 3 or absu.size < 10:
             scale[lv], cov[lv] = 1.0, raw[lv]
             continue
-        scale[lv] = float(ordered[conformal_rank(ordered.size, lv / 100)]) / Z[lv]
+        scale[lv] = _factor(float(ordered[conformal_rank(ordered.size, lv / 100)]), lv)
         cov[lv] = float(np.mean(absu <= others[:, conformal_rank(others.shape[1], lv / 100)][:, None]))
     return scale, cov, raw
 
@@ -364,12 +373,16 @@ def level_factor(y: np.ndarray, origins: list[int], m: int) -> np.ndarray:
     return np.clip(f, 1 / LEVEL_CLIP, LEVEL_CLIP)[:, None]
 
 
+#: The standardised error of an error where the model claimed no uncertainty (sd 0): out of any band.
+OUT_OF_ANY_BAND = 1e12
+
+
 def standardised(err: np.ndarray, sd: np.ndarray, lf: np.ndarray) -> np.ndarray:
     """|error / model sd| per origin and step, times the origin's level factor (`level_factor`); an error where
-    the model claimed no uncertainty (sd 0) counts as out of any band."""
+    the model claimed no uncertainty (sd 0) counts as out of any band (`OUT_OF_ANY_BAND`)."""
     with np.errstate(divide="ignore", invalid="ignore"):
-        absu = np.where(sd > 0, np.abs(err) / sd, np.where(err == 0, 0.0, 1e12)) * lf
-    return np.nan_to_num(absu, nan=1e12)
+        absu = np.where(sd > 0, np.abs(err) / sd * lf, np.where(err == 0, 0.0, OUT_OF_ANY_BAND))
+    return np.nan_to_num(absu, nan=OUT_OF_ANY_BAND)
 
 
 def backtest(y: np.ndarray, m: int, h: int, max_origins: int = 28,
@@ -435,6 +448,8 @@ def short_calibration(y: np.ndarray, m: int, h: int, name: str,
     actual = np.array([y[o:o + hb] for o in origins])
     absu = standardised(actual - p.point, p.sd, level_factor(y, origins, m))
     scale = _calibrate(absu)[0]
+    if not all(math.isfinite(v) for v in scale.values()):
+        return None
     return scale, hb, len(origins)
 
 
@@ -479,7 +494,7 @@ class Result:
     notes: list[str] = field(default_factory=list)
     weights: dict = field(default_factory=dict)
     sd: np.ndarray | None = None           # the model's sd per step (before any calibration)
-    calibration: str = "none"              # backtest | finite-sample | short-backtest | pooled | none (no interval)
+    calibration: str = "none"    # backtest | finite-sample | short-backtest | pooled | cross-series | none (no interval)
     n: int = 0                             # periods of history fitted
 
 
@@ -537,6 +552,9 @@ def forecast_values(y: np.ndarray, m: int, h: int, max_origins: int = 28, force:
     if final is None:                        # the chosen model cannot be fitted on this history
         chosen, final = "SeasonalNaive", candidate_paths(y, m, [n], h, only=("SeasonalNaive",))["SeasonalNaive"]
     point, sd = final.point[0], final.sd[0]
+    if not np.any(sd > 0):
+        notes.append(f"{chosen} fits the history exactly (sd 0): its own band has no width, and nothing in this "
+                     "history says how far the forecast may be off")
     res = Result(point, {}, {}, chosen, final.detail, bt, notes, final.weights, sd, "backtest", n)
     if calibrated(bt, chosen):
         return _bounded(point, sd, bt.scale[chosen], y.min() >= 0, res)
@@ -551,7 +569,8 @@ def forecast_values(y: np.ndarray, m: int, h: int, max_origins: int = 28, force:
                      "scaled by that calibration")
         return _bounded(point, sd, scale, y.min() >= 0, res)
     res.calibration = "finite-sample"
-    notes.append("intervals not calibrated by a backtest (too few origins): the model's variance widened for the "
+    notes.append("intervals not calibrated by a backtest (too few origins, or errors where the model claimed no "
+                 "uncertainty): the model's variance widened for the "
                  f"estimation error of a trend fitted to {n} periods, Student-t quantiles with {max(n - 2, 1)} "
                  "degrees of freedom")
     return _bounded(point, *finite_sample_interval(sd, n), y.min() >= 0, res)
@@ -606,7 +625,8 @@ def pooled_scale(results: list[Result]) -> tuple[dict[int, float], int] | None:
     if len(pools) < POOL_MIN_SERIES:
         return None
     every = np.sort(np.concatenate(pools))
-    return {lv: float(every[conformal_rank(every.size, lv / 100)]) / Z[lv] for lv in LEVELS}, len(pools)
+    scale = {lv: _factor(float(every[conformal_rank(every.size, lv / 100)]), lv) for lv in LEVELS}
+    return (scale, len(pools)) if all(math.isfinite(v) for v in scale.values()) else None
 
 
 def apply_pooled(res: Result, pooled: tuple[dict[int, float], int], nonneg: bool) -> Result:
@@ -624,6 +644,147 @@ def apply_pooled(res: Result, pooled: tuple[dict[int, float], int], nonneg: bool
     res.notes.append(f"intervals at least as wide as the backtest errors of the {k} calibrated series of this table "
                      f"pooled (factors {scale[80]:.3g} at 80 %, {scale[95]:.3g} at 95 % of the model sd)")
     return _set_bounds(res.point, half, nonneg, res)
+
+
+# ----------------------------------------------------------------------------- cross-series calibration (short series)
+
+#: Windows of the table's longer series that calibrate one short series (`cross_windows`), at most.
+CROSS_WINDOWS = 40
+#: Whether `forecast_table` calibrates short series on the longer ones (`cross_series`); a module setting so
+#: that the benchmarks can measure the rule off and on in one process.
+CROSS_SERIES = True
+
+
+def cross_windows(n: int, lengths: list[int], m: int, h: int, limit: int = CROSS_WINDOWS) -> list[tuple[int, int]]:
+    """(series index, origin o) of windows y_s[o-n:o] → y_s[o:o+h] cut from longer series of the given lengths:
+    per series up to MIN_ORIGINS origins stepping back by min(h, m) from len - h while n periods precede them,
+    taken round-robin (each series' most recent window first, then the next ones), so that many series give
+    one window each before one series gives many: other series say more about a new one than more windows of one."""
+    step = max(1, min(h, m))
+    per = [[ln - h - i * step for i in range(MIN_ORIGINS) if ln - h - i * step >= n] for ln in lengths]
+    out = []
+    for i in range(max((len(p) for p in per), default=0)):
+        out += [(s, p[i]) for s, p in enumerate(per) if i < len(p)]
+    return out[:limit]
+
+
+def window_paths(hist: np.ndarray, name: str, weights: dict, m: int, h: int,
+                 periods: tuple[int, ...] | None) -> Paths | None:
+    """Candidate ``name`` fitted on ``hist`` alone, forecasting h: a single, or the combination of the members
+    ``weights`` names with those weights (renormalised over the members that can be fitted)."""
+    if name in SINGLES:
+        return candidate_paths(hist, m, [len(hist)], h, only=(name,), periods=periods).get(name)
+    if name != "Combination" or not weights:
+        return None
+    members = candidate_paths(hist, m, [len(hist)], h, only=tuple(weights), periods=periods)
+    total = sum(w for c, w in weights.items() if c in members)
+    return combine(members, {c: w / total for c, w in weights.items() if c in members}) if total else None
+
+
+def cross_calibration(n: int, name: str, longer: list[np.ndarray], m: int, h: int,
+                      periods: tuple[int, ...] | None = None,
+                      weights: dict | None = None) -> tuple[dict[int, float], int, int] | None:
+    """Scale factors c_L (`_calibrate`: conformal quantile of |error / model sd| over z_L) of candidate ``name``
+    fitted on n periods and forecasting h, from the table's longer series cut to that length (`cross_windows`):
+    at each window the model is fitted on the n periods before the origin alone, as on the short series, and
+    its errors at steps 1..h are divided by its own sd_j. Returns (factors, windows, series), None with fewer
+    than CAL_ORIGINS windows. A window whose model claims no uncertainty (sd_j <= 0, e.g. a flat stretch) is
+    skipped: its errors cannot be standardised, and counting them as out of any band would make the factor
+    unbounded.
+
+    Why: a series too short to backtest at h knows nothing of its own errors beyond the few steps it can
+    backtest (`short_calibration`), nor of how a model fitted on n periods fares at h steps; the table's other
+    series, cut to n periods, show that at every step up to h. A combination (``weights``: its members and
+    weights) is fitted on each window with the same members and weights (`window_paths`)."""
+    wins = cross_windows(n, [len(y) for y in longer], m, h)
+    rows, used = [], set()
+    for s, o in wins:
+        p = window_paths(longer[s][o - n:o], name, weights or {}, m, h, periods)
+        if p is not None and np.all(p.sd[0] > 0):
+            rows.append(standardised(longer[s][o:o + h] - p.point[0], p.sd[0], np.ones(1)))
+            used.add(s)
+    if len(rows) < CAL_ORIGINS:
+        return None
+    return _calibrate(np.array(rows))[0], len(rows), len(used)
+
+
+def start_level(y: np.ndarray, m: int) -> float:
+    """The level a forecast from the end of y starts from: the mean of its last season (of all of y if shorter)."""
+    return float(np.mean(y[-max(m, 1):])) if len(y) else 0.0
+
+
+def cross_level(n: int, name: str, longer: list[np.ndarray], m: int, h: int,
+                periods: tuple[int, ...] | None = None,
+                weights: dict | None = None) -> tuple[dict[int, float], int, int] | None:
+    """Quantiles q_L of |e_j| / (L·√j) of candidate ``name`` fitted on n periods of the table's longer series
+    (`cross_windows`), L the window's `start_level`, e_j its error at step j; q_L the split-conformal quantile
+    (`conformal_rank`). For a forecast whose model claims no uncertainty at all (sd 0: it fits a flat history
+    exactly), which no factor of its sd can widen: the other series' errors relative to their level are the
+    only scale left (demand's errors grow with its level and, as a level that moves in steps, about as √j).
+    Returns (quantiles, windows, series), None with fewer than CAL_ORIGINS windows."""
+    rows, used = [], set()
+    growth = np.sqrt(np.arange(1, h + 1))
+    for s, o in cross_windows(n, [len(y) for y in longer], m, h):
+        hist = longer[s][o - n:o]
+        p = window_paths(hist, name, weights or {}, m, h, periods) if start_level(hist, m) > 0 else None
+        if p is not None:
+            rows.append(np.abs(longer[s][o:o + h] - p.point[0]) / (start_level(hist, m) * growth))
+            used.add(s)
+    if len(rows) < CAL_ORIGINS:
+        return None
+    u = np.sort(np.concatenate(rows))
+    return {lv: float(u[conformal_rank(u.size, lv / 100)]) for lv in LEVELS}, len(rows), len(used)
+
+
+def apply_cross_level(res: Result, cross: tuple[dict[int, float], int, int], level: float, nonneg: bool) -> Result:
+    """Bounds q_L·level·√j per step j (`cross_level`) of a forecast whose model sd is 0 at every step."""
+    q, k, s = cross
+    j = np.sqrt(np.arange(1, len(res.point) + 1))
+    res.calibration = "cross-series"
+    res.notes.append(f"the model claims no uncertainty (it fits the history exactly): intervals from {res.model}'s "
+                     f"errors in {k} windows of {res.n} periods cut from {s} longer series of this table, relative "
+                     f"to their level ({q[80]:.3g} at 80 %, {q[95]:.3g} at 95 % of the level × √step)")
+    return _set_bounds(res.point, {lv: q[lv] * level * j for lv in LEVELS}, nonneg, res)
+
+
+def apply_cross(res: Result, cross: tuple[dict[int, float], int, int], nonneg: bool) -> Result:
+    """Bounds of a forecast its own backtest could not calibrate at h: per step the wider of its own interval
+    (finite-sample or short-backtest) and the cross-series calibration (`cross_calibration`) on the model's sd."""
+    if res.calibration not in ("finite-sample", "short-backtest") or res.sd is None:
+        return res
+    scale, k, s = cross
+    half = {lv: np.fmax(res.hi[lv] - res.point, Z[lv] * scale[lv] * res.sd) for lv in LEVELS}
+    res.calibration = "cross-series"
+    res.notes.append(f"intervals at least as wide as {res.model}'s errors at horizons 1..{len(res.point)} in {k} "
+                     f"windows of {res.n} periods cut from {s} longer series of this table (factors "
+                     f"{scale[80]:.3g} at 80 %, {scale[95]:.3g} at 95 % of the model sd)")
+    return _set_bounds(res.point, half, nonneg, res)
+
+
+def cross_series(done: list, m: int, h: int, periods: tuple[int, ...] | None) -> None:
+    """Cross-series calibration (`apply_cross`) of every forecast of a table (the (prepared, result, ...) of
+    `forecast_table`) that its own backtest could not calibrate at h, and bands relative to the level
+    (`apply_cross_level`) for one whose model sd is 0 (positive levels only), from the table's series with at
+    least n + h periods of history. Such a series is then not widened to the pooled errors (`apply_pooled`):
+    those come from full-length backtests, these from the same length and horizon."""
+    if not CROSS_SERIES:
+        return
+    for prep, res, *_ in done:
+        if res.sd is None:
+            continue
+        flat = not np.any(res.sd > 0)          # the model claims no uncertainty: only the level is left (above)
+        if not flat and res.calibration not in ("finite-sample", "short-backtest"):
+            continue
+        longer = [p.y for p, r, *_ in done if len(p.y) >= res.n + h and r.model not in ("Zero", "none")]
+        nonneg = bool(len(prep.y) and prep.y.min() >= 0)
+        if flat and longer and start_level(prep.y, m) > 0:
+            cross = cross_level(res.n, res.model, longer, m, h, periods, res.weights)
+            if cross is not None:
+                apply_cross_level(res, cross, start_level(prep.y, m), nonneg)
+        elif not flat and longer:
+            cross = cross_calibration(res.n, res.model, longer, m, h, periods, res.weights)
+            if cross is not None:
+                apply_cross(res, cross, nonneg)
 
 
 # ----------------------------------------------------------------------------- level shifts
@@ -782,7 +943,8 @@ def _summary_row(key: dict, prep: Prepared, res: Result) -> dict:
            "backtest_mase": bt.mase.get(c) if bt else None, "backtest_smape": bt.smape.get(c) if bt else None,
            "coverage80": bt.coverage[c][80] if bt and c in bt.coverage else None,
            "coverage95": bt.coverage[c][95] if bt and c in bt.coverage else None,
-           # how the 80/95 % bounds were set: backtest (calibrated), finite-sample, short-backtest, pooled, none
+           # how the 80/95 % bounds were set: backtest (calibrated), finite-sample, short-backtest, pooled,
+           # cross-series, none
            "interval": res.calibration}
     for cand in CANDIDATES:
         row[f"mase_{cand.lower()}"] = bt.mase.get(cand) if bt else None
@@ -856,6 +1018,7 @@ def forecast_table(df, keys: list[str], freq: str, horizon: int, shifts: bool = 
         jobs.append((part.get_column("ts").to_numpy(), np.where(np.isfinite(y), y, np.nan), freq, horizon,
                      shifts, max_origins))
     done = list(_run_jobs(jobs, progress))
+    cross_series(done, SEASON[freq], horizon, SEASONS.get(freq))
     pooled = pooled_scale([res for _, res, _ in done])
     for (kv, part), (prep, res, fut) in zip(parts.items(), done):
         if pooled is not None:
