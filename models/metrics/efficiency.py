@@ -253,22 +253,28 @@ def shares(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def per_job(con: duckdb.DuckDBPyConnection, date_from: dt.datetime | None = None,
-            date_to: dt.datetime | None = None, order: str = "start", limit: int | None = None) -> pl.DataFrame:
+            date_to: dt.datetime | None = None, order: str = "start", limit: int | None = None,
+            idle_only: bool = False) -> pl.DataFrame:
     """One row per GPU job overlapping the window, its figures within the window (GPU-hours, %). ``running``: the
     job's allocation is still open at the data horizon (its GPU-hours stop there; ``end`` is empty).
 
-    ``order``: ``start`` or ``idle`` (worst offenders first: most idle-allocated GPU-hours).
+    ``order``: ``start`` or ``idle`` (worst offenders first: most idle-allocated GPU-hours). ``idle_only`` (with
+    ``idle``): only the jobs with idle-allocated GPU-hours in the window; they all have telemetry, so they are
+    found in the hour mart and a site's jobs without telemetry are never read job by job.
     """
     lo, hi = _window(con, date_from, date_to)
     order_sql = {"start": "j.start, j.job_id", "idle": "idle_alloc_gpu_h DESC, j.job_id"}[order]
     only = None
-    if order == "idle" and limit:
+    if order == "idle" and (limit or idle_only):
         # Only jobs with telemetry have idle GPU-hours, all in the hour mart: the first ``limit`` rows are among
         # the ``limit`` most idle of those (ties kept) and the first ``limit`` by job id of the rest (ties kept)
+        top = f" QUALIFY rank() OVER (ORDER BY idle DESC) <= {int(limit)}" if limit else ""
         only = f"""
             WITH idle AS (SELECT job_uid, sum(idle_alloc_gpu_s) AS idle FROM gpu_efficiency_job_hour
                           WHERE hour >= $lo AND hour < $hi GROUP BY job_uid HAVING sum(idle_alloc_gpu_s) > 0)
-            SELECT job_uid FROM idle QUALIFY rank() OVER (ORDER BY idle DESC) <= {int(limit)}
+            SELECT job_uid FROM idle{top}"""
+        if not idle_only:
+            only += f"""
             UNION ALL
             SELECT e.job_uid FROM gpu_efficiency_job e JOIN jobs j USING (job_uid) ANTI JOIN idle USING (job_uid)
             WHERE e.window_start < $hi AND e.window_end > $lo
@@ -303,9 +309,11 @@ def per_job(con: duckdb.DuckDBPyConnection, date_from: dt.datetime | None = None
 
 
 def worst_offenders(con: duckdb.DuckDBPyConnection, date_from: dt.datetime | None = None,
-                    date_to: dt.datetime | None = None, n: int = 10) -> pl.DataFrame:
-    """The ``n`` jobs with the most idle-allocated GPU-hours in the window."""
-    df = per_job(con, date_from, date_to, order="idle", limit=n)
+                    date_to: dt.datetime | None = None, n: int | None = 10) -> pl.DataFrame:
+    """The ``n`` jobs with the most idle-allocated GPU-hours in the window (None: every job with any), most idle
+    first. Idle needs readings, so these are jobs with telemetry only, read from the hour mart: a year of a site
+    without telemetry costs no scan of its jobs."""
+    df = per_job(con, date_from, date_to, order="idle", limit=n, idle_only=True)
     return df.filter(pl.col("idle_alloc_gpu_h") > 0)
 
 
