@@ -44,23 +44,25 @@ def _fingerprints(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
     return fps
 
 
-def _day_rows(where: str) -> str:
-    """Day rows of the jobs without telemetry matching ``where`` (over ``gpu_efficiency_job e``, ``jobs j`` and the
-    day ``day``): per day and group, allocated GPU-seconds, jobs overlapping the day, jobs starting on it."""
+def _day_rows(where: str, only_dirty: bool = False) -> str:
+    """Day rows of the jobs without telemetry matching ``where`` (over ``gpu_efficiency_job e`` and ``jobs j``):
+    per day and group, allocated GPU-seconds, jobs overlapping the day, jobs starting on it. ``only_dirty``: only
+    the days in ``_nt_days``. The pool is resolved per job, before its window is cut into days."""
     cols = ", ".join(f'j."{c}"' for c in JOB_KEYS if c != "cluster")
+    keep = " WHERE day::DATE IN (SELECT day FROM _nt_days)" if only_dirty else ""
     return f"""
-        WITH p AS (
-            SELECT e.job_uid, e.cluster, {cols}, j.gpu_type AS _job_gpu_type, d.day,
-                   date_trunc('day', e.window_start) = d.day AS first,
-                   j.ngpus * epoch(least(e.window_end, d.day + INTERVAL 1 DAY) - greatest(e.window_start, d.day))
-                       AS alloc_gpu_s
-            FROM gpu_efficiency_job e JOIN jobs j USING (job_uid),
-                 LATERAL (SELECT unnest(generate_series(date_trunc('day', e.window_start),
-                                                        e.window_end - INTERVAL 1 MICROSECOND, INTERVAL 1 DAY)) AS day) d
-            WHERE e.telemetry_gpu_s = 0 AND e.window_end > e.window_start AND ({where}))
-        SELECT day::DATE AS day, {_KEYS}, sum(alloc_gpu_s) AS alloc_gpu_s, count(*) AS jobs,
-               count(*) FILTER (WHERE first) AS jobs_first
-        FROM ({with_pool('p')}) GROUP BY ALL"""
+        WITH jb AS MATERIALIZED (
+            SELECT e.job_uid, e.cluster, {cols}, j.gpu_type AS _job_gpu_type, e.window_start, e.window_end, j.ngpus
+            FROM gpu_efficiency_job e JOIN jobs j USING (job_uid)
+            WHERE e.telemetry_gpu_s = 0 AND e.window_end > e.window_start AND ({where})),
+        p AS (
+            SELECT *, unnest(generate_series(date_trunc('day', window_start), window_end - INTERVAL 1 MICROSECOND,
+                                             INTERVAL 1 DAY)) AS day
+            FROM ({with_pool('jb')}))
+        SELECT day::DATE AS day, {_KEYS},
+               sum(ngpus * epoch(least(window_end, day + INTERVAL 1 DAY) - greatest(window_start, day))) AS alloc_gpu_s,
+               count(*) AS jobs, count(*) FILTER (WHERE date_trunc('day', window_start) = day) AS jobs_first
+        FROM p{keep} GROUP BY ALL"""
 
 
 def _job_rows(where: str) -> str:
@@ -97,6 +99,16 @@ def _dirty_days(con: duckdb.DuckDBPyConnection, watermark: int, last: int) -> No
         FROM r WHERE hi > lo - INTERVAL 1 MICROSECOND""")
 
 
+def _reaching(con: duckdb.DuckDBPyConnection) -> str:
+    """SQL over ``gpu_efficiency_job e``: the jobs whose windows reach a day of ``_nt_days``, as a few spans of
+    consecutive days (zone maps skip the rest of the table; one span from the first to the last past 16)."""
+    spans = con.sql("""SELECT min(day), max(day) + 1 FROM (SELECT day, day - (row_number() OVER (ORDER BY day))::INTEGER
+                       AS run FROM _nt_days) GROUP BY run ORDER BY 1""").fetchall()
+    if len(spans) > 16:
+        spans = [(spans[0][0], spans[-1][1])]
+    return " OR ".join(f"(e.window_start < DATE '{b}' AND e.window_end > DATE '{a}')" for a, b in spans)
+
+
 def build(con: duckdb.DuckDBPyConnection, full: bool = False) -> None:
     """Mart builder for models/pipeline/refresh.py (after the efficiency mart): the days moved since the last
     build, or all of them (``full``, never built, a fingerprint changed)."""
@@ -118,12 +130,8 @@ def build(con: duckdb.DuckDBPyConnection, full: bool = False) -> None:
             con.execute(f"INSERT INTO gpu_efficiency_notel_job {_job_rows('TRUE')}")
             warehouse.note_changed(con, TABLES)
         elif since is not None:
-            hi = con.sql("SELECT max(day) + 1 FROM _nt_days").fetchall()[0][0]
             con.execute(f"DELETE FROM {TABLE} WHERE day IN (SELECT day FROM _nt_days)")
-            # the jobs reaching those days (bounded first by the days' span, which zone maps can skip on)
-            con.execute(f"""INSERT INTO {TABLE} {_day_rows(
-                "e.window_start < $hi::TIMESTAMP AND e.window_end > $lo::TIMESTAMP "
-                "AND d.day::DATE IN (SELECT day FROM _nt_days)")} ORDER BY day""", {"lo": since, "hi": hi})
+            con.execute(f"INSERT INTO {TABLE} {_day_rows(_reaching(con), only_dirty=True)} ORDER BY day")
             con.execute("DELETE FROM gpu_efficiency_notel_job WHERE job_uid IN (SELECT job_uid FROM _nt_cand)")
             con.execute("INSERT INTO gpu_efficiency_notel_job SELECT * FROM _nt_new")
             warehouse.note_changed(con, TABLES, since)
