@@ -12,7 +12,9 @@ Definitions (docs/METRICS.md, "GPU efficiency"):
 
 A job without telemetry keeps ``telemetry_gpu_s = 0`` and NULL activity: it is counted and shown as "no
 telemetry", never as 0 % busy. The marts (``gpu_efficiency_job``, ``gpu_efficiency_job_hour``) are rebuilt
-incrementally by models/marts/efficiency.py; the report functions here read them and return Polars frames.
+incrementally by models/marts/efficiency.py; the report functions here read them and return Polars frames. The
+allocation of jobs without telemetry over a window's whole UTC days comes from ``gpu_efficiency_notel_day``
+(models/marts/efficiency_notel.py) while it is current, the partial edge days from the jobs' windows.
 """
 from __future__ import annotations
 
