@@ -1,12 +1,13 @@
 """The efficiency page's reads over long windows on the 5M-job year (#20): each read the page prefetches, timed
-alone on a read-only connection, with the per-day rollup of jobs without telemetry (models/marts/efficiency_notel.py)
+alone on a cursor of the year's serving snapshot (Parquet parts, as the dashboard reads them; ``--duckdb``: the
+warehouse file read-only instead), with the per-day rollup of jobs without telemetry (models/marts/efficiency_notel.py)
 and, in the same run, as before it (every job's window expanded: the rollup set aside; worst offenders as the page
 read them before, ``per_job(order="idle", limit=25)``).
 
 Windows end at the data's last hour (not on a day: the edge days are computed per job) and span 90 days and a
 year. Run under the heavy lock (a marts refresh of the year may come first, 3-5 min)::
 
-    flock /tmp/gpuledger-heavy.lock .venv/bin/python benchmarks/efficiency_windows.py [--runs 3] [--no-before]
+    flock /tmp/gpuledger-heavy.lock .venv/bin/python benchmarks/efficiency_windows.py [--runs 3] [--no-before] [--duckdb]
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import datetime as dt
 import os
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -24,7 +26,9 @@ if str(ROOT) not in sys.path:
 
 import duckdb  # noqa: E402
 
-from benchmarks._year import year_warehouse  # noqa: E402
+from benchmarks._year import CACHE, work_copy, year_warehouse  # noqa: E402
+from dashboards.snapshot import Snapshot  # noqa: E402
+from ingest import warehouse  # noqa: E402
 from models.metrics import efficiency  # noqa: E402
 
 
@@ -53,10 +57,29 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=3, help="timed runs per read with the rollup (median)")
     ap.add_argument("--no-before", action="store_true", help="skip the reads without the rollup (slow)")
+    ap.add_argument("--duckdb", action="store_true", help="read the warehouse file, not the serving snapshot")
     args = ap.parse_args(argv)
     db = year_warehouse(marts=True)
-    con = duckdb.connect(str(db), read_only=True)
-    print(f"{db.name}; load average {os.getloadavg()[0]:.1f}", flush=True)
+    if args.duckdb:
+        con = duckdb.connect(str(db), read_only=True)
+        print(f"{db.name} (DuckDB file); load average {os.getloadavg()[0]:.1f}", flush=True)
+        return measure(con, args)
+    with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
+        copy = work_copy(db, Path(tmp))
+        w = warehouse.connect(copy)
+        t = time.perf_counter()
+        warehouse.publish_serving(w, copy, full=True)
+        w.close()
+        snap = Snapshot(copy)
+        print(f"{db.name} (serving snapshot, published in {time.perf_counter() - t:.1f} s); load average "
+              f"{os.getloadavg()[0]:.1f}", flush=True)
+        try:
+            return measure(snap.cursor(), args)
+        finally:
+            snap.close()
+
+
+def measure(con, args) -> int:
     end = con.sql("SELECT date_trunc('hour', max(window_end)) FROM gpu_efficiency_job").fetchall()[0][0]
     rollup = efficiency._whole_days
     for days, bucket in ((90, "day"), (365, "week")):
