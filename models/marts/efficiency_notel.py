@@ -33,12 +33,16 @@ _FP = ("hash(concat_ws('|', j.ngpus::VARCHAR, " + ", ".join(
 
 def _fingerprints(con: duckdb.DuckDBPyConnection) -> dict[str, int]:
     """What the rows depend on besides the jobs' own rows: each cluster's team mapping (as the timeline, which runs
-    first, fingerprinted it), the node pools and the devices' models (an untyped job's pool)."""
+    first, fingerprinted it), each node's pools in the inventory, and the devices' models on nodes the inventory
+    gives no pool (only there can a model name an untyped job's pool: with_pool). New telemetry devices on typed
+    nodes and node state changes leave them as they are."""
     fps = dict(con.sql("SELECT 'teams:' || cluster, coalesce(team_fp, 0) FROM tl_clusters WHERE horizon IS NOT NULL")
                .fetchall())
-    for key, sql in (("pools", "SELECT cluster || '|' || node || '|' || coalesce(gpu_type, '-') AS s FROM nodes"),
-                     ("models", "SELECT DISTINCT cluster || '|' || node || '|' || coalesce(model, '-') AS s "
-                                "FROM gpu_devices")):
+    for key, sql in (("pools", "SELECT DISTINCT cluster || '|' || node || '|' || coalesce(gpu_type, '-') AS s "
+                               "FROM nodes"),
+                     ("models", "SELECT DISTINCT d.cluster || '|' || d.node || '|' || coalesce(d.model, '-') AS s "
+                                "FROM gpu_devices d ANTI JOIN (SELECT cluster, node FROM nodes WHERE gpu_type IS NOT "
+                                "NULL) n ON n.cluster = d.cluster AND n.node = d.node")):
         fps[key] = con.sql(f"SELECT (coalesce(sum(hash(s)), 0) % 18446744073709551557)::UBIGINT FROM ({sql})"
                            ).fetchall()[0][0]
     return fps
