@@ -16,6 +16,8 @@ or device models, or a row count that does not add up, rebuilds it whole.
 """
 from __future__ import annotations
 
+import datetime as dt
+
 import duckdb
 
 from ingest import warehouse
@@ -76,13 +78,14 @@ def _job_rows(where: str) -> str:
                WHERE e.telemetry_gpu_s = 0 AND e.window_end > e.window_start AND ({where})"""
 
 
-def _dirty_days(con: duckdb.DuckDBPyConnection, watermark: int, last: int) -> None:
-    """``_nt_cand``: jobs the efficiency mart rewrote since ``watermark`` (µs since the epoch) or whose job row
-    changed since run ``last``; ``_nt_new`` their rows now; ``_nt_days``: the UTC days whose rows they move."""
+def _dirty_days(con: duckdb.DuckDBPyConnection, built: dt.datetime, last: int) -> None:
+    """``_nt_cand``: jobs the efficiency mart rewrote since the last build (``built``: its end; the efficiency
+    build that runs next stamps its rows later) or whose job row changed since run ``last``; ``_nt_new`` their
+    rows now; ``_nt_days``: the UTC days whose rows they move."""
     con.execute("""CREATE OR REPLACE TEMP TABLE _nt_cand AS
-                   SELECT job_uid FROM gpu_efficiency_job WHERE epoch_us(computed_at) >= $w
+                   SELECT job_uid FROM gpu_efficiency_job WHERE computed_at >= $w
                    UNION SELECT job_uid FROM jobs WHERE coalesce(updated_run_id, ingest_run_id) > $last""",
-                {"w": watermark, "last": last})
+                {"w": built, "last": last})
     con.execute(f"CREATE OR REPLACE TEMP TABLE _nt_new AS {_job_rows('e.job_uid IN (SELECT job_uid FROM _nt_cand)')}")
     # per job the day ranges it moved: old and new windows, or only the end's days when nothing else changed
     con.execute("""
@@ -116,15 +119,14 @@ def _reaching(con: duckdb.DuckDBPyConnection) -> str:
 def build(con: duckdb.DuckDBPyConnection, full: bool = False) -> None:
     """Mart builder for models/pipeline/refresh.py (after the efficiency mart): the days moved since the last
     build, or all of them (``full``, never built, a fingerprint changed)."""
-    now_us = con.sql("SELECT epoch_us($t::TIMESTAMP)", params={"t": warehouse.utcnow()}).fetchall()[0][0]
     eff_run = warehouse.mart_run(con, EFFICIENCY) or 0
-    last = warehouse.mart_run(con, MART)
+    last, built = (con.execute("SELECT last_run_id, refreshed_at FROM mart_state WHERE mart = ?", [MART]).fetchall()
+                   or [(None, None)])[0]
     fps = _fingerprints(con)
-    state = dict(con.sql("SELECT key, value FROM gpu_efficiency_notel_state").fetchall())
-    full = full or last is None or {k: v for k, v in state.items() if k != "watermark"} != fps
+    full = full or last is None or dict(con.sql("SELECT key, value FROM gpu_efficiency_notel_state").fetchall()) != fps
     since = None
     if not full:
-        _dirty_days(con, state["watermark"], last)
+        _dirty_days(con, built, last)
         since = con.sql("SELECT min(day) FROM _nt_days").fetchall()[0][0]
     with warehouse.transaction(con):
         if full:
@@ -141,7 +143,7 @@ def build(con: duckdb.DuckDBPyConnection, full: bool = False) -> None:
             warehouse.note_changed(con, TABLES, since)
         con.execute("DELETE FROM gpu_efficiency_notel_state")
         con.executemany("INSERT INTO gpu_efficiency_notel_state VALUES (?, ?)",
-                        list({**fps, "watermark": now_us}.items()))
+                        list(fps.items()))
         warehouse.record_mart(con, MART, eff_run)
     for t in ("_nt_cand", "_nt_new", "_nt_days"):
         con.execute(f"DROP TABLE IF EXISTS {t}")

@@ -19,7 +19,7 @@ CREATE TABLE gpu_efficiency_notel_day (
 );
 
 -- The builder's own state: each rolled-up job as last summed (to find the days a changed job left), and the
--- fingerprints and watermark of its last build.
+-- fingerprints of what its last build depended on besides the jobs (team mapping, node pools, device models).
 CREATE TABLE gpu_efficiency_notel_job (
     job_uid      BIGINT NOT NULL,
     window_start TIMESTAMP NOT NULL,
