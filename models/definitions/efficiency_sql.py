@@ -23,4 +23,3 @@ def with_pool(src: str) -> str:
                    JOIN gpu_devices d ON d.cluster = jn.cluster AND d.node = jn.node
                    WHERE jn.job_uid IN (SELECT job_uid FROM {src} WHERE _job_gpu_type IS NULL) GROUP BY 1) gm
           USING (job_uid)"""
-
