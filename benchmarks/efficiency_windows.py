@@ -7,7 +7,8 @@ read them before, ``per_job(order="idle", limit=25)``).
 Windows end at the data's last hour (not on a day: the edge days are computed per job) and span 90 days and a
 year. Run under the heavy lock (a marts refresh of the year may come first, 3-5 min)::
 
-    flock /tmp/gpuledger-heavy.lock .venv/bin/python benchmarks/efficiency_windows.py [--runs 3] [--no-before] [--duckdb]
+    flock /tmp/gpuledger-heavy.lock .venv/bin/python benchmarks/efficiency_windows.py \
+        [--runs 3] [--no-before] [--duckdb]
 """
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ def reads(bucket: str, before: bool) -> dict:
     return {"total": lambda con, lo, hi: efficiency.by_group(con, lo, hi, bucket=None),
             "by team": lambda con, lo, hi: efficiency.by_group(con, lo, hi, by=["team"], bucket=None),
             "by user": lambda con, lo, hi: efficiency.by_group(con, lo, hi, by=["user"], bucket=None),
-            f"by pool per {bucket}": lambda con, lo, hi: efficiency.by_group(con, lo, hi, by=["gpu_type"], bucket=bucket),
+            f"by pool per {bucket}":
+                lambda con, lo, hi: efficiency.by_group(con, lo, hi, by=["gpu_type"], bucket=bucket),
             "worst offenders": worst,
             "attribution methods": lambda con, lo, hi: efficiency.method_shares(con, lo, hi)}
 

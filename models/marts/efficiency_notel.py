@@ -101,8 +101,8 @@ def _dirty_days(con: duckdb.DuckDBPyConnection, built: dt.datetime, last: int) -
                         ELSE o.window_start END, o.window_end
             FROM o LEFT JOIN _nt_new n USING (job_uid)
             WHERE n.job_uid IS NULL OR o.fp <> n.fp OR o.window_start <> n.window_start OR o.window_end <> n.window_end)
-        SELECT DISTINCT unnest(generate_series(date_trunc('day', lo - INTERVAL 1 MICROSECOND), hi - INTERVAL 1 MICROSECOND,
-                                               INTERVAL 1 DAY))::DATE AS day
+        SELECT DISTINCT unnest(generate_series(date_trunc('day', lo - INTERVAL 1 MICROSECOND),
+                                               hi - INTERVAL 1 MICROSECOND, INTERVAL 1 DAY))::DATE AS day
         FROM r WHERE hi > lo - INTERVAL 1 MICROSECOND""")
 
 

@@ -207,7 +207,8 @@ def by_group(con: duckdb.DuckDBPyConnection, date_from: dt.datetime | None = Non
                idle_alloc_gpu_s, fb_max_mib, energy_j, label_gpu_s, index_gpu_s, share_gpu_s
         FROM h WHERE NOT from_mart),
     g AS (
-        SELECT {sel}sum(n)::BIGINT AS jobs, coalesce(sum(n) FILTER (WHERE tel = 0), 0)::BIGINT AS jobs_without_telemetry,
+        SELECT {sel}sum(n)::BIGINT AS jobs,
+               coalesce(sum(n) FILTER (WHERE tel = 0), 0)::BIGINT AS jobs_without_telemetry,
                sum(alloc) AS alloc, sum(tel) AS tel, sum(act) AS act, sum(idle) AS idle, max(fb) AS fb,
                sum(energy) AS energy, sum(lab) AS lab, sum(idx) AS idx, sum(shr) AS shr
         FROM per_job GROUP BY ALL),
