@@ -281,6 +281,7 @@ _AS_OTHER = {
     "tl_blocked_daily": ("team", "account", "user"),
     "tl_decay_daily": ("team", "account"),
     "tl_demand_daily": ("team", "account", "user"),
+    "gpu_efficiency_notel_day": ("team", "account", "user"),
     "tl_pending_team_daily": ("team",),
     "demand_day": ("team",),
     "entitlements": ("team",),

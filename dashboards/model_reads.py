@@ -300,7 +300,7 @@ def efficiency_jobs(version: str, f: Filters, n: int = 25, user: str | None = No
     one ``user`` only, when given)."""
     mod = efficiency_mod
     filtered = any(f.dimensions().values()) or user is not None
-    df = mod.per_job(_cursor(version), f.t0, f.t1, order="idle", limit=None if filtered else n)
+    df = mod.worst_offenders(_cursor(version), f.t0, f.t1, n=None if filtered else n)
     df = f.apply(df.with_columns(pl.col("team").fill_null(UNMAPPED)))
     if user is not None:
         df = df.filter(pl.col("user") == user)

@@ -262,3 +262,6 @@ def test_worst_offenders_with_a_limit_equal_the_head_of_the_full_list(con, tmp_p
     later = efficiency.per_job(con, at(60), at(600), order="idle", limit=1)
     assert later["job_id"].to_list() == ["84"] and later["alloc_gpu_h"].to_list() == pytest.approx([18])
     assert efficiency.worst_offenders(con, n=2)["job_id"].to_list() == ["81", "82"]
+    # every job with idle GPU-hours (the page's read when filters apply): the telemetry jobs' rows, as per_job has them
+    every = efficiency.worst_offenders(con, n=None)
+    assert every.rows() == full.filter(full["idle_alloc_gpu_h"] > 0).rows()

@@ -7,5 +7,6 @@ EFFICIENCY = "efficiency"            # models/marts/efficiency.py: telemetry per
 DEMAND = "demand"                    # models/marts/demand.py: daily demand series
 OPEN_STATEMENTS = "open_statements"  # models/pipeline/open_statements.py: the newest open months' statements
 LOSSES = "losses"                    # models/marts/losses.py: lost GPU-hours by cause, jobs ended per node and day
+EFFICIENCY_NOTEL = "efficiency_notel"  # models/marts/efficiency_notel.py: days of jobs without telemetry
 
-ALL = (TIMELINE, EFFICIENCY, DEMAND, OPEN_STATEMENTS, LOSSES)
+ALL = (TIMELINE, EFFICIENCY, DEMAND, OPEN_STATEMENTS, LOSSES, EFFICIENCY_NOTEL)

@@ -12,7 +12,9 @@ Definitions (docs/METRICS.md, "GPU efficiency"):
 
 A job without telemetry keeps ``telemetry_gpu_s = 0`` and NULL activity: it is counted and shown as "no
 telemetry", never as 0 % busy. The marts (``gpu_efficiency_job``, ``gpu_efficiency_job_hour``) are rebuilt
-incrementally by models/marts/efficiency.py; the report functions here read them and return Polars frames.
+incrementally by models/marts/efficiency.py; the report functions here read them and return Polars frames. The
+allocation of jobs without telemetry over a window's whole UTC days comes from ``gpu_efficiency_notel_day``
+(models/marts/efficiency_notel.py) while it is current, the partial edge days from the jobs' windows.
 """
 from __future__ import annotations
 
@@ -21,8 +23,11 @@ import datetime as dt
 import duckdb
 import polars as pl
 
+from ingest.warehouse import mart_run
+from models.definitions.efficiency_sql import with_pool
 from models.definitions.jobs_sql import open_sql
-from models.definitions.labels import UNTYPED
+from models.definitions.marts import EFFICIENCY, EFFICIENCY_NOTEL
+from models.definitions.times import ceil_day, floor_day
 from models.kernels.attribution import N_BINS
 
 METRIC_NAMES = {"sm": "SM_ACTIVE", "gr": "GR_ENGINE_ACTIVE", "gu": "GPU_UTIL"}
@@ -36,43 +41,64 @@ _BIN_LO = "CASE WHEN i = 1 THEN 0 WHEN i = 2 THEN 0.005 ELSE 0.05 * (i - 2) END"
 _BIN_HI = "CASE WHEN i = 1 THEN 0 ELSE 0.05 * (i - 1) END"
 
 
-def _hours_in(by: list[str], grain: str | None = "hour", only: str | None = None) -> str:
+def _hours_in(by: list[str], grain: str | None = "hour", only: str | None = None,
+              days: tuple[dt.datetime, dt.datetime] | None = None) -> str:
     """Mart hours in the window, with the job's metric and grouping columns (gpu_type falls back to the node
-    pool).
+    pool: models/definitions/efficiency_sql.with_pool), and the allocation of jobs without telemetry.
 
     ``grain`` (hour, day, week, month or None) is the bucket the caller groups by: the allocation-only hours of
     jobs without telemetry come summed per bucket of it (None: one row per job), which adds up to the same
-    GPU-seconds in far fewer rows. ``only``: SQL selecting the job_uids to keep (all when None)."""
-    cols = "".join(f', j."{c}"' if c != "gpu_type" else ", j.gpu_type AS _job_gpu_type"
-                   for c in by if c != "cluster")
-    if "gpu_type" not in by:
-        return _all_hours(grain, only, ", e.metric" + cols)
-    # GPU type: Slurm's typed GRES, else the node's pool in the inventory, else the model the exporter reports
-    # (looked up only for the jobs in the window without a typed GRES: job_nodes is as long as the job table)
-    return f"""
-        WITH _h_all AS ({_all_hours(grain, only, ", e.metric" + cols)})
-        SELECT h.* EXCLUDE (_job_gpu_type), coalesce(h._job_gpu_type, gt.gpu_type, gm.model, '{UNTYPED}') AS gpu_type
-        FROM _h_all h
-        LEFT JOIN (SELECT jn.job_uid, min(n.gpu_type) AS gpu_type FROM job_nodes jn
-                   JOIN nodes n ON n.cluster = jn.cluster AND n.node = jn.node
-                   WHERE jn.job_uid IN (SELECT job_uid FROM _h_all WHERE _job_gpu_type IS NULL) GROUP BY 1) gt
-          USING (job_uid)
-        LEFT JOIN (SELECT jn.job_uid, min(d.model) AS model FROM job_nodes jn
-                   JOIN gpu_devices d ON d.cluster = jn.cluster AND d.node = jn.node
-                   WHERE jn.job_uid IN (SELECT job_uid FROM _h_all WHERE _job_gpu_type IS NULL) GROUP BY 1) gm
-          USING (job_uid)"""
+    GPU-seconds in far fewer rows. ``only``: SQL selecting the job_uids to keep (all when None). ``days``: the
+    whole UTC days [D1, D2) of the window when the no-telemetry rollup is current (:func:`_whole_days`); those
+    days' allocation-only rows then come from ``gpu_efficiency_notel_day`` (job_uid NULL, ``n`` jobs each) and
+    only the partial edge days are computed per job. Every row has ``n``: the distinct jobs it adds to its
+    bucket's count."""
+    extra = ", e.metric" + "".join(f', j."{c}"' if c != "gpu_type" else ", j.gpu_type AS _job_gpu_type"
+                                   for c in by if c != "cluster")
+    if days is None or grain == "hour" or only:
+        exact = _mart_hours(only, extra) + "\nUNION ALL" + _notel_jobs(grain, only, extra)
+        return f"WITH _h_all AS ({exact}) {with_pool('_h_all')}" if "gpu_type" in by else exact
+    exact = _mart_hours(None, extra) + "".join("\nUNION ALL" + _notel_jobs(grain, None, extra, edge, days)
+                                                for edge in _edges(days))
+    if "gpu_type" in by:
+        exact = f"WITH _h_all AS ({exact}) {with_pool('_h_all')}"
+    return f"SELECT * FROM ({exact}) UNION ALL BY NAME {_notel_rollup(grain, days, by)}"
 
 
-def _all_hours(grain: str | None = "hour", only: str | None = None, extra: str = "") -> str:
-    """Mart hours in [$lo, $hi), plus the hours of jobs without telemetry, which the mart does not store: all
-    allocation (ngpus x the job's seconds in the hour), nothing covered. With a coarser ``grain`` those come as
-    one row per job and bucket (None: per job; ``hour`` then holds the bucket start, or $lo), the sum of the
-    job's hours in it; a job has a row wherever it has an hour (``from_mart`` false: already one row per job and
-    bucket, so readers group only the mart's rows by job). ``only``: SQL selecting the job_uids to keep;
+_COLS = ("h.job_uid, h.cluster, h.hour, h.alloc_gpu_s, h.telemetry_gpu_s, h.active_gpu_s, h.idle_alloc_gpu_s, "
+         "h.fb_max_mib, h.energy_j, h.label_gpu_s, h.index_gpu_s, h.share_gpu_s, h.hist")
+
+
+def _mart_hours(only: str | None, extra: str) -> str:
+    """Mart hours in [$lo, $hi) (``from_mart``, one job each). ``only``: SQL selecting the job_uids to keep;
     ``extra``: more columns of the job's ``gpu_efficiency_job e`` and ``jobs j`` rows (", e.metric, j.team")."""
-    keep = f" AND job_uid IN ({only})" if only else ""
-    first = "greatest(date_trunc('hour', e.window_start), $lo::TIMESTAMP)"    # the job's first hour in the window
-    last = "least(e.window_end, $hi::TIMESTAMP)"
+    keep = f" AND h.job_uid IN ({only})" if only else ""
+    mart = ("gpu_efficiency_job_hour h" if not extra else
+            "gpu_efficiency_job_hour h JOIN gpu_efficiency_job e USING (job_uid) JOIN jobs j USING (job_uid)")
+    return f"""
+    SELECT {_COLS}, true AS from_mart, 1 AS n{extra}
+    FROM {mart} WHERE h.hour >= $lo AND h.hour < $hi{keep}"""
+
+
+def _edges(days: tuple[dt.datetime, dt.datetime]) -> list[tuple[str, str]]:
+    """The window's partial edge days around its whole days [D1, D2), as SQL bounds: [$lo, D1), [D2, $hi)."""
+    d1, d2 = (f"TIMESTAMP '{d:%Y-%m-%d %H:%M:%S}'" for d in days)
+    return [("$lo::TIMESTAMP", d1), (d2, "$hi::TIMESTAMP")]
+
+
+def _notel_jobs(grain: str | None, only: str | None, extra: str, edge: tuple[str, str] | None = None,
+                days: tuple[dt.datetime, dt.datetime] | None = None) -> str:
+    """The hours of jobs without telemetry in [$lo, $hi) (or in ``edge``, a partial day of it), which the mart
+    does not store: all allocation (ngpus x the job's seconds in the hour), nothing covered. With a coarser
+    ``grain`` those come as one row per job and bucket (None: per job; ``hour`` then holds the bucket start, or
+    $lo), the sum of the job's hours in it; a job has a row wherever it has an hour (``from_mart`` false: already
+    one row per job and bucket, so readers group only the mart's rows by job). An edge row counts its job
+    (``n`` = 1) only when the job holds no GPU-second of the whole ``days`` in the same bucket (the rollup counts
+    those)."""
+    keep = f" AND e.job_uid IN ({only})" if only else ""
+    wlo, whi = edge or ("$lo::TIMESTAMP", "$hi::TIMESTAMP")
+    first = f"greatest(date_trunc('hour', e.window_start), {wlo})"    # the job's first hour in the window
+    last = f"least(e.window_end, {whi})"
     if grain == "hour":
         piece = f"unnest(generate_series({first}, {last} - INTERVAL 1 MICROSECOND, INTERVAL 1 HOUR))"
         step = "INTERVAL 1 HOUR"
@@ -82,26 +108,50 @@ def _all_hours(grain: str | None = "hour", only: str | None = None, extra: str =
         piece = (f"unnest(generate_series(date_trunc('{grain}', {first}), {last} - INTERVAL 1 MICROSECOND, "
                  f"INTERVAL 1 {grain}))")
         step = f"INTERVAL 1 {grain}"
-    lo = "greatest(window_start, hour)" if grain == "hour" else "greatest(window_start, hour, $lo::TIMESTAMP)"
-    hi = (f"least(window_end, hour + {step}, $hi::TIMESTAMP)" if step else "least(window_end, $hi::TIMESTAMP)")
+    lo = "greatest(window_start, hour)" if grain == "hour" else f"greatest(window_start, hour, {wlo})"
+    hi = f"least(window_end, hour + {step}, {whi})" if step else f"least(window_end, {whi})"
+    n = "1"
+    if edge:
+        d1, d2 = _edges(days)[0][1], _edges(days)[1][0]
+        b_lo, b_hi = (f"greatest(hour, {d1})", f"least(hour + {step}, {d2})") if step else (d1, d2)
+        n = f"CASE WHEN {b_lo} < {b_hi} AND window_start < {b_hi} AND window_end > {b_lo} THEN 0 ELSE 1 END"
     names = "".join(", " + c.split(" AS ")[-1].split(".")[-1] for c in extra.split(",")[1:])
-    mart = ("gpu_efficiency_job_hour h" if not extra else
-            "gpu_efficiency_job_hour h JOIN gpu_efficiency_job e USING (job_uid) JOIN jobs j USING (job_uid)")
     return f"""
-    SELECT h.job_uid, h.cluster, h.hour, h.alloc_gpu_s, h.telemetry_gpu_s, h.active_gpu_s, h.idle_alloc_gpu_s,
-           h.fb_max_mib, h.energy_j, h.label_gpu_s, h.index_gpu_s, h.share_gpu_s, h.hist, true AS from_mart{extra}
-    FROM {mart} WHERE h.hour >= $lo AND h.hour < $hi{keep.replace(' job_uid IN', ' h.job_uid IN', 1)}
-    UNION ALL
-    SELECT job_uid, cluster, hour, ngpus * epoch({hi} - {lo}),
-           0.0, 0.0, 0.0, NULL, NULL, 0.0, 0.0, 0.0, NULL, false{names}
+    SELECT job_uid, cluster, hour, ngpus * epoch({hi} - {lo}) AS alloc_gpu_s,
+           0.0, 0.0, 0.0, NULL, NULL, 0.0, 0.0, 0.0, NULL, false, {n}{names}
     FROM (SELECT e.job_uid, e.cluster, e.window_start, e.window_end, j.ngpus{extra}, {piece} AS hour
           FROM gpu_efficiency_job e JOIN jobs j USING (job_uid)
-          WHERE e.telemetry_gpu_s = 0 AND e.window_start < $hi AND e.window_end > $lo
-            AND {first} <= {last} - INTERVAL 1 MICROSECOND{keep.replace(' job_uid IN', ' e.job_uid IN', 1)})"""
+          WHERE e.telemetry_gpu_s = 0 AND e.window_start < {whi} AND e.window_end > {wlo}
+            AND {first} <= {last} - INTERVAL 1 MICROSECOND{keep})"""
 
 
-#: The allocation-only hours of jobs without telemetry, hour by hour (see :func:`_all_hours`).
-_ALL_HOURS = _all_hours("hour")
+def _notel_rollup(grain: str | None, days: tuple[dt.datetime, dt.datetime], by: list[str]) -> str:
+    """The allocation of jobs without telemetry on the whole days [D1, D2), from ``gpu_efficiency_notel_day``
+    (models/marts/efficiency_notel.py): one row per day and group, ``hour`` its bucket's start ($lo when
+    ``grain`` is None). Its jobs: those of the bucket's first day (within the days) and those starting on each
+    later day, which counts each job once per bucket."""
+    d1, d2 = _edges(days)[0][1], _edges(days)[1][0]
+    bucket = f"date_trunc('{grain}', day::TIMESTAMP)" if grain else "$lo::TIMESTAMP"
+    start = f"greatest({bucket}, {d1})" if grain else d1
+    cols = "".join(f', "{c}"' for c in by if c != "cluster")
+    return f"""(
+    SELECT NULL::BIGINT AS job_uid, cluster, {bucket} AS hour, alloc_gpu_s, 0.0 AS telemetry_gpu_s,
+           0.0 AS active_gpu_s, 0.0 AS idle_alloc_gpu_s, NULL::DOUBLE AS fb_max_mib, NULL::DOUBLE AS energy_j,
+           0.0 AS label_gpu_s, 0.0 AS index_gpu_s, 0.0 AS share_gpu_s, NULL::DOUBLE[] AS hist, false AS from_mart,
+           CASE WHEN day = {start}::DATE THEN jobs ELSE jobs_first END AS n, NULL::VARCHAR AS metric{cols}
+    FROM gpu_efficiency_notel_day WHERE day >= {d1}::DATE AND day < {d2}::DATE)"""
+
+
+def _whole_days(con, lo: dt.datetime, hi: dt.datetime) -> tuple[dt.datetime, dt.datetime] | None:
+    """The whole UTC days [D1, D2) inside [lo, hi) when ``gpu_efficiency_notel_day`` was built from the efficiency
+    mart as it is (both record the same ingest run): the reads then sum its days and compute only the partial edge
+    days per job. None when there is no whole day, or the rollup is missing or behind (the reads then expand every
+    job, as exact and slower)."""
+    d1, d2 = ceil_day(lo), floor_day(hi)
+    if d1 >= d2:
+        return None
+    notel = mart_run(con, EFFICIENCY_NOTEL)
+    return (d1, d2) if notel is not None and notel == mart_run(con, EFFICIENCY) else None
 
 
 def _window(con, date_from: dt.datetime | None, date_to: dt.datetime | None) -> tuple[dt.datetime, dt.datetime]:
@@ -145,19 +195,20 @@ def by_group(con: duckdb.DuckDBPyConnection, date_from: dt.datetime | None = Non
     sel = (gkey + ", ") if gkey else ""
     on = " AND ".join(f"g.{n} IS NOT DISTINCT FROM x.{n}" for n in names) or "TRUE"
     q = f"""
-    WITH h AS ({_hours_in(by, bucket)}),
+    WITH h AS ({_hours_in(by, bucket, days=_whole_days(con, lo, hi))}),
     per_job AS (
-        SELECT {gsel + ', ' if gsel else ''}job_uid, any_value(metric) AS metric, sum(alloc_gpu_s) AS alloc,
+        SELECT {gsel + ', ' if gsel else ''}job_uid, 1 AS n, any_value(metric) AS metric, sum(alloc_gpu_s) AS alloc,
                sum(telemetry_gpu_s) AS tel, sum(active_gpu_s) AS act, sum(idle_alloc_gpu_s) AS idle,
                max(fb_max_mib) AS fb, sum(energy_j) AS energy, sum(label_gpu_s) AS lab, sum(index_gpu_s) AS idx,
                sum(share_gpu_s) AS shr
         FROM h WHERE from_mart GROUP BY ALL
-        UNION ALL   -- jobs without telemetry: one row per job and bucket already (most jobs of a large site)
-        SELECT {gsel + ', ' if gsel else ''}job_uid, metric, alloc_gpu_s, telemetry_gpu_s, active_gpu_s,
+        UNION ALL   -- jobs without telemetry: one row per job (or day and group: n jobs) and bucket already
+        SELECT {gsel + ', ' if gsel else ''}job_uid, n, metric, alloc_gpu_s, telemetry_gpu_s, active_gpu_s,
                idle_alloc_gpu_s, fb_max_mib, energy_j, label_gpu_s, index_gpu_s, share_gpu_s
         FROM h WHERE NOT from_mart),
     g AS (
-        SELECT {sel}count(*) AS jobs, count(*) FILTER (WHERE tel = 0) AS jobs_without_telemetry,
+        SELECT {sel}sum(n)::BIGINT AS jobs,
+               coalesce(sum(n) FILTER (WHERE tel = 0), 0)::BIGINT AS jobs_without_telemetry,
                sum(alloc) AS alloc, sum(tel) AS tel, sum(act) AS act, sum(idle) AS idle, max(fb) AS fb,
                sum(energy) AS energy, sum(lab) AS lab, sum(idx) AS idx, sum(shr) AS shr
         FROM per_job GROUP BY ALL),
@@ -205,22 +256,28 @@ def shares(df: pl.DataFrame) -> pl.DataFrame:
 
 
 def per_job(con: duckdb.DuckDBPyConnection, date_from: dt.datetime | None = None,
-            date_to: dt.datetime | None = None, order: str = "start", limit: int | None = None) -> pl.DataFrame:
+            date_to: dt.datetime | None = None, order: str = "start", limit: int | None = None,
+            idle_only: bool = False) -> pl.DataFrame:
     """One row per GPU job overlapping the window, its figures within the window (GPU-hours, %). ``running``: the
     job's allocation is still open at the data horizon (its GPU-hours stop there; ``end`` is empty).
 
-    ``order``: ``start`` or ``idle`` (worst offenders first: most idle-allocated GPU-hours).
+    ``order``: ``start`` or ``idle`` (worst offenders first: most idle-allocated GPU-hours). ``idle_only`` (with
+    ``idle``): only the jobs with idle-allocated GPU-hours in the window; they all have telemetry, so they are
+    found in the hour mart and a site's jobs without telemetry are never read job by job.
     """
     lo, hi = _window(con, date_from, date_to)
     order_sql = {"start": "j.start, j.job_id", "idle": "idle_alloc_gpu_h DESC, j.job_id"}[order]
     only = None
-    if order == "idle" and limit:
+    if order == "idle" and (limit or idle_only):
         # Only jobs with telemetry have idle GPU-hours, all in the hour mart: the first ``limit`` rows are among
         # the ``limit`` most idle of those (ties kept) and the first ``limit`` by job id of the rest (ties kept)
+        top = f" QUALIFY rank() OVER (ORDER BY idle DESC) <= {int(limit)}" if limit else ""
         only = f"""
             WITH idle AS (SELECT job_uid, sum(idle_alloc_gpu_s) AS idle FROM gpu_efficiency_job_hour
                           WHERE hour >= $lo AND hour < $hi GROUP BY job_uid HAVING sum(idle_alloc_gpu_s) > 0)
-            SELECT job_uid FROM idle QUALIFY rank() OVER (ORDER BY idle DESC) <= {int(limit)}
+            SELECT job_uid FROM idle{top}"""
+        if not idle_only:
+            only += f"""
             UNION ALL
             SELECT e.job_uid FROM gpu_efficiency_job e JOIN jobs j USING (job_uid) ANTI JOIN idle USING (job_uid)
             WHERE e.window_start < $hi AND e.window_end > $lo
@@ -255,9 +312,11 @@ def per_job(con: duckdb.DuckDBPyConnection, date_from: dt.datetime | None = None
 
 
 def worst_offenders(con: duckdb.DuckDBPyConnection, date_from: dt.datetime | None = None,
-                    date_to: dt.datetime | None = None, n: int = 10) -> pl.DataFrame:
-    """The ``n`` jobs with the most idle-allocated GPU-hours in the window."""
-    df = per_job(con, date_from, date_to, order="idle", limit=n)
+                    date_to: dt.datetime | None = None, n: int | None = 10) -> pl.DataFrame:
+    """The ``n`` jobs with the most idle-allocated GPU-hours in the window (None: every job with any), most idle
+    first. Idle needs readings, so these are jobs with telemetry only, read from the hour mart: a year of a site
+    without telemetry costs no scan of its jobs."""
+    df = per_job(con, date_from, date_to, order="idle", limit=n, idle_only=True)
     return df.filter(pl.col("idle_alloc_gpu_h") > 0)
 
 
@@ -266,14 +325,16 @@ def summary(con: duckdb.DuckDBPyConnection, date_from: dt.datetime | None = None
     """Window totals: GPU-hours by attribution method and by activity metric, jobs without telemetry."""
     lo, hi = _window(con, date_from, date_to)
     row = con.sql(f"""
-        WITH h AS ({_hours_in([], None)}),
-        pj AS (SELECT job_uid, any_value(metric) AS metric, sum(alloc_gpu_s) AS alloc, sum(telemetry_gpu_s) AS tel,
-                      sum(label_gpu_s) AS lab, sum(index_gpu_s) AS idx, sum(share_gpu_s) AS shr
+        WITH h AS ({_hours_in([], None, days=_whole_days(con, lo, hi))}),
+        pj AS (SELECT job_uid, 1 AS n, any_value(metric) AS metric, sum(alloc_gpu_s) AS alloc,
+                      sum(telemetry_gpu_s) AS tel, sum(label_gpu_s) AS lab, sum(index_gpu_s) AS idx,
+                      sum(share_gpu_s) AS shr
                FROM h WHERE from_mart GROUP BY job_uid
                UNION ALL
-               SELECT job_uid, metric, alloc_gpu_s, telemetry_gpu_s, label_gpu_s, index_gpu_s, share_gpu_s
+               SELECT job_uid, n, metric, alloc_gpu_s, telemetry_gpu_s, label_gpu_s, index_gpu_s, share_gpu_s
                FROM h WHERE NOT from_mart)
-        SELECT count(*), count(*) FILTER (WHERE tel = 0), coalesce(sum(alloc) FILTER (WHERE tel = 0), 0) / 3600,
+        SELECT coalesce(sum(n), 0)::BIGINT, coalesce(sum(n) FILTER (WHERE tel = 0), 0)::BIGINT,
+               coalesce(sum(alloc) FILTER (WHERE tel = 0), 0) / 3600,
                coalesce(sum(alloc), 0) / 3600, coalesce(sum(tel), 0) / 3600, coalesce(sum(lab), 0) / 3600,
                coalesce(sum(idx), 0) / 3600, coalesce(sum(shr), 0) / 3600,
                coalesce(sum(tel) FILTER (WHERE metric = 'SM_ACTIVE'), 0) / 3600,

@@ -13,13 +13,14 @@ from types import ModuleType
 import duckdb
 
 from ingest import warehouse
-from models.marts import demand, efficiency, losses, timeline
+from models.marts import demand, efficiency, efficiency_notel, losses, timeline
 from models.pipeline import open_statements
 
 #: The marts, in dependency order (later ones read earlier ones).
 STEPS: list[tuple[str, ModuleType]] = [
     ("timeline", timeline),        # occupancy timeline and its daily rollups: utilization, fragmentation, cost
     ("efficiency", efficiency),    # GPU efficiency per job and hour, from telemetry
+    ("efficiency days", efficiency_notel),   # allocation of jobs without telemetry per day (long windows)
     ("demand", demand),            # daily demand per pool/partition/team, read by forecasts
     ("losses", losses),            # lost GPU-hours by cause (reads the timeline's pieces), jobs ended per node
     ("open statements", open_statements),   # the newest open months' statements (chargeback tile)
