@@ -152,7 +152,10 @@ def score(y: np.ndarray, o: int, h: int, m: int, point, lo80, hi80, lo95, hi95) 
     return {"mase": float(np.mean(np.abs(actual - point)) / scale),
             "smape": float(np.mean(F.smape(actual, point))),
             "cov80": float(np.mean((actual >= lo80) & (actual <= hi80))),
-            "cov95": float(np.mean((actual >= lo95) & (actual <= hi95)))}
+            "cov95": float(np.mean((actual >= lo95) & (actual <= hi95))),
+            # the widest 95 % band over the largest value of the training data: a band counted as covering
+            # because it is absurdly wide (run 9 found 1e11) shows here
+            "wide95": float(np.max(np.asarray(hi95) - np.asarray(lo95)) / max(float(np.max(np.abs(y[:o]))), 1e-9))}
 
 
 def run_ours(y: np.ndarray, freq: str, h: int, origins: list[int]) -> list[dict]:

@@ -307,6 +307,7 @@ def _factor(q: float, lv: int) -> float:
 #: the rule off and on in one process.
 STEP_GROWTH = True
 #: Exponents b tried by `step_growth` (the factor's growth beyond the model's own sd growth).
+GROWTH_WIDER = False
 GROWTH_GRID = np.round(np.arange(-1.0, 1.0001, 0.05), 2)
 
 
@@ -341,8 +342,13 @@ def _step_factor(absu: np.ndarray, lv: int) -> np.ndarray | float:
         ordered = np.sort(absu, axis=None)
         return _factor(float(ordered[conformal_rank(ordered.size, lv / 100)]), lv)
     grow = np.arange(1, absu.shape[1] + 1) ** b
-    ordered = np.sort(absu / grow, axis=None)
-    return _factor(float(ordered[conformal_rank(ordered.size, lv / 100)]), lv) * grow
+    # an error without sd stays out of any band (divided by j^b it would pass for a number, `_factor`)
+    ordered = np.sort(np.where(absu >= OUT_OF_ANY_BAND, OUT_OF_ANY_BAND, absu / grow), axis=None)
+    fitted = _factor(float(ordered[conformal_rank(ordered.size, lv / 100)]), lv) * grow
+    if GROWTH_WIDER:
+        flat = np.sort(absu, axis=None)
+        return np.fmax(fitted, _factor(float(flat[conformal_rank(flat.size, lv / 100)]), lv))
+    return fitted
 
 
 def factor_at(scale, h: int) -> np.ndarray | float:
