@@ -334,12 +334,30 @@ def step_growth(absu: np.ndarray, level: float) -> float:
     return float(GROWTH_GRID[best[np.argmin(np.abs(GROWTH_GRID[best]))]])
 
 
-def _step_factor(absu: np.ndarray, lv: int) -> np.ndarray | float:
+#: Whether the conformal rank counts errors at distinct target times only (`effective_rank`).
+EFFECTIVE_COUNT = False
+
+
+def effective_rank(n: int, n_eff: float, level: float) -> int:
+    """0-based rank among n errors of the finite-sample conformal quantile for n_eff exchangeable errors: the
+    level ⌈(n_eff+1)·L⌉/n_eff (1 when that exceeds 1) taken of the n errors. Backtest origins closer than the
+    horizon forecast the same target times, so their errors are not n independent ones."""
+    if n_eff >= n:
+        return conformal_rank(n, level)
+    k = max(int(n_eff), 1)
+    lv = min(1.0, math.ceil((k + 1) * level - 1e-9) / k)
+    return min(n, math.ceil(n * lv - 1e-9)) - 1
+
+
+def _step_factor(absu: np.ndarray, lv: int, step: int | None = None) -> np.ndarray | float:
     """c_L per step j = 1..hb: the conformal quantile (`conformal_rank`) of |u_j|/j^b over every step pooled,
     times j^b, over z_L (b from `step_growth`; one number when STEP_GROWTH is off or b = 0)."""
     b = step_growth(absu, lv / 100) if STEP_GROWTH else 0.0
     if b == 0.0:
         ordered = np.sort(absu, axis=None)
+        if EFFECTIVE_COUNT and step:
+            span = (absu.shape[0] - 1) * step + absu.shape[1]      # distinct target times the errors cover
+            return _factor(float(ordered[effective_rank(ordered.size, span, lv / 100)]), lv)
         return _factor(float(ordered[conformal_rank(ordered.size, lv / 100)]), lv)
     grow = np.arange(1, absu.shape[1] + 1) ** b
     # an error without sd stays out of any band (divided by j^b it would pass for a number, `_factor`)
@@ -370,7 +388,7 @@ def finite(scale: dict) -> bool:
     return all(np.all(np.isfinite(v)) for v in scale.values())
 
 
-def _calibrate(absu: np.ndarray) -> tuple[dict[int, float], dict[int, float], dict[int, float]]:
+def _calibrate(absu: np.ndarray, step: int | None = None) -> tuple[dict[int, float], dict[int, float], dict[int, float]]:
     """Scale factors c_L = q_L(|u|)/z_L of the standardised errors u = e/sd (rows = origins, columns = steps),
     q_L the split-conformal quantile with the finite-sample correction (`conformal_rank`), per step when the
     factor follows the step (`_step_factor`), the raw coverage, and the leave-one-origin-out coverage of the
@@ -382,9 +400,9 @@ def _calibrate(absu: np.ndarray) -> tuple[dict[int, float], dict[int, float], di
         if k < 3 or absu.size < 10:
             scale[lv], cov[lv] = 1.0, raw[lv]
             continue
-        scale[lv] = _step_factor(absu, lv)
+        scale[lv] = _step_factor(absu, lv, step)
         # each origin against the factors of the others (leave-one-origin-out)
-        cov[lv] = float(np.mean([np.mean(absu[i] <= Z[lv] * np.asarray(_step_factor(np.delete(absu, i, axis=0), lv)))
+        cov[lv] = float(np.mean([np.mean(absu[i] <= Z[lv] * np.asarray(_step_factor(np.delete(absu, i, axis=0), lv, step)))
                                  for i in range(k)]))
     return scale, cov, raw
 
@@ -477,7 +495,7 @@ def backtest(y: np.ndarray, m: int, h: int, max_origins: int = 28,
         bt.mase[name] = float(mase_oh.mean())
         bt.smape[name] = float(smape(actual, p.point).mean())
         absu = standardised(err, p.sd, lf)
-        bt.scale[name], bt.coverage[name], bt.coverage_raw[name] = _calibrate(absu)
+        bt.scale[name], bt.coverage[name], bt.coverage_raw[name] = _calibrate(absu, bt.step)
         bt.absu[name] = np.sort(absu, axis=None)
     bt.weights = combination_weights(bt.mase_o, bt.step, hb)
     return bt
@@ -514,7 +532,7 @@ def short_calibration(y: np.ndarray, m: int, h: int, name: str,
         return None
     actual = np.array([y[o:o + hb] for o in origins])
     absu = standardised(actual - p.point, p.sd, level_factor(y, origins, m))
-    scale = _calibrate(absu)[0]
+    scale = _calibrate(absu, origins[1] - origins[0])[0]
     if not finite(scale):
         return None
     return scale, hb, len(origins)
