@@ -272,7 +272,7 @@ def calibrated(bt: Backtest | None, name: str) -> bool:
     and its factors are numbers (`_calibrate`: not where the model claimed no uncertainty for the errors that
     set the quantile)."""
     return (bt is not None and name in bt.absu and len(bt.origins) >= 3 and bt.absu[name].size >= 10
-            and finite(bt.scale.get(name, {})))
+            and all(math.isfinite(v) for v in bt.scale.get(name, {}).values()))
 
 
 def backtest_origins(n: int, m: int, h: int, max_origins: int = 28) -> tuple[list[int], int]:
@@ -302,108 +302,23 @@ def _factor(q: float, lv: int) -> float:
     return q / Z[lv] if q < OUT_OF_ANY_BAND else math.inf
 
 
-#: Whether a calibration's factor follows the horizon step, c_L(j) = a_L·j^b_L fitted on the pooled steps
-#: (`step_growth`), instead of one factor for every step; a module setting so that the benchmarks can measure
-#: the rule off and on in one process.
-STEP_GROWTH = True
-#: Exponents b tried by `step_growth` (the factor's growth beyond the model's own sd growth).
-GROWTH_WIDER = False
-GROWTH_GRID = np.round(np.arange(-1.0, 1.0001, 0.05), 2)
-
-
-def step_growth(absu: np.ndarray, level: float) -> float:
-    """Exponent b of the calibration factor's growth with the horizon step j, c(j) = a·j^b, fitted on the
-    (origins × steps) standardised errors by quantile regression at ``level`` of log|u| on log j, pooled over
-    every step (for each b on `GROWTH_GRID` the best log a is the level-quantile of log|u| − b·log j; the b of
-    the lowest pinball loss is kept; ties to the smallest |b|). 0 with fewer than 3 steps.
-
-    Why: a factor per step from its own errors alone is noisy where a step has few (run 8 measured it: worse),
-    one factor for all steps flattens a growth the model's sd misses; two parameters fitted on every step borrow
-    strength across steps and keep the growth. Quantile regression only sees on which side of the line an
-    error is, so errors without sd (`OUT_OF_ANY_BAND`) or exactly 0 do not pull the line."""
-    if absu.ndim != 2 or absu.shape[1] < 3:
-        return 0.0
-    logu = np.log(np.maximum(absu, 1e-12))
-    logj = np.log(np.arange(1, absu.shape[1] + 1))
-    r = logu[None, :, :] - GROWTH_GRID[:, None, None] * logj[None, None, :]        # (grid, origins, steps)
-    r = r.reshape(len(GROWTH_GRID), -1)
-    q = np.quantile(r, level, axis=1, method="inverted_cdf")[:, None]
-    d = r - q
-    loss = np.where(d >= 0, level * d, (level - 1) * d).sum(axis=1)
-    best = np.flatnonzero(loss <= loss.min() * (1 + 1e-9))
-    return float(GROWTH_GRID[best[np.argmin(np.abs(GROWTH_GRID[best]))]])
-
-
-#: Whether the conformal rank counts errors at distinct target times only (`effective_rank`).
-EFFECTIVE_COUNT = False
-
-
-def effective_rank(n: int, n_eff: float, level: float) -> int:
-    """0-based rank among n errors of the finite-sample conformal quantile for n_eff exchangeable errors: the
-    level ⌈(n_eff+1)·L⌉/n_eff (1 when that exceeds 1) taken of the n errors. Backtest origins closer than the
-    horizon forecast the same target times, so their errors are not n independent ones."""
-    if n_eff >= n:
-        return conformal_rank(n, level)
-    k = max(int(n_eff), 1)
-    lv = min(1.0, math.ceil((k + 1) * level - 1e-9) / k)
-    return min(n, math.ceil(n * lv - 1e-9)) - 1
-
-
-def _step_factor(absu: np.ndarray, lv: int, step: int | None = None) -> np.ndarray | float:
-    """c_L per step j = 1..hb: the conformal quantile (`conformal_rank`) of |u_j|/j^b over every step pooled,
-    times j^b, over z_L (b from `step_growth`; one number when STEP_GROWTH is off or b = 0)."""
-    b = step_growth(absu, lv / 100) if STEP_GROWTH else 0.0
-    if b == 0.0:
-        ordered = np.sort(absu, axis=None)
-        if EFFECTIVE_COUNT and step:
-            span = (absu.shape[0] - 1) * step + absu.shape[1]      # distinct target times the errors cover
-            return _factor(float(ordered[effective_rank(ordered.size, span, lv / 100)]), lv)
-        return _factor(float(ordered[conformal_rank(ordered.size, lv / 100)]), lv)
-    grow = np.arange(1, absu.shape[1] + 1) ** b
-    # an error without sd stays out of any band (divided by j^b it would pass for a number, `_factor`)
-    ordered = np.sort(np.where(absu >= OUT_OF_ANY_BAND, OUT_OF_ANY_BAND, absu / grow), axis=None)
-    fitted = _factor(float(ordered[conformal_rank(ordered.size, lv / 100)]), lv) * grow
-    if GROWTH_WIDER:
-        flat = np.sort(absu, axis=None)
-        return np.fmax(fitted, _factor(float(flat[conformal_rank(flat.size, lv / 100)]), lv))
-    return fitted
-
-
-def factor_at(scale, h: int) -> np.ndarray | float:
-    """A calibration factor (one number, or one per backtest step) for steps 1..h: beyond the backtest's last
-    step its factor is kept (the model's own variance growth carries on beyond it, as with one factor)."""
-    if np.ndim(scale) == 0:
-        return scale
-    scale = np.asarray(scale, float)
-    return np.concatenate([scale[:h], np.full(max(0, h - len(scale)), scale[-1])])
-
-
-def _shown(factor) -> str:
-    """A factor for a note: one number, or its first and last step's."""
-    return f"{factor:.3g}" if np.ndim(factor) == 0 else f"{factor[0]:.3g} (step 1) to {factor[-1]:.3g} (step {len(factor)})"
-
-
-def finite(scale: dict) -> bool:
-    """Whether every factor of a calibration is a number (`_factor`: not infinite)."""
-    return all(np.all(np.isfinite(v)) for v in scale.values())
-
-
-def _calibrate(absu: np.ndarray, step: int | None = None) -> tuple[dict[int, float], dict[int, float], dict[int, float]]:
-    """Scale factors c_L = q_L(|u|)/z_L of the standardised errors u = e/sd (rows = origins, columns = steps),
-    q_L the split-conformal quantile with the finite-sample correction (`conformal_rank`), per step when the
-    factor follows the step (`_step_factor`), the raw coverage, and the leave-one-origin-out coverage of the
-    calibrated intervals."""
+def _calibrate(absu: np.ndarray) -> tuple[dict[int, float], dict[int, float], dict[int, float]]:
+    """Scale factors c_L = q_L(|u|)/z_L of the standardised errors u = e/sd (rows = origins), q_L the
+    split-conformal quantile with the finite-sample correction (`conformal_rank`), the raw coverage, and the
+    leave-one-origin-out coverage of the calibrated intervals."""
     scale, cov, raw = {}, {}, {}
     k = absu.shape[0]
+    # row i: the errors of every origin but i (leave-one-origin-out), for all origins at once, sorted
+    others = (np.sort(np.broadcast_to(absu, (k, *absu.shape))[~np.eye(k, dtype=bool)].reshape(k, -1), axis=1)
+              if k >= 3 else None)
+    ordered = np.sort(absu, axis=None)
     for lv in LEVELS:
         raw[lv] = float(np.mean(absu <= Z[lv]))
         if k < 3 or absu.size < 10:
             scale[lv], cov[lv] = 1.0, raw[lv]
             continue
-        scale[lv] = _step_factor(absu, lv, step)
-        # each origin against the factors of the others (leave-one-origin-out)
-        cov[lv] = float(np.mean([np.mean(absu[i] <= Z[lv] * np.asarray(_step_factor(np.delete(absu, i, axis=0), lv, step)))
-                                 for i in range(k)]))
+        scale[lv] = _factor(float(ordered[conformal_rank(ordered.size, lv / 100)]), lv)
+        cov[lv] = float(np.mean(absu <= others[:, conformal_rank(others.shape[1], lv / 100)][:, None]))
     return scale, cov, raw
 
 
@@ -495,7 +410,7 @@ def backtest(y: np.ndarray, m: int, h: int, max_origins: int = 28,
         bt.mase[name] = float(mase_oh.mean())
         bt.smape[name] = float(smape(actual, p.point).mean())
         absu = standardised(err, p.sd, lf)
-        bt.scale[name], bt.coverage[name], bt.coverage_raw[name] = _calibrate(absu, bt.step)
+        bt.scale[name], bt.coverage[name], bt.coverage_raw[name] = _calibrate(absu)
         bt.absu[name] = np.sort(absu, axis=None)
     bt.weights = combination_weights(bt.mase_o, bt.step, hb)
     return bt
@@ -532,8 +447,8 @@ def short_calibration(y: np.ndarray, m: int, h: int, name: str,
         return None
     actual = np.array([y[o:o + hb] for o in origins])
     absu = standardised(actual - p.point, p.sd, level_factor(y, origins, m))
-    scale = _calibrate(absu, origins[1] - origins[0])[0]
-    if not finite(scale):
+    scale = _calibrate(absu)[0]
+    if not all(math.isfinite(v) for v in scale.values()):
         return None
     return scale, hb, len(origins)
 
@@ -681,7 +596,7 @@ def finite_sample_interval(sd: np.ndarray, n: int) -> tuple[np.ndarray, dict[int
 
 def _bounded(point, sd, scale, nonneg: bool, res: Result) -> Result:
     """Bounds ŷ ± z_L·c_L·sd per level; for demand (non-negative histories) lower bounds are clipped at 0."""
-    return _set_bounds(point, {lv: Z[lv] * factor_at(scale[lv], len(sd)) * sd for lv in LEVELS}, nonneg, res)
+    return _set_bounds(point, {lv: Z[lv] * scale[lv] * sd for lv in LEVELS}, nonneg, res)
 
 
 def _set_bounds(point, half: dict[int, np.ndarray], nonneg: bool, res: Result) -> Result:
@@ -838,11 +753,11 @@ def apply_cross(res: Result, cross: tuple[dict[int, float], int, int], nonneg: b
     if res.calibration not in ("finite-sample", "short-backtest") or res.sd is None:
         return res
     scale, k, s = cross
-    half = {lv: np.fmax(res.hi[lv] - res.point, Z[lv] * factor_at(scale[lv], len(res.sd)) * res.sd) for lv in LEVELS}
+    half = {lv: np.fmax(res.hi[lv] - res.point, Z[lv] * scale[lv] * res.sd) for lv in LEVELS}
     res.calibration = "cross-series"
     res.notes.append(f"intervals at least as wide as {res.model}'s errors at horizons 1..{len(res.point)} in {k} "
                      f"windows of {res.n} periods cut from {s} longer series of this table (factors "
-                     f"{_shown(scale[80])} at 80 %, {_shown(scale[95])} at 95 % of the model sd)")
+                     f"{scale[80]:.3g} at 80 %, {scale[95]:.3g} at 95 % of the model sd)")
     return _set_bounds(res.point, half, nonneg, res)
 
 
