@@ -284,6 +284,9 @@ def tables(res: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]
         pl.col("mase").mean().alias("mean_MASE"), pl.col("smape").mean().alias("mean_sMAPE"),
         pl.col("cov80").mean().alias("coverage80"), pl.col("cov95").mean().alias("coverage95"),
         pl.len().alias("cells")).sort("mean_MASE"))
+    if "wide95" in res.columns:        # the widest band of any fold: a coverage bought by an absurd band shows
+        widest = res.group_by("method").agg(pl.col("wide95").max().alias("max_wide95"))
+        overall = overall.join(widest, on="method", how="left")
     chosen = res.filter(pl.col("method") == "ours").group_by("chosen").agg(pl.len().alias("folds")).sort("chosen")
     return wide, overall, chosen
 
