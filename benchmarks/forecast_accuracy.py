@@ -152,7 +152,10 @@ def score(y: np.ndarray, o: int, h: int, m: int, point, lo80, hi80, lo95, hi95) 
     return {"mase": float(np.mean(np.abs(actual - point)) / scale),
             "smape": float(np.mean(F.smape(actual, point))),
             "cov80": float(np.mean((actual >= lo80) & (actual <= hi80))),
-            "cov95": float(np.mean((actual >= lo95) & (actual <= hi95)))}
+            "cov95": float(np.mean((actual >= lo95) & (actual <= hi95))),
+            # the widest 95 % band over the largest value of the training data: a band counted as covering
+            # because it is absurdly wide (run 9 found 1e11) shows here
+            "wide95": float(np.max(np.asarray(hi95) - np.asarray(lo95)) / max(float(np.max(np.abs(y[:o]))), 1e-9))}
 
 
 def run_ours(y: np.ndarray, freq: str, h: int, origins: list[int]) -> list[dict]:
@@ -281,6 +284,9 @@ def tables(res: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]
         pl.col("mase").mean().alias("mean_MASE"), pl.col("smape").mean().alias("mean_sMAPE"),
         pl.col("cov80").mean().alias("coverage80"), pl.col("cov95").mean().alias("coverage95"),
         pl.len().alias("cells")).sort("mean_MASE"))
+    if "wide95" in res.columns:        # the widest band of any fold: a coverage bought by an absurd band shows
+        widest = res.group_by("method").agg(pl.col("wide95").max().alias("max_wide95"))
+        overall = overall.join(widest, on="method", how="left")
     chosen = res.filter(pl.col("method") == "ours").group_by("chosen").agg(pl.len().alias("folds")).sort("chosen")
     return wide, overall, chosen
 
