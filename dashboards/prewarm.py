@@ -1,4 +1,5 @@
-"""Warm the views people open first, in the background, yielding to every visitor.
+"""Warm the views people open first, in the background, yielding to every visitor, and say which snapshot the
+pages show meanwhile.
 
 The first person to open a page after a server start or an ingest would otherwise wait for its models to run on
 the snapshot. For each snapshot version, once per process, a daemon thread computes the views the pages show
@@ -7,11 +8,19 @@ no other filter), through the same cached functions with the same arguments the 
 find them cached. A page asking for a view the thread is computing waits for that one computation (Streamlit's
 cache computes a key once).
 
+Stale while revalidating: until a new snapshot's default (30-day) views are computed, the pages keep showing
+the previous snapshot, whose views are cached (:func:`shown`; the sidebar says so), for at most :data:`HOLD_S`
+after the new one's publication. Measured on the year (docs/BENCHMARKS.md): the overview's first visit after
+a new snapshot took 90 s when the pages switched at once, the visitor computing every view cold beside a
+warm-up still busy with the previous snapshot's one-year views.
+
 It yields: before each view it waits until no visitor's script is running, so a visitor never competes with it
-for the 2 cores (a view it already started finishes first: at most one view's time, ~0.1-1 s). It starts when
-the server starts (dashboards/launch.py: :func:`watch` polls the snapshot file) or, failing that, on the first
-page view of a new snapshot (:func:`ensure`), and stops when a newer snapshot appears. A model that fails is
-left for its page to report.
+for the 2 cores (a view it already started finishes first: at most one view's time, ~0.1-1 s for the default
+window), and its thread runs at a lower CPU priority. It starts when the server starts (dashboards/launch.py:
+:func:`watch` polls the snapshot file) or, failing that, on the first page view of a new snapshot
+(:func:`ensure`). A newer snapshot cancels it: the view it is computing is interrupted (DuckDB's
+``interrupt``), not finished (a one-year view takes 10-50 s on the loaded year). A model that fails is left for
+its page to report.
 """
 from __future__ import annotations
 
@@ -21,6 +30,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from typing import Callable
 
 from streamlit.runtime import Runtime
@@ -28,18 +38,45 @@ from streamlit.runtime.app_session import AppSessionState
 
 from dashboards import access, model_reads as mr, queries
 from dashboards.filters import DEFAULT_WINDOW, Filters, preset_window
+from ingest.warehouse.serving import grace_seconds
 from models.metrics.fragmentation import WINDOW_BUCKET
 
 log = logging.getLogger(__name__)
 #: Set by dashboards.server for the processes it starts; headless runs (AppTest, benchmarks) stay cold.
 ENV = "GPULEDGER_DASHBOARD_PREWARM"
-#: The windows warmed, in order (names of filters.WINDOWS).
+#: The windows warmed, in order (names of filters.WINDOWS); the first is the one :func:`shown` waits for.
 WINDOWS = (DEFAULT_WINDOW, "90d", "1y")
 #: How often the watcher looks at the snapshot file (seconds), and how long a quiet spell must last before the
 #: next view starts (a visitor's page runs scripts back to back: widgets, then the page).
 POLL_S, QUIET_S = 2.0, 0.3
+#: The warm-up thread's niceness (Linux niceness is per thread): visitors' scripts and the browser come first.
+NICE = 10
 _started: set[str] = set()
 _lock = threading.Lock()
+_runners: list["_Runner"] = []
+#: The newest snapshot version whose default views are computed (the one :func:`shown` falls back to).
+_ready = ""
+
+
+def hold_s() -> float:
+    """How long after a snapshot's publication the pages may still show the previous one (seconds): half the
+    publisher's grace period ($GPULEDGER_SERVING_GRACE_S), after which the previous one's parts may be gone."""
+    return grace_seconds() / 2
+
+
+def shown(newest: str) -> str:
+    """The snapshot version the pages show: ``newest`` (the published one), unless its default views are still
+    being computed and the last version whose views are is still open here and was replaced less than
+    :func:`hold_s` ago; then that one."""
+    prev = _ready
+    if not newest or newest == prev or not prev or os.environ.get(ENV) != "1":
+        return newest
+    snap = queries.current()
+    published = snap.published_at(newest)
+    if published is None or not snap.holds(prev):
+        return newest
+    age = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None) - dt.datetime.fromisoformat(published)
+    return prev if age.total_seconds() < hold_s() else newest
 
 
 def views(version: str, f: Filters) -> list[Callable[[], object]]:
@@ -49,6 +86,9 @@ def views(version: str, f: Filters) -> list[Callable[[], object]]:
     month = f.month
     last_month = mr.previous_month(month)
     out = [
+        # what every page's entry script reads (dashboards/app.py, the sidebar)
+        lambda: queries.access_roles(access.snapshot_version(version)), lambda: queries.freshness(version),
+        lambda: queries.published_at(version), lambda: mr.currency(version),
         lambda: mr.utilization(version, f, "month"), lambda: mr.utilization(version, prev, "month"),
         lambda: mr.utilization(version, f, bucket, "gpu_type"),
         lambda: mr.efficiency(version, f), lambda: mr.efficiency(version, prev),
@@ -94,12 +134,7 @@ def ensure(version: str, f: Filters | None = None) -> bool:
     page's default filters, kept for callers; the windows warmed are :func:`window_filters`.)"""
     if not version or os.environ.get(ENV) != "1":
         return False
-    with _lock:
-        if version in _started:
-            return False
-        _started.add(version)
-    threading.Thread(target=_run, args=(version,), name="gpuledger-prewarm", daemon=True).start()
-    return True
+    return _start(version)
 
 
 def watch() -> threading.Thread | None:
@@ -117,15 +152,32 @@ def _watch() -> None:
         time.sleep(0.1)
     while True:
         try:
-            version = queries.current().version
-            with _lock:
-                fresh = bool(version) and version not in _started
-                _started.add(version)
-            if fresh:
-                _run(version)
+            _start(queries.current().version)
         except Exception:       # the page views report snapshot problems; the watcher keeps watching
             log.debug("prewarm: watching failed", exc_info=True)
         time.sleep(POLL_S)
+
+
+def _start(version: str) -> bool:
+    """Warm ``version`` (a scoped version too) unless this process already started it; cancel the warm-ups of
+    other snapshot versions first."""
+    snapshot = access.snapshot_version(version)
+    with _lock:
+        if not version or version in _started:
+            return False
+        _started.add(version)
+        old = [r for r in _runners if r.snapshot != snapshot]
+        _runners[:] = [r for r in _runners if r.snapshot == snapshot and r.is_alive()]
+    for r in old:
+        r.cancel()
+    # This thread (not the niced runner) opens the version's database: DuckDB's worker threads, which every
+    # visitor's query uses too, inherit the niceness of the thread that starts them.
+    queries.current().cursor(version=snapshot).close()
+    runner = _Runner(version, old)
+    with _lock:
+        _runners.append(runner)
+    runner.start()
+    return True
 
 
 def visitors_running() -> bool:
@@ -139,33 +191,77 @@ def visitors_running() -> bool:
         return False
 
 
-def _yield_to_visitors() -> None:
-    quiet_since = None
-    while True:
+def _yield_to_visitors(stop: threading.Event) -> None:
+    """Wait for a spell of QUIET_S seconds without a visitor's script running (or for ``stop``)."""
+    quiet_since = time.monotonic()
+    while not stop.is_set():
         if visitors_running():
-            quiet_since = None
-        elif quiet_since is None:
             quiet_since = time.monotonic()
         elif time.monotonic() - quiet_since >= QUIET_S:
             return
         time.sleep(0.05)
 
 
-def _run(version: str) -> None:
-    t0 = time.perf_counter()
+class _Runner(threading.Thread):
+    """Warms one (scoped) version; :meth:`cancel` stops it and interrupts the query it is running."""
+
+    def __init__(self, version: str, after: list["_Runner"]):
+        super().__init__(name="gpuledger-prewarm", daemon=True)
+        self.version, self.snapshot = version, access.snapshot_version(version)
+        self._after = after                  # cancelled runners to let finish first (one warm-up at a time)
+        self._stop = threading.Event()
+        self._cursors: weakref.WeakSet = weakref.WeakSet()
+
+    def cancel(self) -> None:
+        self._stop.set()
+        for cur in list(self._cursors):
+            try:
+                cur.interrupt()
+            except Exception:                # closed meanwhile
+                pass
+
+    def run(self) -> None:
+        for r in self._after:
+            r.join()
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
+        except (AttributeError, OSError):    # not Linux: warm at the normal priority
+            pass
+        queries.current().track(self._cursors)
+        t0 = time.perf_counter()
+        try:
+            done, failed = _warm(self.version, self._stop)
+        except Exception:                    # the snapshot itself failed (its catalogue): the pages report it
+            log.debug("prewarm: warming failed", exc_info=True)
+            return
+        if self._stop.is_set():
+            return
+        # One line in the server's log, so an admin can see what a new snapshot costs.
+        print(f"gpuledger dashboard: warmed {done} views of the new snapshot in {time.perf_counter() - t0:.1f} s"
+              + (f" ({failed} failed; their pages say why)" if failed else ""), file=sys.stderr, flush=True)
+
+
+def _warm(version: str, stop: threading.Event) -> tuple[int, int]:
+    """Compute the views of every window of :data:`WINDOWS`; after the first, the pages show ``version``
+    (unless it is scoped: the unscoped warm-up decides). (views done, views failed)"""
+    global _ready
     done = failed = 0
-    _yield_to_visitors()
-    for f in window_filters(version):
+    t0 = time.perf_counter()
+    _yield_to_visitors(stop)
+    for i, f in enumerate(window_filters(version)):
         for view in views(version, f):
-            _yield_to_visitors()
-            if queries.current().version != access.snapshot_version(version):
-                return                      # a newer snapshot arrived: warming this one helps nobody
+            _yield_to_visitors(stop)
+            if stop.is_set() or queries.current().version != access.snapshot_version(version):
+                return done, failed         # a newer snapshot arrived: warming this one helps nobody
             try:
                 view()
                 done += 1
             except Exception:               # the page that shows this view reports the failure itself
                 failed += 1
                 log.debug("prewarm: a view failed", exc_info=True)
-    # One line in the server's log, so an admin can see what a new snapshot costs.
-    print(f"gpuledger dashboard: warmed {done} views of the new snapshot in {time.perf_counter() - t0:.1f} s"
-          + (f" ({failed} failed; their pages say why)" if failed else ""), file=sys.stderr, flush=True)
+        if i == 0 and version == access.snapshot_version(version):
+            _ready = version
+            queries.current().hold({version})   # shown while the next snapshot warms up; older ones closed
+            print(f"gpuledger dashboard: showing snapshot {version} (its {len(views(version, f))} default views "
+                  f"computed in {time.perf_counter() - t0:.1f} s)", file=sys.stderr, flush=True)
+    return done, failed

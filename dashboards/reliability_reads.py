@@ -17,7 +17,7 @@ _SUMS = ["allocated_gpu_h", "lost_gpu_h", *losses_mod.CAUSE_COLS, "jobs"]
 
 def _cursor(version: str):
     """A snapshot cursor in the data scope ``version`` (the cache key) carries (dashboards/access.py)."""
-    return queries.current().cursor(access.scope_key(version))
+    return queries.cursor(version)
 
 
 @st.cache_data(**CACHE)
