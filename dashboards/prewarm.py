@@ -72,12 +72,18 @@ def shown(newest: str) -> str:
     prev = _ready
     if not newest or newest == prev or not prev or os.environ.get(ENV) != "1":
         return newest
-    snap = queries.current()
-    published = snap.published_at(newest)
-    if published is None or not snap.holds(prev):
+    if not queries.current().holds(prev):
         return newest
-    age = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None) - dt.datetime.fromisoformat(published)
-    return prev if age.total_seconds() < hold_s() else newest
+    return prev if _age_s(newest) < hold_s() else newest
+
+
+def _age_s(version: str) -> float:
+    """Seconds since ``version`` was published (the manifest's time, UTC); infinite if it is not open here."""
+    published = queries.current().published_at(version)
+    if published is None:
+        return float("inf")
+    return (dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+            - dt.datetime.fromisoformat(published)).total_seconds()
 
 
 def views(version: str, f: Filters) -> list[Callable[[], object]]:
@@ -264,6 +270,7 @@ def _warm(version: str, stop: threading.Event) -> tuple[int, int]:
         if i == 0 and version == access.snapshot_version(version):
             _ready = version
             queries.current().hold({version})   # shown while the next snapshot warms up; older ones closed
-            print(f"gpuledger dashboard: showing snapshot {version} (its {len(views(version, f))} default views "
-                  f"computed in {time.perf_counter() - t0:.1f} s)", file=sys.stderr, flush=True)
+            print(f"gpuledger dashboard: showing snapshot {version}, {_age_s(version):.1f} s after its publication "
+                  f"(its {len(views(version, f))} default views computed in {time.perf_counter() - t0:.1f} s)",
+                  file=sys.stderr, flush=True)
     return done, failed
