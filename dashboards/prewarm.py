@@ -16,11 +16,11 @@ warm-up still busy with the previous snapshot's one-year views.
 
 It yields: before each view it waits until no visitor's script is running, so a visitor never competes with it
 for the 2 cores (a view it already started finishes first: at most one view's time, ~0.1-1 s for the default
-window), and its thread runs at a lower CPU priority. It starts when the server starts (dashboards/launch.py:
-:func:`watch` polls the snapshot file) or, failing that, on the first page view of a new snapshot
-(:func:`ensure`). A newer snapshot cancels it: the view it is computing is interrupted (DuckDB's
-``interrupt``), not finished (a one-year view takes 10-50 s on the loaded year). A model that fails is left for
-its page to report.
+window), and once the default window is warm its thread runs at a lower CPU priority. It starts when the
+server starts (dashboards/launch.py: :func:`watch` polls the snapshot file) or, failing that, on the first page
+view of a new snapshot (:func:`ensure`). A newer snapshot cancels it: the view it is computing is interrupted
+(DuckDB's ``interrupt``), not finished (a one-year view takes 10-50 s on the loaded year). A model that fails is
+left for its page to report.
 """
 from __future__ import annotations
 
@@ -49,7 +49,10 @@ WINDOWS = (DEFAULT_WINDOW, "90d", "1y")
 #: How often the watcher looks at the snapshot file (seconds), and how long a quiet spell must last before the
 #: next view starts (a visitor's page runs scripts back to back: widgets, then the page).
 POLL_S, QUIET_S = 2.0, 0.3
-#: The warm-up thread's niceness (Linux niceness is per thread): visitors' scripts and the browser come first.
+#: The warm-up thread's niceness once the default window is warm (Linux niceness is per thread): the longer
+#: windows' views (10-50 s each on the loaded year) give way to visitors' scripts; the default window's views
+#: run at the normal priority, as the pages wait for them to show a new snapshot (niced on a machine loaded by
+#: other work, they took 118 s instead of 26).
 NICE = 10
 _started: set[str] = set()
 _lock = threading.Lock()
@@ -210,6 +213,14 @@ def _yield_to_visitors(stop: threading.Event) -> None:
         time.sleep(0.05)
 
 
+def _nice() -> None:
+    """Lower this thread's CPU priority to :data:`NICE` (Linux: per thread; elsewhere nothing)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
+    except (AttributeError, OSError):
+        pass
+
+
 class _Runner(threading.Thread):
     """Warms one (scoped) version; :meth:`cancel` stops it and interrupts the query it is running."""
 
@@ -231,10 +242,6 @@ class _Runner(threading.Thread):
     def run(self) -> None:
         for r in self._after:
             r.join()
-        try:
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
-        except (AttributeError, OSError):    # not Linux: warm at the normal priority
-            pass
         queries.current().track(self._cursors)
         t0 = time.perf_counter()
         try:
@@ -273,4 +280,6 @@ def _warm(version: str, stop: threading.Event) -> tuple[int, int]:
             print(f"gpuledger dashboard: showing snapshot {version}, {_age_s(version):.1f} s after its publication "
                   f"(its {len(views(version, f))} default views computed in {time.perf_counter() - t0:.1f} s)",
                   file=sys.stderr, flush=True)
+        if i == 0:
+            _nice()
     return done, failed
