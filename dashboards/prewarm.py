@@ -9,7 +9,7 @@ find them cached. A page asking for a view the thread is computing waits for tha
 cache computes a key once).
 
 Stale while revalidating: until a new snapshot's default (30-day) views are computed, the pages keep showing
-the previous snapshot, whose views are cached (:func:`shown`; the sidebar says so), for at most :data:`HOLD_S`
+the previous snapshot, whose views are cached (:func:`shown`; the sidebar says so), for at most :func:`hold_s`
 after the new one's publication. Measured on the year (docs/BENCHMARKS.md): the overview's first visit after
 a new snapshot took 90 s when the pages switched at once, the visitor computing every view cold beside a
 warm-up still busy with the previous snapshot's one-year views.

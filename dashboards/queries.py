@@ -1,9 +1,8 @@
 """Cached reads of the serving snapshot that pages share.
 
-Every function here takes the snapshot's version (so a new snapshot invalidates the cache, and the read is of
-that version) and the
-:class:`~dashboards.filters.Filters` (so each filter set is computed once). Business figures come from the
-``models`` package; the SQL here only reads the audit tables and lists what the filters can offer.
+Every function here takes the snapshot's version (so a new snapshot invalidates the cache; the read is of that
+version) and the :class:`~dashboards.filters.Filters` (so each filter set is computed once). Business figures
+come from the ``models`` package; the SQL here only reads the audit tables and lists what the filters can offer.
 All SQL is parameterised: filter values never become SQL text.
 """
 from __future__ import annotations
