@@ -8,9 +8,10 @@ no other filter), through the same cached functions with the same arguments the 
 find them cached. A page asking for a view the thread is computing waits for that one computation (Streamlit's
 cache computes a key once).
 
-Stale while revalidating: until a new snapshot's default (30-day) views are computed, the pages keep showing
-the previous snapshot, whose views are cached (:func:`shown`; the sidebar says so), for at most :func:`hold_s`
-after the new one's publication. Measured on the year (docs/BENCHMARKS.md): the overview's first visit after
+Stale while revalidating: until a new snapshot is as warm as the one shown (as many windows' views computed:
+all three on a server that has run a while, so the 90-day and 1-year views stay warm across publications too),
+the pages keep showing the previous snapshot, whose views are cached (:func:`shown`; the sidebar says so), for
+at most :func:`hold_s` after the new one's publication. Measured on the year (docs/BENCHMARKS.md): the overview's first visit after
 a new snapshot took 90 s when the pages switched at once, the visitor computing every view cold beside a
 warm-up still busy with the previous snapshot's one-year views.
 
@@ -44,7 +45,7 @@ from models.metrics.fragmentation import WINDOW_BUCKET
 log = logging.getLogger(__name__)
 #: Set by dashboards.server for the processes it starts; headless runs (AppTest, benchmarks) stay cold.
 ENV = "GPULEDGER_DASHBOARD_PREWARM"
-#: The windows warmed, in order (names of filters.WINDOWS); the first is the one :func:`shown` waits for.
+#: The windows warmed, in order (names of filters.WINDOWS).
 WINDOWS = (DEFAULT_WINDOW, "90d", "1y")
 #: How often the watcher looks at the snapshot file (seconds), and how long a quiet spell must last before the
 #: next view starts (a visitor's page runs scripts back to back: widgets, then the page).
@@ -57,8 +58,10 @@ NICE = 10
 _started: set[str] = set()
 _lock = threading.Lock()
 _runners: list["_Runner"] = []
-#: The newest snapshot version whose default views are computed (the one :func:`shown` falls back to).
+#: The snapshot version the pages show while a newer one warms up (:func:`shown`), and how many of each
+#: version's windows are warm.
 _ready = ""
+_levels: dict[str, int] = {}
 _last_busy = 0.0        # time.monotonic() when a visitor's script was last seen running
 
 
@@ -69,8 +72,8 @@ def hold_s() -> float:
 
 
 def shown(newest: str) -> str:
-    """The snapshot version the pages show: ``newest`` (the published one), unless its default views are still
-    being computed and the last version whose views are is still open here and was replaced less than
+    """The snapshot version the pages show: ``newest`` (the published one), unless it is not yet as warm as the
+    version shown so far (:func:`_switch`) and that one is still open here and was replaced less than
     :func:`hold_s` ago; then that one."""
     prev = _ready
     if not newest or newest == prev or not prev or os.environ.get(ENV) != "1":
@@ -256,10 +259,23 @@ class _Runner(threading.Thread):
               + (f" ({failed} failed; their pages say why)" if failed else ""), file=sys.stderr, flush=True)
 
 
-def _warm(version: str, stop: threading.Event) -> tuple[int, int]:
-    """Compute the views of every window of :data:`WINDOWS`; after the first, the pages show ``version``
-    (unless it is scoped: the unscoped warm-up decides). (views done, views failed)"""
+def _switch(version: str, level: int) -> bool:
+    """Record that ``level`` windows of ``version`` are warm; the pages show it from now on if that is as many
+    as the version shown so far had. True when it became the one shown."""
     global _ready
+    with _lock:
+        _levels[version] = level
+        if _ready == version or level < _levels.get(_ready, 0):
+            return False
+        _levels.pop(_ready, None)
+        _ready = version
+    queries.current().hold({version})       # open while the next snapshot warms up; older ones closed
+    return True
+
+
+def _warm(version: str, stop: threading.Event) -> tuple[int, int]:
+    """Compute the views of every window of :data:`WINDOWS`, the pages showing ``version`` as soon as it is as
+    warm as the version they show (a scoped version's warm-up decides nothing). (views done, views failed)"""
     done = failed = 0
     t0 = time.perf_counter()
     _yield_to_visitors(stop)
@@ -274,11 +290,9 @@ def _warm(version: str, stop: threading.Event) -> tuple[int, int]:
             except Exception:               # the page that shows this view reports the failure itself
                 failed += 1
                 log.debug("prewarm: a view failed", exc_info=True)
-        if i == 0 and version == access.snapshot_version(version):
-            _ready = version
-            queries.current().hold({version})   # shown while the next snapshot warms up; older ones closed
+        if version == access.snapshot_version(version) and _switch(version, i + 1):
             print(f"gpuledger dashboard: showing snapshot {version}, {_age_s(version):.1f} s after its publication "
-                  f"(its {len(views(version, f))} default views computed in {time.perf_counter() - t0:.1f} s)",
+                  f"(the views of {i + 1} window(s) computed in {time.perf_counter() - t0:.1f} s)",
                   file=sys.stderr, flush=True)
         if i == 0:
             _nice()

@@ -31,6 +31,7 @@ def served(lab_copy, monkeypatch):
     monkeypatch.setenv("GPULEDGER_DB", str(lab_copy))
     monkeypatch.setenv(prewarm.ENV, "1")
     monkeypatch.setattr(prewarm, "_ready", "")
+    monkeypatch.setattr(prewarm, "_levels", {})
     monkeypatch.setattr(prewarm, "WINDOWS", prewarm.WINDOWS[:1])
     monkeypatch.setattr(prewarm, "QUIET_S", 0.0)          # no visitor here to yield to
     yield lab_copy
@@ -78,3 +79,15 @@ def test_the_sidebar_says_a_newer_snapshot_is_being_prepared(served, monkeypatch
     monkeypatch.setattr(prewarm, "_ready", v2)
     at.run()
     assert not any(c.value.startswith("A newer snapshot") for c in at.sidebar.caption)
+
+
+def test_a_new_snapshot_is_shown_once_as_warm_as_the_one_shown(served):
+    v1 = queries.current().version
+    queries.current().cursor().close()
+    assert prewarm._switch(v1, 1) and prewarm.shown(v1) == v1   # the first one: shown once one window is warm
+    assert not prewarm._switch(v1, 3)                            # still the one shown, now with three windows
+    v2 = _republish(served)
+    assert not prewarm._switch(v2, 1) and prewarm.shown(v2) == v1
+    assert not prewarm._switch(v2, 2) and prewarm.shown(v2) == v1
+    assert prewarm._switch(v2, 3) and prewarm.shown(v2) == v2
+    assert prewarm._levels == {v2: 3}
