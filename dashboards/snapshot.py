@@ -7,7 +7,7 @@ The dashboard never opens the live warehouse (docs/ARCHITECTURE.md, "Concurrency
 to the published tables and further views can be layered on top. A new manifest gets a new database; the old
 one keeps serving the cursors still open on it (its parts outlive it by the publisher's grace period), so a
 page never sees half of two publishes, and stays open while the dashboard holds it (it shows the previous
-snapshot until the new one's default views are computed: dashboards/prewarm.py).
+snapshot until the new one's views are computed: dashboards/prewarm.py).
 
 ``version`` is the manifest's version; it changes exactly when the published content changes, and caches key
 on it: a cursor asked for a version reads that version when it is open here, so a cached view holds the data of
@@ -62,7 +62,7 @@ class Snapshot:
         self._held: frozenset[str] = frozenset()
         self._stat_key: tuple | None = None
         self._manifest: dict | None = None
-        # the thread that interrupts a version's queries may not be the one that opened them
+        # per thread: where to record the cursors it opens, for another thread to interrupt (track)
         self._tracked = threading.local()
 
     def _current(self) -> tuple[str, dict | None]:
