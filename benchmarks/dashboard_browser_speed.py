@@ -15,7 +15,9 @@ Cases, per page (each page gets its own server start and its own publication, so
 - ``90d``, ``1y``: the first visit with the window of the last 90 days / the last year (``?window=90d``, the link
   the sidebar's preset writes into the URL);
 - ``snapshot``: the first visit after the warehouse published a new serving snapshot: an ingest run that found
-  no new line (a quiet 15-minute cycle) and ``publish_serving``, which gives a new version (checked).
+  no new line (a quiet 15-minute cycle) and ``publish_serving``, which gives a new version (checked). The pages
+  show the previous snapshot until the new one's default views are computed (dashboards/prewarm.py): the report
+  says which the visit showed, and how long after the publication the server showed the new one.
 
 The floor's cases: cold (first visit after its server started) and warm; a page's ``cold`` is compared with the
 floor's cold, every other case with the floor's warm. Targets: every page <= 1.5x the floor in every case, the
@@ -139,8 +141,10 @@ def visit(browser, url: str, timeout_s: float = 240) -> dict:
         bundle = page.evaluate("() => Math.max(0, ...performance.getEntriesByType('resource')"
                                ".filter(e => /PlotlyChart/.test(e.name)).map(e => e.responseEnd))")
         failed = page.locator("[data-testid='stException']").count() + page.get_by_text("could not be computed").count()
+        # the sidebar's note while the pages show the previous snapshot (dashboards/prewarm.py)
+        previous = page.get_by_text("A newer snapshot (published").count() > 0
         return {"t": d["t"] / 1000, "charts": d["charts"], "first": (d["first"] or 0) / 1000, "bundle": bundle / 1000,
-                "failed": failed}
+                "failed": failed, "previous": previous}
     finally:
         ctx.close()
 
@@ -150,9 +154,9 @@ def page_url(base: str, page: str, window: str | None = None) -> str:
     return f"{base}/{path}" + (f"?window={window}" if window else "")
 
 
-def publish(db: Path) -> float:
-    """Seconds to publish a new snapshot: a 15-minute cycle's ingest run that found no new line (its
-    ``ingest_runs`` row is new content), then the publish. A publish without a change keeps the version, and
+def publish(db: Path) -> tuple[float, str]:
+    """(seconds, new version) to publish a new snapshot: a 15-minute cycle's ingest run that found no new line
+    (its ``ingest_runs`` row is new content), then the publish. A publish without a change keeps the version, and
     the visit after it would be a warm one (before 2026-12-04 19:50 the ``snapshot`` case measured that)."""
     from ingest import warehouse
     t = time.perf_counter()
@@ -162,11 +166,24 @@ def publish(db: Path) -> float:
         with warehouse.IngestRun(con, "sacct", "benchmark: a cycle with no new line", cluster="orion"):
             pass
         warehouse.publish_serving(con, db)
-        if warehouse.read_manifest(db)["version"] == before:
+        after = warehouse.read_manifest(db)["version"]
+        if after == before:
             raise SystemExit(f"{db}: the publish kept version {before}: the 'snapshot' case would not be one")
     finally:
         con.close()
-    return time.perf_counter() - t
+    return time.perf_counter() - t, after
+
+
+def shown_after(log: Path, version: str, timeout_s: float = 300) -> float:
+    """Seconds from the publication of ``version`` until the pages showed it (its default views computed,
+    dashboards/prewarm.py), as the server's log says; waits up to ``timeout_s`` for that line (NaN without)."""
+    line = re.compile(rf"showing snapshot {re.escape(version)}, ([\d.]+) s after its publication")
+    deadline = time.perf_counter() + timeout_s
+    while True:
+        m = line.search(log.read_text())
+        if m or time.perf_counter() > deadline:
+            return float(m.group(1)) if m else float("nan")
+        time.sleep(0.5)
 
 
 def run_page(browser, db: Path, page: str, log: Path, proxy_for=None) -> dict[str, dict]:
@@ -180,8 +197,10 @@ def run_page(browser, db: Path, page: str, log: Path, proxy_for=None) -> dict[st
         out["warm"] = visit(browser, page_url(base, page))
         out["90d"] = visit(browser, page_url(base, page, "90d"))
         out["1y"] = visit(browser, page_url(base, page, "1y"))
-        out["publish_s"] = {"t": publish(db)}
+        publish_s, version = publish(db)
+        out["publish_s"] = {"t": publish_s}
         out["snapshot"] = visit(browser, page_url(base, page))
+        out["shown_s"] = {"t": shown_after(log, version)}
         out["rss"] = {"t": rss_tree_mb(srv.proc.pid)}
     finally:
         srv.stop()
@@ -259,6 +278,10 @@ def report(runs: list[dict], pages: list[str]) -> bool:
         print(f"pages that showed an error: {failed}")
     print(f"targets: <= {TARGET}x the floor's warm, first visit after a server start <= {TARGET_COLD}x the floor's "
           f"cold ('!' marks a miss); medians of {len(runs)} runs; publish {med(runs, pages[0], 'publish_s'):.1f} s")
+    for p in pages:
+        prev = sum(bool(r[p]["snapshot"].get("previous")) for r in runs if p in r)
+        print(f"{p}: the visit after a new snapshot showed the previous one in {prev} of {len(runs)} runs; the new "
+              f"one was shown {med(runs, p, 'shown_s'):.1f} s after its publication (median)")
     ready = statistics.median(r[p]["ready"]["t"] for r in runs for p in pages if p in r)
     print(f"server start to ready (health check answers): floor {med(runs, 'floor', 'ready'):.1f} s, dashboard "
           f"{ready:.1f} s (it imports its libraries and draws one figure of each kind before it listens)")
@@ -304,7 +327,9 @@ def main(argv: list[str] | None = None) -> int:
                 for p in pages:
                     run[p] = run_page(browser, db, p, log, proxy_for)
                     print(f"run {i + 1}: {p:<14}" + "  ".join(f"{c} {run[p][c]['t']:.2f}" for c in CASES)
-                          + f"  (charts {run[p]['warm']['charts']}, load {os.getloadavg()[0]:.2f})", flush=True)
+                          + f"  (charts {run[p]['warm']['charts']}, load {os.getloadavg()[0]:.2f}; after the "
+                          f"publish the visit showed the {'previous' if run[p]['snapshot']['previous'] else 'new'}"
+                          f" snapshot, the new one shown at {run[p]['shown_s']['t']:.1f} s)", flush=True)
                 runs.append(run)
             browser.close()
         ok = report(runs, pages)

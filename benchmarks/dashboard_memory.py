@@ -5,8 +5,11 @@ configured budget ($GPULEDGER_DASHBOARD_MEMORY, default 2 GB; dashboards/budget.
 One server (started as `gpuledger dashboard` starts it, warm-up included), one Chromium, five browser contexts
 visiting the pages concurrently (each page ``?window=1y``, waiting until it is drawn, as
 benchmarks/dashboard_browser_speed.py defines it), ``--rounds`` times over; the RSS of the server's process tree is
-sampled every 0.2 s. Prints the peak, the RSS after the load, the budget and its shares. Run it under the heavy
-lock (`flock /tmp/gpuledger-heavy.lock .venv/bin/python benchmarks/dashboard_memory.py`).
+sampled every 0.2 s. ``--publish-after S`` (default 60 s; 0: none) publishes a new snapshot S seconds into the
+load (a quiet 15-minute cycle, as the browser benchmark's ``snapshot`` case): the server then holds the previous
+snapshot's database open while it warms the new one's views beside the visitors (dashboards/prewarm.py), the
+most memory it needs at once. Prints the peak, the RSS after the load, the budget and its shares. Run it under the
+heavy lock (`flock /tmp/gpuledger-heavy.lock .venv/bin/python benchmarks/dashboard_memory.py`).
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks.dashboard_browser_speed import (  # noqa: E402
-    ARGS, CHROMIUM, PAGES, RECORDER, VIEWPORT, Server, page_url, rss_tree_mb)
+    ARGS, CHROMIUM, PAGES, RECORDER, VIEWPORT, Server, page_url, publish, rss_tree_mb, shown_after)
 from dashboards import server  # noqa: E402
 from dashboards.budget import budget  # noqa: E402
 
@@ -84,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument("--window", default="1y")
     ap.add_argument("--pages", default=",".join(PAGES))
+    ap.add_argument("--publish-after", type=float, default=60.0,
+                    help="publish a new snapshot this many seconds into the load (0: none)")
     a = ap.parse_args(argv)
     pages = [p.strip() for p in a.pages.split(",") if p.strip()]
     from benchmarks.dashboard_speed import serving_copy
@@ -101,8 +106,19 @@ def main(argv: list[str] | None = None) -> int:
             sampler = Sampler(srv.proc.pid)
             sampler.start()
             t = time.perf_counter()
+            published: dict[str, object] = {}
+
+            def publish_later() -> None:
+                time.sleep(a.publish_after)
+                published["at"] = time.perf_counter() - t
+                published["version"] = publish(db)[1]
+            publisher = threading.Thread(target=publish_later, daemon=True)
+            if a.publish_after > 0:
+                publisher.start()
             took = asyncio.run(_load(srv.url, pages, a.window, a.users, a.rounds))
             wall = time.perf_counter() - t
+            if published.get("version"):
+                published["shown"] = shown_after(Path(tmp) / "server.log", published["version"], timeout_s=5)
             time.sleep(2)
             after = rss_tree_mb(srv.proc.pid)
             sampler.stop()
@@ -122,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     ok = sampler.peak * mb <= b.total
     print(f"server RSS: idle {idle:,.0f} MB, peak {sampler.peak:,.0f} MB ({sampler.samples} samples), after "
           f"{after:,.0f} MB -> {'within' if ok else 'OVER'} the budget")
+    if "at" in published:
+        print(f"a new snapshot was published {published['at']:.0f} s into the load; the server showed it "
+              f"{published.get('shown', float('nan')):.0f} s after (nan: not before the load ended)")
     if errors:
         print("server log, from its first error:\n" + "\n".join(errors))
     return 0 if ok else 1

@@ -66,8 +66,9 @@ def _who(who: access.Scope) -> None:
 
 def main() -> None:
     state = queries.current().state()
-    who = identify(state.version)
-    version = access.scoped_version(state.version, who)
+    shown = prewarm.shown(state.version)   # the previous snapshot while the new one's views are computed
+    who = identify(shown)
+    version = access.scoped_version(shown, who)
     cat = queries.catalogue(version) if state.exists else None
     st.logo(str(HERE / "logo.svg"), size="large")
     health = who.may("health")
@@ -97,12 +98,12 @@ def main() -> None:
         if health:
             pages["Operations"].append(_page("data_health", "Data health", "health_and_safety"))
         flt = sidebar.filters(cat)
-        prewarm.ensure(version, sidebar.default_filters(cat))
+        prewarm.ensure(access.scoped_version(state.version, who), sidebar.default_filters(cat))
     if flt is not None:
         ui.set_context(ui.Context(version=version, cat=cat, filters=flt,
                                   currency=model_reads.currency(version)))
     _who(who)
-    sidebar.freshness(version, cat)
+    sidebar.freshness(version, cat, newer=state.version if shown != state.version else None)
     page = st.navigation(pages, position="sidebar")
     if cat is not None and flt is None:   # the sidebar refused the filters (a reversed date range) and says why
         st.info(f"{sidebar.REVERSED}: choose a first day on or before the last day in the sidebar.",

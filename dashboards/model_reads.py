@@ -31,8 +31,9 @@ from models.simulation import simulate as simulate_mod, whatif as whatif_mod
 
 
 def _cursor(version: str):
-    """A snapshot cursor scoped as ``version`` (the cache key) says: a cached view is computed in its own scope."""
-    return queries.current().cursor(access.scope_key(version))
+    """A snapshot cursor of the version and scope ``version`` (the cache key) says: a cached view is computed on
+    its own snapshot, in its own scope."""
+    return queries.cursor(version)
 
 
 def db_path():
@@ -190,7 +191,7 @@ def statement(version: str, period: str, detail: bool = True):
     try:
         if access.scope_key(version) and period in chargeback_mod.closed_periods(_cursor(version)):
             # a closed statement's hash holds over its stored rows: checked on them, then read as scoped
-            chargeback_mod.statement(queries.current().cursor(), period, detail=False)
+            chargeback_mod.statement(queries.cursor(access.snapshot_version(version)), period, detail=False)
             st_ = chargeback_mod.statement(_cursor(version), period, detail=detail, verify=False)
         else:
             st_ = chargeback_mod.statement(_cursor(version), period, detail=detail)

@@ -1,4 +1,5 @@
-"""Warm the views people open first, in the background, yielding to every visitor.
+"""Warm the views people open first, in the background, yielding to every visitor, and say which snapshot the
+pages show meanwhile.
 
 The first person to open a page after a server start or an ingest would otherwise wait for its models to run on
 the snapshot. For each snapshot version, once per process, a daemon thread computes the views the pages show
@@ -7,10 +8,19 @@ no other filter), through the same cached functions with the same arguments the 
 find them cached. A page asking for a view the thread is computing waits for that one computation (Streamlit's
 cache computes a key once).
 
+Stale while revalidating: until a new snapshot is as warm as the one shown (as many windows' views computed:
+all three on a server that has run a while, so the 90-day and 1-year views stay warm across publications too),
+the pages keep showing the previous snapshot, whose views are cached (:func:`shown`; the sidebar says so), for
+at most :func:`hold_s` after the new one's publication. Measured on the year (docs/BENCHMARKS.md): the overview's first visit after
+a new snapshot took 90 s when the pages switched at once, the visitor computing every view cold beside a
+warm-up still busy with the previous snapshot's one-year views.
+
 It yields: before each view it waits until no visitor's script is running, so a visitor never competes with it
-for the 2 cores (a view it already started finishes first: at most one view's time, ~0.1-1 s). It starts when
-the server starts (dashboards/launch.py: :func:`watch` polls the snapshot file) or, failing that, on the first
-page view of a new snapshot (:func:`ensure`), and stops when a newer snapshot appears. A model that fails is
+for the 2 cores (a view it already started finishes first: at most one view's time, ~0.1-1 s for the default
+window), and once the default window is warm its thread runs at a lower CPU priority. It starts when the
+server starts (dashboards/launch.py: :func:`watch` polls the snapshot file) or, failing that, on the first page
+view of a new snapshot (:func:`ensure`). A newer snapshot cancels it: the view it is computing is interrupted
+(DuckDB's ``interrupt``), not finished (a one-year view takes 10-50 s on the loaded year). A model that fails is
 left for its page to report.
 """
 from __future__ import annotations
@@ -21,6 +31,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 from typing import Callable
 
 from streamlit.runtime import Runtime
@@ -28,6 +39,7 @@ from streamlit.runtime.app_session import AppSessionState
 
 from dashboards import access, model_reads as mr, queries
 from dashboards.filters import DEFAULT_WINDOW, Filters, preset_window
+from ingest.warehouse.serving import grace_seconds
 from models.metrics.fragmentation import WINDOW_BUCKET
 
 log = logging.getLogger(__name__)
@@ -38,8 +50,46 @@ WINDOWS = (DEFAULT_WINDOW, "90d", "1y")
 #: How often the watcher looks at the snapshot file (seconds), and how long a quiet spell must last before the
 #: next view starts (a visitor's page runs scripts back to back: widgets, then the page).
 POLL_S, QUIET_S = 2.0, 0.3
+#: The warm-up thread's niceness once the default window is warm (Linux niceness is per thread): the longer
+#: windows' views (10-50 s each on the loaded year) give way to visitors' scripts; the default window's views
+#: run at the normal priority, as the pages wait for them to show a new snapshot (niced on a machine loaded by
+#: other work, they took 118 s instead of 26).
+NICE = 10
 _started: set[str] = set()
 _lock = threading.Lock()
+_runners: list["_Runner"] = []
+#: The snapshot version the pages show while a newer one warms up (:func:`shown`), and how many of each
+#: version's windows are warm.
+_ready = ""
+_levels: dict[str, int] = {}
+_last_busy = 0.0        # time.monotonic() when a visitor's script was last seen running
+
+
+def hold_s() -> float:
+    """How long after a snapshot's publication the pages may still show the previous one (seconds): half the
+    publisher's grace period ($GPULEDGER_SERVING_GRACE_S), after which the previous one's parts may be gone."""
+    return grace_seconds() / 2
+
+
+def shown(newest: str) -> str:
+    """The snapshot version the pages show: ``newest`` (the published one), unless it is not yet as warm as the
+    version shown so far (:func:`_switch`) and that one is still open here and was replaced less than
+    :func:`hold_s` ago; then that one."""
+    prev = _ready
+    if not newest or newest == prev or not prev or os.environ.get(ENV) != "1":
+        return newest
+    if not queries.current().holds(prev):
+        return newest
+    return prev if _age_s(newest) < hold_s() else newest
+
+
+def _age_s(version: str) -> float:
+    """Seconds since ``version`` was published (the manifest's time, UTC); infinite if it is not open here."""
+    published = queries.current().published_at(version)
+    if published is None:
+        return float("inf")
+    return (dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+            - dt.datetime.fromisoformat(published)).total_seconds()
 
 
 def views(version: str, f: Filters) -> list[Callable[[], object]]:
@@ -49,6 +99,9 @@ def views(version: str, f: Filters) -> list[Callable[[], object]]:
     month = f.month
     last_month = mr.previous_month(month)
     out = [
+        # what every page's entry script reads (dashboards/app.py, the sidebar)
+        lambda: queries.access_roles(access.snapshot_version(version)), lambda: queries.freshness(version),
+        lambda: queries.published_at(version), lambda: mr.currency(version),
         lambda: mr.utilization(version, f, "month"), lambda: mr.utilization(version, prev, "month"),
         lambda: mr.utilization(version, f, bucket, "gpu_type"),
         lambda: mr.efficiency(version, f), lambda: mr.efficiency(version, prev),
@@ -94,12 +147,7 @@ def ensure(version: str, f: Filters | None = None) -> bool:
     page's default filters, kept for callers; the windows warmed are :func:`window_filters`.)"""
     if not version or os.environ.get(ENV) != "1":
         return False
-    with _lock:
-        if version in _started:
-            return False
-        _started.add(version)
-    threading.Thread(target=_run, args=(version,), name="gpuledger-prewarm", daemon=True).start()
-    return True
+    return _start(version)
 
 
 def watch() -> threading.Thread | None:
@@ -117,15 +165,32 @@ def _watch() -> None:
         time.sleep(0.1)
     while True:
         try:
-            version = queries.current().version
-            with _lock:
-                fresh = bool(version) and version not in _started
-                _started.add(version)
-            if fresh:
-                _run(version)
+            _start(queries.current().version)
         except Exception:       # the page views report snapshot problems; the watcher keeps watching
             log.debug("prewarm: watching failed", exc_info=True)
         time.sleep(POLL_S)
+
+
+def _start(version: str) -> bool:
+    """Warm ``version`` (a scoped version too) unless this process already started it; cancel the warm-ups of
+    other snapshot versions first."""
+    snapshot = access.snapshot_version(version)
+    with _lock:
+        if not version or version in _started:
+            return False
+        _started.add(version)
+        old = [r for r in _runners if r.snapshot != snapshot]
+        _runners[:] = [r for r in _runners if r.snapshot == snapshot and r.is_alive()]
+    for r in old:
+        r.cancel()
+    # This thread (not the niced runner) opens the version's database: DuckDB's worker threads, which every
+    # visitor's query uses too, inherit the niceness of the thread that starts them.
+    queries.current().cursor(version=snapshot).close()
+    runner = _Runner(version, old)
+    with _lock:
+        _runners.append(runner)
+    runner.start()
+    return True
 
 
 def visitors_running() -> bool:
@@ -139,33 +204,96 @@ def visitors_running() -> bool:
         return False
 
 
-def _yield_to_visitors() -> None:
-    quiet_since = None
-    while True:
+def _yield_to_visitors(stop: threading.Event) -> None:
+    """Wait until no visitor's script has been seen running for QUIET_S seconds (or for ``stop``); at once when
+    none was (a fixed pause before each view cost the lab's 35 views 10 s)."""
+    global _last_busy
+    while not stop.is_set():
         if visitors_running():
-            quiet_since = None
-        elif quiet_since is None:
-            quiet_since = time.monotonic()
-        elif time.monotonic() - quiet_since >= QUIET_S:
+            _last_busy = time.monotonic()
+        elif time.monotonic() - _last_busy >= QUIET_S:
             return
         time.sleep(0.05)
 
 
-def _run(version: str) -> None:
-    t0 = time.perf_counter()
+def _nice() -> None:
+    """Lower this thread's CPU priority to :data:`NICE` (Linux: per thread; elsewhere nothing)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
+    except (AttributeError, OSError):
+        pass
+
+
+class _Runner(threading.Thread):
+    """Warms one (scoped) version; :meth:`cancel` stops it and interrupts the query it is running."""
+
+    def __init__(self, version: str, after: list["_Runner"]):
+        super().__init__(name="gpuledger-prewarm", daemon=True)
+        self.version, self.snapshot = version, access.snapshot_version(version)
+        self._after = after                  # cancelled runners to let finish first (one warm-up at a time)
+        self._cancelled = threading.Event()
+        self._cursors: weakref.WeakSet = weakref.WeakSet()
+
+    def cancel(self) -> None:
+        self._cancelled.set()
+        for cur in list(self._cursors):
+            try:
+                cur.interrupt()
+            except Exception:                # closed meanwhile
+                pass
+
+    def run(self) -> None:
+        for r in self._after:
+            r.join()
+        queries.current().track(self._cursors)
+        t0 = time.perf_counter()
+        try:
+            done, failed = _warm(self.version, self._cancelled)
+        except Exception:                    # the snapshot itself failed (its catalogue): the pages report it
+            log.debug("prewarm: warming failed", exc_info=True)
+            return
+        if self._cancelled.is_set():
+            return
+        # One line in the server's log, so an admin can see what a new snapshot costs.
+        print(f"gpuledger dashboard: warmed {done} views of the new snapshot in {time.perf_counter() - t0:.1f} s"
+              + (f" ({failed} failed; their pages say why)" if failed else ""), file=sys.stderr, flush=True)
+
+
+def _switch(version: str, level: int) -> bool:
+    """Record that ``level`` windows of ``version`` are warm; the pages show it from now on if that is as many
+    as the version shown so far had. True when it became the one shown."""
+    global _ready
+    with _lock:
+        _levels[version] = level
+        if _ready == version or level < _levels.get(_ready, 0):
+            return False
+        _levels.pop(_ready, None)
+        _ready = version
+    queries.current().hold({version})       # open while the next snapshot warms up; older ones closed
+    return True
+
+
+def _warm(version: str, stop: threading.Event) -> tuple[int, int]:
+    """Compute the views of every window of :data:`WINDOWS`, the pages showing ``version`` as soon as it is as
+    warm as the version they show (a scoped version's warm-up decides nothing). (views done, views failed)"""
     done = failed = 0
-    _yield_to_visitors()
-    for f in window_filters(version):
+    t0 = time.perf_counter()
+    _yield_to_visitors(stop)
+    for i, f in enumerate(window_filters(version)):
         for view in views(version, f):
-            _yield_to_visitors()
-            if queries.current().version != access.snapshot_version(version):
-                return                      # a newer snapshot arrived: warming this one helps nobody
+            _yield_to_visitors(stop)
+            if stop.is_set() or queries.current().version != access.snapshot_version(version):
+                return done, failed         # a newer snapshot arrived: warming this one helps nobody
             try:
                 view()
                 done += 1
             except Exception:               # the page that shows this view reports the failure itself
                 failed += 1
                 log.debug("prewarm: a view failed", exc_info=True)
-    # One line in the server's log, so an admin can see what a new snapshot costs.
-    print(f"gpuledger dashboard: warmed {done} views of the new snapshot in {time.perf_counter() - t0:.1f} s"
-          + (f" ({failed} failed; their pages say why)" if failed else ""), file=sys.stderr, flush=True)
+        if version == access.snapshot_version(version) and _switch(version, i + 1):
+            print(f"gpuledger dashboard: showing snapshot {version}, {_age_s(version):.1f} s after its publication "
+                  f"(the views of {i + 1} window(s) computed in {time.perf_counter() - t0:.1f} s)",
+                  file=sys.stderr, flush=True)
+        if i == 0:
+            _nice()
+    return done, failed

@@ -1,8 +1,8 @@
 """Cached reads of the serving snapshot that pages share.
 
-Every function here takes the snapshot's version (so a new snapshot invalidates the cache) and the
-:class:`~dashboards.filters.Filters` (so each filter set is computed once). Business figures come from the
-``models`` package; the SQL here only reads the audit tables and lists what the filters can offer.
+Every function here takes the snapshot's version (so a new snapshot invalidates the cache; the read is of that
+version) and the :class:`~dashboards.filters.Filters` (so each filter set is computed once). Business figures
+come from the ``models`` package; the SQL here only reads the audit tables and lists what the filters can offer.
 All SQL is parameterised: filter values never become SQL text.
 """
 from __future__ import annotations
@@ -28,9 +28,20 @@ def current() -> snapshot.Snapshot:
     return snapshot.for_warehouse(None)
 
 
+def cursor(version: str):
+    """A cursor on the snapshot version, in the data scope, that the cache key ``version`` carries
+    (dashboards/access.py), so a cached view holds the data its key names (the current version's if that one
+    is no longer open: dashboards/snapshot.py)."""
+    return current().cursor(access.scope_key(version), access.snapshot_version(version))
+
+
 def _frame(version: str, sql: str, params: list | dict | None = None) -> pl.DataFrame:
-    """A query on the snapshot in the data scope the cache key ``version`` carries (dashboards/access.py)."""
-    return current().frame(sql, params, scope=access.scope_key(version))
+    """A query on the snapshot version and in the data scope the cache key ``version`` carries."""
+    return current().frame(sql, params, scope=access.scope_key(version), version=access.snapshot_version(version))
+
+
+def _tables(version: str) -> set[str]:
+    return current().tables(access.snapshot_version(version))
 
 
 # ---------------------------------------------------------------- what the snapshot holds
@@ -59,7 +70,7 @@ class Catalogue:
 
 @st.cache_data(**CACHE)
 def catalogue(version: str) -> Catalogue:
-    tables = frozenset(current().tables())
+    tables = frozenset(_tables(version))
     if "jobs" not in tables:
         return Catalogue(tables, 0, None, None, None, (), (), (), (), ())
     ext = _frame(version, """SELECT count(*)::BIGINT AS n, min(submit) AS first,
@@ -84,11 +95,11 @@ def catalogue(version: str) -> Catalogue:
 @st.cache_data(**CACHE)
 def access_roles(version: str) -> access.Roles:
     """The governance file's roles and contact (unscoped: who may see what is decided before any scope)."""
-    tables = current().tables()
+    tables = _tables(version)
     if "access_roles" not in tables:
         return access.Roles()
-    rows = current().frame("SELECT user_name, role, teams FROM access_roles").rows()
-    contact = (current().frame("SELECT min(contact) FROM access_settings")[0, 0]
+    rows = _frame(version, "SELECT user_name, role, teams FROM access_roles").rows()
+    contact = (_frame(version, "SELECT min(contact) FROM access_settings")[0, 0]
                if "access_settings" in tables else None)
     return access.roles_from_rows(rows, contact)
 
@@ -98,7 +109,7 @@ def access_roles(version: str) -> access.Roles:
 @st.cache_data(**CACHE)
 def freshness(version: str) -> pl.DataFrame:
     """Last successful ingest per source (UTC), the runs counted, and when the snapshot was published."""
-    tables = current().tables()
+    tables = _tables(version)
     if "ingest_runs" not in tables:
         return pl.DataFrame(schema={"source": pl.String, "last_ingest": pl.Datetime, "runs": pl.Int64})
     return _frame(version, """SELECT source, max(finished_at) AS last_ingest, count(*)::BIGINT AS runs
@@ -107,7 +118,7 @@ def freshness(version: str) -> pl.DataFrame:
 
 @st.cache_data(**CACHE)
 def published_at(version: str) -> dt.datetime | None:
-    if "snapshot_info" not in current().tables():
+    if "snapshot_info" not in _tables(version):
         return None
     return _frame(version, "SELECT max(published_at) FROM snapshot_info")[0, 0]
 
@@ -198,7 +209,7 @@ def unmapped_accounts(version: str, f: Filters) -> pl.DataFrame:
 def source_status(version: str) -> pl.DataFrame:
     """Per (cluster, source) the collector service collects (`gpuledger serve`): last attempt and success (UTC),
     consecutive failures and the last error (its absolute paths cut to base names); empty without the service."""
-    if "source_status" not in current().tables():
+    if "source_status" not in _tables(version):
         return pl.DataFrame()
     return _frame(version, f"""SELECT cluster, source, last_attempt, last_success, consecutive_failures,
                              {_NO_DIRS.format("last_error")} AS last_error, next_attempt,

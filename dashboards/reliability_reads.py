@@ -6,7 +6,7 @@ from __future__ import annotations
 import polars as pl
 import streamlit as st
 
-from dashboards import access, queries
+from dashboards import queries
 from dashboards.filters import Filters
 from dashboards.queries import CACHE
 from models.definitions.losses_sql import CAUSES
@@ -16,8 +16,8 @@ _SUMS = ["allocated_gpu_h", "lost_gpu_h", *losses_mod.CAUSE_COLS, "jobs"]
 
 
 def _cursor(version: str):
-    """A snapshot cursor in the data scope ``version`` (the cache key) carries (dashboards/access.py)."""
-    return queries.current().cursor(access.scope_key(version))
+    """A snapshot cursor of the version and data scope ``version`` (the cache key) carries (dashboards/access.py)."""
+    return queries.cursor(version)
 
 
 @st.cache_data(**CACHE)

@@ -163,14 +163,18 @@ def default_filters(cat: queries.Catalogue) -> Filters:
     return Filters(start=start, end=last + dt.timedelta(days=1))
 
 
-def freshness(version: str, cat: queries.Catalogue | None) -> None:
-    """Always-visible data freshness: the accounting horizon, the snapshot's age, the last ingest per source."""
+def freshness(version: str, cat: queries.Catalogue | None, newer: str | None = None) -> None:
+    """Always-visible data freshness: the accounting horizon, the snapshot's age, the last ingest per source;
+    ``newer``: the version of a snapshot published after the one shown, whose views are being computed."""
     box = st.sidebar.container(border=True)
     box.markdown("**Data freshness**")
     published = queries.published_at(version) if version else None
     if cat is not None and cat.horizon is not None:
         box.caption(f"Accounting up to **{cat.horizon:%Y-%m-%d %H:%M} UTC**")
     box.caption(f"Snapshot published {ui.ago(published)}" + (f" ({published:%Y-%m-%d %H:%M} UTC)" if published else ""))
+    if newer:
+        box.caption(f"A newer snapshot (published {ui.ago(queries.published_at(newer))}) is being prepared; "
+                    "the pages show it as soon as its views are computed.")
     fr = queries.freshness(version) if version else None
     if fr is None or fr.height == 0:
         box.caption("No ingest recorded yet.")

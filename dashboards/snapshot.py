@@ -6,16 +6,19 @@ The dashboard never opens the live warehouse (docs/ARCHITECTURE.md, "Concurrency
 ``snapshot`` holds a view per published table over that manifest's parts, so unqualified table names resolve
 to the published tables and further views can be layered on top. A new manifest gets a new database; the old
 one keeps serving the cursors still open on it (its parts outlive it by the publisher's grace period), so a
-page never sees half of two publishes.
+page never sees half of two publishes, and stays open while the dashboard holds it (it shows the previous
+snapshot until the new one's views are computed: dashboards/prewarm.py).
 
 ``version`` is the manifest's version; it changes exactly when the published content changes, and caches key
-on it, so a new publish invalidates every cached view.
+on it: a cursor asked for a version reads that version when it is open here, so a cached view holds the data of
+the version in its key.
 """
 from __future__ import annotations
 
 import json
 import os
 import threading
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,18 +38,32 @@ class SnapshotState:
     version: str             # '' when nothing is published
 
 
+class _Database:
+    """The in-memory database of one manifest version: its views, and the scopes' views made on it."""
+
+    def __init__(self, folder: Path, manifest: dict):
+        self.con = _open_views(folder, manifest)
+        self.manifest = manifest
+        self.scopes: dict[str, str] = {}   # scope -> the schema of its views on this database
+
+
 class Snapshot:
-    """A read-only view of the manifest at ``serving_path(db_path)`` that follows its atomic replacements."""
+    """A read-only view of the manifest at ``serving_path(db_path)`` that follows its atomic replacements.
+
+    It keeps the database of the current version open, and those of older versions :meth:`hold` names (the
+    dashboard keeps showing the previous snapshot while the new one warms up, dashboards/prewarm.py); a
+    version neither current nor held is closed once its last cursor is."""
 
     def __init__(self, db_path: str | os.PathLike):
         self.db_path = Path(db_path)
         self.path = warehouse.serving_path(self.db_path)
         self._lock = threading.Lock()
-        self._con: duckdb.DuckDBPyConnection | None = None
-        self._version = ""
+        self._dbs: dict[str, _Database] = {}
+        self._held: frozenset[str] = frozenset()
         self._stat_key: tuple | None = None
         self._manifest: dict | None = None
-        self._scopes: dict[str, str] = {}   # scope -> the schema of its views on the current connection
+        # per thread: where to record the cursors it opens, for another thread to interrupt (track)
+        self._tracked = threading.local()
 
     def _current(self) -> tuple[str, dict | None]:
         """(version, manifest) of the manifest file now; the file is parsed again only when it was replaced."""
@@ -72,9 +89,35 @@ class Snapshot:
         v = self._stat_version()
         return SnapshotState(self.db_path, self.path, bool(v), v)
 
-    def cursor(self, scope: str = "") -> duckdb.DuckDBPyConnection:
-        """An independent cursor on the current view (one per query: cursors are not shared by threads),
-        its tables scoped to ``scope`` (dashboards/access.py: '' is everything).
+    def published_at(self, version: str | None = None) -> str | None:
+        """When ``version`` (default: the current one) was published (the manifest's ISO text, UTC); None if
+        it is neither current nor open here."""
+        v, m = self._current()
+        if version and version != v:
+            with self._lock:
+                db = self._dbs.get(version)
+            m = db.manifest if db is not None else None
+        return m["published_at"] if m else None
+
+    def hold(self, versions) -> None:
+        """Keep the databases of ``versions`` open after newer versions are published; close every other one
+        but the current (its open cursors keep reading it until they close)."""
+        v = self._stat_version()
+        with self._lock:
+            self._held = frozenset(versions)
+            for old in [k for k in self._dbs if k != v and k not in self._held]:
+                del self._dbs[old]
+
+    def holds(self, version: str) -> bool:
+        """True if a cursor on ``version`` reads ``version`` (it is current, or held and open)."""
+        current = self._stat_version()
+        with self._lock:
+            return version == current or version in self._dbs
+
+    def cursor(self, scope: str = "", version: str = "") -> duckdb.DuckDBPyConnection:
+        """An independent cursor (one per query: cursors are not shared by threads) on ``version``'s view if
+        it is open here, else on the current one, its tables scoped to ``scope`` (dashboards/access.py: '' is
+        everything).
 
         Raises FileNotFoundError when nothing has been published yet.
         """
@@ -82,28 +125,39 @@ class Snapshot:
         if not v:
             raise FileNotFoundError(f"{self.path}: no serving view published yet")
         with self._lock:
-            if self._con is None or v != self._version:
-                # Dropping our reference is enough: cursors still reading the old views keep that database alive.
-                self._con = _open_views(self.path.parent, m)
-                self._version = v
-                self._scopes = {}
-            cur = self._con.cursor()
-            if scope and scope not in self._scopes:   # the scope's views, once per snapshot (dashboards/access.py)
-                self._scopes[scope] = access.create_views(cur, scope, CATALOG)
-            schema = self._scopes.get(scope, "")
+            db = self._dbs.get(version) if version and version != v else None
+            if db is None:
+                db = self._dbs.get(v)
+                if db is None:
+                    # a new version: older ones stay open only if held (their cursors keep theirs alive)
+                    self._dbs = {k: d for k, d in self._dbs.items() if k in self._held}
+                    db = self._dbs[v] = _Database(self.path.parent, m)
+            cur = db.con.cursor()
+            if scope and scope not in db.scopes:   # the scope's views, once per snapshot (dashboards/access.py)
+                db.scopes[scope] = access.create_views(cur, scope, CATALOG)
+            schema = db.scopes.get(scope, "")
         cur.execute(f"USE {CATALOG}")   # a cursor starts in the default in-memory catalog
         if scope:
             cur.execute(access.search_path(schema, CATALOG))
+        tracked = getattr(self._tracked, "cursors", None)
+        if tracked is not None:
+            tracked.add(cur)
         return cur
+
+    def track(self, cursors: "weakref.WeakSet") -> None:
+        """Add every cursor this thread opens from now on to ``cursors`` (None: stop), so another thread can
+        interrupt their queries (dashboards/prewarm.py cancels the warm-up of a superseded version)."""
+        self._tracked.cursors = cursors
 
     @property
     def version(self) -> str:
         """The version of the view the next :meth:`cursor` will read ('' when nothing is published)."""
         return self._stat_version()
 
-    def frame(self, sql: str, params: list | dict | None = None, scope: str = "") -> pl.DataFrame:
-        """Run a parameterised query on the view (scoped to ``scope``) and return a Polars frame."""
-        cur = self.cursor(scope)
+    def frame(self, sql: str, params: list | dict | None = None, scope: str = "", version: str = "") -> pl.DataFrame:
+        """Run a parameterised query on the view (scoped to ``scope``; of ``version``, see :meth:`cursor`) and
+        return a Polars frame."""
+        cur = self.cursor(scope, version)
         try:
             return cur.sql(sql, params=params or None).pl()
         finally:
@@ -112,18 +166,17 @@ class Snapshot:
     def has_table(self, name: str) -> bool:
         return name in self.tables()
 
-    def tables(self) -> set[str]:
+    def tables(self, version: str = "") -> set[str]:
         return set(self.frame(
             "SELECT table_name FROM duckdb_tables() WHERE schema_name = 'main' AND database_name = $c "
             "UNION SELECT view_name FROM duckdb_views() WHERE schema_name = 'main' AND database_name = $c "
-            "AND NOT internal", {"c": CATALOG})["table_name"].to_list())
+            "AND NOT internal", {"c": CATALOG}, version=version)["table_name"].to_list())
 
     def close(self) -> None:
         with self._lock:
-            if self._con is not None:
-                self._con.close()
-            self._con = None
-            self._version = ""
+            for db in self._dbs.values():
+                db.con.close()
+            self._dbs = {}
 
 
 #: The catalog the published tables live in; every cursor makes it its default.

@@ -1,6 +1,10 @@
 """The dashboard's data door: a read-only snapshot that follows atomic replacement and never locks the warehouse."""
 from __future__ import annotations
 
+import threading
+import time
+import weakref
+
 import duckdb
 import pytest
 
@@ -65,3 +69,66 @@ def test_registry_shares_one_snapshot_per_warehouse(tmp_path, monkeypatch):
     monkeypatch.setenv("GPULEDGER_DB", str(tmp_path / "x.duckdb"))
     assert for_warehouse(None) is for_warehouse(tmp_path / "x.duckdb")
     assert for_warehouse(None).path == tmp_path / "x.serving" / "manifest.json"
+
+
+def test_a_held_version_stays_readable_after_newer_publishes(tmp_path):
+    db = tmp_path / "w.duckdb"
+    _publish(db, 3)
+    snap = Snapshot(db)
+    v1 = snap.version
+    snap.hold({v1})
+    assert snap.frame("SELECT count(*) AS n FROM t")["n"].to_list() == [3]
+    _publish(db, 5)
+    v2 = snap.version
+    assert snap.frame("SELECT count(*) AS n FROM t")["n"].to_list() == [5]          # the current one
+    assert snap.frame("SELECT count(*) AS n FROM t", version=v1)["n"].to_list() == [3]
+    assert snap.frame("SELECT count(*) AS n FROM t", version=v2)["n"].to_list() == [5]
+    assert snap.holds(v1) and snap.holds(v2)
+    assert snap.published_at(v1) < snap.published_at(v2) == snap.published_at()
+    assert {"t", "snapshot_info"} <= snap.tables(v1)
+    snap.hold(set())                     # released: closed, and a cursor asked for it reads the current one
+    assert not snap.holds(v1) and snap.published_at(v1) is None
+    assert snap.frame("SELECT count(*) AS n FROM t", version=v1)["n"].to_list() == [5]
+
+
+def test_an_unheld_version_closes_when_a_newer_one_opens(tmp_path):
+    db = tmp_path / "w.duckdb"
+    _publish(db, 3)
+    snap = Snapshot(db)
+    v1 = snap.version
+    assert snap.frame("SELECT count(*) AS n FROM t", version=v1)["n"].to_list() == [3]
+    _publish(db, 4)
+    assert snap.holds(v1)                # still open: nothing has opened the new version yet
+    assert snap.frame("SELECT count(*) AS n FROM t")["n"].to_list() == [4]
+    assert not snap.holds(v1)
+    assert snap.frame("SELECT count(*) AS n FROM t", version=v1)["n"].to_list() == [4]
+
+
+def test_another_thread_interrupts_the_tracked_cursors_query(tmp_path):
+    db = tmp_path / "w.duckdb"
+    _publish(db, 3)
+    snap = Snapshot(db)
+    cursors, raised, opened = weakref.WeakSet(), [], threading.Event()
+
+    def slow():
+        snap.track(cursors)
+        cur = snap.cursor()
+        opened.set()
+        try:   # minutes of work if nothing stops it
+            cur.sql("SELECT count(*) FROM range(100000000000) WHERE hash(range) % 7 = 3").fetchall()
+        except duckdb.InterruptException as exc:
+            raised.append(exc)
+        finally:
+            snap.track(None)
+
+    t = threading.Thread(target=slow, daemon=True)
+    t.start()
+    assert opened.wait(30) and len(cursors) == 1
+    deadline = time.monotonic() + 30
+    while t.is_alive() and time.monotonic() < deadline:   # an interrupt before the query starts is lost
+        for cur in list(cursors):
+            cur.interrupt()
+        t.join(0.2)
+    assert not t.is_alive() and len(raised) == 1
+    assert snap.frame("SELECT count(*) AS n FROM t")["n"].to_list() == [3]   # other cursors are not tracked
+    assert len(cursors) <= 1

@@ -1,0 +1,93 @@
+"""The warm-up of a new snapshot and which snapshot the pages show meanwhile (dashboards/prewarm.py)."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+import dashboard_fixtures as dfx
+from dashboard_fixtures import lab_copy, lab_db  # noqa: F401 (fixtures)
+from dashboards import prewarm, queries
+from ingest import warehouse
+
+
+def _republish(db) -> str:
+    """A 15-minute cycle that found no new line: a new ingest run, so a new version. Returns it."""
+    con = warehouse.connect(db)
+    try:
+        with warehouse.IngestRun(con, "sacct", "test: a cycle with no new line", cluster="lab"):
+            pass
+        warehouse.publish_serving(con, db)
+    finally:
+        con.close()
+    return warehouse.read_manifest(db)["version"]
+
+
+@pytest.fixture
+def served(lab_copy, monkeypatch):
+    """A private copy of the lab warehouse that this process's dashboard serves, warm-up enabled (no thread is
+    started: the tests call its steps), of the default window only (the others are the same views on other
+    dates: seconds more)."""
+    monkeypatch.setenv("GPULEDGER_DB", str(lab_copy))
+    monkeypatch.setenv(prewarm.ENV, "1")
+    monkeypatch.setattr(prewarm, "_ready", "")
+    monkeypatch.setattr(prewarm, "_levels", {})
+    monkeypatch.setattr(prewarm, "WINDOWS", prewarm.WINDOWS[:1])
+    monkeypatch.setattr(prewarm, "QUIET_S", 0.0)          # no visitor here to yield to
+    yield lab_copy
+    queries.current().close()
+
+
+def test_the_pages_show_the_warmed_snapshot_until_the_new_one_is_warm(served, monkeypatch):
+    v1 = queries.current().version
+    assert prewarm.shown(v1) == v1                      # nothing warmed yet: the published one
+    done, failed = prewarm._warm(v1, threading.Event())
+    # every view of the default window computed on the lab data, none failed
+    assert failed == 0 and done == len(prewarm.views(v1, prewarm.window_filters(v1)[0]))
+    assert prewarm._ready == v1
+    v2 = _republish(served)
+    assert v2 != v1
+    assert prewarm.shown(v2) == v1                      # v2's views are not computed yet: v1's are shown
+    assert queries.current().holds(v1)
+    monkeypatch.setenv("GPULEDGER_SERVING_GRACE_S", "0")
+    assert prewarm.shown(v2) == v2                      # held no longer than half the grace period
+    monkeypatch.delenv("GPULEDGER_SERVING_GRACE_S")
+    monkeypatch.setenv(prewarm.ENV, "0")
+    assert prewarm.shown(v2) == v2                      # no warm-up (AppTest, benchmarks): the newest at once
+    monkeypatch.setenv(prewarm.ENV, "1")
+    stop = threading.Event()
+    stop.set()
+    assert prewarm._warm(v2, stop) == (0, 0)            # cancelled: not one view, not shown
+    assert prewarm.shown(v2) == v1
+    prewarm._warm(v2, threading.Event())
+    assert prewarm._ready == v2 and prewarm.shown(v2) == v2
+    assert not queries.current().holds(v1)              # v1 closed once v2 was shown
+
+
+def test_the_sidebar_says_a_newer_snapshot_is_being_prepared(served, monkeypatch):
+    v1 = queries.current().version
+    monkeypatch.setattr(prewarm, "_ready", v1)          # as if v1's views were computed (the test above)
+    queries.current().hold({v1})
+    queries.current().cursor().close()
+    v2 = _republish(served)
+    monkeypatch.setattr(prewarm, "_started", {v2})      # no warm-up thread: v2 stays unwarmed for the test
+    at = dfx.app(served, monkeypatch)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    captions = [c.value for c in at.sidebar.caption]
+    assert any(c.startswith("A newer snapshot (published") for c in captions), captions
+    monkeypatch.setattr(prewarm, "_ready", v2)
+    at.run()
+    assert not any(c.value.startswith("A newer snapshot") for c in at.sidebar.caption)
+
+
+def test_a_new_snapshot_is_shown_once_as_warm_as_the_one_shown(served):
+    v1 = queries.current().version
+    queries.current().cursor().close()
+    assert prewarm._switch(v1, 1) and prewarm.shown(v1) == v1   # the first one: shown once one window is warm
+    assert not prewarm._switch(v1, 3)                            # still the one shown, now with three windows
+    v2 = _republish(served)
+    assert not prewarm._switch(v2, 1) and prewarm.shown(v2) == v1
+    assert not prewarm._switch(v2, 2) and prewarm.shown(v2) == v1
+    assert prewarm._switch(v2, 3) and prewarm.shown(v2) == v2
+    assert prewarm._levels == {v2: 3}
