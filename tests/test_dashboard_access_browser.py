@@ -277,10 +277,25 @@ def test_member_cannot_close_a_period(site, browser):
     page = ctx.new_page()
     try:
         _open(page, f"{site['web']}/chargeback", "Chargeback")
-        page.get_by_text(re.compile(r"^Close \d{4}-\d{2}$")).first.click()
-        page.get_by_role("button", name=re.compile(r"Close \d{4}-\d{2} now")).click()
-        # the click reruns the whole page (statements, budgets' forecasts): give it the time _open gives a page
-        page.get_by_text("Refused:").first.wait_for(timeout=120_000)
+        refused = page.get_by_text("Refused:").first
+        button = page.get_by_role("button", name=re.compile(r"Close \d{4}-\d{2} now"))
+        for attempt in (1, 2):
+            if not button.is_visible():          # the expander is closed
+                page.get_by_text(re.compile(r"^Close \d{4}-\d{2}$")).first.click()
+            button.click()
+            # the click reruns the whole page (statements, budgets' forecasts): give it the time _open gives a
+            # page. Once in about a dozen loaded runs no refusal was shown within 120 s, with no error in the
+            # server's log and nothing written (cause not found: the click or the rerun's message lost on the
+            # way), so one more click is allowed; the refusal must still be shown, and the unchanged warehouse
+            # is checked below.
+            try:
+                refused.wait_for(timeout=90_000 if attempt == 1 else 120_000)
+                break
+            except playwright_api.TimeoutError:
+                if attempt == 2:
+                    raise
+                page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')",
+                                       timeout=120_000)
         assert "(member) may not close" in _text(page)
     finally:
         ctx.close()
