@@ -251,7 +251,8 @@ def test_new_telemetry_merges_into_an_open_job_and_keeps_its_earlier_hours(tmp_p
 
         def job1():
             return con.sql("""SELECT telemetry_gpu_s, idle_alloc_gpu_s, round(active_gpu_s, 6), act_p95, n_devices
-                              FROM gpu_efficiency_job WHERE job_uid = (SELECT job_uid FROM jobs WHERE job_id = '1')""").fetchall()
+                              FROM gpu_efficiency_job WHERE job_uid = (SELECT job_uid FROM jobs WHERE job_id = '1')"""
+                           ).fetchall()
 
         batch(0, [dict(id=1, start=-30, end=None, gpus=1, nodes="a1"), dict(id=2, start=36, end=None, gpus=1,
                                                                              nodes="a2")], -30, 37)

@@ -133,14 +133,18 @@ def _job_node_minutes(con: duckdb.DuckDBPyConnection, nids: list[int]) -> None:
     con.execute("""CREATE OR REPLACE TEMP TABLE _jwc AS
                    SELECT * FROM _jw w WHERE EXISTS (SELECT 1 FROM job_nodes jn JOIN _nodes n
                        ON n.cluster = jn.cluster AND n.node = jn.node WHERE jn.job_uid = w.job_uid)""")
+    # constant time bounds first: only the jobs of the chunk's times are joined with their nodes, not the year's
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _jn AS
         SELECT j.job_uid, n.nid, jn.gpus_on_node AS g, j.job_id, j.job_id_raw, epoch(j.start) AS ws_s,
                epoch({end_sql()}) AS we_s
-        FROM job_nodes jn JOIN jobs j USING (job_uid) JOIN _nodes n ON n.cluster = jn.cluster AND n.node = jn.node
+        FROM job_nodes jn
+             JOIN (SELECT * FROM jobs WHERE start IS NOT NULL AND ngpus > 0 AND start < $thi
+                   AND ("end" IS NULL OR "end" > $tlo)) j USING (job_uid)
+             JOIN _nodes n ON n.cluster = jn.cluster AND n.node = jn.node
              JOIN ({horizon_sql()}) h ON h.cluster = j.cluster
-        WHERE j.start IS NOT NULL AND j.ngpus > 0 AND jn.gpus_on_node > 0
-          AND j.start < n.hi AND {end_sql()} > n.lo""")
+        WHERE jn.gpus_on_node > 0 AND j.start < n.hi AND {end_sql()} > n.lo""",
+                dict(zip(("tlo", "thi"), con.sql("SELECT min(lo), max(hi) FROM _nodes").fetchall()[0])))
     con.execute("DELETE FROM _jn WHERE we_s IS NULL OR we_s <= ws_s")
     con.execute("""
         CREATE OR REPLACE TEMP TABLE _jnm AS

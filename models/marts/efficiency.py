@@ -35,6 +35,13 @@ def _targets(con: duckdb.DuckDBPyConnection, full: bool) -> int:
     models/marts/efficiency_open.py); returns the run id the refresh will be current to."""
     newest = con.sql("SELECT coalesce(max(run_id), 0) FROM ingest_runs").fetchall()[0][0]
     last = warehouse.mart_run(con, MART)
+    if not full:
+        # started GPU jobs without a row (never built), rows without a started GPU job (it left): one join
+        con.execute("""CREATE OR REPLACE TEMP TABLE _eff_unpaired AS
+                       SELECT coalesce(j.job_uid, e.job_uid) AS job_uid, j.job_uid IS NULL AS gone
+                       FROM (SELECT job_uid FROM jobs WHERE ngpus > 0 AND start IS NOT NULL) j
+                       FULL JOIN (SELECT job_uid FROM gpu_efficiency_job) e USING (job_uid)
+                       WHERE j.job_uid IS NULL OR e.job_uid IS NULL""")
     if full or last is None:
         con.execute("""CREATE OR REPLACE TEMP TABLE _eff_targets AS
                        SELECT job_uid, NULL::TIMESTAMP AS cut FROM jobs WHERE ngpus > 0 AND start IS NOT NULL""")
@@ -47,10 +54,10 @@ def _targets(con: duckdb.DuckDBPyConnection, full: bool) -> int:
             WHERE ngpus > 0 AND start IS NOT NULL AND (coalesce(updated_run_id, ingest_run_id) > $last OR "end" IS NULL)
             UNION ALL SELECT job_uid, FALSE FROM job_gpu_indices WHERE ingest_run_id > $last
             UNION ALL SELECT j.job_uid, FALSE FROM jobs j JOIN ({attribution.horizon_sql()}) h USING (cluster)
-                  ANTI JOIN gpu_efficiency_job e ON e.job_uid = j.job_uid
+                  SEMI JOIN (SELECT job_uid FROM _eff_unpaired WHERE NOT gone) USING (job_uid)
                   -- never built; not a job whose window is empty (it never gets a row: attribution.job_windows), which
                   -- would be a target at every refresh and make the serving view compare every part from its uid on
-                  WHERE j.ngpus > 0 AND j.start IS NOT NULL AND {attribution.end_sql()} > j.start)
+                  WHERE {attribution.end_sql()} > j.start)
         GROUP BY job_uid""", {"last": last})
     # neighbours share nodes with changed jobs (their node-share changes), or sit under new telemetry. An open job
     # that only grew changed its node's shares from the last refresh's horizon on: only neighbours after that (a
@@ -61,7 +68,8 @@ def _targets(con: duckdb.DuckDBPyConnection, full: bool) -> int:
         CREATE OR REPLACE TEMP TABLE _eff_win AS
         WITH h AS ({attribution.horizon_sql()})
         SELECT jn.cluster, jn.node, d.job_uid,
-               CASE WHEN d.tail AND NOT $labelled THEN greatest(j.start, coalesce(o.hz, j.start)) ELSE j.start END AS lo,
+               CASE WHEN d.tail AND NOT $labelled THEN greatest(j.start, coalesce(o.hz, j.start))
+                    ELSE j.start END AS lo,
                {attribution.end_sql()} AS hi,
                CASE WHEN $labelled THEN NULL WHEN d.tail THEN greatest(j.start, coalesce(o.hz, j.start))
                     ELSE least(j.start, e.window_start) END AS c, d.tail
@@ -71,18 +79,20 @@ def _targets(con: duckdb.DuckDBPyConnection, full: bool) -> int:
         SELECT cluster, node, NULL, min_ts, max_ts,
                CASE WHEN NOT $labelled THEN time_bucket(INTERVAL 5 MINUTE, min_ts) END, NULL
         FROM gpu_ingest_ranges WHERE run_id > $last""", {"last": last, "labelled": _new_labels(con, last)})
-    # only jobs that ran after the earliest window start can overlap one (the year's other jobs are not joined)
+    # only jobs that ran inside the windows' span can overlap one (constant bounds: the year's others are skipped)
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _eff_targets AS
         WITH h AS ({attribution.horizon_sql()}),
         nb AS (
             SELECT j.job_uid, w.c FROM _eff_win w JOIN job_nodes jn ON jn.cluster = w.cluster AND jn.node = w.node
-                JOIN jobs j ON j.job_uid = jn.job_uid JOIN h ON h.cluster = j.cluster
-            WHERE j.ngpus > 0 AND j.start IS NOT NULL AND j.start < w.hi AND {attribution.end_sql()} > w.lo
-              AND (j."end" IS NULL OR j."end" > (SELECT min(lo) FROM _eff_win))
+                JOIN (SELECT * FROM jobs WHERE ngpus > 0 AND start IS NOT NULL AND start < $hi
+                      AND ("end" IS NULL OR "end" > $lo)) j ON j.job_uid = jn.job_uid
+                JOIN h ON h.cluster = j.cluster
+            WHERE j.start < w.hi AND {attribution.end_sql()} > w.lo
             UNION ALL
             SELECT job_uid, CASE WHEN tail THEN c END FROM _eff_win WHERE job_uid IS NOT NULL)
-        SELECT job_uid, CASE WHEN bool_or(c IS NULL) THEN NULL ELSE min(c) END AS cut FROM nb GROUP BY job_uid""")
+        SELECT job_uid, CASE WHEN bool_or(c IS NULL) THEN NULL ELSE min(c) END AS cut FROM nb GROUP BY job_uid""",
+                dict(zip(("lo", "hi"), con.sql("SELECT min(lo), max(hi) FROM _eff_win").fetchall()[0])))
     opened.eligible(con)
     return newest
 
@@ -249,7 +259,7 @@ def _pass(con: duckdb.DuckDBPyConnection, targets: str, now: dt.datetime) -> Non
         _chunk(con, now)
         slow_nodes.collect_chunk(con)   # per job and node against its peers (slow nodes), same attribution
         done = True
-    held = "(SELECT job_uid FROM _eff_job_all UNION ALL SELECT job_uid FROM _eff_redo)" if done else "(SELECT job_uid FROM _eff_redo)"
+    held = "(SELECT job_uid FROM _eff_redo" + (" UNION ALL SELECT job_uid FROM _eff_job_all)" if done else ")")
     # a merged job no node group holds (its node's telemetry stopped long before the cut): whole, after
     con.execute(f"INSERT INTO _eff_redo SELECT job_uid FROM _jw WHERE cut IS NOT NULL AND job_uid NOT IN {held}")
     # jobs no node group holds (no placement known): allocated GPU-hours only, "no telemetry"
@@ -274,8 +284,8 @@ def build(con: duckdb.DuckDBPyConnection, full: bool = False) -> None:
         con.execute("DELETE FROM _eff_redo")
         _pass(con, "_eff_whole", now)
     # jobs that stopped being GPU jobs (or vanished) leave the marts
-    con.execute("""CREATE OR REPLACE TEMP TABLE _eff_gone AS SELECT job_uid FROM gpu_efficiency_job
-                   ANTI JOIN (SELECT job_uid FROM jobs WHERE ngpus > 0 AND start IS NOT NULL) USING (job_uid)""")
+    con.execute("CREATE OR REPLACE TEMP TABLE _eff_gone AS SELECT job_uid FROM " + (
+        "_eff_targets LIMIT 0" if full else "_eff_unpaired WHERE gone"))
     with warehouse.transaction(con):
         if full:
             warehouse.note_changed(con, EFFICIENCY_TABLES)
@@ -300,6 +310,6 @@ def build(con: duckdb.DuckDBPyConnection, full: bool = False) -> None:
         warehouse.record_mart(con, MART, newest)
     for t in ("_eff_targets", "_eff_dirty", "_eff_win", "_eff_metric", "_eff_px", "_eff_hour", "_eff_job",
               "_eff_hour_all", "_eff_job_all", "_eff_open", "_eff_att", "_eff_open_all", "_eff_att_all", "_eff_redo",
-              "_eff_whole", "_eff_gone", "_eff_keep", "_eff_tailc", "_att", "_jw", "_jwc", "_jn", "_nodes",
-              "_nodes_all", "_dev", "_pc", "_zr", "_runs"):
+              "_eff_whole", "_eff_gone", "_eff_unpaired", "_eff_keep", "_eff_tailc", "_att", "_jw", "_jwc", "_jn",
+              "_nodes", "_nodes_all", "_dev", "_pc", "_zr", "_runs"):
         con.execute(f"DROP TABLE IF EXISTS {t}")
