@@ -30,18 +30,36 @@ def _new_labels(con: duckdb.DuckDBPyConnection, last: int) -> bool:
                       WHERE r.run_id > $last AND g.hpc_jobs IS NOT NULL)""", params={"last": last}).fetchall()[0][0]
 
 
+def _unpaired(con: duckdb.DuckDBPyConnection, last: int | None) -> None:
+    """``_eff_unpaired(job_uid, gone)``: started GPU jobs without a row (never built) and rows without a started
+    GPU job (it left or vanished). Usually only jobs changed since run ``last`` can be either: when the other jobs
+    and the other rows are the same set (count and sum of uid hashes, two scans), only those are joined; else
+    every job with every row (a full join of both tables, seconds on a site's year)."""
+    since = "coalesce(updated_run_id, ingest_run_id) > $last"
+    if last is not None and con.sql(f"""
+            SELECT (SELECT (count(*), sum(hash(job_uid)::HUGEINT)) FROM jobs
+                    WHERE ngpus > 0 AND start IS NOT NULL AND NOT {since}) IS NOT DISTINCT FROM
+                   (SELECT (count(*), sum(hash(job_uid)::HUGEINT)) FROM gpu_efficiency_job
+                    WHERE job_uid NOT IN (SELECT job_uid FROM jobs WHERE {since}))""", params={"last": last}
+                                     ).fetchall()[0][0]:
+        jobs = f"(SELECT * FROM jobs WHERE {since})"
+        rows = f"(SELECT job_uid FROM gpu_efficiency_job WHERE job_uid IN (SELECT job_uid FROM jobs WHERE {since}))"
+    else:
+        jobs, rows = "jobs", "gpu_efficiency_job"
+    con.execute(f"""CREATE OR REPLACE TEMP TABLE _eff_unpaired AS
+                    SELECT coalesce(j.job_uid, e.job_uid) AS job_uid, j.job_uid IS NULL AS gone
+                    FROM (SELECT job_uid FROM {jobs} WHERE ngpus > 0 AND start IS NOT NULL) j
+                    FULL JOIN (SELECT job_uid FROM {rows}) e USING (job_uid)
+                    WHERE j.job_uid IS NULL OR e.job_uid IS NULL""", {"last": last} if "$last" in jobs else {})
+
+
 def _targets(con: duckdb.DuckDBPyConnection, full: bool) -> int:
     """``_eff_targets(job_uid, cut)``: GPU jobs to (re)compute, and from which minute (``cut``, NULL = whole: see
     models/marts/efficiency_open.py); returns the run id the refresh will be current to."""
     newest = con.sql("SELECT coalesce(max(run_id), 0) FROM ingest_runs").fetchall()[0][0]
     last = warehouse.mart_run(con, MART)
     if not full:
-        # started GPU jobs without a row (never built), rows without a started GPU job (it left): one join
-        con.execute("""CREATE OR REPLACE TEMP TABLE _eff_unpaired AS
-                       SELECT coalesce(j.job_uid, e.job_uid) AS job_uid, j.job_uid IS NULL AS gone
-                       FROM (SELECT job_uid FROM jobs WHERE ngpus > 0 AND start IS NOT NULL) j
-                       FULL JOIN (SELECT job_uid FROM gpu_efficiency_job) e USING (job_uid)
-                       WHERE j.job_uid IS NULL OR e.job_uid IS NULL""")
+        _unpaired(con, last)
     if full or last is None:
         con.execute("""CREATE OR REPLACE TEMP TABLE _eff_targets AS
                        SELECT job_uid, NULL::TIMESTAMP AS cut FROM jobs WHERE ngpus > 0 AND start IS NOT NULL""")
