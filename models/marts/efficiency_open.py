@@ -118,7 +118,8 @@ def old_devices_sql() -> str:
 
 def collect(con: duckdb.DuckDBPyConnection) -> None:
     """Append the state of the chunk's kept jobs (the hours it computed) to ``_eff_open_all`` and the
-    attribution of the hour their window ends in to ``_eff_att_all``."""
+    attribution of the hour their window ends in to ``_eff_att_all`` (a merged job: from its cut on, the stored
+    minutes before it stay)."""
     con.execute("""
         CREATE OR REPLACE TEMP TABLE _eff_open AS
         WITH cv AS (
@@ -140,7 +141,8 @@ def collect(con: duckdb.DuckDBPyConnection) -> None:
         CREATE OR REPLACE TEMP TABLE _eff_att AS
         SELECT a.job_uid, d.node, d.gpu, a.mi, a.ov_s, a.share, a.meth
         FROM _att a JOIN _jwc w USING (job_uid) JOIN _dev d USING (dev)
-        WHERE a.job_uid IN (SELECT job_uid FROM _eff_keep) AND a.mi >= epoch(date_trunc('hour', w.we)) // 60""")
+        WHERE a.job_uid IN (SELECT job_uid FROM _eff_keep) AND a.mi >= epoch(date_trunc('hour', w.we)) // 60
+          AND (w.cut IS NULL OR a.mi >= epoch(w.cut) // 60)""")
     for part in ("open", "att"):
         con.execute(f"CREATE TEMP TABLE IF NOT EXISTS _eff_{part}_all AS SELECT * FROM _eff_{part} LIMIT 0")
         con.execute(f"INSERT INTO _eff_{part}_all SELECT * FROM _eff_{part}")
@@ -155,7 +157,11 @@ def store(con: duckdb.DuckDBPyConnection, full: bool) -> None:
     else:
         con.execute("""DELETE FROM gpu_efficiency_open_hour o USING _eff_targets t
                        WHERE o.job_uid = t.job_uid AND (t.cut IS NULL OR o.hour >= date_trunc('hour', t.cut))""")
-        con.execute("DELETE FROM gpu_efficiency_open_att WHERE job_uid IN (SELECT job_uid FROM _eff_targets)")
+        # a merged job keeps its stored minutes of the cut's hour before the cut (unchanged); those of earlier
+        # hours go (a window that entered a new hour leaves at most the cut's hour behind, never read again)
+        con.execute("""DELETE FROM gpu_efficiency_open_att o USING _eff_targets t
+                       WHERE o.job_uid = t.job_uid AND (t.cut IS NULL OR o.mi >= epoch(t.cut) // 60
+                                                        OR o.mi < epoch(date_trunc('hour', t.cut)) // 60)""")
         for t in ("gpu_efficiency_open_hour", "gpu_efficiency_open_att"):
             con.execute(f"DELETE FROM {t} WHERE job_uid IN (SELECT job_uid FROM _eff_gone)")
     for part, table in (("open", "gpu_efficiency_open_hour"), ("att", "gpu_efficiency_open_att")):
