@@ -273,3 +273,26 @@ def test_new_telemetry_merges_into_an_open_job_and_keeps_its_earlier_hours(tmp_p
             ("2026-07-14 11:00:00", 1140.0, 1140.0, 0.0, 456.0)]
     finally:
         con.close()
+
+
+def test_an_open_job_without_placement_grows_with_the_horizon(tmp_path):
+    """Job 2 runs (2 GPUs from 10:05) with no node known, beside job 1 on a1: after a second batch moves the
+    horizon from 10:20 to 10:40, its allocation-only row grows to 2 x 35 min x 60 s = 4,200 GPU-s, as a full
+    rebuild says (an open job is a target even without a node to look for neighbours on)."""
+    con = warehouse.connect(str(tmp_path / "w.duckdb"))
+    try:
+        add_jobs(con, tmp_path, [dict(id=1, start=0, end=None, gpus=1, nodes="a1"),
+                                 dict(id=2, start=5, end=None, gpus=2, nodes="")], "j0.psv")
+        load_readings(con, readings({("a1", g): {m: 10 for m in range(0, 20)} for g in range(2)}), "r0.om")
+        efficiency_mart.build(con)
+        add_jobs(con, tmp_path, [dict(id=3, start=40, end=None, gpus=1, nodes="a2")], "j1.psv")
+        load_readings(con, readings({("a1", g): {m: 10 for m in range(20, 41)} for g in range(2)}), "r1.om")
+        efficiency_mart.build(con)
+        assert con.sql("""SELECT window_end::VARCHAR, alloc_gpu_s, method FROM gpu_efficiency_job
+                          WHERE job_uid = (SELECT job_uid FROM jobs WHERE job_id = '2')""").fetchall() == [
+            ("2026-07-14 10:40:00", 4200.0, "none")]
+        incremental = _eff_marts(con)
+        efficiency_mart.build(con, full=True)
+        assert _eff_marts(con) == incremental
+    finally:
+        con.close()

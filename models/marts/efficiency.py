@@ -82,6 +82,7 @@ def _targets(con: duckdb.DuckDBPyConnection, full: bool) -> int:
     # week-long running job would otherwise pull in every job its node ran that week, at every refresh). ``c``:
     # from when the jobs under a window may be attributed differently (a changed job: its start, or its stored
     # window's; new readings: their first 5-minute rollup bucket; NULL: a label, everything whole)
+    labelled = _new_labels(con, last)
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _eff_win AS
         WITH h AS ({attribution.horizon_sql()})
@@ -96,7 +97,7 @@ def _targets(con: duckdb.DuckDBPyConnection, full: bool) -> int:
         UNION ALL
         SELECT cluster, node, NULL, min_ts, max_ts,
                CASE WHEN NOT $labelled THEN time_bucket(INTERVAL 5 MINUTE, min_ts) END, NULL
-        FROM gpu_ingest_ranges WHERE run_id > $last""", {"last": last, "labelled": _new_labels(con, last)})
+        FROM gpu_ingest_ranges WHERE run_id > $last""", {"last": last, "labelled": labelled})
     # only jobs that ran inside the windows' span can overlap one (constant bounds: the year's others are skipped)
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _eff_targets AS
@@ -107,10 +108,12 @@ def _targets(con: duckdb.DuckDBPyConnection, full: bool) -> int:
                       AND ("end" IS NULL OR "end" > $lo)) j ON j.job_uid = jn.job_uid
                 JOIN h ON h.cluster = j.cluster
             WHERE j.start < w.hi AND {attribution.end_sql()} > w.lo
-            UNION ALL
-            SELECT job_uid, CASE WHEN tail THEN c END FROM _eff_win WHERE job_uid IS NOT NULL)
+            UNION ALL   -- the changed jobs themselves (also those without a placement: no window above)
+            SELECT d.job_uid, CASE WHEN d.tail AND NOT $labelled THEN greatest(j.start, coalesce(o.hz, j.start)) END
+            FROM _eff_dirty d JOIN jobs j USING (job_uid) LEFT JOIN ({_OLD_HORIZON}) o ON o.cluster = j.cluster)
         SELECT job_uid, CASE WHEN bool_or(c IS NULL) THEN NULL ELSE min(c) END AS cut FROM nb GROUP BY job_uid""",
-                dict(zip(("lo", "hi"), con.sql("SELECT min(lo), max(hi) FROM _eff_win").fetchall()[0])))
+                {"last": last, "labelled": labelled,
+                 **dict(zip(("lo", "hi"), con.sql("SELECT min(lo), max(hi) FROM _eff_win").fetchall()[0]))})
     opened.eligible(con)
     return newest
 
