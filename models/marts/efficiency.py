@@ -33,12 +33,15 @@ def _new_labels(con: duckdb.DuckDBPyConnection, last: int) -> bool:
 def _unpaired(con: duckdb.DuckDBPyConnection, last: int | None) -> None:
     """``_eff_unpaired(job_uid, gone)``: started GPU jobs without a row (never built) and rows without a started
     GPU job (it left or vanished). Usually only jobs changed since run ``last`` can be either: when the other jobs
-    and the other rows are the same set (count and sum of uid hashes, two scans), only those are joined; else
-    every job with every row (a full join of both tables, seconds on a site's year)."""
+    (those with a window: a job whose window is empty never gets a row) and the other rows are the same set (count
+    and sum of uid hashes, two scans), only those are joined; else every job with every row (a full join of both
+    tables, a second or more on a site's year)."""
     since = "coalesce(updated_run_id, ingest_run_id) > $last"
     if last is not None and con.sql(f"""
-            SELECT (SELECT (count(*), sum(hash(job_uid)::HUGEINT)) FROM jobs
-                    WHERE ngpus > 0 AND start IS NOT NULL AND NOT {since}) IS NOT DISTINCT FROM
+            SELECT (SELECT (count(*), sum(hash(j.job_uid)::HUGEINT)) FROM jobs j
+                    JOIN ({attribution.horizon_sql()}) h USING (cluster)
+                    WHERE ngpus > 0 AND start IS NOT NULL AND NOT {since} AND {attribution.end_sql()} > j.start)
+                   IS NOT DISTINCT FROM
                    (SELECT (count(*), sum(hash(job_uid)::HUGEINT)) FROM gpu_efficiency_job
                     WHERE job_uid NOT IN (SELECT job_uid FROM jobs WHERE {since}))""", params={"last": last}
                                      ).fetchall()[0][0]:
