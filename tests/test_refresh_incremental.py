@@ -229,3 +229,70 @@ def test_incremental_efficiency_after_telemetry_batches_equals_a_full_rebuild(tm
             assert incremental[part] == rebuilt[part], part
     finally:
         con.close()
+
+
+def test_new_telemetry_merges_into_an_open_job_and_keeps_its_earlier_hours(tmp_path):
+    """By hand: job 1 (1 GPU on a1, whose 4 GPUs read 10, 20, 30, 40 %) runs from 09:30; all four read 0 from
+    10:34 to 10:40, a stretch the first batch (readings to 10:37, horizon 10:36) cuts after 2 minutes. The second
+    batch (readings to 11:20, horizon 11:19) is merged: attributed from its cut (10:35), the 10:00 hour completed
+    from the stored attribution, the 09:00 hour kept as stored (a value changed in it stays: not re-read). Job 1
+    then has 109 minutes x 60 s = 6,540 GPU-s covered, the 6 zero minutes idle (360 s, on GPU 0, the first of the
+    tied devices), active 0.4 x 103 min x 60 s = 2,472, p95 40 %, 2 devices; a full rebuild says the same."""
+    con = warehouse.connect(str(tmp_path / "w.duckdb"))
+    try:
+        def util(m, g):
+            return 0 if 34 <= m < 40 else (g + 1) * 10
+
+        def batch(k, jobs, lo, hi):
+            add_jobs(con, tmp_path, jobs, name=f"jobs{k}.psv")
+            load_readings(con, readings({("a1", g): {m: util(m, g) for m in range(lo, hi)} for g in range(4)}),
+                          f"r{k}.om")
+            efficiency_mart.build(con)
+
+        def job1():
+            return con.sql("""SELECT telemetry_gpu_s, idle_alloc_gpu_s, round(active_gpu_s, 6), act_p95, n_devices
+                              FROM gpu_efficiency_job WHERE job_uid = (SELECT job_uid FROM jobs WHERE job_id = '1')"""
+                           ).fetchall()
+
+        batch(0, [dict(id=1, start=-30, end=None, gpus=1, nodes="a1"), dict(id=2, start=36, end=None, gpus=1,
+                                                                             nodes="a2")], -30, 37)
+        assert job1() == [(66 * 60.0, 0.0, round(0.4 * 64 * 60, 6), 0.4, 2)]    # 2 zero minutes: not idle yet
+        con.execute("""UPDATE gpu_efficiency_job_hour SET active_gpu_s = 0 WHERE hour = '2026-07-14 09:00'
+                       AND job_uid = (SELECT job_uid FROM jobs WHERE job_id = '1')""")
+        batch(1, [dict(id=3, start=79, end=None, gpus=1, nodes="a2")], 37, 80)
+        assert job1() == [(6540.0, 360.0, round(2472.0 - 720.0, 6), 0.4, 2)]     # the 09:00 hour kept as stored
+        h11 = int((dt.datetime(2026, 7, 14, 11) - dt.datetime(1970, 1, 1)).total_seconds()) // 60
+        assert con.sql("""SELECT count(DISTINCT mi) FILTER (WHERE mi >= $h), min(mi) >= $h - 60
+                          FROM gpu_efficiency_open_att""", params={"h": h11}).fetchall() == [(19, True)]   # 11:00-11:18
+        efficiency_mart.build(con, full=True)
+        assert job1() == [(6540.0, 360.0, 2472.0, 0.4, 2)]
+        assert con.sql("""SELECT hour::VARCHAR, alloc_gpu_s, telemetry_gpu_s, idle_alloc_gpu_s, round(active_gpu_s, 6)
+                          FROM gpu_efficiency_job_hour WHERE job_uid = (SELECT job_uid FROM jobs WHERE job_id = '1')
+                          ORDER BY hour""").fetchall() == [
+            ("2026-07-14 09:00:00", 1800.0, 1800.0, 0.0, 720.0), ("2026-07-14 10:00:00", 3600.0, 3600.0, 360.0, 1296.0),
+            ("2026-07-14 11:00:00", 1140.0, 1140.0, 0.0, 456.0)]
+    finally:
+        con.close()
+
+
+def test_an_open_job_without_placement_grows_with_the_horizon(tmp_path):
+    """Job 2 runs (2 GPUs from 10:05) with no node known, beside job 1 on a1: after a second batch moves the
+    horizon from 10:20 to 10:40, its allocation-only row grows to 2 x 35 min x 60 s = 4,200 GPU-s, as a full
+    rebuild says (an open job is a target even without a node to look for neighbours on)."""
+    con = warehouse.connect(str(tmp_path / "w.duckdb"))
+    try:
+        add_jobs(con, tmp_path, [dict(id=1, start=0, end=None, gpus=1, nodes="a1"),
+                                 dict(id=2, start=5, end=None, gpus=2, nodes="")], "j0.psv")
+        load_readings(con, readings({("a1", g): {m: 10 for m in range(0, 20)} for g in range(2)}), "r0.om")
+        efficiency_mart.build(con)
+        add_jobs(con, tmp_path, [dict(id=3, start=40, end=None, gpus=1, nodes="a2")], "j1.psv")
+        load_readings(con, readings({("a1", g): {m: 10 for m in range(20, 41)} for g in range(2)}), "r1.om")
+        efficiency_mart.build(con)
+        assert con.sql("""SELECT window_end::VARCHAR, alloc_gpu_s, method FROM gpu_efficiency_job
+                          WHERE job_uid = (SELECT job_uid FROM jobs WHERE job_id = '2')""").fetchall() == [
+            ("2026-07-14 10:40:00", 4200.0, "none")]
+        incremental = _eff_marts(con)
+        efficiency_mart.build(con, full=True)
+        assert _eff_marts(con) == incremental
+    finally:
+        con.close()

@@ -42,7 +42,8 @@ from ingest.warehouse.base import utcnow
 SERVING_EXCLUDE = frozenset({"gpu_samples", "gpu_samples_5m", "gpu_ingest_ranges", "schema_migrations",
                              "serving_journal", "serving_state",
                              "demand_job", "demand_state", "mart_journal",    # the demand builder's own state
-                             "gpu_efficiency_notel_job", "gpu_efficiency_notel_state"})   # and the notel rollup's
+                             "gpu_efficiency_notel_job", "gpu_efficiency_notel_state",   # the notel rollup's
+                             "gpu_efficiency_open_hour", "gpu_efficiency_open_att"})   # the efficiency builder's
 
 #: Width of a part of the job-keyed tables, in job_uids (a month of the 5M-job year is ~420,000; a 15-minute
 #: cycle of that year touches the running jobs, whose uids span ~65,000: two parts of each job-keyed table).

@@ -44,32 +44,39 @@ def end_sql(j: str = "j", h: str = "h") -> str:
     return end_eff_sql(f"{h}.horizon", j)
 
 
-def job_windows(con: duckdb.DuckDBPyConnection, targets: str) -> None:
-    """``_jw``: the target jobs' accounted windows ``[ws, we)`` (running jobs end at the horizon)."""
+def job_windows(con: duckdb.DuckDBPyConnection, targets: str, cut: str = "NULL") -> None:
+    """``_jw``: the target jobs' accounted windows ``[ws, we)`` (running jobs end at the horizon), ``cut``: from
+    when a job is attributed again (``cut`` of ``targets``, NULL = its whole window; a minute), and ``rd``: from
+    when readings are read for it (5 minutes before the hour of its cut, so zero stretches crossing into that hour
+    are seen whole enough to decide which minutes are idle)."""
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _jw AS
-        SELECT j.job_uid, j.cluster, j.start AS ws, {end_sql()} AS we, j.ngpus
+        SELECT j.job_uid, j.cluster, j.start AS ws, {end_sql()} AS we, j.ngpus, ({cut})::TIMESTAMP AS cut,
+               greatest(j.start, coalesce(date_trunc('hour', ({cut})::TIMESTAMP) - INTERVAL 5 MINUTE, j.start)) AS rd
         FROM jobs j JOIN {targets} t USING (job_uid) JOIN ({horizon_sql()}) h USING (cluster)
         WHERE j.start IS NOT NULL AND j.ngpus > 0""")
     con.execute("DELETE FROM _jw WHERE we IS NULL OR we <= ws")
 
 
-def prepare(con: duckdb.DuckDBPyConnection, targets: str) -> None:
-    """``_jw`` (target job windows) and ``_nodes_all``: the nodes they ran on that have telemetry, numbered
-    (``nid``), with the time span to read (the jobs' span cut to the node's telemetry span) and an estimate of
-    the device-minutes there (``est``).
+def prepare(con: duckdb.DuckDBPyConnection, targets: str, cut: str = "NULL") -> None:
+    """``_jw`` (target job windows, :func:`job_windows`) and ``_nodes_all``: the nodes they ran on that have
+    telemetry, numbered (``nid``), with the time span to read (the jobs' span from ``rd`` cut to the node's
+    telemetry span), the first minute to attribute (``at_mi``: the earliest target's cut, else start) and an
+    estimate of the device-minutes there (``est``).
 
     Only nodes and times with readings are expanded into job-minutes: a site whose telemetry covers the last
     week of a year of jobs attributes a week, and jobs elsewhere keep their allocated GPU-hours with no
     telemetry. A reading may cover up to a day after its timestamp (the raw scan's look-back), hence the
     margin on ``last_seen``."""
-    job_windows(con, targets)
+    job_windows(con, targets, cut)
     con.execute("""
         CREATE OR REPLACE TEMP TABLE _nodes_all AS
         SELECT (row_number() OVER (ORDER BY s.cluster, s.node))::INTEGER AS nid, s.cluster, s.node, s.lo, s.hi,
                (epoch(date_trunc('minute', s.lo)) // 60)::BIGINT AS lo_mi, ceil(epoch(s.hi) / 60)::BIGINT AS hi_mi,
+               (epoch(date_trunc('minute', greatest(s.at, s.lo))) // 60)::BIGINT AS at_mi,
                greatest(1, s.n) * (epoch(s.hi) - epoch(s.lo)) / 60 AS est
-        FROM (SELECT jn.cluster, jn.node, greatest(min(w.ws), any_value(d.t0)) AS lo,
+        FROM (SELECT jn.cluster, jn.node, greatest(min(w.rd), any_value(d.t0)) AS lo,
+                     min(coalesce(w.cut, w.ws)) AS at,
                      least(max(w.we), any_value(d.t1)) AS hi, any_value(d.n) AS n
               FROM _jw w JOIN job_nodes jn USING (job_uid)
                    JOIN (SELECT cluster, node, count(*) AS n, min(first_seen) AS t0,
@@ -118,25 +125,33 @@ def node_chunks(con: duckdb.DuckDBPyConnection, max_pieces: float | None = None)
 
 def _job_node_minutes(con: duckdb.DuckDBPyConnection, nids: list[int]) -> None:
     """``_nodes`` (this chunk), ``_jwc`` (its target jobs), ``_jn`` and ``_jnm``: every job on the chunk's nodes
-    and times, one row per (job, node, minute) with its GPUs there and its seconds in the minute."""
+    and times, one row per (job, node, minute) with its GPUs there and its seconds in the minute, from the node's
+    first minute to attribute (``at_mi``) to the end of its span: a minute's attribution depends only on that
+    minute's readings and jobs, so the minutes before are neither needed nor changed."""
     con.execute("CREATE OR REPLACE TEMP TABLE _nodes AS SELECT * FROM _nodes_all WHERE list_contains($n, nid)",
                 {"n": nids})
     con.execute("""CREATE OR REPLACE TEMP TABLE _jwc AS
                    SELECT * FROM _jw w WHERE EXISTS (SELECT 1 FROM job_nodes jn JOIN _nodes n
                        ON n.cluster = jn.cluster AND n.node = jn.node WHERE jn.job_uid = w.job_uid)""")
+    # constant time bounds first: only the jobs of the chunk's times are joined with their nodes, not the year's
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _jn AS
         SELECT j.job_uid, n.nid, jn.gpus_on_node AS g, j.job_id, j.job_id_raw, epoch(j.start) AS ws_s,
                epoch({end_sql()}) AS we_s
-        FROM job_nodes jn JOIN jobs j USING (job_uid) JOIN _nodes n ON n.cluster = jn.cluster AND n.node = jn.node
+        FROM job_nodes jn
+             JOIN (SELECT * FROM jobs WHERE start IS NOT NULL AND ngpus > 0 AND start < $thi
+                   AND ("end" IS NULL OR "end" > $tlo)) j USING (job_uid)
+             JOIN _nodes n ON n.cluster = jn.cluster AND n.node = jn.node
              JOIN ({horizon_sql()}) h ON h.cluster = j.cluster
-        WHERE j.start IS NOT NULL AND j.ngpus > 0 AND jn.gpus_on_node > 0
-          AND j.start < n.hi AND {end_sql()} > n.lo""")
+        WHERE jn.gpus_on_node > 0 AND j.start < n.hi AND {end_sql()} > n.lo""",
+                dict(zip(("tlo", "thi"), con.sql("SELECT min(lo), max(hi) FROM _nodes").fetchall()[0])))
     con.execute("DELETE FROM _jn WHERE we_s IS NULL OR we_s <= ws_s")
     con.execute("""
         CREATE OR REPLACE TEMP TABLE _jnm AS
         SELECT job_uid, nid, g, mi, least(we_s, mi * 60 + 60) - greatest(ws_s, mi * 60) AS ov
-        FROM (SELECT *, unnest(range((ws_s // 60)::BIGINT, ceil(we_s / 60)::BIGINT)) AS mi FROM _jn)""")
+        FROM (SELECT j.*, unnest(range(greatest((j.ws_s // 60)::BIGINT, n.at_mi),
+                                       least(ceil(j.we_s / 60)::BIGINT, n.hi_mi))) AS mi
+              FROM _jn j JOIN _nodes n USING (nid))""")
 
 
 def _pieces(con: duckdb.DuckDBPyConnection) -> None:

@@ -40,10 +40,10 @@ def collect_chunk(con: duckdb.DuckDBPyConnection) -> None:
 
 
 def store(con: duckdb.DuckDBPyConnection, full: bool) -> None:
-    """Replace the target jobs' rows (``_eff_targets``; all when ``full``), inside the efficiency transaction."""
+    """Replace the target jobs' rows (``_eff_targets``; all when ``full``) and drop those of jobs no longer GPU
+    jobs (``_eff_gone``), inside the efficiency transaction."""
     con.execute("DELETE FROM job_node_activity" + ("" if full else
-                " WHERE job_uid IN (SELECT job_uid FROM _eff_targets)"
-                " OR job_uid NOT IN (SELECT job_uid FROM jobs WHERE ngpus > 0 AND start IS NOT NULL)"))
+                " WHERE job_uid IN (SELECT job_uid FROM _eff_targets UNION ALL SELECT job_uid FROM _eff_gone)"))
     if con.sql("SELECT count(*) FROM duckdb_tables() WHERE table_name = '_jna_all'").fetchall()[0][0]:
         con.execute("INSERT INTO job_node_activity BY NAME SELECT * FROM _jna_all ORDER BY job_uid, node")
         con.execute("DROP TABLE _jna_all")
