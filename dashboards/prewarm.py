@@ -269,7 +269,10 @@ def _switch(version: str, level: int) -> bool:
             return False
         _levels.pop(_ready, None)
         _ready = version
-    queries.current().hold({version})       # open while the next snapshot warms up; older ones closed
+    snap = queries.current()
+    snap.hold({version})                    # open while the next snapshot warms up; older ones closed
+    # and opened now if no read did (every view may have come from the cache): a shown version must be open
+    snap.cursor(version=access.snapshot_version(version)).close()
     return True
 
 

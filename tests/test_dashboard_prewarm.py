@@ -91,3 +91,16 @@ def test_a_new_snapshot_is_shown_once_as_warm_as_the_one_shown(served):
     assert not prewarm._switch(v2, 2) and prewarm.shown(v2) == v1
     assert prewarm._switch(v2, 3) and prewarm.shown(v2) == v2
     assert prewarm._levels == {v2: 3}
+
+
+def test_a_snapshot_warmed_from_the_cache_is_held_open(served, monkeypatch):
+    # its views all cached already (a second warm-up of the version, here after its database was closed): no
+    # read opened it, and the version shown must still be open when the next one is published
+    v1 = queries.current().version
+    prewarm._warm(v1, threading.Event())
+    queries.current().close()
+    monkeypatch.setattr(prewarm, "_ready", "")
+    monkeypatch.setattr(prewarm, "_levels", {})
+    assert prewarm._warm(v1, threading.Event())[1] == 0
+    v2 = _republish(served)
+    assert prewarm.shown(v2) == v1 and queries.current().holds(v1)
