@@ -491,14 +491,20 @@ def test_pooled_bands_are_never_narrower_than_the_finite_sample_ones_nor_below_z
         np.testing.assert_allclose(r.hi[lv] - r.point, np.fmax(before[lv][1] - r.point, F.Z[lv] * factor * r.sd))
 
 
-def test_forecast_table_widens_a_short_series_to_the_pooled_errors_of_the_others(monkeypatch):
-    monkeypatch.setattr(F, "CROSS_SERIES", False)        # the pooled rule alone (cross-series: the test below)
+def _three_long_pools_and_a_new_one() -> tuple[pl.DataFrame, np.ndarray]:
+    """120 days of three weekly-seasonal pools and a pool that started 20 days ago (its values)."""
     t = np.arange(120)
     rng = np.random.default_rng(21)
     long = [50 * k + 5 * np.sin(2 * np.pi * t / 7) + rng.normal(0, 3 * k, 120) for k in (1, 2, 3)]
-    short = np.r_[np.zeros(100), 40 + rng.normal(0, 2, 20)]                 # a pool that started 20 days ago
+    short = np.r_[np.zeros(100), 40 + rng.normal(0, 2, 20)]
     df = pl.DataFrame({"pool": [p for p in ("a", "b", "c", "new") for _ in t], "ts": np.tile(DAYS[:120], 4),
                        "value": np.concatenate([*long, short])})
+    return df, short
+
+
+def test_forecast_table_widens_a_short_series_to_the_pooled_errors_of_the_others(monkeypatch):
+    monkeypatch.setattr(F, "CROSS_SERIES", False)        # the pooled rule alone (cross-series: the test below)
+    df, short = _three_long_pools_and_a_new_one()
     fc, summary = F.forecast_table(df, ["pool"], "day", 14)
     notes = dict(zip(summary["pool"], summary["notes"]))
     assert "pooled" in notes["new"] and "3 calibrated series" in notes["new"]
@@ -530,12 +536,7 @@ def test_cross_calibration_is_the_conformal_quantile_of_the_cut_windows_standard
 
 
 def test_forecast_table_calibrates_a_new_series_on_the_longer_ones_cut_to_its_length():
-    t = np.arange(120)
-    rng = np.random.default_rng(21)
-    long = [50 * k + 5 * np.sin(2 * np.pi * t / 7) + rng.normal(0, 3 * k, 120) for k in (1, 2, 3)]
-    short = np.r_[np.zeros(100), 40 + rng.normal(0, 2, 20)]                 # a pool that started 20 days ago
-    df = pl.DataFrame({"pool": [p for p in ("a", "b", "c", "new") for _ in t], "ts": np.tile(DAYS[:120], 4),
-                       "value": np.concatenate([*long, short])})
+    df, short = _three_long_pools_and_a_new_one()
     fc, summary = F.forecast_table(df, ["pool"], "day", 14)
     notes = dict(zip(summary["pool"], summary["notes"]))
     assert dict(zip(summary["pool"], summary["interval"]))["new"] == "cross-series"
