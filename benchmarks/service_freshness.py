@@ -22,6 +22,7 @@ Heavy (the 4x file is ~3 GB): ``flock /tmp/gpuledger-heavy.lock .venv/bin/python
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import os
 import shutil
@@ -40,6 +41,7 @@ import polars as pl  # noqa: E402
 from benchmarks._year import CACHE, _log, work_copy, year_warehouse  # noqa: E402
 from dashboards.snapshot import Snapshot  # noqa: E402
 from ingest import dcgm, sacct, telemetry_store, warehouse  # noqa: E402
+from ingest.warehouse import serving  # noqa: E402
 from models.marts import timeline  # noqa: E402
 from models.pipeline import refresh  # noqa: E402
 
@@ -201,7 +203,42 @@ def old_copy_publish(con, db: Path) -> float:
     return took
 
 
-def run_cycles(src: Path, work: Path, cycles: int, label: str, old: bool = True) -> dict:
+class PublishProfile:
+    """Per table, the seconds one incremental publish spent on it, its journal bound and the parts it wrote
+    (``--profile-publish``: which tables make a cycle's publish grow with history)."""
+
+    def __init__(self):
+        self.rows: dict[str, list] = {}
+
+    def __enter__(self):
+        self._orig = serving._publish_table, serving._write_part
+
+        def publish_table(con, d, t, cols, prev, since, size, whole=None):
+            row = self.rows.setdefault(t, [0.0, since, 0])
+            t0 = time.perf_counter()
+            out = self._orig[0](con, d, t, cols, prev, since, size, whole)
+            row[0] += time.perf_counter() - t0
+            return out
+
+        def write_part(con, d, t, key, where, params):
+            self.rows.setdefault(t, [0.0, None, 0])[2] += 1
+            return self._orig[1](con, d, t, key, where, params)
+
+        serving._publish_table, serving._write_part = publish_table, write_part
+        return self
+
+    def __exit__(self, *exc):
+        serving._publish_table, serving._write_part = self._orig
+
+    def report(self, label: str, total: float) -> None:
+        spent = sum(r[0] for r in self.rows.values())
+        _log(f"{label} publish {total:.2f} s: tables {spent:.2f} s, the rest (columns, sizes, unpartitioned "
+             f"fingerprints, manifest, garbage) {total - spent:.2f} s; slowest tables:")
+        for t, (s, since, parts) in sorted(self.rows.items(), key=lambda kv: -kv[1][0])[:12]:
+            _log(f"    {t:<34} {s:6.3f} s  since {since!s:<28} parts written {parts}")
+
+
+def run_cycles(src: Path, work: Path, cycles: int, label: str, old: bool = True, profile: bool = False) -> dict:
     db = work_copy(src, work)
     con = warehouse.connect(db)
     full = time.perf_counter()
@@ -236,9 +273,13 @@ def run_cycles(src: Path, work: Path, cycles: int, label: str, old: bool = True)
         t = time.perf_counter()
         marts = refresh.run(con, db, publish=False)
         took["refresh"] = time.perf_counter() - t
+        prof = PublishProfile() if profile else contextlib.nullcontext()
         t = time.perf_counter()
-        warehouse.publish_serving(con, db)
+        with prof:
+            warehouse.publish_serving(con, db)
         took["publish"] = time.perf_counter() - t
+        if profile:
+            prof.report(f"{label} cycle {c}", took["publish"])
         t = time.perf_counter()
         reader = Snapshot(db)
         seen = reader.frame("SELECT count(*) AS n FROM jobs WHERE job_id_raw IN (SELECT unnest($ids))",
@@ -263,13 +304,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cycles", type=int, default=3)
     ap.add_argument("--skip-4x", action="store_true", help="only the cycle on the year")
     ap.add_argument("--old-4x", action="store_true", help="also time the old full copy on the 4x warehouse")
+    ap.add_argument("--profile-publish", action="store_true",
+                    help="per table: seconds of each incremental publish, its journal bound, parts written")
     ap.add_argument("--db", type=Path, help="another warehouse with marts instead of the year (a quick check)")
     a = ap.parse_args(argv)
     # the synthetic year runs past today's date: let its times (and the cycles after it) through
     os.environ.setdefault("GPULEDGER_TIME_WINDOW", "2020-01-01..2027-03-01")
     year = a.db or year_warehouse(marts=True)
     with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
-        one = run_cycles(year, Path(tmp), a.cycles, "1x")
+        one = run_cycles(year, Path(tmp), a.cycles, "1x", profile=a.profile_publish)
         shutil.rmtree(warehouse.serving_dir(one["db"]))
         one["db"].unlink()
         print(f"one 15-minute cycle on the {one['jobs']:,}-job year, median of {a.cycles} cycles:")
@@ -282,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         if a.skip_4x:
             return 0
         big = warehouse_4x(year)
-        four = run_cycles(big, Path(tmp), a.cycles, "4x", old=a.old_4x)
+        four = run_cycles(big, Path(tmp), a.cycles, "4x", old=a.old_4x, profile=a.profile_publish)
     p1, p4 = one["median"]["publish"], four["median"]["publish"]
     print(f"publish on the 4x warehouse ({four['jobs']:,} jobs): {p4:.2f} s vs {p1:.2f} s on the year: ratio "
           f"{p4 / p1:.2f} (target <= {TARGET_RATIO}: {'met' if p4 / p1 <= TARGET_RATIO else 'NOT met'})")

@@ -25,9 +25,13 @@ SMALL_PARTS = {t: (col, {"month": "day", "value": "value"}.get(b, 2)) for t, (co
 GOVERNANCE = FIXTURES / "dashboard" / "governance.toml"
 
 
+SMALL_FINGERPRINTED = {t: (col, "day") for t, (col, _) in serving.FINGERPRINTED.items()}
+
+
 @pytest.fixture(autouse=True)
 def small_parts(monkeypatch):
     monkeypatch.setattr(serving, "PARTITIONS", SMALL_PARTS)
+    monkeypatch.setattr(serving, "FINGERPRINTED", SMALL_FINGERPRINTED)
 
 
 def _view_equals_warehouse(con, db: Path) -> None:
@@ -76,11 +80,13 @@ def _sacct_line(k: int, day: int, state: str) -> str:
     end = start + dt.timedelta(hours=3, minutes=k)
     fmt = "%Y-%m-%dT%H:%M:%S"
     s_start = "Unknown" if state == "PENDING" else start.strftime(fmt)
-    s_end = end.strftime(fmt) if state == "COMPLETED" else "Unknown"
-    elapsed = "03:%02d:00" % k if state == "COMPLETED" else ("01:00:00" if state == "RUNNING" else "00:00:00")
+    ended = state in ("COMPLETED", "FAILED")
+    s_end = end.strftime(fmt) if ended else "Unknown"
+    elapsed = "03:%02d:00" % k if ended else ("01:00:00" if state == "RUNNING" else "00:00:00")
+    exit_code = "1:0" if state == "FAILED" else "0:0"
     node = ("h100-01", "a100-01", "a100-02")[k % 3]
     account = ("nlp", "vision", "infra")[k % 3]
-    return (f"{500 + k}|{500 + k}|lab|gpu|normal|{account}|u{k}|{state}|0:0|{submit.strftime(fmt)}|"
+    return (f"{500 + k}|{500 + k}|lab|gpu|normal|{account}|u{k}|{state}|{exit_code}|{submit.strftime(fmt)}|"
             f"{submit.strftime(fmt)}|{s_start}|{s_end}|{elapsed}|1-00:00:00|1|8|32G|"
             f"billing=8,cpu=8,gres/gpu=2,mem=32G,node=1|billing=8,cpu=8,gres/gpu=2,mem=32G,node=1|"
             f"{node if state != 'PENDING' else 'None assigned'}|j{k}")
@@ -120,7 +126,7 @@ def _copy(template: Path, tmp: Path) -> Path:
 
 OPS = st.one_of(
     st.tuples(st.just("jobs"), st.lists(st.tuples(st.integers(0, 7), st.integers(1, 9),
-                                                   st.sampled_from(["PENDING", "RUNNING", "COMPLETED"])),
+                                                   st.sampled_from(["PENDING", "RUNNING", "COMPLETED", "FAILED"])),
                                         min_size=1, max_size=4)),
     st.tuples(st.just("governance"), st.none()),
     st.tuples(st.just("refresh"), st.booleans()),
@@ -181,6 +187,49 @@ def test_only_changed_partitions_are_written_and_version_follows_content(templat
     assert kept == set(jobs1) - {max(jobs1, key=int)}      # only the last uid range could change (it holds uid 5)
     assert m2["tables"]["teams"] == m1["tables"]["teams"]   # an unpartitioned table: fingerprint unchanged
     assert snap.frame("SELECT count(*) AS n FROM jobs")["n"][0] == 5
+    _view_equals_warehouse(con, db)
+    con.close()
+
+
+def test_a_failed_job_republishes_only_the_newest_parts_of_the_loss_marts(template, tmp_path):
+    """The loss marts grow with history: a cycle with one new failed job rewrites the job_uid part that holds it
+    and node_job_days' day of its end, nothing older (they were fingerprinted and rewritten whole before)."""
+    db = _copy(template, tmp_path)
+    con = warehouse.connect(db)
+    refresh.run(con, db)
+    m1 = warehouse.read_manifest(db)["tables"]
+    _ingest_sacct(con, tmp_path, [_sacct_line(1, 9, "FAILED")])     # the newest uid, ends on October 9
+    uid = con.sql("SELECT max(job_uid) FROM jobs").fetchall()[0][0]
+    refresh.run(con, db, publish=False)
+    assert con.sql("""SELECT table_name, since_int FROM serving_journal WHERE table_name LIKE 'loss_%'
+                      ORDER BY ALL""").fetchall() == [("loss_days", uid), ("loss_jobs", uid)]
+    warehouse.publish_serving(con, db)
+    m2 = warehouse.read_manifest(db)["tables"]
+    assert con.execute("SELECT count(*) FROM loss_jobs WHERE job_uid = ?", [uid]).fetchall() == [(1,)]
+    for t, newest in (("loss_jobs", str(uid // 2)), ("loss_days", str(uid // 2)), ("node_job_days", "2026-10-09")):
+        changed = {k for k in m2[t]["parts"] if m1[t]["parts"].get(k) != m2[t]["parts"][k]}
+        assert changed == {newest}, (t, changed)
+    _view_equals_warehouse(con, db)
+    con.close()
+
+
+def test_a_fingerprinted_table_rewrites_only_the_parts_whose_rows_changed(template, tmp_path):
+    """demand_day is rebuilt by its mart and noted by no writer: a job on a later day changes some days' rows;
+    exactly those days' parts are written again, the others stay as they were (the table was written whole)."""
+    db = _copy(template, tmp_path)
+    con = warehouse.connect(db)
+    refresh.run(con, db)
+
+    def days():
+        return {k: (n, fp) for k, n, fp in con.sql("""SELECT strftime(ts, '%Y-%m-%d'), count(*), sum(hash(d)::HUGEINT)
+                                                      FROM demand_day d GROUP BY ALL""").fetchall()}
+    m1, d1 = warehouse.read_manifest(db)["tables"]["demand_day"]["parts"], days()
+    _ingest_sacct(con, tmp_path, [_sacct_line(1, 9, "COMPLETED")])
+    refresh.run(con, db)
+    m2, d2 = warehouse.read_manifest(db)["tables"]["demand_day"]["parts"], days()
+    written = {k for k in m2 if m1.get(k) != m2[k]} | (set(m1) - set(m2))
+    assert written == {k for k in d1.keys() | d2.keys() if d1.get(k) != d2.get(k)}
+    assert written and set(m1) - written, (written, set(m1))
     _view_equals_warehouse(con, db)
     con.close()
 

@@ -5,7 +5,8 @@ they read the view that :func:`publish_serving` publishes next to it, in ``X.ser
 
 - ``parts/<table>/<key>.<id>.parquet``: immutable files, one per (table, partition). A partitioned table
   (:data:`PARTITIONS`) has a part per month of a time column or per range of an integer key (job_uid, run_id);
-  any other table is one part, republished when its fingerprint (row count and summed row hashes) changes.
+  any other table is one part, republished when its fingerprint (row count and summed row hashes) changes. The
+  tables of :data:`FINGERPRINTED` have a part per month too, each compared by fingerprint at every publish.
 - ``manifest.json``: every table's columns and parts, the version, and the parts retired lately. It is
   written whole to a temporary file and renamed over the old one (atomic on POSIX), so a reader sees one
   publish or the next, never half of two. ``version`` changes exactly when the published content does.
@@ -61,16 +62,30 @@ PARTITIONS: dict[str, tuple[str, str | int]] = {
     "tl_job_alloc": ("job_uid", UID_WIDTH),
     "gpu_efficiency_job": ("job_uid", UID_WIDTH),
     "gpu_efficiency_job_hour": ("job_uid", UID_WIDTH),
+    "loss_jobs": ("job_uid", UID_WIDTH),
+    "loss_days": ("job_uid", UID_WIDTH),
     "tl_node_segments": ("t1", "month"),
     "tl_hourly": ("hour", "month"),
     "tl_pending_hourly": ("hour", "month"),
     "tl_demand_daily": ("day", "month"),
     "tl_blocked_daily": ("day", "month"),
     "gpu_efficiency_notel_day": ("day", "month"),
+    "node_job_days": ("day", "month"),
     "ingest_runs": ("run_id", RUN_WIDTH),
     "ingest_skips": ("run_id", RUN_WIDTH),
     "rejects": ("run_id", RUN_WIDTH),
     "statement_jobs": ("period", "value"),     # every job of every closed month
+}
+
+#: Tables that grow with history but that their writers replace whole or rewrite in place, so no writer notes
+#: them: a part per month all the same, every part fingerprinted at each publish (tens of thousands of rows a
+#: year: milliseconds) and only the parts whose content changed written. Unpartitioned, each was written whole
+#: whenever it changed (each cycle for tl_node_state and demand_day), which grew with history.
+FINGERPRINTED: dict[str, tuple[str, str]] = {
+    "tl_node_state": ("t1", "month"), "node_events": ("start", "month"), "node_states": ("observed_at", "month"),
+    "demand_day": ("ts", "month"), "demand_peak_day": ("ts", "month"), "tl_decay_daily": ("day", "month"),
+    "tl_pending_team_daily": ("day", "month"), "tl_frag_workload_daily": ("day", "month"),
+    "tl_frag_state_daily": ("day", "month"), "tl_frag_partial_daily": ("day", "month"),
 }
 
 #: Time buckets and their keys (which sort as text in time order).
@@ -113,7 +128,8 @@ def note_changed(con: duckdb.DuckDBPyConnection, tables: str | Iterable[str], si
     partitioned tables, an int for job_uid/run_id ones; :data:`WHOLE`: everywhere; None: nothing changed).
 
     One call per writer of a table in :data:`PARTITIONS`, inside its transaction, so a rolled-back write
-    leaves no note. Unpartitioned tables need no call (their fingerprint is compared at each publish)."""
+    leaves no note. Unpartitioned and :data:`FINGERPRINTED` tables need no call (their fingerprints are compared at
+    each publish)."""
     if since is None:
         return
     names = [tables] if isinstance(tables, str) else list(tables)
@@ -230,7 +246,7 @@ def _sql_path(p: Path) -> str:
 
 
 def _spec(t: str, cols) -> tuple[str, str | int] | None:
-    spec = PARTITIONS.get(t)
+    spec = PARTITIONS.get(t) or FINGERPRINTED.get(t)
     return spec if spec and spec[0] in {c for c, _ in cols} else None
 
 
@@ -258,6 +274,8 @@ def _publish_table(con, d: Path, t: str, cols, prev: dict | None, since, size: i
     else:
         col, bucket = spec
         key_sql = _key_sql(col, bucket)
+    if prev is not None and t in FINGERPRINTED and spec is not None:
+        since = WHOLE                       # never noted: every part compared
     if prev is not None and spec is not None and since is None:
         if size <= prev.get("size", 0):
             return prev, []                 # not noted, not grown: unchanged

@@ -157,21 +157,31 @@ def build(con: duckdb.DuckDBPyConnection, full: bool = False) -> None:
     _split(con)
     _node_days(con, since)
     with warehouse.transaction(con):
+        # the serving view republishes the job_uid parts from the lowest uid removed or written on (the uids of
+        # jobs that end now are recent), node_job_days' months from `since` on
+        uids = [con.sql("SELECT min(job_uid) FROM _lj").fetchall()[0][0]]
         if since == dt.datetime.min:
             for t in ("loss_jobs", "loss_days", "node_job_days"):
                 con.execute(f"DELETE FROM {t}")
+            warehouse.note_changed(con, ("loss_jobs", "loss_days", "node_job_days"))
         else:
             # jobs ending from `since` on are recomputed; a changed job may have left a candidate state or moved
-            con.execute("""DELETE FROM loss_days WHERE job_uid IN (SELECT job_uid FROM loss_jobs WHERE "end" >= $s)
-                           OR job_uid IN (SELECT job_uid FROM jobs WHERE "end" >= $s OR "end" IS NULL)""", {"s": since})
-            con.execute("""DELETE FROM loss_jobs WHERE "end" >= $s
-                           OR job_uid IN (SELECT job_uid FROM jobs WHERE "end" >= $s OR "end" IS NULL)""", {"s": since})
+            for t, where in (("loss_days", "job_uid IN (SELECT job_uid FROM loss_jobs WHERE \"end\" >= $s)"),
+                             ("loss_jobs", '"end" >= $s')):
+                uids += [r[0] for r in con.execute(f"""
+                    DELETE FROM {t} WHERE {where}
+                    OR job_uid IN (SELECT job_uid FROM jobs WHERE "end" >= $s OR "end" IS NULL)
+                    RETURNING job_uid""", {"s": since}).fetchall()]
             con.execute("DELETE FROM node_job_days WHERE day >= $s", {"s": since})
+            warehouse.note_changed(con, ("loss_jobs", "loss_days"), min((u for u in uids if u is not None),
+                                                                        default=None))
+            warehouse.note_changed(con, "node_job_days", since)
         con.execute("""
             INSERT INTO loss_jobs BY NAME
             SELECT l.*, coalesce(a.alloc_gpu_s, 0) AS alloc_gpu_s, coalesce(d.lost_gpu_s, 0) AS lost_gpu_s
             FROM _lj l LEFT JOIN _la a USING (job_uid)
-            LEFT JOIN (SELECT job_uid, sum(lost_gpu_s) AS lost_gpu_s FROM _ld GROUP BY job_uid) d USING (job_uid)""")
+            LEFT JOIN (SELECT job_uid, sum(lost_gpu_s) AS lost_gpu_s FROM _ld GROUP BY job_uid) d USING (job_uid)
+            ORDER BY job_uid""")
         con.execute("INSERT INTO loss_days BY NAME SELECT * FROM _ld ORDER BY day, job_uid")
         con.execute("INSERT INTO node_job_days BY NAME SELECT * FROM _nd ORDER BY day, node")
         warehouse.record_mart(con, MART, newest)
