@@ -259,6 +259,33 @@ def test_a_reader_on_an_old_manifest_keeps_working_until_the_grace_period_ends(t
     con.close()
 
 
+def test_a_publish_deletes_expired_parts_and_a_failed_one_leaves_no_part_behind(template, tmp_path, monkeypatch):
+    db = _copy(template, tmp_path)
+    con = warehouse.connect(db)
+    refresh.run(con, db)
+    monkeypatch.setenv(serving.ENV_GRACE, "0")
+    con.execute("UPDATE jobs SET job_name = 'renamed'")
+    warehouse.note_changed(con, "jobs")
+    warehouse.publish_serving(con, db)          # the old jobs parts retire and, with no grace, go at once
+    assert warehouse.read_manifest(db)["retired"] == {}
+    assert _files(db) - {"manifest.json"} == _referenced(db)
+    before, calls = _files(db), []
+
+    def failing(*args):
+        calls.append(args)
+        if len(calls) == 2:
+            raise OSError("disk full")
+        return write(*args)
+    write = serving._write_part
+    monkeypatch.setattr(serving, "_write_part", failing)
+    con.execute("UPDATE jobs SET job_name = 'again'")
+    warehouse.note_changed(con, "jobs")
+    with pytest.raises(OSError, match="disk full"):
+        warehouse.publish_serving(con, db)
+    assert _files(db) == before                 # the one part it wrote is gone, the view is the previous one
+    con.close()
+
+
 def test_an_unnoted_growth_is_caught_and_a_schema_change_republishes(template, tmp_path, capsys):
     db = _copy(template, tmp_path)
     con = warehouse.connect(db)

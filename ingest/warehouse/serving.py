@@ -18,8 +18,9 @@ fingerprint differ; the rest of the manifest is carried over. A full publish (``
 swapped-in warehouse, a manifest that does not match the warehouse's ``serving_state``) rewrites everything.
 
 Old parts are deleted ``$GPULEDGER_SERVING_GRACE_S`` seconds (default 600) after the publish that retired them,
-so a reader still on an older manifest keeps working; files no manifest names (a publish killed mid-way) go at
-the next publish.
+so a reader still on an older manifest keeps working (each publish deletes the expired ones); files no manifest
+names (a publish killed mid-way) go when the warehouse's writer next connects, those of a publish that failed in
+its own process at once.
 """
 from __future__ import annotations
 
@@ -319,7 +320,9 @@ def publish_serving(con: duckdb.DuckDBPyConnection, db_path: str | os.PathLike,
     When no content changed, the version readers see stays as it was."""
     d = serving_dir(db_path)
     (d / "parts").mkdir(parents=True, exist_ok=True)
-    remove_orphaned_snapshots(db_path)
+    # What a killed publish left is removed when the writer connects (connection.connect); sweeping every part
+    # file here at each publish cost O(history). A publish failing in this process removes its own parts below.
+    _remove_dead_temp_files(db_path)
     old = _read_manifest(d)
     if old is not None and old.get("format") != FORMAT:
         old = None
@@ -331,20 +334,26 @@ def publish_serving(con: duckdb.DuckDBPyConnection, db_path: str | os.PathLike,
     prev_tables = old["tables"] if old is not None else {}
     tables, retired = {}, []
     whole = _whole_fingerprints(con, [t for t in names if _spec(t, cols[t]) is None and sizes.get(t, 0)])
-    for t in names:
-        tables[t], gone = _publish_table(con, d, t, cols[t], prev_tables.get(t), journal.get(t), sizes.get(t, 0),
-                                         whole.get(t, {}))
-        retired += gone
+    try:
+        for t in names:
+            tables[t], gone = _publish_table(con, d, t, cols[t], prev_tables.get(t), journal.get(t),
+                                             sizes.get(t, 0), whole.get(t, {}))
+            retired += gone
+    except BaseException:
+        collect_garbage(db_path)        # the parts written so far: no manifest names them
+        raise
     for t in set(prev_tables) - set(tables):
         retired += [p["file"] for p in prev_tables[t]["parts"].values()]
     same = matches and _content(tables) == _content(prev_tables)
     epoch = old["epoch"] if matches else uuid.uuid4().hex
     seq = (int(old["seq"]) if same else int(old["seq"]) + 1) if matches else 1
-    if not same or tables != prev_tables:   # sizes alone: same version, the new sizes kept for the next publish
-        now = time.time()
-        keep = {p["file"] for e in tables.values() for p in e["parts"].values()}
-        gone = {f: at for f, at in (old or {}).get("retired", {}).items() if f not in keep}
-        gone.update({f: now for f in retired if f not in keep})
+    now = time.time()
+    keep = {p["file"] for e in tables.values() for p in e["parts"].values()}
+    gone = {f: at for f, at in (old or {}).get("retired", {}).items() if f not in keep}
+    gone.update({f: now for f in retired if f not in keep})
+    expired = {f for f, at in gone.items() if at + grace_seconds() <= now}
+    gone = {f: at for f, at in gone.items() if f not in expired}
+    if not same or tables != prev_tables or expired:   # sizes alone: same version, the new sizes kept
         published_at = old["published_at"] if same else utcnow().isoformat()
         # The version names the warehouse file and the content too: a copied warehouse (a restored backup, a
         # test's copy) keeps epoch and sequence, and a dashboard's caches key on the version alone.
@@ -361,7 +370,8 @@ def publish_serving(con: duckdb.DuckDBPyConnection, db_path: str | os.PathLike,
     legacy = legacy_serving_file(db_path)
     for f in (legacy, Path(str(legacy) + ".wal")):
         f.unlink(missing_ok=True)
-    collect_garbage(db_path)
+    for f in expired:                   # past the grace period: no reader's manifest names them any more
+        (d / f).unlink(missing_ok=True)
     return d / MANIFEST
 
 
@@ -390,8 +400,9 @@ def _content(tables: dict) -> dict:
 
 def _write_manifest(d: Path, manifest: dict) -> None:
     tmp = d / f"{MANIFEST}.tmp{os.getpid()}"
+    text = json.dumps(manifest, separators=(",", ":"))     # at once: json.dump's many small writes are slower
     with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(manifest, f, separators=(",", ":"))
+        f.write(text)
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, d / MANIFEST)
@@ -457,6 +468,14 @@ def remove_orphaned_snapshots(db_path: str | os.PathLike) -> list[Path]:
     """What a publish killed mid-way left behind, removed by the warehouse's writer on connect: temporary
     manifests and copies (``X.serving.duckdb.tmpPID`` of older versions) of processes that are gone, and parts
     no manifest names. A live process's file may be a publish in progress and is kept. Returns the paths."""
+    removed = _remove_dead_temp_files(db_path)
+    if _read_manifest(serving_dir(db_path)) is not None:
+        removed += [p for p in collect_garbage(db_path) if p.suffix == ".parquet"]
+    return removed
+
+
+def _remove_dead_temp_files(db_path: str | os.PathLike) -> list[Path]:
+    """Temporary manifests and copies of processes that are gone (two directory listings, no part files)."""
     removed = []
     for target, directory in ((legacy_serving_file(db_path), Path(db_path).parent),
                               (serving_path(db_path), serving_dir(db_path))):
@@ -470,6 +489,4 @@ def remove_orphaned_snapshots(db_path: str | os.PathLike) -> list[Path]:
             if m and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1))):
                 (directory / name).unlink(missing_ok=True)
                 removed.append(directory / name)
-    if _read_manifest(serving_dir(db_path)) is not None:
-        removed += [p for p in collect_garbage(db_path) if p.suffix == ".parquet"]
     return removed
