@@ -58,9 +58,11 @@ def run_cli(db_path, capsys):
 
 #: Modules that mostly wait (on a real Slurm's job mix, a browser, a server) run first: under `make test`'s
 #: workers (pytest-xdist, one module per worker at a time) their waiting overlaps the CPU-bound modules.
+#: test_service.py takes the real Slurm after test_slurm_integration.py releases it: early, but not so early that
+#: its worker waits for the lock (left to the alphabet it started last and set the suite's tail).
 WAITING_FIRST = ("test_slurm_integration.py", "test_dashboard_browser.py", "test_dashboard_access_browser.py",
-                 "test_dashboard_concurrency.py",
-                 "test_prometheus.py", "test_traces_genai.py", "test_cli_docs.py")
+                 "test_dashboard_concurrency.py", "test_prometheus.py", "test_service.py",
+                 "test_traces_genai.py", "test_cli_docs.py")
 
 
 def pytest_collection_modifyitems(session, config, items):

@@ -36,8 +36,10 @@ with top[1]:
 
 # ---------------------------------------------------------------- period close (finance, managers, admins)
 viewer = access.viewer()
-if "cb_close_outcome" in st.session_state:
-    done = st.session_state.pop("cb_close_outcome")
+# The outcome of the last close attempt stays shown for its period until the next attempt: popped after one run,
+# any rerun that followed the button's (a widget touched, the snapshot switched) wiped it before it was read.
+shown_period, done = st.session_state.get("cb_close_outcome", (None, None))
+if shown_period == period:
     (st.success if done.ok else st.error)(done.message, icon=":material/lock:" if done.ok else ":material/block:")
 if stmt.status != "closed":
     with st.expander(f"Close {period}", icon=":material/lock:"):
@@ -49,9 +51,10 @@ if stmt.status != "closed":
         if st.button(f"Close {period} now", key="cb_close", icon=":material/lock:", type="primary"):
             try:
                 with st.spinner(f"Closing {period} (waits while the collector holds the warehouse) ..."):
-                    st.session_state["cb_close_outcome"] = actions.close_period(viewer, mr.db_path(), period)
+                    st.session_state["cb_close_outcome"] = (period, actions.close_period(viewer, mr.db_path(),
+                                                                                         period))
             except access.Forbidden as exc:
-                st.session_state["cb_close_outcome"] = actions.Outcome(False, f"Refused: {exc}.")
+                st.session_state["cb_close_outcome"] = (period, actions.Outcome(False, f"Refused: {exc}."))
             st.rerun()
 
 t = stmt.total_row
