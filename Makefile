@@ -27,15 +27,14 @@ demo: $(STAMP)
 	$(VENV)/bin/gpuledger demo
 
 # One worker per core (pytest-xdist); a module stays on one worker, since its tests share fixtures and servers.
-# Modules start in tests/conftest.py's order (--no-loadscope-reorder: xdist would otherwise sort them by their
-# number of tests, and the modules that wait on real services would start late and set the suite's tail).
-# A third worker on 2 cores was tried (docs/BENCHMARKS.md, the test suite's time): slower, and timing failures.
+# xdist starts the modules with the most tests first (its loadscope reorder): tests/conftest.py's order is kept
+# only among equals. Keeping it all (--no-loadscope-reorder) and a third worker were both measured slower
+# (docs/BENCHMARKS.md, "the test suite's time").
 # Bytecode is written even where the environment says not to: the tests start many Python processes (CLI,
 # dashboard, service), and each would otherwise compile the whole stack again (about 4 s of CPU apiece).
 WORKERS ?= auto
 test: $(STAMP)
-	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -q -n $(WORKERS) --dist loadfile --no-loadscope-reorder \
-	  --durations=25 $(PYTEST_ARGS)
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -q -n $(WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

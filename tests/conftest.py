@@ -64,24 +64,17 @@ def run_cli(db_path, capsys):
 #: workers (pytest-xdist, one module per worker at a time) their waiting overlaps the CPU-bound modules.
 #: test_service.py takes the real Slurm after test_slurm_integration.py releases it: early, but not so early that
 #: its worker waits for the lock (left to the alphabet it started last and set the suite's tail).
+#: Under `make test` xdist's loadscope reorder (modules with the most tests first) overrides this order except
+#: among modules of equal size; keeping it whole measured slower (docs/BENCHMARKS.md, the test suite's time).
 WAITING_FIRST = ("test_slurm_integration.py", "test_dashboard_browser.py", "test_dashboard_access_browser.py",
                  "test_dashboard_concurrency.py", "test_prometheus.py", "test_service.py",
                  "test_traces_genai.py", "test_cli_docs.py")
 
 
-#: Then the longest of the modules that compute (about 20 s or more each in a whole run), longest first: the short
-#: ones fill the tail, where a long one started last would leave the other workers idle while it finishes.
-LONG_NEXT = ("test_refresh_incremental.py", "test_fragmentation.py", "test_serving.py", "test_demand.py",
-             "test_consistency.py", "test_lake.py", "test_sacct.py", "test_fuzz_ingest.py", "test_losses.py",
-             "test_alerts.py")
-
-
 def pytest_collection_modifyitems(session, config, items):
-    order = WAITING_FIRST + LONG_NEXT
-
     def rank(item) -> int:
         name = item.path.name
-        return order.index(name) if name in order else len(order)
+        return WAITING_FIRST.index(name) if name in WAITING_FIRST else len(WAITING_FIRST)
     items.sort(key=rank)   # stable: within a module, and among the rest, the collection order stays
 
 
