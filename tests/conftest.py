@@ -81,8 +81,9 @@ def pytest_collection_modifyitems(session, config, items):
 @pytest.fixture(autouse=True)
 def _thread_priority_kept():
     """Restore the test thread's CPU priority: product code may lower its own thread's (dashboards/prewarm.py's
-    warm-up, called here in the main thread), and every later module on that xdist worker ran niced, behind the
-    other workers, setting the suite's tail. (Raising it back needs root, as the real-Slurm tests do.)"""
+    warm-up, called here in the main thread), and every later module on that xdist worker then ran at nice 10,
+    behind the other worker and everything else on the machine. (Raising it back needs root, as in CI; elsewhere
+    the thread stays lowered.)"""
     tid = threading.get_native_id()
     before = os.getpriority(os.PRIO_PROCESS, tid)
     yield
