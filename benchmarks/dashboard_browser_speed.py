@@ -283,7 +283,8 @@ def report(runs: list[dict], pages: list[str]) -> bool:
     if failed:
         print(f"pages that showed an error: {failed}")
     print(f"targets: <= {TARGET}x the floor's warm, first visit after a server start <= {TARGET_COLD}x the floor's "
-          f"cold ('!' marks a miss); medians of {len(runs)} runs; publish {med(runs, pages[0], 'publish_s'):.1f} s")
+          f"cold ('!' marks a miss); medians of {len(runs)} runs; the quiet cycle (refresh, publish) "
+          f"{med(runs, pages[0], 'publish_s'):.1f} s")
     for p in pages:
         prev = sum(bool(r[p]["snapshot"].get("previous")) for r in runs if p in r)
         print(f"{p}: the visit after a new snapshot showed the previous one in {prev} of {len(runs)} runs; the new "
