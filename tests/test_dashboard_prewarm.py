@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -104,3 +105,28 @@ def test_a_snapshot_warmed_from_the_cache_is_held_open(served, monkeypatch):
     assert prewarm._warm(v1, threading.Event())[1] == 0
     v2 = _republish(served)
     assert prewarm.shown(v2) == v1 and queries.current().holds(v1)
+
+
+def test_the_warm_up_waits_a_quiet_spell_after_the_last_visitor_script(monkeypatch):
+    """A visit goes on after its script run (the page draws, then writes its view into the URL): the next view
+    starts only once no script has run for QUIET_S, counted from the last time one was seen running."""
+    busy_until = time.monotonic() + 0.3
+    monkeypatch.setattr(prewarm, "visitors_running", lambda: time.monotonic() < busy_until)
+    monkeypatch.setattr(prewarm, "QUIET_S", 0.4)
+    monkeypatch.setattr(prewarm, "_last_busy", 0.0)
+    t0 = time.monotonic()
+    prewarm._yield_to_visitors(threading.Event())
+    assert time.monotonic() - t0 >= 0.3 + 0.4 - 0.06          # the script's 0.3 s, then the whole spell
+    assert prewarm._last_busy >= busy_until - 0.06
+    stop = threading.Event()
+    stop.set()
+    monkeypatch.setattr(prewarm, "visitors_running", lambda: True)
+    prewarm._yield_to_visitors(stop)                          # a newer snapshot: it stops waiting at once
+
+
+def test_without_visitors_the_warm_up_does_not_wait(monkeypatch):
+    monkeypatch.setattr(prewarm, "visitors_running", lambda: False)
+    monkeypatch.setattr(prewarm, "_last_busy", 0.0)           # none seen since the process started
+    t0 = time.monotonic()
+    prewarm._yield_to_visitors(threading.Event())
+    assert time.monotonic() - t0 < prewarm.QUIET_S
