@@ -15,10 +15,10 @@ at most :func:`hold_s` after the new one's publication. Measured on the year (do
 a new snapshot took 90 s when the pages switched at once, the visitor computing every view cold beside a
 warm-up still busy with the previous snapshot's one-year views.
 
-It yields: before each view it waits until no visitor's script has run for :data:`QUIET_S`, so a visitor's page,
-while its script runs and while it draws, does not compete with it for the 2 cores (a view it already started
-finishes first: at most one view's time, ~0.1-1 s for the default window), and once the default window is warm
-its thread runs at a lower CPU priority. It starts when the
+It yields: before each view it waits until no visitor's script has run for :data:`QUIET_S`, so a visitor's
+script never competes with it for the 2 cores (a view it already started finishes first: at most one view's
+time, ~0.1-1 s for the default window), and once the default window is warm its thread runs at a lower CPU
+priority. It starts when the
 server starts (dashboards/launch.py: :func:`watch` polls the snapshot file) or, failing that, on the first page
 view of a new snapshot (:func:`ensure`). A newer snapshot cancels it: the view it is computing is interrupted
 (DuckDB's ``interrupt``), not finished (a one-year view takes 10-50 s on the loaded year). A model that fails is
@@ -49,13 +49,11 @@ ENV = "GPULEDGER_DASHBOARD_PREWARM"
 #: The windows warmed, in order (names of filters.WINDOWS).
 WINDOWS = (DEFAULT_WINDOW, "90d", "1y")
 #: How often the watcher looks at the snapshot file (seconds), and how long a quiet spell must last before the
-#: next view starts. A visit is more than its script runs (0.15 s when its views are cached): the page then
-#: fetches its elements' code and draws for 2-3 s, and writes its view back into the URL (a short rerun). With a
-#: spell of 0.3 s the warm-up's views ran while pages drew; with 3 s, in a real browser on the year's 2 cores
-#: (docs/BENCHMARKS.md, 2026-12-05), warm visits took 4.07 / 3.77 / 4.64 s instead of 5.01 / 4.51 / 4.88
-#: (utilization, fairness, efficiency) and first visits 4.33 / 4.29 / 5.39 instead of 4.72 / 5.24 / 5.62; a
-#: 90-day visit soon after a start found fewer of its views warm (4.98 / 5.04 s against 4.42 / 4.56).
-POLL_S, QUIET_S = 2.0, 3.0
+#: next view starts (a visitor's page runs scripts back to back: widgets, then the page). A spell of 3 s, long
+#: enough for a page to draw in a browser on the same 2 cores, made warm visits faster in the browser benchmark
+#: (docs/BENCHMARKS.md, 2026-12-05) but starved the warm-up while one user reloaded a page every second or two
+#: (tests/test_dashboard_concurrency.py: the new snapshot was not shown within 120 s); not kept.
+POLL_S, QUIET_S = 2.0, 0.3
 #: The warm-up thread's niceness once the default window is warm (Linux niceness is per thread): the longer
 #: windows' views (10-50 s each on the loaded year) give way to visitors' scripts; the default window's views
 #: run at the normal priority, as the pages wait for them to show a new snapshot (niced on a machine loaded by
