@@ -18,11 +18,10 @@ warm-up still busy with the previous snapshot's one-year views.
 It yields: before each view it waits until no visitor's script has run for :data:`QUIET_S`, so a visitor's
 script never competes with it for the 2 cores (a view it already started finishes first: at most one view's
 time, ~0.1-1 s for the default window), and once the default window is warm its thread runs at a lower CPU
-priority. It starts when the
-server starts (dashboards/launch.py: :func:`watch` polls the snapshot file) or, failing that, on the first page
-view of a new snapshot (:func:`ensure`). A newer snapshot cancels it: the view it is computing is interrupted
-(DuckDB's ``interrupt``), not finished (a one-year view takes 10-50 s on the loaded year). A model that fails is
-left for its page to report.
+priority. It starts when the server starts (dashboards/launch.py: :func:`watch` polls the snapshot file) or,
+failing that, on the first page view of a new snapshot (:func:`ensure`). A newer snapshot cancels it: the view it
+is computing is interrupted (DuckDB's ``interrupt``), not finished (a one-year view takes 10-50 s on the loaded
+year). A model that fails is left for its page to report.
 """
 from __future__ import annotations
 

@@ -108,8 +108,8 @@ def test_a_snapshot_warmed_from_the_cache_is_held_open(served, monkeypatch):
 
 
 def test_the_warm_up_waits_a_quiet_spell_after_the_last_visitor_script(monkeypatch):
-    """A visit goes on after its script run (the page draws, then writes its view into the URL): the next view
-    starts only once no script has run for QUIET_S, counted from the last time one was seen running."""
+    """A visitor's page runs scripts back to back (widgets, then the page): the next view starts only once no
+    script has run for QUIET_S, counted from the last time one was seen running."""
     busy_until = time.monotonic() + 0.3
     monkeypatch.setattr(prewarm, "visitors_running", lambda: time.monotonic() < busy_until)
     monkeypatch.setattr(prewarm, "QUIET_S", 0.4)
