@@ -11,9 +11,12 @@ chart nor the indicator; the time reported is when that state began, read from t
 Cases, per page (each page gets its own server start and its own publication, so every "first" is a first):
 
 - ``cold``: the first visit after the server process started (``/_stcore/health`` answers);
-- ``warm``: the next visit (fresh context, same server);
-- ``90d``, ``1y``: the first visit with the window of the last 90 days / the last year (``?window=90d``, the link
-  the sidebar's preset writes into the URL);
+- ``warm``: a visit to a warm server: one whose warm-up (dashboards/prewarm.py) has computed the views of its
+  three windows, as its log says (the report prints how long after the start that was). Until 2026-12-05 this
+  was the second visit, seconds after the start, while the warm-up still computed the longer windows on the
+  cores the browser drew with: a server still warming up, between the two cases;
+- ``90d``, ``1y``: then the first visit with the window of the last 90 days / the last year (``?window=90d``, the
+  link the sidebar's preset writes into the URL);
 - ``snapshot``: the first visit after the warehouse published a new serving snapshot: an ingest run that found
   no new line, the marts' refresh and ``publish_serving`` (a quiet 15-minute cycle of the collector), which gives
   a new version (checked). The pages show the previous snapshot until the new one's default views are computed
@@ -192,14 +195,28 @@ def shown_after(log: Path, version: str, timeout_s: float = 300) -> float:
         time.sleep(0.5)
 
 
+def warmed_after(log: Path, offset: int, t0: float, timeout_s: float = 600) -> float:
+    """Seconds from ``t0`` (perf_counter) until the server whose log starts at ``offset`` said its warm-up
+    finished (dashboards/prewarm.py: "warmed N views"); waits up to ``timeout_s`` (NaN without)."""
+    deadline = time.perf_counter() + timeout_s
+    while "gpuledger dashboard: warmed " not in log.read_text()[offset:]:
+        if time.perf_counter() > deadline:
+            return float("nan")
+        time.sleep(0.25)
+    return time.perf_counter() - t0
+
+
 def run_page(browser, db: Path, page: str, log: Path, proxy_for=None) -> dict[str, dict]:
     """Every case of one page on one fresh server (see the module docstring)."""
+    offset = len(log.read_text()) if log.exists() else 0
     srv = Server(db, server.APP, log)
+    t_ready = time.perf_counter()
     out = {}
     try:
         base = proxy_for(srv.url) if proxy_for else srv.url
         out["ready"] = {"t": srv.ready_s}
         out["cold"] = visit(browser, page_url(base, page))
+        out["warmed_s"] = {"t": warmed_after(log, offset, t_ready)}
         out["warm"] = visit(browser, page_url(base, page))
         out["90d"] = visit(browser, page_url(base, page, "90d"))
         out["1y"] = visit(browser, page_url(base, page, "1y"))
@@ -289,6 +306,9 @@ def report(runs: list[dict], pages: list[str]) -> bool:
         prev = sum(bool(r[p]["snapshot"].get("previous")) for r in runs if p in r)
         print(f"{p}: the visit after a new snapshot showed the previous one in {prev} of {len(runs)} runs; the new "
               f"one was shown {med(runs, p, 'shown_s'):.1f} s after its publication (median)")
+    warmed = [r[p]["warmed_s"]["t"] for r in runs for p in pages if p in r]
+    print(f"the warm-up of the three windows finished {min(warmed):.1f}-{max(warmed):.1f} s after the server was "
+          f"ready (the warm, 90d and 1y visits come after it)")
     ready = statistics.median(r[p]["ready"]["t"] for r in runs for p in pages if p in r)
     print(f"server start to ready (health check answers): floor {med(runs, 'floor', 'ready'):.1f} s, dashboard "
           f"{ready:.1f} s (it imports its libraries and draws one figure of each kind before it listens)")
@@ -334,7 +354,8 @@ def main(argv: list[str] | None = None) -> int:
                 for p in pages:
                     run[p] = run_page(browser, db, p, log, proxy_for)
                     print(f"run {i + 1}: {p:<14}" + "  ".join(f"{c} {run[p][c]['t']:.2f}" for c in CASES)
-                          + f"  (charts {run[p]['warm']['charts']}, load {os.getloadavg()[0]:.2f}; after the "
+                          + f"  (charts {run[p]['warm']['charts']}, load {os.getloadavg()[0]:.2f}; warm "
+                          f"{run[p]['warmed_s']['t']:.1f} s after the start; after the "
                           f"publish the visit showed the {'previous' if run[p]['snapshot']['previous'] else 'new'}"
                           f" snapshot, the new one shown at {run[p]['shown_s']['t']:.1f} s)", flush=True)
                 runs.append(run)

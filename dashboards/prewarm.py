@@ -15,10 +15,12 @@ at most :func:`hold_s` after the new one's publication. Measured on the year (do
 a new snapshot took 90 s when the pages switched at once, the visitor computing every view cold beside a
 warm-up still busy with the previous snapshot's one-year views.
 
-It yields: before each view it waits until no visitor's script has run for :data:`QUIET_S`, so a visitor's
-script never competes with it for the 2 cores (a view it already started finishes first: at most one view's
-time, ~0.1-1 s for the default window), and once the default window is warm its thread runs at a lower CPU
-priority. It starts when the server starts (dashboards/launch.py: :func:`watch` polls the snapshot file) or,
+It yields: before each view it waits until no visitor's script has run for :data:`DRAW_S`, the time a
+browser takes to draw the page that script sent, so neither the script nor the drawing competes with it for the
+2 cores (a view it already started finishes first: at most one view's time, ~0.1-1 s for the default window);
+its waits beyond :data:`QUIET_S` add up to no more than the time it has computed plus :data:`DRAW_S`
+(:class:`_Share`), so one user reloading a page every second cannot hold back everyone's new snapshot. Once the
+default window is warm its thread runs at a lower CPU priority. It starts when the server starts (dashboards/launch.py: :func:`watch` polls the snapshot file) or,
 failing that, on the first page view of a new snapshot (:func:`ensure`). A newer snapshot cancels it: the view it
 is computing is interrupted (DuckDB's ``interrupt``), not finished (a one-year view takes 10-50 s on the loaded
 year). A model that fails is left for its page to report.
@@ -47,12 +49,13 @@ log = logging.getLogger(__name__)
 ENV = "GPULEDGER_DASHBOARD_PREWARM"
 #: The windows warmed, in order (names of filters.WINDOWS).
 WINDOWS = (DEFAULT_WINDOW, "90d", "1y")
-#: How often the watcher looks at the snapshot file (seconds), and how long a quiet spell must last before the
-#: next view starts (a visitor's page runs scripts back to back: widgets, then the page). A spell of 3 s, long
-#: enough for a page to draw in a browser on the same 2 cores, made warm visits faster in the browser benchmark
-#: (docs/BENCHMARKS.md, 2026-12-05) but starved the warm-up while one user reloaded a page every second or two
-#: (tests/test_dashboard_concurrency.py: the new snapshot was not shown within 120 s); not kept.
-POLL_S, QUIET_S = 2.0, 0.3
+#: How often the watcher looks at the snapshot file (seconds); the quiet spell after a visitor's script before
+#: the next view always (a page runs scripts back to back: widgets, then the page), and the spell it waits while
+#: it has time to spare (:class:`_Share`): a browser on these 2 cores draws a page 2-3 s after its script (docs/
+#: BENCHMARKS.md, 2026-12-05: a 3 s spell for every view made warm visits faster, 44.7 -> 40.6 s over nine, but
+#: without the share one user reloading a page every second or two starved the warm-up: the new snapshot was
+#: not shown within 120 s in tests/test_dashboard_concurrency.py).
+POLL_S, QUIET_S, DRAW_S = 2.0, 0.3, 3.0
 #: The warm-up thread's niceness once the default window is warm (Linux niceness is per thread): the longer
 #: windows' views (10-50 s each on the loaded year) give way to visitors' scripts; the default window's views
 #: run at the normal priority, as the pages wait for them to show a new snapshot (niced on a machine loaded by
@@ -207,15 +210,32 @@ def visitors_running() -> bool:
         return False
 
 
-def _yield_to_visitors(stop: threading.Event) -> None:
-    """Wait until no visitor's script has been seen running for QUIET_S seconds (or for ``stop``); at once when
-    none was (a fixed pause before each view cost the lab's 35 views 10 s)."""
+class _Share:
+    """One warm-up's account of its time (seconds): ``worked`` computing views, ``held`` waiting for visitors'
+    pages to draw (beyond the :data:`QUIET_S` after their scripts). It waits the whole :data:`DRAW_S` while
+    ``held`` is below ``worked`` + DRAW_S: at least about half of a busy server's time goes to the warm-up."""
+
+    def __init__(self) -> None:
+        self.worked = self.held = 0.0
+
+    def spell(self) -> float:
+        return DRAW_S if self.held < self.worked + DRAW_S else QUIET_S
+
+
+def _yield_to_visitors(stop: threading.Event, share: _Share | None = None) -> None:
+    """Wait until no visitor's script has been seen running for the spell (``share``'s, else QUIET_S seconds), or
+    for ``stop``; at once when none was (a fixed pause before each view cost the lab's 35 views 10 s)."""
     global _last_busy
+    last = time.monotonic()
     while not stop.is_set():
+        now = time.monotonic()
         if visitors_running():
-            _last_busy = time.monotonic()
-        elif time.monotonic() - _last_busy >= QUIET_S:
+            _last_busy = now
+        elif now - _last_busy >= (share.spell() if share else QUIET_S):
             return
+        elif share and now - _last_busy >= QUIET_S:
+            share.held += now - last            # waiting only for the page to draw
+        last = now
         time.sleep(0.05)
 
 
@@ -284,18 +304,21 @@ def _warm(version: str, stop: threading.Event) -> tuple[int, int]:
     warm as the version they show (a scoped version's warm-up decides nothing). (views done, views failed)"""
     done = failed = 0
     t0 = time.perf_counter()
-    _yield_to_visitors(stop)
+    share = _Share()
+    _yield_to_visitors(stop, share)
     for i, f in enumerate(window_filters(version)):
         for view in views(version, f):
-            _yield_to_visitors(stop)
+            _yield_to_visitors(stop, share)
             if stop.is_set() or queries.current().version != access.snapshot_version(version):
                 return done, failed         # a newer snapshot arrived: warming this one helps nobody
+            started = time.perf_counter()
             try:
                 view()
                 done += 1
             except Exception:               # the page that shows this view reports the failure itself
                 failed += 1
                 log.debug("prewarm: a view failed", exc_info=True)
+            share.worked += time.perf_counter() - started
         if version == access.snapshot_version(version) and _switch(version, i + 1):
             print(f"gpuledger dashboard: showing snapshot {version}, {_age_s(version):.1f} s after its publication "
                   f"(the views of {i + 1} window(s) computed in {time.perf_counter() - t0:.1f} s)",

@@ -35,6 +35,7 @@ def served(lab_copy, monkeypatch):
     monkeypatch.setattr(prewarm, "_levels", {})
     monkeypatch.setattr(prewarm, "WINDOWS", prewarm.WINDOWS[:1])
     monkeypatch.setattr(prewarm, "QUIET_S", 0.0)          # no visitor here to yield to
+    monkeypatch.setattr(prewarm, "DRAW_S", 0.0)
     yield lab_copy
     queries.current().close()
 
@@ -130,3 +131,42 @@ def test_without_visitors_the_warm_up_does_not_wait(monkeypatch):
     t0 = time.monotonic()
     prewarm._yield_to_visitors(threading.Event())
     assert time.monotonic() - t0 < prewarm.QUIET_S
+
+
+def test_the_warm_up_waits_for_a_visitors_page_to_draw_while_it_has_time_to_spare(monkeypatch):
+    """With its account (a _Share), the spell after a visitor's script is DRAW_S, the browser's drawing time,
+    and the wait beyond QUIET_S is booked as held; once held reaches the time worked + DRAW_S, it is QUIET_S."""
+    busy_until = time.monotonic() + 0.2
+    monkeypatch.setattr(prewarm, "visitors_running", lambda: time.monotonic() < busy_until)
+    monkeypatch.setattr(prewarm, "QUIET_S", 0.1)
+    monkeypatch.setattr(prewarm, "DRAW_S", 0.5)
+    monkeypatch.setattr(prewarm, "_last_busy", 0.0)
+    share = prewarm._Share()
+    t0 = time.monotonic()
+    prewarm._yield_to_visitors(threading.Event(), share)
+    assert time.monotonic() - t0 >= 0.2 + 0.5 - 0.06          # the script, then the whole drawing spell
+    assert 0.4 - 0.11 <= share.held <= 0.4 + 0.11             # DRAW_S - QUIET_S
+    share.worked, share.held = 1.0, 1.5                       # its allowance used up
+    busy_until = time.monotonic() + 0.2
+    t0 = time.monotonic()
+    prewarm._yield_to_visitors(threading.Event(), share)
+    assert 0.2 + 0.1 - 0.06 <= time.monotonic() - t0 < 0.2 + 0.5 - 0.06
+
+
+def test_a_page_reloaded_without_pause_cannot_starve_the_warm_up(monkeypatch):
+    """A script every 0.3 s (one user reloading a page again and again) never leaves a quiet DRAW_S: the warm-up
+    still computes, its waits for drawing bounded by the time it worked + DRAW_S (tests/test_dashboard_concurrency.py
+    is the same in a real browser)."""
+    start = time.monotonic()
+    monkeypatch.setattr(prewarm, "visitors_running", lambda: (time.monotonic() - start) % 0.3 < 0.1)
+    monkeypatch.setattr(prewarm, "QUIET_S", 0.05)
+    monkeypatch.setattr(prewarm, "DRAW_S", 0.6)
+    monkeypatch.setattr(prewarm, "_last_busy", 0.0)
+    share, views = prewarm._Share(), 0
+    while time.monotonic() - start < 3.0:
+        prewarm._yield_to_visitors(threading.Event(), share)
+        time.sleep(0.1)                                       # a view
+        share.worked += 0.1
+        views += 1
+    assert views >= 6                                         # without the bound the first wait never ends
+    assert share.held <= share.worked + 0.6 + 0.1
