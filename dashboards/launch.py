@@ -45,6 +45,7 @@ def warm_plotly() -> None:
 
 def main() -> int:
     warm_plotly()
+    prewarm.note_requests()    # a page being loaded counts as a visitor for the warm-up
     prewarm.watch()            # a daemon thread; it waits for the runtime, and does nothing unless enabled
     sys.argv[0] = "streamlit"
     return cli.main()

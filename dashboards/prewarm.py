@@ -15,15 +15,16 @@ at most :func:`hold_s` after the new one's publication. Measured on the year (do
 a new snapshot took 90 s when the pages switched at once, the visitor computing every view cold beside a
 warm-up still busy with the previous snapshot's one-year views.
 
-It yields: before each view it waits until no visitor's script has run for :data:`DRAW_S`, the time a
-browser takes to draw the page that script sent, so neither the script nor the drawing competes with it for the
-2 cores (a view it already started finishes first: at most one view's time, ~0.1-1 s for the default window);
-its waits beyond :data:`QUIET_S` add up to no more than the time it has computed plus :data:`DRAW_S`
-(:class:`_Share`), so one user reloading a page every second cannot hold back everyone's new snapshot. Once the
-default window is warm its thread runs at a lower CPU priority. It starts when the server starts (dashboards/launch.py: :func:`watch` polls the snapshot file) or,
-failing that, on the first page view of a new snapshot (:func:`ensure`). A newer snapshot cancels it: the view it
-is computing is interrupted (DuckDB's ``interrupt``), not finished (a one-year view takes 10-50 s on the loaded
-year). A model that fails is left for its page to report.
+It yields: before each view it waits until no visitor's script has run, and no request for a page or its bundles
+was answered (:func:`note_requests`), for :data:`DRAW_S`, the time a browser takes to draw the page, so neither the
+script nor the drawing competes with it for the 2 cores (a view it already started finishes first: at most one
+view's time, ~0.1-1 s for the default window); its waits beyond :data:`QUIET_S` add up to no more than the time it
+has computed plus :data:`DRAW_S` (:class:`_Share`), so one user reloading a page every second cannot hold back
+everyone's new snapshot. Once the default window is warm its thread runs at a lower CPU priority. It starts when
+the server starts (dashboards/launch.py: :func:`watch` polls the snapshot file) or, failing that, on the first page
+view of a new snapshot (:func:`ensure`). A newer snapshot cancels it: the view it is computing is interrupted
+(DuckDB's ``interrupt``), not finished (a one-year view takes 10-50 s on the loaded year). A model that fails is
+left for its page to report.
 """
 from __future__ import annotations
 
@@ -36,7 +37,9 @@ import time
 import weakref
 from typing import Callable
 
+from starlette.middleware import Middleware
 from streamlit.runtime import Runtime
+from streamlit.web.server.starlette import starlette_app
 from streamlit.runtime.app_session import AppSessionState
 
 from dashboards import access, model_reads as mr, queries
@@ -68,7 +71,7 @@ _runners: list["_Runner"] = []
 #: version's windows are warm.
 _ready = ""
 _levels: dict[str, int] = {}
-_last_busy = 0.0        # time.monotonic() when a visitor's script was last seen running
+_last_busy = 0.0        # time.monotonic() when a visitor's script was last seen running or a request answered
 
 
 def hold_s() -> float:
@@ -220,6 +223,36 @@ class _Share:
 
     def spell(self) -> float:
         return DRAW_S if self.held < self.worked + DRAW_S else QUIET_S
+
+
+class _NoteRequests:
+    """ASGI middleware: an HTTP request (but a health check) marks a visitor's activity (:func:`note_requests`)."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+
+    async def __call__(self, scope, receive, send) -> None:
+        global _last_busy
+        if scope["type"] == "http" and not scope.get("path", "").endswith("/_stcore/health"):
+            _last_busy = time.monotonic()
+        await self.app(scope, receive, send)
+
+
+def note_requests() -> None:
+    """In the server (dashboards/launch.py): count every HTTP request, but health checks, as a visitor's activity.
+    A browser opening a page fetches it and its bundles about a second before the page's script runs, and spends
+    that second parsing them; a new snapshot's warm-up starting then takes the cores the page loads on. Streamlit
+    offers no hook for its web application: its middleware list gets ours first (without that function, in
+    another Streamlit, nothing happens). Idempotent."""
+    make = getattr(starlette_app, "create_streamlit_middleware", None)
+    if make is None or getattr(make, "_gpuledger", False):
+        return
+
+    def with_ours():
+        return [Middleware(_NoteRequests), *make()]
+
+    with_ours._gpuledger = True
+    starlette_app.create_streamlit_middleware = with_ours
 
 
 def _yield_to_visitors(stop: threading.Event, share: _Share | None = None) -> None:

@@ -1,6 +1,7 @@
 """The warm-up of a new snapshot and which snapshot the pages show meanwhile (dashboards/prewarm.py)."""
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -170,3 +171,27 @@ def test_a_page_reloaded_without_pause_cannot_starve_the_warm_up(monkeypatch):
         views += 1
     assert views >= 6                                         # without the bound the first wait never ends
     assert share.held <= share.worked + 0.6 + 0.1
+
+
+def test_a_page_being_loaded_counts_as_a_visitor(monkeypatch):
+    """note_requests: Streamlit's web application gets the middleware first, and every HTTP request through it (a
+    page, its bundles) is a visitor's activity, health checks are not."""
+    from streamlit.web.server.starlette import starlette_app
+    monkeypatch.setattr(starlette_app, "create_streamlit_middleware", starlette_app.create_streamlit_middleware)
+    prewarm.note_requests()
+    prewarm.note_requests()                                   # once only
+    stack = starlette_app.create_streamlit_middleware()
+    assert stack[0].cls is prewarm._NoteRequests and stack[1].cls is not prewarm._NoteRequests
+    served = []
+
+    async def app(scope, receive, send):
+        served.append(scope.get("path"))
+
+    mw = prewarm._NoteRequests(app)
+    monkeypatch.setattr(prewarm, "_last_busy", 0.0)
+    asyncio.run(mw({"type": "http", "path": "/_stcore/health"}, None, None))
+    asyncio.run(mw({"type": "lifespan"}, None, None))
+    assert prewarm._last_busy == 0.0
+    t0 = time.monotonic()
+    asyncio.run(mw({"type": "http", "path": "/static/js/index.js"}, None, None))
+    assert prewarm._last_busy >= t0 and served == ["/_stcore/health", None, "/static/js/index.js"]
