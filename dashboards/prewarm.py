@@ -39,8 +39,8 @@ from typing import Callable
 
 from starlette.middleware import Middleware
 from streamlit.runtime import Runtime
-from streamlit.web.server.starlette import starlette_app
 from streamlit.runtime.app_session import AppSessionState
+from streamlit.web.server.starlette import starlette_app
 
 from dashboards import access, model_reads as mr, queries
 from dashboards.filters import DEFAULT_WINDOW, Filters, preset_window
@@ -215,8 +215,9 @@ def visitors_running() -> bool:
 
 class _Share:
     """One warm-up's account of its time (seconds): ``worked`` computing views, ``held`` waiting for visitors'
-    pages to draw (beyond the :data:`QUIET_S` after their scripts). It waits the whole :data:`DRAW_S` while
-    ``held`` is below ``worked`` + DRAW_S: at least about half of a busy server's time goes to the warm-up."""
+    pages to load and draw (beyond the :data:`QUIET_S` after their scripts and requests). It waits the whole
+    :data:`DRAW_S` while ``held`` is below ``worked`` + DRAW_S: at least about half of a busy server's time goes to
+    the warm-up."""
 
     def __init__(self) -> None:
         self.worked = self.held = 0.0
@@ -256,8 +257,9 @@ def note_requests() -> None:
 
 
 def _yield_to_visitors(stop: threading.Event, share: _Share | None = None) -> None:
-    """Wait until no visitor's script has been seen running for the spell (``share``'s, else QUIET_S seconds), or
-    for ``stop``; at once when none was (a fixed pause before each view cost the lab's 35 views 10 s)."""
+    """Wait until no visitor's script has been seen running, nor a request answered, for the spell (``share``'s,
+    else QUIET_S seconds), or for ``stop``; at once when none was (a fixed pause before each view cost the lab's 35
+    views 10 s)."""
     global _last_busy
     last = time.monotonic()
     while not stop.is_set():
