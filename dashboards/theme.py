@@ -114,15 +114,16 @@ def plotly_layout(height: int = 380) -> dict:
         # Title at the top of the figure, legend in its own row between title and plot: they never overlap.
         margin=dict(l=10, r=10, t=84, b=10),
         font=dict(family=FONT, size=13, color="#1F2933"),
-        title=dict(font=dict(size=15), x=0, xanchor="left", xref="paper", y=1, yref="container", yanchor="top",
-                   pad=dict(t=12)),
+        title=dict(font=dict(size=15), x=0, xanchor="left", xref="container", y=1, yref="container", yanchor="top",
+                   pad=dict(t=12, l=10)),
         legend=dict(orientation="h", yanchor="bottom", y=1.01, xanchor="left", x=0, title_text="",
                     traceorder="normal"),
         hovermode="x unified",
         plot_bgcolor="white",
         paper_bgcolor="white",
-        xaxis=dict(showgrid=False, linecolor="#CBD2D9", ticks="outside"),
-        yaxis=dict(gridcolor="#EEF1F4", zeroline=False, rangemode="tozero"),
+        # automargin: room for long tick labels (team names) and the axis title, as the page's width allows
+        xaxis=dict(showgrid=False, linecolor="#CBD2D9", ticks="outside", automargin=True),
+        yaxis=dict(gridcolor="#EEF1F4", zeroline=False, rangemode="tozero", automargin=True),
     )
 
 

@@ -131,10 +131,38 @@ def table_csv(df: pl.DataFrame, columns: dict[str, str] | None = None, currency:
 
 def table(df: pl.DataFrame, *, key: str, file_stem: str, ctx: Context, columns: dict[str, str] | None = None,
           formats: dict[str, str] | None = None, height: int | str = "auto", caption: str | None = None,
-          links: dict[str, str] | None = None) -> None:
+          links: dict[str, str] | None = None, label: str | None = None, lazy: bool = True) -> None:
     """The table beneath a chart, and a CSV download of exactly what is shown (same rows, same labels).
     ``links``: columns holding URLs (relative ones resolve against the page's), shown as links with the text
-    given (a LinkColumn ``display_text``)."""
+    given (a LinkColumn ``display_text``).
+
+    ``lazy`` (the default): the table is drawn only once the viewer opens it, a collapsed section labelled
+    ``label`` (default: its row count) whose opening reruns the page (cached reads: a fraction of a second); the
+    CSV download and the caption are always shown. Why: a page's tables cost the browser 0.2-0.5 s to draw,
+    as much as all its charts, and Streamlit mounts a table's grid even inside a closed expander
+    (docs/BENCHMARKS.md, 2026-12-05 evening). The open state is per session, so a table stays open while the
+    viewer changes filters. ``lazy=False``: a page's main content, drawn at once."""
+    if lazy:
+        box = st.expander(label or f"Table · {df.height:,} row{'s' if df.height != 1 else ''}", key=f"open_{key}",
+                          on_change="rerun", icon=":material/table:")
+        if box.open:
+            with box:
+                _grid(df, key, ctx, columns, formats, height, links)
+    else:
+        _grid(df, key, ctx, columns, formats, height, links)
+    left, right = st.columns([4, 1])
+    if caption:
+        left.caption(caption)
+    # A callable: the file is written when someone clicks, not on every page view.
+    right.download_button("Download CSV", data=lambda: table_csv(df, columns, ctx.currency),
+                          file_name=f"{file_stem}_{ctx.filters.slug()}.csv",
+                          mime="text/csv", key=f"dl_{key}", icon=":material/download:", on_click="ignore",
+                          width="stretch")
+
+
+def _grid(df: pl.DataFrame, key: str, ctx: Context, columns: dict[str, str] | None, formats: dict[str, str] | None,
+          height: int | str, links: dict[str, str] | None) -> None:
+    """The interactive table (Streamlit's data grid) of :func:`table`, with the page's labels and formats."""
     shown = present(df, columns, ctx.currency)
     config = {}
     for raw, fmt in (formats or {}).items():
@@ -146,14 +174,13 @@ def table(df: pl.DataFrame, *, key: str, file_stem: str, ctx: Context, columns: 
         if lab in shown.columns:
             config[lab] = st.column_config.LinkColumn(display_text=text)
     st.dataframe(shown, hide_index=True, column_config=config or None, height=height, key=f"tbl_{key}")
-    left, right = st.columns([4, 1])
-    if caption:
-        left.caption(caption)
-    # A callable: the file is written when someone clicks, not on every page view.
-    right.download_button("Download CSV", data=lambda: table_csv(df, columns, ctx.currency),
-                          file_name=f"{file_stem}_{ctx.filters.slug()}.csv",
-                          mime="text/csv", key=f"dl_{key}", icon=":material/download:", on_click="ignore",
-                          width="stretch")
+
+
+def chart(where, fig, *, key: str) -> None:
+    """Draw a plotly figure in ``where`` (``st`` or a column). ``theme=None``: the figure is drawn as built
+    (dashboards.theme.plotly_layout over Streamlit's plotly template, which Streamlit makes the default), not
+    re-themed in the browser, which costs each page 0.05-0.2 s (docs/BENCHMARKS.md, 2026-12-05 evening)."""
+    where.plotly_chart(fig, key=key, theme=None)
 
 
 def kpi(col, label: str, value: str | None, delta: str | None = None, *, help: str | None = None,

@@ -120,8 +120,27 @@ def metric(at, label: str):
     return hits[0]
 
 
+def lazy_tables(at) -> list[str]:
+    """Keys of the page's tables drawn only when opened (ui.table's collapsed sections), closed or open."""
+    ids = [e.proto.id for e in at.expander if e.proto.id]
+    return [i.split("-", 2)[2] for i in ids if i.startswith("$$ID-") and i.split("-", 2)[2].startswith("open_")]
+
+
+def open_tables(at):
+    """Open every table of the page, as a viewer clicking each one (each opening reruns the page)."""
+    keys = [k for k in lazy_tables(at) if not at.session_state[k]]
+    for k in keys:
+        at.session_state[k] = True
+    if keys:
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
 def frame_with(at, *labels: str):
-    """The first table on the page whose columns include every label (what st.dataframe received, as pandas)."""
+    """The first table on the page whose columns include every label (what st.dataframe received, as pandas);
+    opens the page's tables first."""
+    open_tables(at)
     for el in at.dataframe:
         df = el.value
         if all(lab in df.columns for lab in labels):

@@ -85,6 +85,32 @@ def test_every_page_runs_without_exception(lab_db, monkeypatch, page):
     assert shown, f"{page} shows neither charts nor a not-landed notice"
 
 
+def test_tables_are_drawn_when_opened_and_download_always(lab_db, monkeypatch):
+    """A page's tables are closed sections (drawn only once opened: the browser's grid is the costliest part of a
+    page, docs/BENCHMARKS.md), their CSV downloads always shown; opening one draws it, and it stays open."""
+    at = dfx.open_page(dfx.app(lab_db, monkeypatch), "efficiency")
+    keys = dfx.lazy_tables(at)
+    assert "open_eff_team_table" in keys and not at.dataframe
+    assert dfx.downloads(at).count("Download CSV") >= len(keys)
+    closed = [e.label for e in at.expander]
+    at.session_state["open_eff_team_table"] = True
+    at.run()
+    assert len(at.dataframe) == 1
+    teams = at.dataframe[0].value
+    assert "Team" in teams.columns and f"Table · {len(teams)} rows" in closed     # labelled with its row count
+    at.run()                                                           # a rerun (a filter change) keeps it open
+    assert len(at.dataframe) == 1
+    at.switch_page("views/overview.py").run()
+    assert len(at.dataframe) == 1                                      # the overview's headline table is its content
+
+
+def test_charts_are_drawn_as_built(lab_db, monkeypatch):
+    """Every chart is drawn with the layout the chart builders give it, not re-themed in the browser."""
+    at = dfx.open_page(dfx.app(lab_db, monkeypatch), "fragmentation")
+    charts = at.get("plotly_chart")
+    assert charts and all(c.proto.theme == "" for c in charts)
+
+
 def test_cli_port_in_use_is_a_one_line_error(tmp_path, capsys):
     import socket
 

@@ -41,7 +41,8 @@ def test_runs_rejects_and_unmapped_accounts(lab_db, monkeypatch):
 
 
 def _page_text(at) -> list[str]:
-    """Every text the page shows: its elements' text and every cell of its tables."""
+    """Every text the page shows: its elements' text and every cell of its tables (opened)."""
+    dfx.open_tables(at)
     parts = [e.value for kind in (at.markdown, at.caption, at.info, at.warning, at.error, at.success, at.code)
              for e in kind]
     parts += [str(v) for t in at.dataframe for v in t.value.astype(str).to_numpy().ravel()]

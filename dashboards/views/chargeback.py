@@ -91,19 +91,19 @@ left, right = st.columns([3, 2])
 by_team = shown.group_by("team", "gpu_type").agg(pl.col("total").cast(pl.Float64).sum())
 order = by_team.group_by("team").agg(pl.col("total").sum()).sort("total", descending=True)["team"].to_list()
 with left:
-    st.plotly_chart(charts.bars(by_team, "team", "total", color="gpu_type", colours=ctx.pool_colours,
-                                horizontal=True, category_order=order,
-                                y_title=f"Total ({cur})", x_title="Team", title=f"Cost per team and pool, {period}",
-                                height=max(260, 90 + 40 * len(order))), key="cb_teams")
+    ui.chart(st, charts.bars(by_team, "team", "total", color="gpu_type", colours=ctx.pool_colours,
+                             horizontal=True, category_order=order,
+                             y_title=f"Total ({cur})", x_title="Team", title=f"Cost per team and pool, {period}",
+                             height=max(260, 90 + 40 * len(order))), key="cb_teams")
 by_cc = (shown.with_columns(pl.col("cost_center").fill_null("(no cost centre)"))
          .group_by("cost_center").agg(pl.col("direct_cost").cast(pl.Float64).sum().alias("Direct"),
                                       pl.col("idle_share").cast(pl.Float64).sum().alias("Idle share"))
          .unpivot(index="cost_center", variable_name="part", value_name="amount").sort("cost_center"))
 with right:
-    st.plotly_chart(charts.bars(by_cc, "cost_center", "amount", color="part", horizontal=True,
-                                colours={"Direct": theme.PRIMARY, "Idle share": "#A5B8CF"}, y_title=f"Amount ({cur})",
-                                x_title="Cost centre", title="Per cost centre: direct and idle share",
-                                height=max(260, 90 + 40 * by_cc["cost_center"].n_unique())), key="cb_cc")
+    ui.chart(st, charts.bars(by_cc, "cost_center", "amount", color="part", horizontal=True,
+                             colours={"Direct": theme.PRIMARY, "Idle share": "#A5B8CF"}, y_title=f"Amount ({cur})",
+                             x_title="Cost centre", title="Per cost centre: direct and idle share",
+                             height=max(260, 90 + 40 * by_cc["cost_center"].n_unique())), key="cb_cc")
 
 st.subheader("Statement lines")
 money_fmt = f"%.{minor}f"
@@ -125,19 +125,19 @@ d2.download_button("Workbook XLSX", data=lambda: mr.statement_xlsx(ctx.version, 
                    mime="application/vnd.openxmlformats-officedocument.spreadsheetml.sheet", on_click="ignore",
                    width="stretch", help="Summary, one sheet per view, the reconciliation and the job-level detail.")
 
-with st.expander("Reconciliation per pool"):
-    rec_cols = {"kind": "Row", "cluster": "Cluster", "gpu_type": "Pool (GPU type)",
-                "capacity_gpu_hours": "Capacity (GPU-hours)", "allocated_gpu_hours": "Allocated (GPU-hours)",
-                "idle_gpu_hours": "Idle (GPU-hours)", "cluster_cost": f"Cluster cost ({cur})",
-                "direct_cost": f"Direct ({cur})", "idle_allocated": f"Idle charged ({cur})",
-                "unallocated_idle": f"Unallocated idle ({cur})", "rate_variance": f"Rate variance ({cur})",
-                "rounding_residue": f"Rounding residue ({cur})", "difference": f"Difference ({cur})"}
-    ui.table(views["reconciliation"], key="cb_recon", file_stem=f"chargeback_{period}_reconciliation", ctx=ctx,
-             columns=rec_cols, formats={c: "%.2f" for c in rec_cols if c not in ("kind", "cluster", "gpu_type")})
+rec_cols = {"kind": "Row", "cluster": "Cluster", "gpu_type": "Pool (GPU type)",
+            "capacity_gpu_hours": "Capacity (GPU-hours)", "allocated_gpu_hours": "Allocated (GPU-hours)",
+            "idle_gpu_hours": "Idle (GPU-hours)", "cluster_cost": f"Cluster cost ({cur})",
+            "direct_cost": f"Direct ({cur})", "idle_allocated": f"Idle charged ({cur})",
+            "unallocated_idle": f"Unallocated idle ({cur})", "rate_variance": f"Rate variance ({cur})",
+            "rounding_residue": f"Rounding residue ({cur})", "difference": f"Difference ({cur})"}
+ui.table(views["reconciliation"], label="Reconciliation per pool",
+         key="cb_recon", file_stem=f"chargeback_{period}_reconciliation", ctx=ctx,
+         columns=rec_cols, formats={c: "%.2f" for c in rec_cols if c not in ("kind", "cluster", "gpu_type")})
 if views["adjustments"].height:
-    with st.expander(f"Adjustments for closed periods ({views['adjustments'].height} lines)"):
-        ui.table(views["adjustments"], key="cb_adj", file_stem=f"chargeback_{period}_adjustments", ctx=ctx,
-                 columns={"adjusts_period": "Adjusts period", **line_cols, "job_refs": "Jobs"})
+    ui.table(views["adjustments"], label=f"Adjustments for closed periods ({views['adjustments'].height} lines)",
+             key="cb_adj", file_stem=f"chargeback_{period}_adjustments", ctx=ctx,
+             columns={"adjusts_period": "Adjusts period", **line_cols, "job_refs": "Jobs"})
 
 # ---------------------------------------------------------------- budgets (issue 19): as `gpuledger report budgets`
 bud = mr.budgets(ctx.version, period)

@@ -82,12 +82,12 @@ else:
             .select("run", "loaded", "skipped", "rejected")
             .unpivot(index="run", variable_name="outcome", value_name="lines")
             .with_columns(pl.col("outcome").str.to_titlecase()))
-    st.plotly_chart(charts.bars(long, "run", "lines", color="outcome", colours=OUTCOME_COLOURS,
-                                category_order=recent.select(pl.format("{} · {}", "run_id", "source"))
-                                .to_series().to_list(), y_title="Input lines", x_title="Ingest run · source",
-                                title=f"Every input line, by outcome, per ingest run ({scope}"
-                                      f"{'; the latest 40 shown' if runs.height > 40 else ''})"),
-                    key="runs_chart")
+    ui.chart(st, charts.bars(long, "run", "lines", color="outcome", colours=OUTCOME_COLOURS,
+                             category_order=recent.select(pl.format("{} · {}", "run_id", "source"))
+                             .to_series().to_list(), y_title="Input lines", x_title="Ingest run · source",
+                             title=f"Every input line, by outcome, per ingest run ({scope}"
+                                   f"{'; the latest 40 shown' if runs.height > 40 else ''})"),
+                 key="runs_chart")
     if failed:
         st.error(f"{failed} ingest run(s) failed and were rolled back; see the message column.",
                  icon=":material/error:")
@@ -107,9 +107,9 @@ else:
     if reasons.height == 0:
         st.success("No rejected lines in these runs.", icon=":material/check_circle:")
     else:
-        st.plotly_chart(charts.bars(reasons.head(15), "reason", "lines", horizontal=True, y_title="Rejected lines",
-                                    x_title=None, title="Why lines were rejected", single_colour=theme.BAD,
-                                    height=max(220, 40 + 28 * min(reasons.height, 15))), key="reasons_chart")
+        ui.chart(st, charts.bars(reasons.head(15), "reason", "lines", horizontal=True, y_title="Rejected lines",
+                                 x_title=None, title="Why lines were rejected", single_colour=theme.BAD,
+                                 height=max(220, 40 + 28 * min(reasons.height, 15))), key="reasons_chart")
         rej_lines = queries.rejects(ctx.version, ids)
         ui.table(rej_lines, key="rejects", file_stem="rejected_lines", ctx=ctx,
                  columns={"run_id": "Run", "source": "Source", "input_name": "Input", "line_no": "Line",
@@ -119,10 +119,10 @@ else:
                          "table (column `raw`), for operators with access to the warehouse.")
     skips = queries.skip_reasons(ctx.version, ids)
     if skips.height:
-        with st.expander(f"Skipped lines by reason ({int(skips['lines'].sum()):,})"):
-            ui.table(skips, key="skips", file_stem="skipped_lines", ctx=ctx,
-                     columns={"reason": "Reason", "lines": "Lines"},
-                     caption="Skipped lines are expected input that is not a job (steps, headers, blank lines).")
+        ui.table(skips, label=f"Skipped lines by reason ({int(skips['lines'].sum()):,})",
+                 key="skips", file_stem="skipped_lines", ctx=ctx,
+                 columns={"reason": "Reason", "lines": "Lines"},
+                 caption="Skipped lines are expected input that is not a job (steps, headers, blank lines).")
 
 # ---------------------------------------------------------------- telemetry gaps
 st.subheader("Telemetry gaps")
@@ -132,11 +132,11 @@ gaps = (daily.with_columns((pl.col("alloc_gpu_h") - pl.col("telemetry_gpu_h")).c
 if gaps.height == 0 or gaps["untracked_gpu_h"].sum() < 0.005:
     st.success("Every allocated GPU-hour in the window has telemetry.", icon=":material/check_circle:")
 else:
-    st.plotly_chart(charts.heatmap(gaps.with_columns(pl.col("coverage_pct").fill_null(0.0)), "bucket", "gpu_type",
-                                   "coverage_pct", z_title="Coverage (%)", y_title="Pool (GPU type)",
-                                   colorscale="RdYlGn", z_format=".0f",
-                                   title="Share of allocated GPU-hours with telemetry, per day and pool",
-                                   height=max(220, 120 + 40 * gaps["gpu_type"].n_unique())), key="gaps_chart")
+    ui.chart(st, charts.heatmap(gaps.with_columns(pl.col("coverage_pct").fill_null(0.0)), "bucket", "gpu_type",
+                                "coverage_pct", z_title="Coverage (%)", y_title="Pool (GPU type)",
+                                colorscale="RdYlGn", z_format=".0f",
+                                title="Share of allocated GPU-hours with telemetry, per day and pool",
+                                height=max(220, 120 + 40 * gaps["gpu_type"].n_unique())), key="gaps_chart")
     shown = gaps.filter(pl.col("untracked_gpu_h") > 0.005).sort("untracked_gpu_h", descending=True)
     ui.table(ui.period_column(shown, "day"), key="gaps", file_stem="telemetry_gaps", ctx=ctx,
              columns={"bucket": "Day (UTC)", "gpu_type": "Pool (GPU type)", "jobs": "Jobs",
@@ -158,10 +158,10 @@ else:
         st.warning(f"{um.height} Slurm account(s) map to no team: their GPU-hours appear as “(unmapped)” and "
                    "are not billed to any team. Add them to the governance file's team map.",
                    icon=":material/person_off:")
-        st.plotly_chart(charts.bars(um.head(20), "account", "gpu_hours", horizontal=True, y_title="GPU-hours",
-                                    x_title="Slurm account", title="Unmapped accounts by GPU-hours (whole jobs)",
-                                    single_colour=theme.UNMAPPED_COLOUR,
-                                    height=max(220, 40 + 28 * min(um.height, 20))), key="unmapped_chart")
+        ui.chart(st, charts.bars(um.head(20), "account", "gpu_hours", horizontal=True, y_title="GPU-hours",
+                                 x_title="Slurm account", title="Unmapped accounts by GPU-hours (whole jobs)",
+                                 single_colour=theme.UNMAPPED_COLOUR,
+                                 height=max(220, 40 + 28 * min(um.height, 20))), key="unmapped_chart")
         ui.table(um, key="unmapped", file_stem="unmapped_accounts", ctx=ctx,
                  columns={"cluster": "Cluster", "account": "Slurm account", "jobs": "Jobs", "users": "Users",
                           "gpu_hours": "GPU-hours (whole jobs)", "first_seen": "First submitted (UTC)",

@@ -67,7 +67,7 @@ left, right = st.columns(2)
 teams = mr.efficiency(ctx.version, f, "team")
 with left:
     order = teams.sort("alloc_gpu_h", descending=True)["team"].to_list()
-    st.plotly_chart(charts.bars(
+    ui.chart(st, charts.bars(
         _split(teams, "team"), "team", "gpu_h", color="part", colours=SPLIT_COLOURS, horizontal=True,
         category_order=order, y_title="Allocated GPU-hours", x_title="Team",
         title="Allocated vs active GPU-hours by team", height=max(300, 110 + 34 * len(order))), key="eff_teams")
@@ -75,7 +75,7 @@ users = mr.efficiency(ctx.version, f, "user")
 with right:
     top = users.sort("alloc_gpu_h", descending=True).head(15)
     order_u = top["user"].to_list()
-    st.plotly_chart(charts.bars(
+    ui.chart(st, charts.bars(
         _split(top, "user"), "user", "gpu_h", color="part", colours=SPLIT_COLOURS, horizontal=True,
         category_order=order_u, y_title="Allocated GPU-hours", x_title="User",
         title="The 15 users with the most allocated GPU-hours", height=max(300, 110 + 34 * len(order_u))),
@@ -86,10 +86,10 @@ st.caption("Each bar is a group's allocated GPU-hours: **active** = activity x G
            "GPU-hours with telemetry; **no telemetry** = allocated GPU-hours without readings (unknown, not idle).")
 over_time = mr.efficiency(ctx.version, f, "gpu_type", mr.auto_bucket(f))
 if over_time is not None and over_time.height:
-    st.plotly_chart(charts.lines(over_time.filter(pl.col("mean_pct").is_not_null()), "bucket", "mean_pct",
-                                 color="gpu_type", colours=ctx.pool_colours, y_title="GPU efficiency (%)",
-                                 title=f"GPU efficiency by pool per {mr.auto_bucket(f)}", markers=True, height=320),
-                    key="eff_time")
+    ui.chart(st, charts.lines(over_time.filter(pl.col("mean_pct").is_not_null()), "bucket", "mean_pct",
+                              color="gpu_type", colours=ctx.pool_colours, y_title="GPU efficiency (%)",
+                              title=f"GPU efficiency by pool per {mr.auto_bucket(f)}", markers=True, height=320),
+                 key="eff_time")
 
 st.subheader("Worst offenders")
 # One person's jobs (a team lead looking at someone's idle GPUs): kept in the URL as ?user=NAME.
@@ -138,9 +138,9 @@ ui.table(teams.sort("alloc_gpu_h", descending=True), key="eff_team_table", file_
                                       "p95_pct", "coverage_pct", "energy_kwh")})
 methods = mr.efficiency_methods(ctx.version, f)
 if methods is not None and methods.height:
-    with st.expander("How telemetry was attributed to jobs"):
-        ui.table(methods, key="eff_methods", file_stem="efficiency_attribution", ctx=ctx,
-                 columns={"method": "Method", "gpu_h": "Telemetry GPU-hours", "pct": "Share (%)"},
-                 formats={"gpu_h": "%.1f", "pct": "%.1f"},
-                 caption="Exact: the exporter named the job, or the job's GPU indices are known. Node share: "
-                         "readings of a node shared among its jobs in proportion to their GPUs.")
+    ui.table(methods, label="How telemetry was attributed to jobs",
+             key="eff_methods", file_stem="efficiency_attribution", ctx=ctx,
+             columns={"method": "Method", "gpu_h": "Telemetry GPU-hours", "pct": "Share (%)"},
+             formats={"gpu_h": "%.1f", "pct": "%.1f"},
+             caption="Exact: the exporter named the job, or the job's GPU indices are known. Node share: "
+                     "readings of a node shared among its jobs in proportion to their GPUs.")

@@ -77,12 +77,12 @@ shares = (teams.select("team", pl.col("usage_share").alias("Usage share"),
           .with_columns(pl.col("share") * 100))
 order = teams.sort("entitlement_share", descending=True)["team"].to_list()
 with left:
-    st.plotly_chart(charts.bars(shares, "team", "share", color="what", barmode="group", horizontal=True,
-                                category_order=order,
-                                colours={"Entitlement share": "#A5B8CF", "Usage share": theme.PRIMARY},
-                                y_title="Share of GPU-hours (%)", x_title="Team",
-                                title=f"Usage vs entitlement, {scope}", height=max(300, 110 + 44 * len(order))),
-                    key="fq_shares")
+    ui.chart(st, charts.bars(shares, "team", "share", color="what", barmode="group", horizontal=True,
+                             category_order=order,
+                             colours={"Entitlement share": "#A5B8CF", "Usage share": theme.PRIMARY},
+                             y_title="Share of GPU-hours (%)", x_title="Team",
+                             title=f"Usage vs entitlement, {scope}", height=max(300, 110 + 44 * len(order))),
+                 key="fq_shares")
 with right:
     ratio = teams.filter(pl.col("share_ratio").is_not_null())
     fig = charts.bars(ratio, "team", "share_ratio", color="team", colours=ctx.team_colours, horizontal=True,
@@ -91,7 +91,7 @@ with right:
                       reference_text="fair", title="Share ratio (1 = got exactly its share)",
                       height=max(300, 110 + 44 * len(order)))
     fig.update_layout(showlegend=False)
-    st.plotly_chart(fig, key="fq_ratio")
+    ui.chart(st, fig, key="fq_ratio")
 
 # ---------------------------------------------------------------- waits by team x size
 st.subheader("Queue waits by team and request size")
@@ -105,11 +105,11 @@ else:
     present = set(grid["size_class"].cast(pl.String).to_list())
     sizes = [s for s in SIZE_CLASSES if s in present]       # the defined order, never alphabetical
     grid = grid.with_columns(pl.col("size_class").cast(pl.String))
-    st.plotly_chart(charts.heatmap(grid, "size_class", "row", "wait_p95_h", z_title="p95 wait (h)",
-                                   x_title="Requested GPUs", y_title=None, x_order=sizes, colorscale="Oranges",
-                                   top_down=True,
-                                   title="p95 queue wait (hours) by team and request size",
-                                   height=max(280, 90 + 36 * grid["row"].n_unique())), key="fq_waits")
+    ui.chart(st, charts.heatmap(grid, "size_class", "row", "wait_p95_h", z_title="p95 wait (h)",
+                                x_title="Requested GPUs", y_title=None, x_order=sizes, colorscale="Oranges",
+                                top_down=True,
+                                title="p95 queue wait (hours) by team and request size",
+                                height=max(280, 90 + 36 * grid["row"].n_unique())), key="fq_waits")
     ui.table(wt.sort(pl.col("team"), size_order(pl.col("size_class").cast(pl.String))), key="fq_wait_table", file_stem="queue_waits", ctx=ctx,
              columns={"team": "Team", "cluster": "Cluster", "pool": "Pool (GPU type)", "partition": "Partition",
                       "size_class": "Requested GPUs", "jobs": "Jobs started", "wait_p50_h": "p50 wait (h)",
@@ -135,15 +135,14 @@ if starv is not None:
                  formats={"pending_h": "%.1f", "gpus_requested": "%g"},
                  caption="Jobs still pending at the end of the window, longest waiting first.")
     if per_team.height:
-        with st.expander("Per team"):
-            ui.table(per_team, key="fq_starv_team", file_stem="starvation_by_team", ctx=ctx,
-                     columns={"team": "Team", "started_after_threshold": f"Started after > {threshold:g} h",
-                              "longest_wait_h": "Longest wait (h)", "pending_now": "Pending now",
-                              "pending_over_threshold": f"Pending > {threshold:g} h",
-                              "gpus_pending_over_threshold": f"GPUs pending > {threshold:g} h",
-                              "oldest_pending_h": "Oldest pending (h)"},
-                     formats={"longest_wait_h": "%.1f", "oldest_pending_h": "%.1f",
-                              "gpus_pending_over_threshold": "%g"})
+        ui.table(per_team, label="Per team", key="fq_starv_team", file_stem="starvation_by_team", ctx=ctx,
+                 columns={"team": "Team", "started_after_threshold": f"Started after > {threshold:g} h",
+                          "longest_wait_h": "Longest wait (h)", "pending_now": "Pending now",
+                          "pending_over_threshold": f"Pending > {threshold:g} h",
+                          "gpus_pending_over_threshold": f"GPUs pending > {threshold:g} h",
+                          "oldest_pending_h": "Oldest pending (h)"},
+                 formats={"longest_wait_h": "%.1f", "oldest_pending_h": "%.1f",
+                          "gpus_pending_over_threshold": "%g"})
 
 st.subheader("Shares and fair-share factors")
 table = teams_all.filter(pl.col("pool").is_in(f.pools) if f.pools else pl.lit(True)).with_columns(

@@ -85,7 +85,7 @@ else:
                                    lo95="lo95", hi95="hi95", colour=ctx.pool_colours.get(s["pool"], theme.PRIMARY),
                                    y_title=y_title, title=f"{_name(s)}: {measure_label}, history and forecast",
                                    capacity=limit, capacity_col="cap", exhaustion=ex, height=360)
-        grid[i % 2].plotly_chart(fig, key=f"fc_{tuple(s.values())!r}")
+        ui.chart(grid[i % 2], fig, key=f"fc_{tuple(s.values())!r}")
     st.caption(f"Dotted red: {target} % of installed capacity, in the series' units. Bands: 80 % and 95 % "
                "prediction intervals, calibrated on the backtest's errors.")
     for r in (cap.filter(pl.col("above_ceiling_from").is_not_null()).iter_rows(named=True)
@@ -116,12 +116,12 @@ else:
                       **{c: "%.2f" for c in every},
                       "capacity_gpus": "%.0f", "recent_gpus": "%.1f"},
              caption="MASE below 1 beats the seasonal naive forecast in the rolling-origin backtest.")
-    with st.expander("Forecast values"):
-        ui.table(fc.join(chosen, on=skeys, how="semi"), key="fc_values", file_stem=f"forecast_{measure}", ctx=ctx,
-                 columns={"cluster": "Cluster", "pool": "Pool (GPU type)", "ts": "Day (UTC)",
-                          "forecast": f"Forecast ({unit})", "lo80": "80 % low", "hi80": "80 % high",
-                          "lo95": "95 % low", "hi95": "95 % high", "model": "Model"},
-                 formats={c: "%.1f" for c in ("forecast", "lo80", "hi80", "lo95", "hi95")})
+    ui.table(fc.join(chosen, on=skeys, how="semi"), label="Forecast values",
+             key="fc_values", file_stem=f"forecast_{measure}", ctx=ctx,
+             columns={"cluster": "Cluster", "pool": "Pool (GPU type)", "ts": "Day (UTC)",
+                      "forecast": f"Forecast ({unit})", "lo80": "80 % low", "hi80": "80 % high",
+                      "lo95": "95 % low", "hi95": "95 % high", "model": "Model"},
+             formats={c: "%.1f" for c in ("forecast", "lo80", "hi80", "lo95", "hi95")})
 
 # ---------------------------------------------------------------- what-if
 st.subheader("What if?")
@@ -195,9 +195,9 @@ for col, (prefix, title, key) in zip(charts_row, (("team=", "p95 wait by team", 
     part = both.filter(pl.col("scope").str.starts_with(prefix)).with_columns(
         pl.col("scope").str.replace(prefix, "", literal=True).alias("group"))
     if part.height:
-        col.plotly_chart(charts.bars(part.sort("group"), "group", "mean", color="run", barmode="group",
-                                     colours={"Baseline": "#A5B8CF", "Scenario": theme.PRIMARY},
-                                     y_title="p95 queue wait (hours)", title=title, height=320), key=key)
+        ui.chart(col, charts.bars(part.sort("group"), "group", "mean", color="run", barmode="group",
+                                  colours={"Baseline": "#A5B8CF", "Scenario": theme.PRIMARY},
+                                  y_title="p95 queue wait (hours)", title=title, height=320), key=key)
 METRICS = {"p95_wait_h": "p95 queue wait (h)", "p50_wait_h": "Median queue wait (h)", "jobs": "Jobs simulated",
            "utilization_pct": "GPU utilization (%)", "fragmentation_pct": "Fragmentation (%)"}
 SCOPES = {"team": "Team", "size_class": "Request size (GPUs)", "pool": "Pool"}

@@ -56,10 +56,10 @@ hist = (frag.group_by("bucket").agg([pl.col(f"nodes_free_{k}").sum() for k in ks
         .with_columns(pl.col("k").str.replace("nodes_free_", "").cast(pl.Int64)))
 left, right = st.columns([3, 2])
 with left:
-    st.plotly_chart(charts.heatmap(hist, "bucket", "k", "nodes", z_title="Nodes (mean)", x_title=None,
-                                   y_title="Free GPUs on the node", y_order=ks, colorscale="Blues",
-                                   title=f"Free-GPU histogram per {bucket}: nodes with k free GPUs", height=380,
-                                   z_format=",.2f"), key="frag_hist")
+    ui.chart(st, charts.heatmap(hist, "bucket", "k", "nodes", z_title="Nodes (mean)", x_title=None,
+                                y_title="Free GPUs on the node", y_order=ks, colorscale="Blues",
+                                title=f"Free-GPU histogram per {bucket}: nodes with k free GPUs", height=380,
+                                z_format=",.2f"), key="frag_hist")
 sizes = [c for c in frag.columns if c.startswith("stranded_")]
 stranded = (frag.select("bucket", "gpu_type", "samples", *sizes)
             .with_columns(pl.col(c) * pl.col("samples") for c in sizes)
@@ -70,13 +70,13 @@ stranded = (frag.select("bucket", "gpu_type", "samples", *sizes)
                           .replace({"multinode": "multi-node"}).alias("size")))
 stranded_order = [s.replace("stranded_", "").replace("multinode", "multi-node") for s in sizes]
 with right:
-    st.plotly_chart(charts.bars(stranded, "size", "gpus", color="gpu_type", category_order=stranded_order,
+    ui.chart(st, charts.bars(stranded, "size", "gpus", color="gpu_type", category_order=stranded_order,
         colours=ctx.pool_colours, barmode="group", y_title="Stranded GPUs (mean)", x_title="Request size (GPUs)",
         title="Free GPUs a request of each size could not use", height=380), key="frag_stranded")
 
-st.plotly_chart(charts.lines(frag.with_columns(pl.col("fgd_rate") * 100), "bucket", "fgd_rate", color="gpu_type",
-                             colours=ctx.pool_colours, y_title="Fragmentation rate (%)", markers=bucket != "hour",
-                             title=f"FGD fragmentation rate by pool per {bucket}", height=320), key="frag_rate")
+ui.chart(st, charts.lines(frag.with_columns(pl.col("fgd_rate") * 100), "bucket", "fgd_rate", color="gpu_type",
+                          colours=ctx.pool_colours, y_title="Fragmentation rate (%)", markers=bucket != "hour",
+                          title=f"FGD fragmentation rate by pool per {bucket}", height=320), key="frag_rate")
 
 # ---------------------------------------------------------------- blocked by fragmentation
 st.subheader("Queue wait blocked by fragmentation")
@@ -94,15 +94,15 @@ def _classes(df: pl.DataFrame, key: str) -> pl.DataFrame:
 l2, r2 = st.columns(2)
 if by_team is not None and by_team.height:
     order = by_team.sort("wait_gpu_h", descending=True)["team"].to_list()
-    l2.plotly_chart(charts.bars(_classes(by_team, "team"), "team", "gpu_h", color="why", category_order=order,
+    ui.chart(l2, charts.bars(_classes(by_team, "team"), "team", "gpu_h", color="why", category_order=order,
         colours=colours, horizontal=True, y_title="Queue wait (GPU-hours)", x_title="Team",
         title="Why each team's jobs waited", height=max(300, 110 + 34 * len(order))), key="frag_blocked_team")
 if by_size is not None and by_size.height:
-    r2.plotly_chart(charts.bars(_classes(by_size, "size_class"), "size_class", "gpu_h", color="why",
-                                category_order=by_size.sort(size_order(pl.col("size_class").cast(pl.String)))["size_class"]
-                                .cast(pl.String).to_list(),
-                                colours=colours, y_title="Queue wait (GPU-hours)", x_title="Request size class",
-                                title="Why jobs of each size waited", height=380), key="frag_blocked_size")
+    ui.chart(r2, charts.bars(_classes(by_size, "size_class"), "size_class", "gpu_h", color="why",
+                             category_order=by_size.sort(size_order(pl.col("size_class").cast(pl.String)))["size_class"]
+                             .cast(pl.String).to_list(),
+                             colours=colours, y_title="Queue wait (GPU-hours)", x_title="Request size class",
+                             title="Why jobs of each size waited", height=380), key="frag_blocked_size")
 st.caption("Each 5-minute sample of a job's wait is classed: **fragmentation** when its partitions had enough "
            "free GPUs in total but no node (or set of whole nodes) could take it; **too few free GPUs**; "
            "**placeable** when GPUs were there and priority, limits or backfill order held it; **unknown** "

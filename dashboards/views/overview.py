@@ -162,9 +162,9 @@ left, right = st.columns(2)
 bucket = mr.auto_bucket(f)
 pools = mr.utilization(ctx.version, f, bucket, "gpu_type")
 if pools is not None and pools.height:
-    left.plotly_chart(charts.lines(pools.with_columns(pl.col("allocation_ratio") * 100), "bucket", "allocation_ratio",
-                                   color="gpu_type", colours=ctx.pool_colours, y_title="Allocation ratio (%)",
-                                   title=f"Allocation ratio by pool per {bucket}", height=340), key="ov_alloc")
+    ui.chart(left, charts.lines(pools.with_columns(pl.col("allocation_ratio") * 100), "bucket", "allocation_ratio",
+                                color="gpu_type", colours=ctx.pool_colours, y_title="Allocation ratio (%)",
+                                title=f"Allocation ratio by pool per {bucket}", height=340), key="ov_alloc")
 if cost is not None:
     month, stmt, lines = cost["month"], cost["statement"], cost["lines"]
     per_team = lines.group_by("team").agg(pl.col("total").cast(pl.Float64).sum()).sort("total", descending=True)
@@ -173,7 +173,7 @@ if cost is not None:
                       y_title=f"Cost ({stmt.policy.currency})", x_title="Team", title=f"Cost per team, {month}",
                       height=340)
     fig.update_layout(showlegend=False)
-    right.plotly_chart(fig, key="ov_cost")
+    ui.chart(right, fig, key="ov_cost")
 
 #: Each detail page's URL path (dashboards/app.py's url_path), for links that keep the view.
 PAGE_PATHS = {"Utilization": "utilization", "Efficiency": "efficiency", "Fragmentation": "fragmentation",
@@ -189,7 +189,7 @@ if rows:
                          "previous": [_fmt_value(r["previous"]) for r in rows],
                          "change": [r["change"] or "—" for r in rows], "page": [r["page"] for r in rows],
                          "link": [link.get(r["page"]) for r in rows]})
-    ui.table(text, key="ov_headline", file_stem="overview", ctx=ctx,
+    ui.table(text, lazy=False, key="ov_headline", file_stem="overview", ctx=ctx,
              columns={"metric": "Figure", "unit": "Unit", "now": "This period", "previous": "Previous period",
                       "change": "Change", "page": "Details on page", "link": "Open (same filters)"},
              links={"link": r"^([a-z_]+)"},

@@ -88,17 +88,17 @@ def _by_cause(df: pl.DataFrame, key: str) -> pl.DataFrame:
 teams = rr.losses(ctx.version, f, "team").sort("lost_gpu_h", descending=True)
 left, right = st.columns(2)
 with left:
-    st.plotly_chart(charts.bars(_by_cause(teams, "team"), "team", "gpu_h", color="cause", colours=CAUSE_COLOURS,
-                                horizontal=True, category_order=teams["team"].to_list(), y_title="Lost GPU-hours",
-                                x_title="Team", title="Lost GPU-hours by team and cause",
-                                height=max(300, 110 + 34 * teams.height)), key="rel_teams")
+    ui.chart(st, charts.bars(_by_cause(teams, "team"), "team", "gpu_h", color="cause", colours=CAUSE_COLOURS,
+                             horizontal=True, category_order=teams["team"].to_list(), y_title="Lost GPU-hours",
+                             x_title="Team", title="Lost GPU-hours by team and cause",
+                             height=max(300, 110 + 34 * teams.height)), key="rel_teams")
 bucket = "day" if f.days <= 120 else "week" if f.days <= 730 else "month"
 per = rr.losses(ctx.version, f, None, bucket)
 with right:
     per = ui.period_column(per, bucket)
-    st.plotly_chart(charts.bars(_by_cause(per, "bucket"), "bucket", "gpu_h", color="cause", colours=CAUSE_COLOURS,
-                                y_title="Lost GPU-hours", x_title=bucket.title(), title=f"Lost GPU-hours per {bucket}"),
-                    key="rel_time")
+    ui.chart(st, charts.bars(_by_cause(per, "bucket"), "bucket", "gpu_h", color="cause", colours=CAUSE_COLOURS,
+                             y_title="Lost GPU-hours", x_title=bucket.title(), title=f"Lost GPU-hours per {bucket}"),
+                 key="rel_time")
 ui.table(teams.with_columns(pl.col("goodput_share") * 100), key="rel_team_table", file_stem="losses_by_team", ctx=ctx,
          columns={"team": "Team", "allocated_gpu_h": "Allocated (GPU-hours)", "lost_gpu_h": "Lost (GPU-hours)",
                   **{f"{c}_gpu_h": f"{lab} (GPU-hours)" for c, lab in rr.CAUSE_LABELS.items()},

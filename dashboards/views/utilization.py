@@ -54,9 +54,9 @@ long = (chart_util.select("bucket", *stack_cols).unpivot(index="bucket", variabl
         .with_columns(pl.col("state").replace_strict(stack_cols)))
 colours = {"Allocated": theme.STATE_COLOURS["allocated"], "Allocated (other teams)": "#A5B8CF",
            "Idle": theme.STATE_COLOURS["idle"], "Unavailable": theme.STATE_COLOURS["unavailable"]}
-st.plotly_chart(charts.stacked_area(long, "bucket", "gpu_h", "state", colours, order=list(stack_cols.values()),
-                                    y_title=f"GPU-hours per {chart_bucket}", title="Where the capacity went"),
-                key="util_stack")
+ui.chart(st, charts.stacked_area(long, "bucket", "gpu_h", "state", colours, order=list(stack_cols.values()),
+                                 y_title=f"GPU-hours per {chart_bucket}", title="Where the capacity went"),
+             key="util_stack")
 if now.get("beyond_capacity_gpu_h", 0) > 0.005:
     st.warning(f"{now['beyond_capacity_gpu_h']:,.1f} GPU-hours were allocated on nodes the inventory lacks or lists "
                "with fewer GPUs; they are counted as allocated but not inside capacity. Ingest a fuller node "
@@ -67,18 +67,18 @@ pools = mr.utilization(ctx.version, f, bucket, "gpu_type")
 chart_pools = pools if chart_bucket == bucket else mr.utilization(ctx.version, f, chart_bucket, "gpu_type")
 with left:
     if chart_pools is not None and chart_pools.height:
-        st.plotly_chart(charts.lines(chart_pools.with_columns(pl.col("allocation_ratio") * 100), "bucket", "allocation_ratio",
-                                     color="gpu_type", colours=ctx.pool_colours, y_title="Allocation ratio (%)",
-                                     title="Allocation ratio by pool", height=360), key="util_pools")
+        ui.chart(st, charts.lines(chart_pools.with_columns(pl.col("allocation_ratio") * 100), "bucket", "allocation_ratio",
+                                  color="gpu_type", colours=ctx.pool_colours, y_title="Allocation ratio (%)",
+                                  title="Allocation ratio by pool", height=360), key="util_pools")
 teams = mr.allocation_by_team(ctx.version, f, chart_bucket)
 with right:
     if teams is not None and teams.height:
         # the largest teams and one "(other)" stack: each bucket's total is every team's
         shown_teams = charts.top_categories(teams, "team", ["allocated_gpu_h"], by=["bucket"])
-        st.plotly_chart(charts.bars(shown_teams, "bucket", "allocated_gpu_h", color="team",
-                                    colours={**ctx.team_colours, charts.OTHER: charts.OTHER_COLOUR},
-                                    y_title=f"Allocated GPU-hours per {chart_bucket}",
-                                    title="Allocated GPU-hours by team", height=360), key="util_teams")
+        ui.chart(st, charts.bars(shown_teams, "bucket", "allocated_gpu_h", color="team",
+                                 colours={**ctx.team_colours, charts.OTHER: charts.OTHER_COLOUR},
+                                 y_title=f"Allocated GPU-hours per {chart_bucket}",
+                                 title="Allocated GPU-hours by team", height=360), key="util_teams")
 
 parts = mr.utilization(ctx.version, f, "month", "partition")
 if parts is not None and parts.height:
@@ -87,9 +87,9 @@ if parts is not None and parts.height:
                 .with_columns((100 * (pl.col("allocated_gpu_h" if f.teams else "sreport_allocated")
                                       / pl.col("available_gpu_h"))).alias("ratio_pct"))
                 .sort("ratio_pct", descending=True, nulls_last=True))
-    st.plotly_chart(charts.bars(per_part, "partition", "ratio_pct", horizontal=True, y_title="Allocation ratio (%)",
-                                x_title="Partition", title="Allocation ratio by partition over the window",
-                                height=max(200, 60 + 34 * per_part.height)), key="util_parts")
+    ui.chart(st, charts.bars(per_part, "partition", "ratio_pct", horizontal=True, y_title="Allocation ratio (%)",
+                             x_title="Partition", title="Allocation ratio by partition over the window",
+                             height=max(200, 60 + 34 * per_part.height)), key="util_parts")
     st.caption("A node in several partitions counts in each partition's capacity.")
 
 # ---------------------------------------------------------------- the table beneath
@@ -106,11 +106,11 @@ if f.teams:
 ui.table(table, key="util", file_stem="utilization", ctx=ctx, columns=cols,
          formats={c: "%.1f" for c in cols if c not in ("bucket", "gpu_type")})
 
-with st.expander("Slurm sreport categories (to reconcile with `sreport cluster utilization -T gres/gpu`)"):
-    sr = {"bucket": f"Period ({bucket}, UTC)", "sreport_allocated": "Allocated (GPU-hours)",
-          "sreport_down": "Down (GPU-hours)", "sreport_planned_down": "PlannedDown (GPU-hours)",
-          "sreport_idle": "Idle (GPU-hours)", "sreport_planned": "Planned (GPU-hours)",
-          "sreport_reported": "Reported (GPU-hours)"}
-    ui.table(ui.period_column(util, bucket), key="sreport", file_stem="sreport_categories", ctx=ctx, columns=sr,
-             formats={c: "%.1f" for c in sr if c != "bucket"},
-             caption="Planned = idle GPU-hours while eligible jobs that could run there were waiting.")
+sr = {"bucket": f"Period ({bucket}, UTC)", "sreport_allocated": "Allocated (GPU-hours)",
+      "sreport_down": "Down (GPU-hours)", "sreport_planned_down": "PlannedDown (GPU-hours)",
+      "sreport_idle": "Idle (GPU-hours)", "sreport_planned": "Planned (GPU-hours)",
+      "sreport_reported": "Reported (GPU-hours)"}
+ui.table(ui.period_column(util, bucket),
+         label="Slurm sreport categories (to reconcile with `sreport cluster utilization -T gres/gpu`)", key="sreport", file_stem="sreport_categories", ctx=ctx, columns=sr,
+         formats={c: "%.1f" for c in sr if c != "bucket"},
+         caption="Planned = idle GPU-hours while eligible jobs that could run there were waiting.")

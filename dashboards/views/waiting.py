@@ -47,9 +47,9 @@ else:
     cols = {f"{c.replace(' ', '_')}_gpu_h": c for c in CLASSES}
     long = (classes.select("team", *cols).unpivot(index="team", variable_name="col", value_name="gpu_h")
             .with_columns(pl.col("col").replace_strict(cols).alias("reason class")).filter(pl.col("gpu_h") > 0))
-    st.plotly_chart(charts.bars(long, "team", "gpu_h", color="reason class", horizontal=True,
-                                y_title="Waiting GPU-hours", x_title="Team", title="Why each team's jobs waited",
-                                height=max(300, 110 + 44 * classes.height)), key="wait_classes")
+    ui.chart(st, charts.bars(long, "team", "gpu_h", color="reason class", horizontal=True,
+                             y_title="Waiting GPU-hours", x_title="Team", title="Why each team's jobs waited",
+                             height=max(300, 110 + 44 * classes.height)), key="wait_classes")
     ui.table(classes, key="wait_class_table", file_stem="pending_by_class", ctx=ctx,
              columns={"team": "Team", "wait_gpu_h": "Waiting (GPU-h)",
                       **{k: f"{v.capitalize()} (GPU-h)" for k, v in cols.items()},
@@ -59,14 +59,14 @@ else:
                                          "from_snapshots_share"]},
              caption="Blocked by fragmentation: eligible wait while enough GPUs were free but scattered, whatever "
                      "Slurm's reason (another view of the same wait, not added).")
-    with st.expander("Each Slurm reason"):
-        ui.table(mr.pending_reasons(ctx.version, f), key="wait_reason_table", file_stem="pending_by_reason", ctx=ctx,
-                 columns={"team": "Team", "class": "Class", "reason": "Slurm reason", "source": "Source",
-                          "jobs": "Jobs", "before_eligible_gpu_h": "Before eligible (GPU-h)",
-                          "eligible_gpu_h": "Eligible (GPU-h)", "wait_gpu_h": "Waiting (GPU-h)",
-                          "share_of_wait": "Share of the team's wait"},
-                 formats={"before_eligible_gpu_h": "%.2f", "eligible_gpu_h": "%.2f", "wait_gpu_h": "%.2f",
-                          "share_of_wait": "%.3f"})
+    ui.table(mr.pending_reasons(ctx.version, f), label="Each Slurm reason",
+             key="wait_reason_table", file_stem="pending_by_reason", ctx=ctx,
+             columns={"team": "Team", "class": "Class", "reason": "Slurm reason", "source": "Source",
+                      "jobs": "Jobs", "before_eligible_gpu_h": "Before eligible (GPU-h)",
+                      "eligible_gpu_h": "Eligible (GPU-h)", "wait_gpu_h": "Waiting (GPU-h)",
+                      "share_of_wait": "Share of the team's wait"},
+             formats={"before_eligible_gpu_h": "%.2f", "eligible_gpu_h": "%.2f", "wait_gpu_h": "%.2f",
+                      "share_of_wait": "%.3f"})
 
 # ---------------------------------------------------------------- preemption
 st.subheader("Preemption")
