@@ -137,14 +137,14 @@ def table(df: pl.DataFrame, *, key: str, file_stem: str, ctx: Context, columns: 
     given (a LinkColumn ``display_text``).
 
     ``lazy`` (the default): the table is drawn only once the viewer opens it, a collapsed section labelled
-    ``label`` (default: its row count) whose opening reruns the page (cached reads: a fraction of a second); the
+    ``label`` (default "Table") whose opening reruns the page (cached reads: a fraction of a second); the
     CSV download and the caption are always shown. Why: a page's tables cost the browser 0.2-0.5 s to draw,
     as much as all its charts, and Streamlit mounts a table's grid even inside a closed expander
     (docs/BENCHMARKS.md, 2026-12-05 evening). The open state is per session, so a table stays open while the
-    viewer changes filters. ``lazy=False``: a page's main content, drawn at once."""
+    viewer changes filters, as long as its label does not change: Streamlit 1.67 counts an expander's label in its
+    identity, so the default label carries no row count. ``lazy=False``: a page's main content, drawn at once."""
     if lazy:
-        box = st.expander(label or f"Table · {df.height:,} row{'s' if df.height != 1 else ''}", key=f"open_{key}",
-                          on_change="rerun", icon=":material/table:")
+        box = st.expander(label or "Table", key=f"open_{key}", on_change="rerun", icon=":material/table:")
         if box.open:
             with box:
                 _grid(df, key, ctx, columns, formats, height, links)

@@ -142,6 +142,7 @@ def test_every_page_renders_charts_without_exception(server, browser, warehouse_
             _statement_csv_is_the_finance_export(page, warehouse_db, tmp_path)
         if slug == "utilization":
             _table_csv_has_human_labels(page)
+            _table_opens_and_stays_open(page)
         shot = _screenshot(page, slug or "overview")
         assert shot.stat().st_size > 10_000
         _fetched_only_from_the_server(page, urls, slug or "overview")
@@ -171,6 +172,20 @@ def _table_csv_has_human_labels(page) -> None:
     assert header[:2] == ["Period (day, UTC)", "Pool (GPU type)"] and "Allocated (GPU-hours)" in header
     assert not any("_" in h for h in header)
     assert rows and all(len(r) == len(header) for r in rows)
+
+
+def _table_opens_and_stays_open(page) -> None:
+    """A page's tables are closed sections drawn once opened (dashboards/ui.py); an opened one stays open when
+    the viewer changes a filter (the browser sends the section's state with every rerun; AppTest does not)."""
+    grids = page.locator("[data-testid='stDataFrame']")
+    assert grids.count() == 0
+    page.locator("[data-testid='stExpander'] summary").first.click()
+    grids.first.wait_for(timeout=60_000)
+    page.locator("[data-testid='stSidebar']").get_by_text("7 days", exact=True).click()
+    page.wait_for_url(re.compile(r"window=7d"), timeout=60_000)
+    page.wait_for_function("() => !document.querySelector('[data-testid=\"stStatusWidget\"]')", timeout=60_000)
+    page.wait_for_timeout(500)
+    assert grids.count() == 1
 
 
 LOCAL_URL = re.compile(r"^(?:(?:https?|wss?)://(?:127\.0\.0\.1|localhost)(?::\d+)?(?:/|$)|data:|blob:|about:)")
