@@ -122,8 +122,9 @@ def metric(at, label: str):
 
 def lazy_tables(at) -> list[str]:
     """Keys of the page's tables drawn only when opened (ui.table's collapsed sections), closed or open."""
-    ids = [e.proto.id for e in at.expander if e.proto.id]
-    return [i.split("-", 2)[2] for i in ids if i.startswith("$$ID-") and i.split("-", 2)[2].startswith("open_")]
+    # a keyed element's id is "$$ID-<hash>-<key>"; ui.table's keys start with "open_"
+    keys = [e.proto.id.split("-", 2)[-1] for e in at.expander if e.proto.id.startswith("$$ID-")]
+    return [k for k in keys if k.startswith("open_")]
 
 
 def open_tables(at):
