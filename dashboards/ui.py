@@ -12,6 +12,7 @@ import secrets
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import duckdb
 import polars as pl
@@ -181,6 +182,25 @@ def chart(where, fig, *, key: str) -> None:
     (dashboards.theme.plotly_layout over Streamlit's plotly template, which Streamlit makes the default), not
     re-themed in the browser, which costs each page 0.05-0.2 s (docs/BENCHMARKS.md, 2026-12-05 evening)."""
     where.plotly_chart(fig, key=key, theme=None)
+
+
+#: Streamlit's chart code (plotly.js inside, 4.7 MB): a content-hashed chunk of its frontend, found once per
+#: process; None if a Streamlit release renames it (tests/test_ui.py fails then, the pages still draw).
+CHART_CHUNK: str | None = next((p.name for p in sorted(
+    (Path(st.__file__).parent / "static" / "static" / "js").glob("PlotlyChart.*.js"))), None)
+
+
+def load_chart_code() -> None:
+    """Have the browser load and evaluate Streamlit's chart code now, while this run's reads compute.
+
+    The browser otherwise fetches and evaluates it only when the first chart arrives, after the script: on a
+    first visit after a server start that is 0.5-1 s it sat idle during the reads (docs/BENCHMARKS.md,
+    2026-12-05 late). A module script of the same URL the app imports is evaluated once and shared, so the
+    charts then find it ready. Sent to the event container (where Streamlit puts style-only HTML): no space in
+    the layout. Same-origin and not inline: the nginx site's Content-Security-Policy allows it."""
+    if CHART_CHUNK is not None:
+        st._event.html(f'<script type="module" src="./static/js/{CHART_CHUNK}"></script>',
+                       unsafe_allow_javascript=True)
 
 
 def kpi(col, label: str, value: str | None, delta: str | None = None, *, help: str | None = None,

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import datetime as dt
+import re
+from pathlib import Path
 
 import pytest
 
@@ -109,6 +111,20 @@ def test_charts_are_drawn_as_built(lab_db, monkeypatch):
     at = dfx.open_page(dfx.app(lab_db, monkeypatch), "fragmentation")
     charts = at.get("plotly_chart")
     assert charts and all(c.proto.theme == "" for c in charts)
+
+
+def test_the_chart_code_is_sent_first_to_the_event_container(lab_db, monkeypatch):
+    """Before any read, the browser is told to load Streamlit's chart code (an existing file of this release),
+    from the event container, so it takes no place on the page (the browser loads it: test_dashboard_browser)."""
+    import streamlit
+    at = dfx.open_page(dfx.app(lab_db, monkeypatch), "utilization")
+    event = at._tree.children[2]                         # main, sidebar, event, bottom
+    html = [e for e in event.children.values() if e.type == "html"]
+    assert len(html) == 1 and html[0].proto.unsafe_allow_javascript
+    src = re.fullmatch(r'<script type="module" src="\./(static/js/PlotlyChart\.[\w-]+\.js)"></script>',
+                       html[0].proto.body).group(1)
+    assert (Path(streamlit.__file__).parent / "static" / src).is_file()
+    assert not any(e.type == "html" for e in at.main.children.values())
 
 
 def test_cli_port_in_use_is_a_one_line_error(tmp_path, capsys):

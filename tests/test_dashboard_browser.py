@@ -29,6 +29,7 @@ import pytest
 
 import dashboard_fixtures as dfx
 from dashboards.server import wait_ready
+from dashboards import ui
 from dashboards.ui import FAILED_TEXT
 from ingest import warehouse
 
@@ -146,6 +147,7 @@ def test_every_page_renders_charts_without_exception(server, browser, warehouse_
         shot = _screenshot(page, slug or "overview")
         assert shot.stat().st_size > 10_000
         _fetched_only_from_the_server(page, urls, slug or "overview")
+        _chart_code_loaded_by_the_app(page, server, urls)
     finally:
         page.close()
 
@@ -189,6 +191,15 @@ def _table_opens_and_stays_open(page) -> None:
 
 
 LOCAL_URL = re.compile(r"^(?:(?:https?|wss?)://(?:127\.0\.0\.1|localhost)(?::\d+)?(?:/|$)|data:|blob:|about:)")
+
+
+def _chart_code_loaded_by_the_app(page, base: str, urls: list[str]) -> None:
+    """The app's module script for Streamlit's chart code (dashboards.ui.load_chart_code) is in the page and
+    names the very URL Streamlit's own import uses, so the module is fetched and evaluated once."""
+    chunk = f"{base}/static/js/{ui.CHART_CHUNK}"
+    assert page.evaluate("() => [...document.querySelectorAll('script[type=module][src*=PlotlyChart]')]"
+                         ".map(e => e.src)") == [chunk]
+    assert {u for u in urls if "PlotlyChart" in u} == {chunk}
 
 
 def _record_requests(page) -> list[str]:
@@ -289,6 +300,7 @@ def test_behind_nginx_headers_are_set_and_pages_render_without_csp_violations(pr
             assert page.locator(".js-plotly-plot .main-svg").count(), f"{slug or 'overview'}: no chart via the proxy"
         _table_csv_has_human_labels(page)          # a download through the proxy (Streamlit's /media/ route)
         _fetched_only_from_the_server(page, urls, "via the proxy")
+        _chart_code_loaded_by_the_app(page, proxy, urls)
         assert all(u.startswith((proxy, proxy.replace("http", "ws", 1), "data:", "blob:", "about:")) for u in urls)
     finally:
         page.close()
