@@ -384,8 +384,8 @@ def main(argv: list[str] | None = None) -> int:
                     run["floor"] = fl.stop()
                 f = run["floor"]
                 print(f"run {i + 1}: floor cold {f['cold']['t']:.2f} s, warm {f['warm']['t']:.2f} s (median of "
-                      f"{f['warm']['n']} visits, one before each page: {f['warm']['min']:.2f}-{f['warm']['max']:.2f} s)",
-                      flush=True)
+                      f"{f['warm']['n']} visits, one before each page: "
+                      f"{f['warm']['min']:.2f}-{f['warm']['max']:.2f} s)", flush=True)
                 runs.append(run)
             browser.close()
         ok = report(runs, pages)

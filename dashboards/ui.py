@@ -195,9 +195,10 @@ def load_chart_code() -> None:
 
     The browser otherwise fetches and evaluates it only when the first chart arrives; on a first visit after a
     server start the script runs about 1 s while the browser is idle, and such visits now draw 0.04-0.44 s
-    sooner (docs/BENCHMARKS.md, 2026-12-05 20:50). A module script of the same URL the app imports is evaluated once and shared, so the
-    charts then find it ready. Sent to the event container (where Streamlit puts style-only HTML): no space in
-    the layout. Same-origin and not inline: the nginx site's Content-Security-Policy allows it."""
+    sooner (docs/BENCHMARKS.md, 2026-12-05 20:50). A module script of the same URL the app imports is evaluated
+    once and shared, so the charts then find it ready. Sent to the event container (where Streamlit puts
+    style-only HTML): no space in the layout. Same-origin and not inline: the nginx site's
+    Content-Security-Policy allows it."""
     event = getattr(st, "_event", None)    # Streamlit's event container (its toasts'); tests/test_dashboard_app.py
     if CHART_CHUNK is not None and event is not None:   # fails if a release drops either: pages still draw
         event.html(f'<script type="module" src="./static/js/{CHART_CHUNK}"></script>', unsafe_allow_javascript=True)

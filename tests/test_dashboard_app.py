@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
+import streamlit
 
 import dashboard_fixtures as dfx
 from dashboard_fixtures import lab_db  # noqa: F401 (fixture)
@@ -116,7 +117,6 @@ def test_charts_are_drawn_as_built(lab_db, monkeypatch):
 def test_the_chart_code_is_sent_first_to_the_event_container(lab_db, monkeypatch):
     """Before any read, the browser is told to load Streamlit's chart code (an existing file of this release),
     from the event container, so it takes no place on the page (the browser loads it: test_dashboard_browser)."""
-    import streamlit
     at = dfx.open_page(dfx.app(lab_db, monkeypatch), "utilization")
     event = at._tree.children[2]                         # main, sidebar, event, bottom
     html = [e for e in event.children.values() if e.type == "html"]

@@ -28,8 +28,8 @@ import duckdb
 import pytest
 
 import dashboard_fixtures as dfx
-from dashboards.server import wait_ready
 from dashboards import ui
+from dashboards.server import wait_ready
 from dashboards.ui import FAILED_TEXT
 from ingest import warehouse
 
