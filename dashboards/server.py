@@ -74,6 +74,23 @@ def free_port(host: str = "127.0.0.1") -> int:
         return s.getsockname()[1]
 
 
+def environment(db_path: str | os.PathLike, config: str | os.PathLike | None = None,
+                app: str | os.PathLike = APP) -> dict[str, str]:
+    """The server process's environment: this one's, plus the warehouse, the access configuration, DuckDB's
+    memory limit and whether to warm up the dashboard's views (only for the dashboard's own entry script: another
+    one, the browser benchmark's floor, has no use for them and would draw its pages while they take a core)."""
+    env = dict(os.environ, GPULEDGER_DB=str(Path(db_path).resolve()),
+               GPULEDGER_DASHBOARD_PREWARM="1" if Path(app).resolve() == APP else "0",
+               # the app must see the connection's own peer (the proxy), never an address from X-Forwarded-For:
+               # uvicorn would otherwise take the client address from that header for connections from loopback
+               FORWARDED_ALLOW_IPS="")
+    if config is not None:
+        env[access.CONFIG_ENV] = str(Path(config).resolve())
+    # DuckDB's share of the memory budget, unless the administrator set a limit for every connection
+    env.setdefault(warehouse.ENV_MEMORY_LIMIT, f"{BUDGET.duckdb // 1024 ** 2}MB")
+    return env
+
+
 def start(db_path: str | os.PathLike, port: int, host: str = "127.0.0.1", quiet: bool = False,
           config: str | os.PathLike | None = None, app: str | os.PathLike = APP, stdout=None) -> subprocess.Popen:
     """Start the server in a child process serving ``db_path``'s snapshot; returns at once.
@@ -82,14 +99,7 @@ def start(db_path: str | os.PathLike, port: int, host: str = "127.0.0.1", quiet:
     passed to the app as ``$GPULEDGER_CONFIG``; without one the app serves the local machine only. ``stdout``:
     where its output goes (a file for benchmarks; default inherited, or nowhere if ``quiet``)."""
     check_port(port, host)
-    env = dict(os.environ, GPULEDGER_DB=str(Path(db_path).resolve()), GPULEDGER_DASHBOARD_PREWARM="1",
-               # the app must see the connection's own peer (the proxy), never an address from X-Forwarded-For:
-               # uvicorn would otherwise take the client address from that header for connections from loopback
-               FORWARDED_ALLOW_IPS="")
-    if config is not None:
-        env[access.CONFIG_ENV] = str(Path(config).resolve())
-    # DuckDB's share of the memory budget, unless the administrator set a limit for every connection
-    env.setdefault(warehouse.ENV_MEMORY_LIMIT, f"{BUDGET.duckdb // 1024 ** 2}MB")
+    env = environment(db_path, config, app)
     out = subprocess.DEVNULL if quiet else stdout
     return subprocess.Popen(command(port, host, app), env=env, stdout=out,
                             stderr=subprocess.STDOUT if out is not None else None)
