@@ -5,7 +5,8 @@ Two things happen before Streamlit listens, so the first visitor after a (re)sta
 the modules every page imports (Polars, DuckDB, plotly, the models and their numba kernels) are imported here,
 in the server process that will run the pages, instead of on the first page view (about 2-3 s on 2 cores); and
 the warm-up of the serving snapshot (dashboards/prewarm.py) is started as soon as Streamlit's runtime exists,
-instead of when the first visitor arrives. Everything else is ``streamlit.web.cli.main``.
+instead of when the first visitor arrives. For the dashboard's own entry script, Streamlit is also pointed at the
+page shell that preloads the chart code (dashboards/page_shell.py). Everything else is ``streamlit.web.cli.main``.
 """
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from streamlit.web import cli
 # The pages' modules declare their caches when imported; before Streamlit's runtime exists it warns once per
 # cache that it has none yet (the caches are created on first use, inside the runtime): not worth a log line.
 logging.getLogger("streamlit.runtime.caching.cache_data_api").setLevel(logging.ERROR)
-from dashboards import charts, exports, forecast_charts, model_reads, prewarm, queries, sidebar, ui  # noqa: E402,F401
+from dashboards import (charts, exports, forecast_charts, model_reads, page_shell, prewarm, queries,  # noqa: E402,F401
+                        sidebar, ui)
 
 
 def warm_plotly() -> None:
@@ -45,6 +47,7 @@ def warm_plotly() -> None:
 
 def main() -> int:
     warm_plotly()
+    page_shell.install()       # the chart code preloaded by the page shell (dashboard only)
     prewarm.note_requests()    # a page being loaded counts as a visitor for the warm-up
     prewarm.watch()            # a daemon thread; it waits for the runtime, and does nothing unless enabled
     sys.argv[0] = "streamlit"

@@ -77,10 +77,12 @@ def free_port(host: str = "127.0.0.1") -> int:
 def environment(db_path: str | os.PathLike, config: str | os.PathLike | None = None,
                 app: str | os.PathLike = APP) -> dict[str, str]:
     """The server process's environment: this one's, plus the warehouse, the access configuration, DuckDB's
-    memory limit and whether to warm up the dashboard's views (only for the dashboard's own entry script: another
-    one, the browser benchmark's floor, has no use for them and would draw its pages while they take a core)."""
+    memory limit, and whether to warm up the dashboard's views and preload its chart code in the page shell
+    (dashboards/page_shell.py), only for the dashboard's own entry script: another one, the browser benchmark's
+    floor, has no use for the views, which would take a core while its pages draw, and is Streamlit as shipped."""
+    ours = "1" if Path(app).resolve() == APP else "0"
     env = dict(os.environ, GPULEDGER_DB=str(Path(db_path).resolve()),
-               GPULEDGER_DASHBOARD_PREWARM="1" if Path(app).resolve() == APP else "0",
+               GPULEDGER_DASHBOARD_PREWARM=ours, GPULEDGER_DASHBOARD_PRELOAD=ours,
                # the app must see the connection's own peer (the proxy), never an address from X-Forwarded-For:
                # uvicorn would otherwise take the client address from that header for connections from loopback
                FORWARDED_ALLOW_IPS="")

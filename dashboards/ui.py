@@ -12,13 +12,12 @@ import secrets
 import sys
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 import duckdb
 import polars as pl
 import streamlit as st
 
-from dashboards import exports, theme
+from dashboards import exports, page_shell, theme
 from dashboards.filters import Filters
 from dashboards.queries import Catalogue
 
@@ -186,8 +185,7 @@ def chart(where, fig, *, key: str) -> None:
 
 #: Streamlit's chart code (plotly.js inside, 4.7 MB): a content-hashed chunk of its frontend, found once per
 #: process; None if a Streamlit release renames it.
-CHART_CHUNK: str | None = next((p.name for p in sorted(
-    (Path(st.__file__).parent / "static" / "static" / "js").glob("PlotlyChart.*.js"))), None)
+CHART_CHUNK: str | None = page_shell.chunk("PlotlyChart")
 
 
 def load_chart_code() -> None:
@@ -198,7 +196,8 @@ def load_chart_code() -> None:
     sooner (docs/BENCHMARKS.md, 2026-12-05 20:50). A module script of the same URL the app imports is evaluated
     once and shared, so the charts then find it ready. Sent to the event container (where Streamlit puts
     style-only HTML): no space in the layout. Same-origin and not inline: the nginx site's
-    Content-Security-Policy allows it."""
+    Content-Security-Policy allows it. The dashboard's page shell has the browser fetch this chunk, and the HTML
+    element's own, before the run starts (dashboards/page_shell.py), so the evaluation starts with the run."""
     event = getattr(st, "_event", None)    # Streamlit's event container (its toasts'); tests/test_dashboard_app.py
     if CHART_CHUNK is not None and event is not None:   # fails if a release drops either: pages still draw
         event.html(f'<script type="module" src="./static/js/{CHART_CHUNK}"></script>', unsafe_allow_javascript=True)

@@ -10,7 +10,7 @@ import streamlit
 
 import dashboard_fixtures as dfx
 from dashboard_fixtures import lab_db  # noqa: F401 (fixture)
-from dashboards import prewarm, server
+from dashboards import page_shell, prewarm, server
 from ingest import warehouse
 
 PAGES = ["overview", "utilization", "efficiency", "fragmentation", "fairness", "waiting", "chargeback", "forecast",
@@ -128,12 +128,13 @@ def test_the_chart_code_is_sent_first_to_the_event_container(lab_db, monkeypatch
     assert not any(e.type == "html" for e in at.main.children.values())
 
 
-def test_only_the_dashboards_server_warms_up_their_views(tmp_path):
+def test_only_the_dashboards_server_warms_up_their_views_and_preloads_their_code(tmp_path):
     """Another entry script served the same way (the browser benchmark's floor) gets no warm-up of the
-    dashboard's views, which would take a core while its pages draw."""
-    assert server.environment(tmp_path / "w.duckdb")[prewarm.ENV] == "1"
-    assert server.environment(tmp_path / "w.duckdb", app=server.APP)[prewarm.ENV] == "1"
-    assert server.environment(tmp_path / "w.duckdb", app=tmp_path / "floor.py")[prewarm.ENV] == "0"
+    dashboard's views, which would take a core while its pages draw, and Streamlit's page shell as shipped."""
+    for env in (prewarm.ENV, page_shell.ENV):
+        assert server.environment(tmp_path / "w.duckdb")[env] == "1"
+        assert server.environment(tmp_path / "w.duckdb", app=server.APP)[env] == "1"
+        assert server.environment(tmp_path / "w.duckdb", app=tmp_path / "floor.py")[env] == "0"
 
 
 def test_cli_port_in_use_is_a_one_line_error(tmp_path, capsys):

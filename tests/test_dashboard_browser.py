@@ -28,7 +28,7 @@ import duckdb
 import pytest
 
 import dashboard_fixtures as dfx
-from dashboards import ui
+from dashboards import page_shell, ui
 from dashboards.server import wait_ready
 from dashboards.ui import FAILED_TEXT
 from ingest import warehouse
@@ -194,12 +194,17 @@ LOCAL_URL = re.compile(r"^(?:(?:https?|wss?)://(?:127\.0\.0\.1|localhost)(?::\d+
 
 
 def _chart_code_loaded_by_the_app(page, base: str, urls: list[str]) -> None:
-    """The app's module script for Streamlit's chart code (dashboards.ui.load_chart_code) is in the page and
-    names the very URL Streamlit's own import uses, so the module is fetched and evaluated once."""
+    """The page shell lists Streamlit's chart code and the HTML element's code as module preloads
+    (dashboards/page_shell.py) and the app's module script for the chart code (dashboards.ui.load_chart_code) names
+    the very URL of the preload and of Streamlit's own import: the document fetched the chunk once."""
     chunk = f"{base}/static/js/{ui.CHART_CHUNK}"
+    preloads = page.evaluate("() => [...document.querySelectorAll('link[rel=modulepreload]')].map(e => e.href)")
+    assert chunk in preloads and f"{base}/static/js/{page_shell.chunk('Html')}" in preloads
     assert page.evaluate("() => [...document.querySelectorAll('script[type=module][src*=PlotlyChart]')]"
                          ".map(e => e.src)") == [chunk]
     assert {u for u in urls if "PlotlyChart" in u} == {chunk}
+    assert page.evaluate("() => performance.getEntriesByType('resource').map(e => e.name)"
+                         ".filter(n => n.includes('PlotlyChart'))") == [chunk]
 
 
 def _record_requests(page) -> list[str]:
