@@ -5,8 +5,8 @@ Two things happen before Streamlit listens, so the first visitor after a (re)sta
 the modules every page imports (Polars, DuckDB, plotly, the models and their numba kernels) are imported here,
 in the server process that will run the pages, instead of on the first page view (about 2-3 s on 2 cores); and
 the warm-up of the serving snapshot (dashboards/prewarm.py) is started as soon as Streamlit's runtime exists,
-instead of when the first visitor arrives. For the dashboard's own entry script, Streamlit is also pointed at the
-page shell that preloads the chart code (dashboards/page_shell.py). Everything else is ``streamlit.web.cli.main``.
+instead of when the first visitor arrives. For the dashboard's own entry script, Streamlit's page shell also gets
+the chart code preloaded (dashboards/page_shell.py). Everything else is ``streamlit.web.cli.main``.
 """
 from __future__ import annotations
 

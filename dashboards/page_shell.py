@@ -11,23 +11,23 @@ own core chunks there), both are fetched while the browser starts Streamlit's bu
 and parsed, not run: the chart code is evaluated as soon as the page's run has started, while its reads compute.
 Warm pages drew 0.05-0.3 s sooner and first visits after a start up to 0.3 s sooner (docs/BENCHMARKS.md, 2026-12-06).
 
-The shell is a directory beside Streamlit's: a symbolic link to every entry of Streamlit's static directory
-except ``index.html``, which is rewritten. ``install`` points Streamlit's static route at it; it is done in the
-server process before Streamlit starts (dashboards/launch.py), only for the dashboard's own entry script
+The shell is rewritten as it is served, in memory: a middleware innermost in Streamlit's list (inside its
+compression) adds the links to every HTML page Streamlit's static route sends (``index.html``, which it also sends
+for a page's own path). Streamlit offers no hook for its web application; its middleware list gets ours, as
+dashboards/prewarm.py does for its own (without that function, in another Streamlit, nothing happens). Installed
+in the server process before Streamlit starts (dashboards/launch.py), only for the dashboard's own entry script
 (``$GPULEDGER_DASHBOARD_PRELOAD``, set by dashboards/server.py; the browser benchmark's framework floor is
 Streamlit's shell as shipped).
 """
 from __future__ import annotations
 
-import atexit
 import os
 import re
-import shutil
-import tempfile
 from pathlib import Path
 
 import streamlit
-from streamlit import file_util
+from starlette.middleware import Middleware
+from streamlit.web.server.starlette import starlette_app
 
 ENV = "GPULEDGER_DASHBOARD_PRELOAD"
 
@@ -69,35 +69,64 @@ def chunks(static: Path, elements: tuple[str, ...] = ELEMENTS) -> list[str]:
     return sorted(seen)
 
 
-def shell(index_html: str, names: list[str]) -> str:
-    """``index_html`` with a modulepreload link for every chunk in ``names`` it does not already list, before
-    ``</head>`` (unchanged if it has none)."""
-    links = "".join(f'\n    <link rel="modulepreload" crossorigin href="./static/js/{n}">'
-                    for n in names if f"/{n}\"" not in index_html)
-    return index_html.replace("</head>", links + "\n  </head>", 1) if "</head>" in index_html else index_html
+class PreloadShell:
+    """ASGI middleware: an HTML page answering a GET (``text/html``, not compressed) that has a ``</head>`` gets
+    ``links`` before it, and its Content-Length follows; any other response passes through untouched, as it
+    streams."""
+
+    def __init__(self, app, links: str):
+        self.app, self.links = app, links.encode()
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope.get("method") != "GET" or not self.links:
+            return await self.app(scope, receive, send)
+        held: dict = {}
+        body: list[bytes] = []
+
+        async def rewrite(message):
+            if message["type"] == "http.response.start":
+                headers = {k.lower(): v for k, v in message.get("headers", [])}
+                if headers.get(b"content-type", b"").startswith(b"text/html") and b"content-encoding" not in headers:
+                    held["start"] = message            # sent with the rewritten body
+                    return
+            elif message["type"] == "http.response.body" and "start" in held:
+                body.append(message.get("body", b""))
+                if message.get("more_body", False):
+                    return
+                page = b"".join(body)
+                if b"</head>" in page and self.links not in page:
+                    page = page.replace(b"</head>", self.links + b"</head>", 1)
+                start = held.pop("start")
+                start["headers"] = [(k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"]
+                start["headers"].append((b"content-length", str(len(page)).encode()))
+                await send(start)
+                message = {"type": "http.response.body", "body": page, "more_body": False}
+            await send(message)
+
+        return await self.app(scope, receive, rewrite)
 
 
-def build(target: Path, static: Path | None = None) -> Path:
-    """Write the shell directory at ``target`` (created): links to ``static``'s entries and the rewritten
-    ``index.html``. Returns ``target``."""
-    static = static or streamlit_static()
-    target.mkdir(parents=True, exist_ok=True)
-    for entry in static.iterdir():
-        if entry.name != "index.html":
-            os.symlink(entry, target / entry.name)
-    index = (static / "index.html").read_text(encoding="utf-8")
-    (target / "index.html").write_text(shell(index, chunks(static)), encoding="utf-8")
-    return target
+def links(index_html: str, names: list[str]) -> str:
+    """The modulepreload links for the chunks in ``names`` that ``index_html`` does not already list."""
+    return "".join(f'<link rel="modulepreload" crossorigin href="./static/js/{n}">\n'
+                   for n in names if f"/{n}\"" not in index_html)
 
 
-def install() -> Path | None:
-    """Build the shell in a directory of this process's own (removed at exit) and make Streamlit serve it, if
-    ``$GPULEDGER_DASHBOARD_PRELOAD`` is "1". Returns the directory, or None when not enabled or when Streamlit's
-    static directory is not where this release keeps it (the shell as shipped is served then)."""
-    if os.environ.get(ENV) != "1" or not (streamlit_static() / "index.html").is_file():
-        return None
-    target = Path(tempfile.mkdtemp(prefix="gpuledger-shell-"))
-    atexit.register(shutil.rmtree, target, ignore_errors=True)
-    build(target / "static")
-    file_util.get_static_dir = lambda: str(target / "static")
-    return target / "static"
+def install() -> bool:
+    """Put :class:`PreloadShell` innermost in Streamlit's middleware list, if ``$GPULEDGER_DASHBOARD_PRELOAD`` is
+    "1". False when not enabled, or when this Streamlit has no such list or no index.html where this release
+    keeps it (the shell as shipped is served then). Idempotent."""
+    make = getattr(starlette_app, "create_streamlit_middleware", None)
+    index = streamlit_static() / "index.html"
+    if os.environ.get(ENV) != "1" or make is None or not index.is_file():
+        return False
+    if getattr(make, "_gpuledger_shell", False):
+        return True
+    extra = links(index.read_text(encoding="utf-8"), chunks(streamlit_static()))
+
+    def with_ours():
+        return [*make(), Middleware(PreloadShell, links=extra)]
+
+    with_ours._gpuledger_shell = True
+    starlette_app.create_streamlit_middleware = with_ours
+    return True

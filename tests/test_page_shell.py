@@ -1,15 +1,15 @@
-"""dashboards/page_shell.py: Streamlit's index.html with the chart code preloaded, served from a directory of links
-beside Streamlit's static directory. Hand-made static directories for the rules, Streamlit's own for the release
-this project runs on (the browser test checks what a browser gets: tests/test_dashboard_browser.py)."""
+"""dashboards/page_shell.py: Streamlit's index.html with the chart code preloaded, added by a middleware as the
+page is served. Hand-made static directories and ASGI apps for the rules, Streamlit's own for the release this
+project runs on (the browser test checks what a browser gets: tests/test_dashboard_browser.py)."""
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from streamlit import file_util
 
 from dashboards import page_shell
 
@@ -64,27 +64,67 @@ def test_chunks_follow_static_imports_only(tmp_path):
     assert page_shell.chunks(static, ("Vega", "Html")) == ["Html.H-1.js", "core.B2.js", "index.A1.js", "wrap.C3.js"]
 
 
-def test_shell_adds_a_preload_for_each_chunk_not_already_listed_before_head_ends():
-    html = page_shell.shell(INDEX, ["PlotlyChart.X9_y.js", "core.B2.js", "index.A1.js", "wrap.C3.js"])
-    head = html[:html.index("</head>")]
-    assert head.count('rel="modulepreload"') == 3           # core.B2 was listed; index.A1 is the entry script
-    for name in ("PlotlyChart.X9_y.js", "wrap.C3.js"):
-        assert head.count(f'<link rel="modulepreload" crossorigin href="./static/js/{name}">') == 1
-    assert html.replace(head, "") == INDEX[INDEX.index("</head>"):]
-    assert page_shell.shell("<html>no head</html>", ["a.js"]) == "<html>no head</html>"
+def test_links_name_each_chunk_not_already_listed():
+    got = page_shell.links(INDEX, ["PlotlyChart.X9_y.js", "core.B2.js", "index.A1.js", "wrap.C3.js"])
+    assert got == ('<link rel="modulepreload" crossorigin href="./static/js/PlotlyChart.X9_y.js">\n'
+                   '<link rel="modulepreload" crossorigin href="./static/js/wrap.C3.js">\n')
+    assert page_shell.links(INDEX, ["core.B2.js"]) == ""
 
 
-def test_build_links_every_entry_but_the_index(tmp_path):
-    static = _static(tmp_path, FILES)
-    target = page_shell.build(tmp_path / "shell", static)
-    assert sorted(os.listdir(target)) == ["favicon.png", "index.html", "static"]
-    assert (target / "static").is_symlink() and (target / "favicon.png").resolve() == static / "favicon.png"
-    assert not (target / "index.html").is_symlink()
-    assert (target / "static" / "js" / "wrap.C3.js").read_text() == FILES["wrap.C3.js"]
-    index = (target / "index.html").read_text()
-    assert 'href="./static/js/PlotlyChart.X9_y.js"' in index and 'href="./static/js/Html.H-1.js"' in index
-    assert "Metric" not in index                             # only the elements named in ELEMENTS
-    assert (static / "index.html").read_text() == INDEX      # Streamlit's own is untouched
+def _serve(app, method: str = "GET") -> tuple[dict, bytes, int]:
+    """One request through ``app`` (ASGI): the response's headers, its body, the number of body messages."""
+    sent: list[dict] = []
+
+    async def receive():
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    asyncio.run(app({"type": "http", "method": method, "path": "/"}, receive, send))
+    start = [m for m in sent if m["type"] == "http.response.start"]
+    assert len(start) == 1 and sent[0] is start[0]
+    bodies = [m for m in sent if m["type"] == "http.response.body"]
+    return dict(start[0]["headers"]), b"".join(m.get("body", b"") for m in bodies), len(bodies)
+
+
+def _app(content_type: bytes, parts: list[bytes], extra: list | None = None):
+    """An ASGI app answering with ``parts`` as a streamed body."""
+    async def app(scope, receive, send):
+        headers = [(b"content-type", content_type), (b"content-length", str(sum(map(len, parts))).encode()),
+                   *(extra or [])]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        for i, part in enumerate(parts):
+            await send({"type": "http.response.body", "body": part, "more_body": i < len(parts) - 1})
+    return app
+
+
+LINK = '<link rel="modulepreload" crossorigin href="./static/js/PlotlyChart.X9_y.js">\n'
+
+
+def test_the_middleware_adds_the_links_to_an_html_page_sent_in_parts():
+    page = INDEX.encode()
+    headers, body, n = _serve(page_shell.PreloadShell(_app(b"text/html; charset=utf-8", [page[:50], page[50:]]),
+                                                      LINK))
+    assert body == page.replace(b"</head>", LINK.encode() + b"</head>") and n == 1
+    assert headers[b"content-length"] == str(len(body)).encode()
+
+
+@pytest.mark.parametrize("content_type,extra,method", [
+    (b"application/javascript", [], "GET"),                         # a chunk streams as it is
+    (b"text/html", [(b"content-encoding", b"gzip")], "GET"),         # compressed: not ours to rewrite
+    (b"text/html", [], "HEAD"),
+])
+def test_the_middleware_leaves_other_responses_alone(content_type, extra, method):
+    parts = [INDEX.encode()[:50], INDEX.encode()[50:]]
+    headers, body, n = _serve(page_shell.PreloadShell(_app(content_type, parts, extra), LINK), method)
+    assert body == b"".join(parts) and n == 2 and headers[b"content-length"] == str(len(body)).encode()
+
+
+def test_the_middleware_adds_nothing_twice_nor_to_a_page_without_a_head():
+    once = INDEX.replace("</head>", LINK + "</head>").encode()
+    assert _serve(page_shell.PreloadShell(_app(b"text/html", [once]), LINK))[1] == once
+    assert _serve(page_shell.PreloadShell(_app(b"text/html", [b"<p>no head</p>"]), LINK))[1] == b"<p>no head</p>"
 
 
 def test_this_streamlit_release_has_the_chunks_the_shell_preloads():
@@ -93,29 +133,20 @@ def test_this_streamlit_release_has_the_chunks_the_shell_preloads():
     names = page_shell.chunks(static)
     for element in page_shell.ELEMENTS:
         assert page_shell.chunk(element) in names
-    shell = page_shell.shell((static / "index.html").read_text(), names)
-    assert shell.count("modulepreload") > (static / "index.html").read_text().count("modulepreload")
+    assert "PlotlyChart" in page_shell.links((static / "index.html").read_text(), names)
 
 
-def test_install_serves_the_shell_only_when_enabled_and_removes_it_at_exit(tmp_path):
-    """In a process of its own, as the dashboard's server does it (dashboards/launch.py)."""
-    probe = ("import sys; from dashboards import page_shell; from streamlit import file_util;"
-             "d = page_shell.install(); print(d); print(file_util.get_static_dir())")
+def test_install_puts_the_middleware_innermost_only_when_enabled():
+    """In a process of its own, as the dashboard's server does it (dashboards/launch.py), after the warm-up's."""
+    probe = ("from dashboards import page_shell, prewarm; from streamlit.web.server.starlette import starlette_app;"
+             "prewarm.note_requests(); print(page_shell.install(), page_shell.install());"
+             "ms = starlette_app.create_streamlit_middleware(); print(ms[0].cls.__name__, ms[-1].cls.__name__);"
+             "print(sum(m.cls is page_shell.PreloadShell for m in ms), 'PlotlyChart' in str(ms[-1].kwargs))")
     root = Path(__file__).resolve().parent.parent
-    run = lambda env: subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=root,
-                                     env={k: v for k, v in dict(os.environ, **env).items() if v is not None},
-                                     check=True).stdout.split()
-    shell, served = run({page_shell.ENV: "1"})
-    assert shell == served and Path(shell).name == "static" and "gpuledger-shell-" in shell
-    assert not Path(shell).exists()                          # removed when the process ended
-    assert run({page_shell.ENV: "0"}) == ["None", file_util.get_static_dir()]
 
+    def run(value: str) -> list[str]:
+        return subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=root, check=True,
+                              env=dict(os.environ, **{page_shell.ENV: value})).stdout.split()
 
-@pytest.mark.parametrize("value", [None, "", "yes"])
-def test_install_is_off_unless_the_variable_is_1(monkeypatch, value):
-    if value is None:
-        monkeypatch.delenv(page_shell.ENV, raising=False)
-    else:
-        monkeypatch.setenv(page_shell.ENV, value)
-    before = file_util.get_static_dir
-    assert page_shell.install() is None and file_util.get_static_dir is before
+    assert run("1") == ["True", "True", "_NoteRequests", "PreloadShell", "1", "True"]
+    assert run("0")[:2] == ["False", "False"] and "PreloadShell" not in run("0")
