@@ -31,8 +31,9 @@ from streamlit.web.server.starlette import starlette_app
 
 ENV = "GPULEDGER_DASHBOARD_PRELOAD"
 
-#: The elements whose code the shell preloads, by the name of their chunk in Streamlit's frontend (``<Name>.<hash>.js``):
-#: the chart code, and the HTML element through which the app has it evaluated (dashboards/ui.py: load_chart_code).
+#: The elements whose code the shell preloads, by the name of their chunk in Streamlit's frontend
+#: (``<Name>.<hash>.js``): the chart code, and the HTML element through which the app has it evaluated
+#: (dashboards/ui.py: load_chart_code).
 #: Not the other elements' (widgets, metrics, tables): preloading those too delayed the websocket and made warm
 #: pages 0.1-0.4 s slower; nor is the chart code evaluated from the shell, which made warm pages another 0.1 s
 #: faster but first visits after a start 0.1-0.6 s slower, since the page's run then starts later
