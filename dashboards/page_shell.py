@@ -9,15 +9,14 @@ chart code first thing (dashboards/ui.py: load_chart_code, an HTML element), but
 be fetched first the same slow way. Listed in the shell as ``<link rel="modulepreload">`` (as Streamlit lists its
 own core chunks there), both are fetched while the browser starts Streamlit's bundle, when the server is idle,
 and parsed, not run: the chart code is evaluated as soon as the page's run has started, while its reads compute.
-Warm pages drew 0.05-0.3 s sooner and first visits after a start up to 0.3 s sooner (docs/BENCHMARKS.md, 2026-12-06).
+Warm pages drew 0.03-0.49 s sooner and first visits after a start 0.07-0.3 s sooner (docs/BENCHMARKS.md, 2026-12-06).
 
 The shell is rewritten as it is served, in memory: a middleware innermost in Streamlit's list (inside its
 compression) adds the links to every HTML page Streamlit's static route sends (``index.html``, which it also sends
-for a page's own path). Streamlit offers no hook for its web application; its middleware list gets ours, as
-dashboards/prewarm.py does for its own (without that function, in another Streamlit, nothing happens). Installed
-in the server process before Streamlit starts (dashboards/launch.py), only for the dashboard's own entry script
-(``$GPULEDGER_DASHBOARD_PRELOAD``, set by dashboards/server.py; the browser benchmark's framework floor is
-Streamlit's shell as shipped).
+for a page's own path), added as dashboards/streamlit_hooks.py adds the warm-up's (in a Streamlit without that
+list, nothing happens). Installed in the server process before Streamlit starts (dashboards/launch.py), only for
+the dashboard's own entry script (``$GPULEDGER_DASHBOARD_PRELOAD``, set by dashboards/server.py; the browser
+benchmark's framework floor is Streamlit's shell as shipped).
 """
 from __future__ import annotations
 
@@ -26,8 +25,8 @@ import re
 from pathlib import Path
 
 import streamlit
-from starlette.middleware import Middleware
-from streamlit.web.server.starlette import starlette_app
+
+from dashboards import streamlit_hooks
 
 ENV = "GPULEDGER_DASHBOARD_PRELOAD"
 
@@ -114,20 +113,11 @@ def links(index_html: str, names: list[str]) -> str:
 
 
 def install() -> bool:
-    """Put :class:`PreloadShell` innermost in Streamlit's middleware list, if ``$GPULEDGER_DASHBOARD_PRELOAD`` is
-    "1". False when not enabled, or when this Streamlit has no such list or no index.html where this release
-    keeps it (the shell as shipped is served then). Idempotent."""
-    make = getattr(starlette_app, "create_streamlit_middleware", None)
+    """Put :class:`PreloadShell` innermost in Streamlit's middleware list (dashboards/streamlit_hooks.py), if
+    ``$GPULEDGER_DASHBOARD_PRELOAD`` is "1". False when not enabled, or when this Streamlit has no such list or no
+    index.html where this release keeps it (the shell as shipped is served then). Idempotent."""
     index = streamlit_static() / "index.html"
-    if os.environ.get(ENV) != "1" or make is None or not index.is_file():
+    if os.environ.get(ENV) != "1" or not index.is_file():
         return False
-    if getattr(make, "_gpuledger_shell", False):
-        return True
     extra = links(index.read_text(encoding="utf-8"), chunks(streamlit_static()))
-
-    def with_ours():
-        return [*make(), Middleware(PreloadShell, links=extra)]
-
-    with_ours._gpuledger_shell = True
-    starlette_app.create_streamlit_middleware = with_ours
-    return True
+    return streamlit_hooks.add_middleware(PreloadShell, outermost=False, links=extra)

@@ -37,12 +37,10 @@ import time
 import weakref
 from typing import Callable
 
-from starlette.middleware import Middleware
 from streamlit.runtime import Runtime
 from streamlit.runtime.app_session import AppSessionState
-from streamlit.web.server.starlette import starlette_app
 
-from dashboards import access, model_reads as mr, queries
+from dashboards import access, model_reads as mr, queries, streamlit_hooks
 from dashboards.filters import DEFAULT_WINDOW, Filters, preset_window
 from ingest.warehouse.serving import grace_seconds
 from models.metrics.fragmentation import WINDOW_BUCKET
@@ -242,18 +240,10 @@ class _NoteRequests:
 def note_requests() -> None:
     """In the server (dashboards/launch.py): count every HTTP request, but health checks, as a visitor's activity.
     A browser opening a page fetches it and its bundles about a second before the page's script runs, and spends
-    that second parsing them; a new snapshot's warm-up starting then takes the cores the page loads on. Streamlit
-    offers no hook for its web application: its middleware list gets ours first (without that function, in
-    another Streamlit, nothing happens). Idempotent."""
-    make = getattr(starlette_app, "create_streamlit_middleware", None)
-    if make is None or getattr(make, "_gpuledger", False):
-        return
-
-    def with_ours():
-        return [Middleware(_NoteRequests), *make()]
-
-    with_ours._gpuledger = True
-    starlette_app.create_streamlit_middleware = with_ours
+    that second parsing them; a new snapshot's warm-up starting then takes the cores the page loads on. The counter
+    is outermost in Streamlit's middleware list (dashboards/streamlit_hooks.py), so it sees every request.
+    Idempotent."""
+    streamlit_hooks.add_middleware(_NoteRequests, outermost=True)
 
 
 def _yield_to_visitors(stop: threading.Event, share: _Share | None = None) -> None:
