@@ -33,6 +33,9 @@ def test_forecasts_and_exhaustion_dates_match_the_model(lab_db, monkeypatch):
     assert list(table["Model chosen"]) == summary["model"].to_list()
     # the pseudo-pool of jobs that never ran (no GPU type) is not offered as a pool to plan for
     assert "(any)" not in set(table["Pool (GPU type)"])
+    # ... but said why, once per note of the model (the pools without demand or without known capacity)
+    notes = [c.value for c in at.caption if c.value.startswith("Not charted: ")]
+    assert notes == [f"Not charted: {n}" for n in res["notes"]] and notes
 
 
 @pytest.mark.slow

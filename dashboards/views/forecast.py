@@ -57,7 +57,7 @@ if "cluster" in skeys:
 if f.teams or f.partitions:
     st.caption("Capacity answers are per pool: the team and partition filters do not apply on this page.")
 for note in res.get("notes", []):      # pools without demand or without known capacity: not charted
-    st.caption(f"Not forecast or without a capacity answer: {note}")
+    st.caption(f"Not charted: {note}")   # the note says why (no demand: not forecast; no capacity: no answer)
 if not series:
     ui.no_data("forecastable pools")
 else:
