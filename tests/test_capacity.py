@@ -87,6 +87,10 @@ def test_pools_without_demand_are_noted_not_forecast():
     hist = pl.DataFrame({"pool": ["a100"] * 3 + ["unknown"] * 3, "ts": [dt.datetime(2024, 1, d) for d in (1, 2, 3)] * 2,
                          "value": [1.0, 2.0, 3.0, 0.0, None, 0.0]})
     assert capacity.idle_notes(hist, ["pool"]) == ["unknown: no demand in the history (all zero): not forecast"]
+    # our own labels say what they stand for
+    hist = hist.with_columns(pl.col("pool").replace("unknown", "(any)"))
+    assert capacity.idle_notes(hist, ["pool"]) == [
+        "(any) (jobs that ran on no pool and asked for any GPU type): no demand in the history (all zero): not forecast"]
 
 
 def test_parse_capacity():

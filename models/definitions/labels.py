@@ -21,6 +21,16 @@ ALL = "(all)"
 #: An empty attribute (no QOS, no partition, no account).
 NONE = "(none)"
 
+#: What each label stands for, where a note names it to a reader (forecast notes: "(any) (jobs ...)").
+MEANING = {UNMAPPED: "accounts no team_map pattern matches", UNTYPED: "GPUs whose type no source names",
+           ANY_POOL: "jobs that ran on no pool and asked for any GPU type"}
+
+
+def described(label) -> str:
+    """``label`` as a note shows it: our own labels with what they stand for, any other as it is."""
+    return f"{label} ({MEANING[label]})" if label in MEANING else str(label)
+
+
 #: Grouping columns that describe capacity (node properties) and those that describe the work (job properties).
 CAPACITY_DIMS = ("cluster", "gpu_type", "partition")
 DEMAND_DIMS = ("team", "account", "user", "job_partition", "qos")

@@ -19,6 +19,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
+from models.definitions.labels import described
 from models.metrics import demand, timeline
 from models.forecasting import forecast, series_csv
 
@@ -230,7 +231,7 @@ def forecast_warehouse(con: duckdb.DuckDBPyConnection, horizon: int, by=("pool",
 def idle_notes(history: pl.DataFrame, keys: list[str]) -> list[str]:
     """One note per series of ``history`` without any demand (all zero or missing): those are not forecast."""
     idle = history.group_by(keys, maintain_order=True).agg((pl.col("value").fill_null(0) != 0).any().alias("any"))
-    return [f"{' / '.join(map(str, r[:-1])) or 'series'}: no demand in the history (all zero): not forecast"
+    return [f"{' / '.join(map(described, r[:-1])) or 'series'}: no demand in the history (all zero): not forecast"
             for r in idle.filter(~pl.col("any")).iter_rows()]
 
 
