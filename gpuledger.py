@@ -1108,11 +1108,14 @@ def _forecast_files(args, res: dict) -> None:
 def _print_forecast_report(res: dict) -> None:
     import polars as pl
     from dashboards.terminal import format_table
-    keys, summary = res["keys"], res["summary"]
+    keys = res["keys"]
+    # A series without demand is not forecast: res["notes"] lists it, the table would show a model that made nothing
+    summary = res["summary"].filter(~pl.col("model").is_in(["Zero", "none"]))
     _print(res["title"])
     cols = [*keys, "model", "history_periods", "backtest_horizon", "backtest_mase", "coverage80", "coverage95",
             "interval"]
-    sys.stdout.write(format_table(summary.select(cols)))
+    if summary.height:
+        sys.stdout.write(format_table(summary.select(cols)))
     for r in summary.filter(pl.col("notes") != "").iter_rows(named=True):
         _print(f"  note [{' / '.join(str(r[k]) for k in keys) or 'series'}]: {r['notes']}")
     for note in res.get("notes", []):

@@ -187,6 +187,23 @@ def test_cli_json_to_stdout_and_keyed_csv(run_cli, tmp_path):
     assert all(d["forecast"] == pytest.approx(2.0) for d in data if d["pool"] == "b")
 
 
+def test_cli_lists_a_series_without_demand_in_a_note_not_in_the_forecast_table(run_cli, tmp_path):
+    rows = ["ts,pool,value"] + [f"2024-01-{d:02d},{p},{v}" for d in range(1, 29) for p, v in (("a", 5 + d % 7),
+                                                                                           ("idle", 0))]
+    path = tmp_path / "daily.csv"
+    path.write_text("\n".join(rows) + "\n")
+    summary = tmp_path / "summary.csv"
+    code, stdout, err = run_cli("forecast", "--series", str(path), "--by", "pool", "--horizon", "7",
+                                "--summary-out", str(summary))
+    assert code == 0, err
+    table = [line.split()[0] for line in stdout.splitlines() if line[:1] in ("a", "i")]
+    assert table == ["a"], stdout
+    assert "note: idle: no demand in the history (all zero): not forecast" in stdout
+    assert "note [idle]" not in stdout and "Zero" not in stdout
+    kept = pl.read_csv(summary)                                 # the summary file still has a row for it
+    assert kept.filter(pl.col("pool") == "idle")["notes"].to_list() == ["all 28 periods are zero: no demand to forecast"]
+
+
 def test_cli_errors_name_the_file_line_and_field(run_cli, tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("date,value\n2024-01-01,5\n2024-01-02,lots\n")

@@ -528,7 +528,7 @@ def forecast_values(y: np.ndarray, m: int, h: int, max_origins: int = 28, force:
     if n == 0:
         return _flat(float("nan"), h, "none", "no history: nothing to forecast")
     if not np.any(y):
-        return _flat(0.0, h, "Zero", f"all {n} periods are zero: forecast 0", 0.0)
+        return _flat(0.0, h, "Zero", f"all {n} periods are zero: no demand to forecast", 0.0)
     if n < 3:
         return _flat(float(y[-1]), h, "Naive", f"only {n} period(s) of history: last value carried forward, "
                                                "no interval can be estimated")
