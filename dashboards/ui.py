@@ -150,14 +150,16 @@ def table(df: pl.DataFrame, *, key: str, file_stem: str, ctx: Context, columns: 
                 _grid(df, key, ctx, columns, formats, height, links)
     else:
         _grid(df, key, ctx, columns, formats, height, links)
-    left, right = st.columns([4, 1])
+    # One row that wraps: the button keeps its width (in a half-width column a fixed fifth of the row cut its
+    # label to "Do..."), the caption takes the rest, and the button goes beneath it when both do not fit.
+    row = st.container(horizontal=True, horizontal_alignment="right", vertical_alignment="center")
     if caption:
-        left.caption(caption)
+        row.caption(caption, width="stretch")
     # A callable: the file is written when someone clicks, not on every page view.
-    right.download_button("Download CSV", data=lambda: table_csv(df, columns, ctx.currency),
-                          file_name=f"{file_stem}_{ctx.filters.slug()}.csv",
-                          mime="text/csv", key=f"dl_{key}", icon=":material/download:", on_click="ignore",
-                          width="stretch")
+    row.download_button("Download CSV", data=lambda: table_csv(df, columns, ctx.currency),
+                        file_name=f"{file_stem}_{ctx.filters.slug()}.csv",
+                        mime="text/csv", key=f"dl_{key}", icon=":material/download:", on_click="ignore",
+                        width="content")
 
 
 def _grid(df: pl.DataFrame, key: str, ctx: Context, columns: dict[str, str] | None, formats: dict[str, str] | None,

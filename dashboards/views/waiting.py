@@ -75,13 +75,13 @@ if pre_victims.height == 0 or pre_victims["preempted_jobs"].sum() + pre_victims[
 else:
     left, right = st.columns(2)
     with left:
-        ui.table(pre_victims, key="pre_victims", file_stem="preemption_victims", ctx=ctx,
+        ui.table(pre_victims, key="pre_victims", file_stem="preemption_victims", ctx=ctx, label="Victims by team",
                  columns={"team": "Team (victim)", "preempted_jobs": "Preempted runs",
                           "preempted_gpu_h": "Preempted (GPU-h)", "work_lost_gpu_h": "Work lost (GPU-h, since start)",
                           "requeues": "Requeues", "preemptor_found": "Preemptor found"},
                  formats={"preempted_gpu_h": "%.2f", "work_lost_gpu_h": "%.2f"})
     with right:
-        ui.table(pre_by, key="pre_by", file_stem="preemption_preemptors", ctx=ctx,
+        ui.table(pre_by, key="pre_by", file_stem="preemption_preemptors", ctx=ctx, label="Who preempted whom",
                  columns={"preemptor_qos": "Preemptor QOS", "preemptor_team": "Preemptor team",
                           "victim_team": "Victim team", "victims": "Victims", "preempted_gpu_h": "Preempted (GPU-h)"},
                  formats={"preempted_gpu_h": "%.2f"})
