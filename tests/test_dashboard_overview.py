@@ -41,3 +41,8 @@ def test_headline_figures_match_the_models(lab_db, monkeypatch):
     # every tile either shows a figure or says why not; none failed
     assert not [c.value for c in at.caption if "could not be computed" in c.value]
     assert len(at.metric) == 8
+
+    # with no filter, the cost tile is the Chargeback page's "Charged to teams" for the same month
+    at.switch_page("views/chargeback.py").run()
+    assert at.selectbox(key="cb_period").value == "2026-10"
+    assert dfx.metric(at, "Charged to teams").value == f"{cost:,.0f} EUR"

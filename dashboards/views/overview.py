@@ -94,8 +94,9 @@ def _cost(col) -> dict | None:
     pcost = before["cost"] if isinstance(before, dict) else None
     ui.kpi(col, f"Cost {month}" + (" so far" if to_date else ""), f"{now['cost']:,.0f} {cur}",
            None if pcost is None else f"{last_month}: {pcost:,.0f} {cur}", delta_color="off", arrow=False,
-           help=f"Statement lines charged to the selected teams and pools for {month} ({now['status']}); below it "
-                "the whole previous month.")
+           help=f"Statement lines charged to the selected teams and pools for {month} ({now['status']}); with no "
+                "filter, the Chargeback page's *Charged to teams*: the cluster's cost less unallocated idle, rate "
+                "variance and rounding. Below it the whole previous month.")
     col.caption(ui.statement_status(now["status"]))
     _row(f"Cost {month}" + (" (closed)" if closed else " (month to date)" if to_date else " (open)"), cur,
          now["cost"], pcost, "Chargeback")
