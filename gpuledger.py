@@ -135,7 +135,7 @@ def emit(df, fmt: str | None, out: str | None) -> None:
     elif fmt == "json":
         text = json.dumps(df.to_dicts(), default=_json_value, indent=1) + "\n"   # escapes control characters
     else:
-        text = terminal.format_table(df)
+        text = terminal.format_table(df, None if out else terminal.terminal_width(sys.stdout))
     if out:
         Path(out).write_text(text, encoding="utf-8")
     else:
@@ -1107,7 +1107,8 @@ def _forecast_files(args, res: dict) -> None:
 
 def _print_forecast_report(res: dict) -> None:
     import polars as pl
-    from dashboards.terminal import format_table
+    from dashboards.terminal import format_table, terminal_width
+    width = terminal_width(sys.stdout)
     keys = res["keys"]
     # A series without demand is not forecast: res["notes"] lists it, the table would show a model that made nothing
     summary = res["summary"].filter(~pl.col("model").is_in(["Zero", "none"]))
@@ -1115,7 +1116,7 @@ def _print_forecast_report(res: dict) -> None:
     cols = [*keys, "model", "history_periods", "backtest_horizon", "backtest_mase", "coverage80", "coverage95",
             "interval"]
     if summary.height:
-        sys.stdout.write(format_table(summary.select(cols)))
+        sys.stdout.write(format_table(summary.select(cols), width))
     for r in summary.filter(pl.col("notes") != "").iter_rows(named=True):
         _print(f"  note [{' / '.join(str(r[k]) for k in keys) or 'series'}]: {r['notes']}")
     for note in res.get("notes", []):
@@ -1123,7 +1124,7 @@ def _print_forecast_report(res: dict) -> None:
     cap = res.get("capacity")
     if cap is not None and cap.height:
         print("\nCapacity (GPUs; demand averaged over the smoothing window; dates = first day over target):")
-        sys.stdout.write(format_table(cap))
+        sys.stdout.write(format_table(cap, width))
     print("\nPoint forecasts and 80 %/95 % bounds per period: --out FILE (.csv, .json, .parquet) or --format csv")
 
 

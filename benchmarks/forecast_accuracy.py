@@ -10,8 +10,10 @@ Series (read straight from ../shared/traces, no warehouse needed):
   (its 30 days leave no daily fold at h = 7 with 28 days of training: skipped, and said so).
 - with --demo-db FILE: the demo warehouse's daily demanded GPU-hours per pool (models/demand.py; synthetic).
 Not used: the other openb pod lists (workloads derived from the default one for the paper's experiments), the
-GenAI telemetry (one day), MIT SuperCloud's sample (CPU jobs), Acme's summary and the PAI/spot node lists (no
-time series). Only complete periods are used (a trace's partial last day is dropped).
+GenAI telemetry (one day), MIT SuperCloud's sample (a third party's subset of the job table, stitched: 17 of its
+76 days have no job at all and from 2021-03-03 it holds only GPU jobs, so its GPU demand jumps from 1 to 108 GPUs
+overnight by selection, not by use; not a demand series), Acme's summary and the PAI/spot node lists (no time
+series). Only complete periods are used (a trace's partial last day is dropped).
 
 Folds: origins step back from n - h by min(h, m) (at most 8), each with at least max(3m, 28) periods of
 training data. Horizons: hourly 24, daily 7 and 28 (issue #17). MASE's scale is the in-sample seasonal naive

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import re
+import shutil
 from decimal import Decimal
 
 #: C0 and C1 controls, DEL, line/paragraph separators and the bidirectional embeddings, overrides and isolates
@@ -47,9 +48,13 @@ def _cells(s) -> list[str]:
     return ["" if v is None else f"{v:,}" if isinstance(v, Decimal) else escape(str(v)) for v in values]
 
 
-def format_table(df) -> str:
+def format_table(df, width: int | None = None) -> str:
     """Every row and column of a Polars DataFrame, aligned: numbers right-aligned, counts as integers,
-    decimals exact with thousands separators, text escaped (:func:`escape`)."""
+    decimals exact with thousands separators, text escaped (:func:`escape`).
+
+    ``width`` (a terminal's columns): a table wider than that is printed in blocks of columns, each block a
+    table of its own that repeats the leading text columns (the row's keys: bucket, cluster, team, ...), as R
+    prints a wide data frame; nothing is cut, and a block says which of the columns it holds."""
     if df.height == 0:
         return "(no rows)\n"
     cols = [escape(c) for c in df.columns]
@@ -57,8 +62,52 @@ def format_table(df) -> str:
     numeric = [df.get_column(c).dtype.is_numeric() for c in df.columns]
     widths = [max(len(c), *(len(v) for v in vals)) for c, vals in zip(cols, cells)]
 
-    def line(vals):
-        return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(vals, widths, numeric)).rstrip()
-    rows = [line(cols), line(["-" * w for w in widths])]
-    rows += [line([cells[j][i] for j in range(len(cols))]) for i in range(df.height)]
-    return "\n".join(rows) + "\n"
+    def block(idx: list[int]) -> list[str]:
+        def line(vals):
+            return "  ".join(vals[j].rjust(widths[j]) if numeric[j] else vals[j].ljust(widths[j])
+                             for j in idx).rstrip()
+        rows = [line(cols), line(["-" * w for w in widths])]
+        return rows + [line([cells[j][i] for j in range(len(cols))]) for i in range(df.height)]
+
+    groups = column_blocks(widths, numeric, width)
+    if len(groups) == 1:
+        return "\n".join(block(groups[0])) + "\n"
+    keys = [j for j in groups[0] if j in groups[1]]
+    out = []
+    for g in groups:
+        shown = [j for j in g if j not in keys]
+        span = f"column {shown[0] + 1}" if len(shown) == 1 else f"columns {shown[0] + 1}-{shown[-1] + 1}"
+        out.append(f"{span} of {len(cols)}"
+                   + (f" (with {', '.join(cols[j] for j in keys)})" if keys else "") + ":")
+        out += block(g) + [""]
+    return "\n".join(out[:-1]) + "\n"
+
+
+def terminal_width(stream) -> int | None:
+    """The columns of the terminal ``stream`` writes to ($COLUMNS first, as shutil reads it); None when it is
+    not a terminal (a pipe or file gets every table whole, one line per row, for scripts)."""
+    return shutil.get_terminal_size().columns if stream.isatty() else None
+
+
+def column_blocks(widths: list[int], numeric: list[bool], width: int | None) -> list[list[int]]:
+    """Column indices per block so that each block's line fits ``width`` (two spaces between columns): one
+    block when the whole table fits. The leading non-numeric columns are the keys every block repeats, as many
+    of them as fit in half the width; a column wider than what is left gets a block of its own."""
+    total = sum(widths) + 2 * (len(widths) - 1)
+    if width is None or total <= width:
+        return [list(range(len(widths)))]
+    keys: list[int] = []
+    for j, w in enumerate(widths):
+        if numeric[j] or sum(widths[k] + 2 for k in keys) + w > width // 2:
+            break
+        keys.append(j)
+    base = sum(widths[k] + 2 for k in keys)
+    groups: list[list[int]] = []
+    used = width + 1
+    for j in range(len(keys), len(widths)):
+        if used + 2 + widths[j] > width and (not groups or len(groups[-1]) > len(keys)):
+            groups.append(list(keys))
+            used = base - 2
+        groups[-1].append(j)
+        used += 2 + widths[j]
+    return groups
