@@ -485,6 +485,12 @@ def previous_month(month: str) -> str:
     return next_period(month, -1)
 
 
+#: what "Capacity reached" rests on wherever it is shown (Overview, weekly report): the upper band of the demand
+#: forecast against the target utilisation, not the median (the Forecast page shows both dates)
+CAPACITY_BAND, CAPACITY_TARGET = "80", 0.85
+CAPACITY_BASIS = f"upper {CAPACITY_BAND} % band"
+
+
 def capacity_reached(version: str, f: Filters) -> dict | None:
     """The first pool (of those the filters keep) whose upper 80 % demand forecast exceeds 85 % of its capacity
     within 90 days (``gpuledger forecast --horizon 90``; the Forecast page's defaults, the same call): {date,
@@ -492,7 +498,7 @@ def capacity_reached(version: str, f: Filters) -> dict | None:
     reaches it; None without a forecast."""
     keys = queries.catalogue(version).pool_keys   # each cluster's pool has its own capacity and forecast
     cluster = f.clusters[0] if len(f.clusters) == 1 else None
-    cap = forecast(version, "demanded", 90, 0.85, "80", keys, cluster)["capacity"]
+    cap = forecast(version, "demanded", 90, CAPACITY_TARGET, CAPACITY_BAND, keys, cluster)["capacity"]
     if cap is None or cap.height == 0:
         return None
     cap = cap.filter(pl.col("pool").is_in(f.pools) if f.pools else pl.col("capacity_gpus").is_not_null())

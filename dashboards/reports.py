@@ -135,9 +135,9 @@ def headline(version: str, f: Filters) -> list[dict]:
 def _capacity_row(rows: list, version: str, f: Filters) -> None:
     hit = mr.capacity_reached(version, f)
     if hit == {}:
-        _row(rows, "Capacity reached", "date", "not within 90 days", None)
+        _row(rows, f"Capacity reached ({mr.CAPACITY_BASIS})", "date", "not within 90 days", None)
     elif hit:
-        _row(rows, f"Capacity reached ({hit['pool']})", "date", f"{hit['date']:%Y-%m-%d}", None)
+        _row(rows, f"Capacity reached ({hit['pool']}; {mr.CAPACITY_BASIS})", "date", f"{hit['date']:%Y-%m-%d}", None)
 
 
 def _cost_row(rows: list, version: str, f: Filters) -> None:

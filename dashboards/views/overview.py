@@ -109,11 +109,14 @@ def _capacity(col) -> None:
         return ui.kpi(col, "Capacity reached (forecast)", None, missing="no pool with a forecast")
     if not hit:
         ui.kpi(col, "Capacity reached (forecast)", "not within 90 days")
-        return _row("Capacity reached", "date", "not within 90 days", None, "Forecast & capacity")
+        return _row(f"Capacity reached ({mr.CAPACITY_BASIS})", "date", "not within 90 days", None,
+                    "Forecast & capacity")
     ui.kpi(col, "Capacity reached (forecast)", f"{hit['date']:%Y-%m-%d}",
            f"{hit['pool']}, {hit['capacity_gpus']:,.0f} GPUs", delta_color="off", arrow=False,
-           help="First day the upper 80 % demand forecast exceeds 85 % of a pool's capacity.")
-    _row(f"Capacity reached ({hit['pool']})", "date", f"{hit['date']:%Y-%m-%d}", None, "Forecast & capacity")
+           help=f"First day on which a pool's demand, as its upper {mr.CAPACITY_BAND} % forecast, exceeds "
+                f"{mr.CAPACITY_TARGET * 100:.0f} % of its capacity; the Forecast page also gives the median's date.")
+    _row(f"Capacity reached ({hit['pool']}; {mr.CAPACITY_BASIS})", "date", f"{hit['date']:%Y-%m-%d}", None,
+         "Forecast & capacity")
 
 
 def _wait(col) -> None:
