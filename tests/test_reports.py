@@ -138,6 +138,11 @@ def test_the_team_note_shows_its_team_and_no_other(lab):
     users = dict(cur.execute("SELECT \"user\", any_value(team) FROM jobs GROUP BY ALL").fetchall())
     jobs = cells(note.html)["jobs"][1:]
     assert jobs and {users[row[1]] for row in jobs} == {"nlp"}
+    # the text names each job's GPUs in the singular or plural, as the HTML's GPUs column counts them
+    text_jobs = re.findall(r"^- job (\S+) \((\S+), (\d+) GPUs?\)", note.text, re.M)
+    assert text_jobs == [(row[0], row[1], row[2]) for row in jobs] and {n for *_, n in text_jobs} >= {"1", "2"}
+    assert all(re.search(rf"job {re.escape(j)} \(\S+, {n} GPU{'' if n == '1' else 's'}\)", note.text)
+               for j, _, n in text_jobs)
     others = {u for u, t in users.items() if t != "nlp"}
     assert not [u for u in others if re.search(rf"\b{re.escape(u)}\b", note.html + note.text)]
     # usage: the team's allocated GPU-hours of the week, as the Utilization page's team split (full scope) has them
