@@ -33,6 +33,11 @@ def test_statement_kpis_reconciliation_and_lines(lab_db, october, monkeypatch):
     assert dfx.metric(at, "Cluster cost").value == f"{float(t['cluster_cost']):,.0f} EUR"
     assert dfx.metric(at, "Charged to teams").value == f"{float(t['direct_cost'] + t['idle_allocated']):,.0f} EUR"
     assert dfx.metric(at, "Rounding residue").value == _eur(t["rounding_residue"])
+    assert dfx.metric(at, "Rate variance").value == f"{float(t['rate_variance']):,.0f} EUR"
+    assert f"of which idle shares {float(t['idle_allocated']):,.0f} EUR" in [c.value for c in at.caption]
+    # the tiles add up to the cluster cost, as the reconciliation line does
+    assert t["cluster_cost"] == (t["direct_cost"] + t["idle_allocated"] + t["unallocated_idle"] + t["rate_variance"]
+                                 + t["rounding_residue"])
     # the export stops at 2026-10-20 12:00: October's statement is open and provisional, and says so
     assert stmt.status == "provisional"
     assert "provisional" in " ".join(c.value for c in at.caption)

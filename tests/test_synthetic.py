@@ -230,6 +230,11 @@ def test_governance_file_is_valid_and_maps_every_account(syn, con):
     assert {t[0] for t in gov.teams} == {t.name for t in syn.cfg.teams}
     for pool, shares in governance_writer.pool_shares(syn.cfg).items():
         assert sum(shares.values()) == 1, pool
+    # a monthly GPU-hour budget per team, its entitlement of the 13 nodes x 8 GPUs at the start for 730.5 h:
+    # llm-pretrain 0.22 x 104 x 730.5 = 16,714 -> 16,700; vision 0.10 x 104 x 730.5 = 7,597 -> 7,600
+    budgets = {b[2]: b[3:6] for b in gov.budgets}
+    assert set(budgets) == {t.name for t in syn.cfg.teams}
+    assert budgets["llm-pretrain"] == ("month", "gpu_hours", 16700) and budgets["vision"][2] == 7600
 
 
 def test_build_is_atomic_and_reruns_are_detected(tmp_path):

@@ -63,10 +63,14 @@ whole = lambda x: f"{float(x):,.0f} {cur}"         # noqa: E731 (tiles; the reco
 charged = t["direct_cost"] + t["idle_allocated"]
 k = st.columns(5)
 ui.kpi(k[0], "Cluster cost", whole(t["cluster_cost"]), help="Installed GPU-hours x the pool's base rate.")
-ui.kpi(k[1], "Charged to teams", whole(charged))
-ui.kpi(k[2], "of which idle shares", whole(t["idle_allocated"]),
-       help=f"Idle policy: {dict(stmt.header).get('Idle policy', stmt.policy.idle_policy)}.")
-ui.kpi(k[3], "Unallocated idle", whole(t["unallocated_idle"]), help="Idle cost no team carries under the policy.")
+# the tiles add up to the cluster cost as the line below does: charged + unallocated idle + rate variance + residue
+ui.kpi(k[1], "Charged to teams", whole(charged), help="Direct cost plus the idle shares. Idle policy: "
+       f"{dict(stmt.header).get('Idle policy', stmt.policy.idle_policy)}.")
+k[1].caption(f"of which idle shares {whole(t['idle_allocated'])}")
+ui.kpi(k[2], "Unallocated idle", whole(t["unallocated_idle"]), help="Idle cost no team carries under the policy.")
+ui.kpi(k[3], "Rate variance", whole(t["rate_variance"]),
+       help="What partition rates (discounts or premiums) change against the pool's base rate on the GPU-hours "
+            "used: base rate x allocated GPU-hours - direct cost. Charged to no team, shown on its own.")
 ui.kpi(k[4], "Rounding residue", money(t["rounding_residue"]),
        help="Each amount is rounded once, half-even; the residue is reported, never spread.")
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from decimal import ROUND_HALF_EVEN, Decimal
 
-from models.demo.config import Config
+from models.demo.config import GPUS_PER_NODE, Config
 
 COST_CENTER_NAMES = {
     "CC-4100": "Generative AI", "CC-4200": "Perception", "CC-4300": "Recommendations", "CC-4400": "Robotics",
@@ -77,4 +77,20 @@ def governance_toml(cfg: Config, price_cut: dt.date) -> str:
         "[fairness]", "half_life_days = 7", "windows_days = [7, 30]", "starvation_hours = 24",
         "bsld_tau_minutes = 10", "",
     ]
-    return "\n".join(lines)
+    return "\n".join(lines + budgets(cfg))
+
+
+#: GPU-hours in an average calendar month (365.25 x 24 / 12)
+MONTH_HOURS = 730.5
+
+
+def budgets(cfg: Config) -> list[str]:
+    """Each team's monthly budget in GPU-hours: its entitled share of the GPUs installed at the start, for a
+    whole month, to the hundred (finance budgets the entitlement; a team above it is forecast over budget)."""
+    gpus = sum(p.nodes for p in cfg.pools) * GPUS_PER_NODE
+    lines = ["# a budget per team: its entitlement's GPU-hours per month (`gpuledger report budgets`)"]
+    for t in cfg.teams:
+        lines += ["[[budgets]]", f'team = "{t.name}"', 'period = "month"',
+                  f"gpu_hours = {max(100, round(t.entitlement * gpus * MONTH_HOURS, -2)):.0f}",
+                  f'from = "{cfg.start:%Y-%m}"', ""]
+    return lines
