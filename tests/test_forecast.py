@@ -567,6 +567,37 @@ def test_a_history_flat_at_the_backtest_origins_gets_a_finite_band():
         assert np.all(np.isfinite(r.hi[95])) and np.all(r.hi[95] - r.point < 100 * y.max())
 
 
+def test_level_sd_is_the_square_root_of_the_level_times_the_models_growth():
+    y = np.r_[np.full(7, 4.0), np.full(7, 9.0)]
+    # level 4 at origin 7 (√4 = 2), 9 at 14 (3); growth sd_j / sd_1, or √j where the model claims sd 0
+    got = F.level_sd(y, [7, 14], 7, np.array([[1.0, 2.0, 3.0], [0.0, 0.0, 0.0]]))
+    np.testing.assert_allclose(got, [[2, 4, 6], [3, 3 * math.sqrt(2), 3 * math.sqrt(3)]])
+
+
+def test_interval_score_by_hand():
+    # 5 origins x 2 steps, unit 1: each origin's band is the largest score of the other four origins (⌈9·0.8⌉ and
+    # ⌈9·0.95⌉ both exceed 8: the 8th smallest of 8), 10 for origins 0-3 and 8 for origin 4, whose 9 and 10 miss
+    absu = np.arange(1.0, 11.0).reshape(5, 2)
+    ones = np.ones_like(absu)
+    # 80 %: (8 x 2·10 + 2 x 2·8 + 10·1 + 10·2) / 10 = 22.2; 95 %: (160 + 32 + 40·1 + 40·2) / 10 = 31.2
+    assert F.interval_score(absu, ones, absu, ones) == pytest.approx((22.2 + 31.2) / 2)
+    assert F.interval_score(absu[:2], ones[:2], absu[:2], ones[:2]) == math.inf      # too few origins to score
+
+
+def test_a_pool_flat_for_weeks_then_climbing_gets_a_band_of_its_own_size(fixtures):
+    # openb's T4 pods (real): 76 days of nothing, five weeks at exactly one GPU, then 2.2-4.1 GPUs a day. At the
+    # flat backtest origins the models' sd was 0.01-0.08 GPUs and their errors 1-3 GPUs: calibrated on the model
+    # sd, the factor was 54 and the 80 % band of the next day reached 54.5 GPUs (gpus_needed 113 for a pool using 4)
+    d = pl.read_csv(fixtures / "forecast" / "openb_t4_daily.csv", try_parse_dates=True)
+    prep, r, _ = F.forecast_series(d["date"].to_numpy(), d["gpus"].to_numpy(), "day", 28)
+    assert r.calibration == "backtest" and r.backtest.basis[r.model] == "level"
+    assert any("intervals scaled by the level" in n for n in r.notes)
+    recent = float(prep.y[-7:].max())                                # 4.10 GPUs
+    assert r.hi[80][0] < 2 * recent and r.hi[95][-1] < 3 * recent    # was 54.5 and 80 (the ceiling)
+    assert np.all(r.lo[95] <= r.lo[80]) and np.all(r.hi[80] <= r.hi[95]) and np.all(r.lo[95] >= 0)
+    assert np.all(r.lo[80] <= r.point) and np.all(r.point <= r.hi[80])
+
+
 def test_forecast_table_bands_a_new_flat_series_from_the_others_errors_relative_to_their_level():
     t = np.arange(120)
     rng = np.random.default_rng(5)
