@@ -83,6 +83,21 @@ def test_band_above_the_physical_ceiling_is_flagged_and_drawn_capped():
     assert capacity.physical_ceiling(None, None) is None and capacity.physical_ceiling(None, 7.0) == 7.0
 
 
+def test_the_ceiling_is_never_below_what_the_history_shows_nor_a_capped_band_below_its_forecast():
+    # a capacity given below today's demand (10 GPUs installed, 2 x 10 = 20) for a pool that ran 30-50 GPUs: the
+    # ceiling was 20, under the forecast of 55, and the capped 80 % band ended at 20 GPUs, below its own median
+    hist, fc = _frames([30, 50, 40], [45, 55], width=10.0)
+    r = capacity.exhaustion(hist, fc, {"a100": 10.0}, ["pool"], window=1).row(0, named=True)
+    assert r["ceiling_gpus"] == 50.0                                    # the history's largest day: 50 GPUs
+    # hi95 = median + 20: 65 and 75 GPUs, both above 50, so from the first forecast day
+    assert "(50 GPUs = the largest value of the history) from 2024-01-04 00:00" in r["note"]
+    capped = capacity.cap_bands(fc, capacity.exhaustion(hist, fc, {"a100": 10.0}, ["pool"], window=1), ["pool"], 24.0)
+    # day 1: hi80 55 and hi95 65 GPUs capped at 50; day 2: the median (55) is above the ceiling, the bounds stop there
+    assert capped["hi80"].to_list() == [24.0 * 50, 24.0 * 55] and capped["hi95"].to_list() == [24.0 * 50, 24.0 * 55]
+    assert (capped["hi80"] >= capped["forecast"]).all() and capped["capped"].to_list() == [True, True]
+    assert capacity.physical_ceiling(10.0, 30.0, 50.0) == 50.0 and capacity.physical_ceiling(None, None, 0.0) is None
+
+
 def test_pools_without_demand_are_noted_not_forecast():
     hist = pl.DataFrame({"pool": ["a100"] * 3 + ["unknown"] * 3, "ts": [dt.datetime(2024, 1, d) for d in (1, 2, 3)] * 2,
                          "value": [1.0, 2.0, 3.0, 0.0, None, 0.0]})

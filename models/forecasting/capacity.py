@@ -103,6 +103,8 @@ def exhaustion(history: pl.DataFrame, forecast: pl.DataFrame, capacity: dict, ke
     recent = history.sort([*keys, "ts"]).group_by(keys, maintain_order=True).agg(
         (pl.col("value").tail(window).mean() / per_hour).alias("recent"))
     recent = {tuple(r[:-1]): r[-1] for r in recent.iter_rows()}
+    seen = history.group_by(keys, maintain_order=True).agg((pl.col("value").max() / per_hour).alias("seen"))
+    seen = {tuple(r[:-1]): r[-1] for r in seen.iter_rows()}
     parts = sm.partition_by(keys, as_dict=True, maintain_order=True) if keys else {(): sm}
     raw = forecast.partition_by(keys, as_dict=True, maintain_order=True) if keys else {(): forecast}
     rows = []
@@ -110,7 +112,8 @@ def exhaustion(history: pl.DataFrame, forecast: pl.DataFrame, capacity: dict, ke
         cap = _lookup(capacity, kv)
         row = _pool_row(dict(zip(keys, kv)), part.sort("ts"), cap, recent.get(tuple(kv)), target_util, band,
                         horizons)
-        rows.append(_ceiling(row, raw[kv].sort("ts"), cap, _lookup(peaks or {}, kv), per_hour))
+        rows.append(_ceiling(row, raw[kv].sort("ts"), cap, _lookup(peaks or {}, kv), seen.get(tuple(kv)),
+                             per_hour))
     return pl.DataFrame(rows, infer_schema_length=None)
 
 
@@ -118,22 +121,30 @@ def _lookup(table: dict, kv: tuple):
     return table.get(tuple(kv), table.get(kv[-1] if kv else None, table.get("*")))
 
 
-def physical_ceiling(cap: float | None, peak: float | None) -> float | None:
+def physical_ceiling(cap: float | None, peak: float | None, seen: float | None = None) -> float | None:
     """GPUs a pool's demand cannot physically exceed: K_CEILING x installed, or the most GPUs ever running +
-    pending at once when that was higher; None when neither is known."""
-    known = [v for v in (None if cap is None else K_CEILING * cap, peak) if v is not None and v > 0]
+    pending at once, or the largest value the history itself shows (in GPUs), whichever is highest: what
+    happened was possible (a capacity given below today's demand once made the ceiling, and the capped band,
+    fall under the forecast itself); None when none is known."""
+    known = [v for v in (None if cap is None else K_CEILING * cap, peak, seen) if v is not None and v > 0]
     return max(known) if known else None
 
 
-def _ceiling(row: dict, fc: pl.DataFrame, cap, peak, per_hour: float) -> dict:
+def _ceiling_why(cap, peak, seen) -> str:
+    options = [(K_CEILING * cap if cap else 0, f"{K_CEILING:g} x {cap or 0:,.0f} installed"),
+               (peak or 0, "the most GPUs ever running + pending at once"),
+               (seen or 0, "the largest value of the history")]
+    return max(options, key=lambda o: o[0])[1]
+
+
+def _ceiling(row: dict, fc: pl.DataFrame, cap, peak, seen, per_hour: float) -> dict:
     """Add ceiling_gpus and above_ceiling_from (first period whose 95 % upper bound, in GPUs, exceeds it)."""
-    ceil = physical_ceiling(cap, peak)
+    ceil = physical_ceiling(cap, peak, seen)
     row["ceiling_gpus"] = ceil
     row["above_ceiling_from"] = None if ceil is None else _first_over(
         fc.with_columns(pl.col("hi95") / per_hour), "hi95", ceil)
     if row["above_ceiling_from"] is not None:
-        why = f"{K_CEILING:g} x {cap:,.0f} installed" if cap and K_CEILING * cap >= (peak or 0) else \
-            "the most GPUs ever running + pending at once"
+        why = _ceiling_why(cap, peak, seen)
         row["note"] = "; ".join(x for x in (row["note"], (
             f"95 % band above the physically possible demand ({ceil:,.0f} GPUs = {why}) from "
             f"{row['above_ceiling_from']:%Y-%m-%d %H:%M}: drawn capped at it")) if x)
@@ -150,9 +161,10 @@ def cap_bands(forecast: pl.DataFrame, answers: pl.DataFrame | None, keys: list[s
     out = (forecast.join(lim, on=keys, how="left", nulls_equal=True) if keys
            else forecast.with_columns(pl.lit(lim["_ceil"][0], pl.Float64).alias("_ceil")))
     over = pl.col("_ceil").is_not_null() & (pl.col("hi95") > pl.col("_ceil"))
+    # an interval still holds its forecast: where the median itself is above the ceiling, the bounds stop there
+    limit = pl.max_horizontal(pl.col("_ceil").fill_null(float("inf")), "forecast")
     return out.with_columns(over.fill_null(False).alias("capped"),
-                            *(pl.min_horizontal(c, pl.col("_ceil").fill_null(float("inf"))).alias(c)
-                              for c in ("hi80", "hi95"))).drop("_ceil")
+                            *(pl.min_horizontal(c, limit).alias(c) for c in ("hi80", "hi95"))).drop("_ceil")
 
 
 def _first_over(part: pl.DataFrame, col: str, limit: float):
