@@ -98,6 +98,22 @@ def test_the_ceiling_is_never_below_what_the_history_shows_nor_a_capped_band_bel
     assert capacity.physical_ceiling(10.0, 30.0, 50.0) == 50.0 and capacity.physical_ceiling(None, None, 0.0) is None
 
 
+def test_the_answers_read_the_band_as_drawn_and_served_hours_stop_at_what_is_installed():
+    # 10 GPUs installed, a history at 5, hi80 = 5 + 30 = 35 GPUs: above the ceiling 2 x 10 = 20, drawn capped at
+    # 20, so the GPUs needed for the 80 % band are ⌈20 / 0.85⌉ = 24, not ⌈35 / 0.85⌉ = 42
+    hist, fc = _frames([5, 5], [5, 5], width=30.0)
+    r = capacity.exhaustion(hist, fc, {"a100": 10.0}, ["pool"], window=1, horizons=(2,)).row(0, named=True)
+    assert r["ceiling_gpus"] == 20.0 and r["gpus_needed_h2"] == 24 and r["shortfall_h2"] == 14
+    # served GPU-hours are allocations: the ceiling is the 10 installed GPUs (⌈10 / 0.85⌉ = 12 needed)
+    r = capacity.exhaustion(hist, fc, {"a100": 10.0}, ["pool"], window=1, horizons=(2,), ceiling_k=1.0,
+                            peaks={("a100",): 30.0}).row(0, named=True)
+    assert r["ceiling_gpus"] == 30.0                      # a peak passed in still counts; the warehouse passes none
+    r = capacity.exhaustion(hist, fc, {"a100": 10.0}, ["pool"], window=1, horizons=(2,), ceiling_k=1.0).row(
+        0, named=True)
+    assert r["ceiling_gpus"] == 10.0 and r["gpus_needed_h2"] == 12
+    assert "(10 GPUs = 10 installed)" in r["note"]
+
+
 def test_pools_without_demand_are_noted_not_forecast():
     hist = pl.DataFrame({"pool": ["a100"] * 3 + ["unknown"] * 3, "ts": [dt.datetime(2024, 1, d) for d in (1, 2, 3)] * 2,
                          "value": [1.0, 2.0, 3.0, 0.0, None, 0.0]})
@@ -163,6 +179,9 @@ def test_forecast_warehouse_notes_pools_without_capacity_and_keeps_them_out_of_t
         in res["notes"]
     assert {"ceiling_gpus", "above_ceiling_from"} <= set(res["capacity"].columns)
     assert "capped" in res["forecast"].columns
+    # served GPU-hours never exceed what is installed: the ceiling is the installed GPUs, not 2 x or the peak
+    served = capacity.forecast_warehouse(con, 5, measure="served")["capacity"]
+    assert served["ceiling_gpus"].to_list() == served["capacity_gpus"].to_list()
 
 
 # ----------------------------------------------------------------------------- the CLI

@@ -90,21 +90,28 @@ K_CEILING = 2.0
 
 def exhaustion(history: pl.DataFrame, forecast: pl.DataFrame, capacity: dict, keys: list[str],
                target_util: float = 0.85, band: str = "80", window: int = 7, per_hour: float = 24.0,
-               horizons: tuple[int, ...] = (30, 90, 180, 365), peaks: dict | None = None) -> pl.DataFrame:
+               horizons: tuple[int, ...] = (30, 90, 180, 365), peaks: dict | None = None,
+               ceiling_k: float | None = None) -> pl.DataFrame:
     """Per pool (keys end with 'pool'): capacity, target, exhaustion dates for the median and the upper 80 %
     band, GPUs needed / shortfall at each horizon (in periods) for ``band``, and the physical ceiling (GPUs)
     with the first period whose 95 % band exceeds it. ``capacity`` maps a key tuple (or a pool name) to
-    installed GPUs; ``peaks`` maps the same keys to the most GPUs ever running + pending at once."""
+    installed GPUs; ``peaks`` maps the same keys to the most GPUs ever running + pending at once;
+    ``ceiling_k`` installed GPUs' multiple that bounds the series (default K_CEILING for demand; 1 for served
+    GPU-hours, which allocation cannot take past what is installed)."""
     if band not in BANDS:
         raise ValueError(f"--band: {band!r} is not one of {', '.join(BANDS)}")
     if not 0 < target_util <= 1:
         raise ValueError(f"--target-util {target_util}: must be in (0, 1]")
-    sm = smoothed(history, forecast, keys, window, per_hour)
+    k = K_CEILING if ceiling_k is None else ceiling_k
     recent = history.sort([*keys, "ts"]).group_by(keys, maintain_order=True).agg(
         (pl.col("value").tail(window).mean() / per_hour).alias("recent"))
     recent = {tuple(r[:-1]): r[-1] for r in recent.iter_rows()}
-    seen = history.group_by(keys, maintain_order=True).agg((pl.col("value").max() / per_hour).alias("seen"))
-    seen = {tuple(r[:-1]): r[-1] for r in seen.iter_rows()}
+    seen = {tuple(r[:-1]): r[-1] for r in history.group_by(keys, maintain_order=True).agg(
+        (pl.col("value").max() / per_hour).alias("seen")).iter_rows()}
+    ceilings = {kv: physical_ceiling(_lookup(capacity, kv), _lookup(peaks or {}, kv), top, k)
+                for kv, top in seen.items()}
+    # the answers read the bands as they are drawn: capped at the ceiling (`cap_bands`)
+    sm = smoothed(history, _capped(forecast, keys, ceilings, per_hour), keys, window, per_hour)
     parts = sm.partition_by(keys, as_dict=True, maintain_order=True) if keys else {(): sm}
     raw = forecast.partition_by(keys, as_dict=True, maintain_order=True) if keys else {(): forecast}
     rows = []
@@ -112,8 +119,8 @@ def exhaustion(history: pl.DataFrame, forecast: pl.DataFrame, capacity: dict, ke
         cap = _lookup(capacity, kv)
         row = _pool_row(dict(zip(keys, kv)), part.sort("ts"), cap, recent.get(tuple(kv)), target_util, band,
                         horizons)
-        rows.append(_ceiling(row, raw[kv].sort("ts"), cap, _lookup(peaks or {}, kv), seen.get(tuple(kv)),
-                             per_hour))
+        rows.append(_ceiling(row, raw[kv].sort("ts"), ceilings.get(tuple(kv)),
+                             _ceiling_why(cap, _lookup(peaks or {}, kv), seen.get(tuple(kv)), k), per_hour))
     return pl.DataFrame(rows, infer_schema_length=None)
 
 
@@ -121,30 +128,29 @@ def _lookup(table: dict, kv: tuple):
     return table.get(tuple(kv), table.get(kv[-1] if kv else None, table.get("*")))
 
 
-def physical_ceiling(cap: float | None, peak: float | None, seen: float | None = None) -> float | None:
-    """GPUs a pool's demand cannot physically exceed: K_CEILING x installed, or the most GPUs ever running +
-    pending at once, or the largest value the history itself shows (in GPUs), whichever is highest: what
-    happened was possible (a capacity given below today's demand once made the ceiling, and the capped band,
-    fall under the forecast itself); None when none is known."""
-    known = [v for v in (None if cap is None else K_CEILING * cap, peak, seen) if v is not None and v > 0]
+def physical_ceiling(cap: float | None, peak: float | None, seen: float | None = None,
+                     k: float = K_CEILING) -> float | None:
+    """GPUs a pool's demand cannot physically exceed: k x installed (K_CEILING for demand, 1 for served
+    GPU-hours), or the most GPUs ever running + pending at once, or the largest value the history itself shows
+    (in GPUs), whichever is highest: what happened was possible (a capacity given below today's demand once made
+    the ceiling, and the capped band, fall under the forecast itself); None when none is known."""
+    known = [v for v in (None if cap is None else k * cap, peak, seen) if v is not None and v > 0]
     return max(known) if known else None
 
 
-def _ceiling_why(cap, peak, seen) -> str:
-    options = [(K_CEILING * cap if cap else 0, f"{K_CEILING:g} x {cap or 0:,.0f} installed"),
+def _ceiling_why(cap, peak, seen, k: float) -> str:
+    options = [(k * cap if cap else 0, f"{k:g} x {cap or 0:,.0f} installed" if k != 1 else f"{cap or 0:,.0f} installed"),
                (peak or 0, "the most GPUs ever running + pending at once"),
                (seen or 0, "the largest value of the history")]
     return max(options, key=lambda o: o[0])[1]
 
 
-def _ceiling(row: dict, fc: pl.DataFrame, cap, peak, seen, per_hour: float) -> dict:
+def _ceiling(row: dict, fc: pl.DataFrame, ceil: float | None, why: str, per_hour: float) -> dict:
     """Add ceiling_gpus and above_ceiling_from (first period whose 95 % upper bound, in GPUs, exceeds it)."""
-    ceil = physical_ceiling(cap, peak, seen)
     row["ceiling_gpus"] = ceil
     row["above_ceiling_from"] = None if ceil is None else _first_over(
         fc.with_columns(pl.col("hi95") / per_hour), "hi95", ceil)
     if row["above_ceiling_from"] is not None:
-        why = _ceiling_why(cap, peak, seen)
         row["note"] = "; ".join(x for x in (row["note"], (
             f"95 % band above the physically possible demand ({ceil:,.0f} GPUs = {why}) from "
             f"{row['above_ceiling_from']:%Y-%m-%d %H:%M}: drawn capped at it")) if x)
@@ -157,14 +163,27 @@ def cap_bands(forecast: pl.DataFrame, answers: pl.DataFrame | None, keys: list[s
     ceiling_gpus, in the series' unit per period) and a ``capped`` column saying where that happened."""
     if answers is None or answers.is_empty() or "ceiling_gpus" not in answers.columns:
         return forecast.with_columns(pl.lit(False).alias("capped"))
-    lim = answers.select(*keys, (pl.col("ceiling_gpus").cast(pl.Float64) * per_hour).alias("_ceil"))
-    out = (forecast.join(lim, on=keys, how="left", nulls_equal=True) if keys
-           else forecast.with_columns(pl.lit(lim["_ceil"][0], pl.Float64).alias("_ceil")))
-    over = pl.col("_ceil").is_not_null() & (pl.col("hi95") > pl.col("_ceil"))
-    # an interval still holds its forecast: where the median itself is above the ceiling, the bounds stop there
-    limit = pl.max_horizontal(pl.col("_ceil").fill_null(float("inf")), "forecast")
-    return out.with_columns(over.fill_null(False).alias("capped"),
-                            *(pl.min_horizontal(c, limit).alias(c) for c in ("hi80", "hi95"))).drop("_ceil")
+    ceilings = {tuple(r[:-1]): r[-1] for r in answers.select(*keys, "ceiling_gpus").iter_rows()}
+    return _capped(forecast, keys, ceilings, per_hour, flag=True)
+
+
+def _capped(forecast: pl.DataFrame, keys: list[str], ceilings: dict, per_hour: float,
+            flag: bool = False) -> pl.DataFrame:
+    """hi80 and hi95 at most each series' ceiling (GPUs, ``ceilings`` by key tuple; None: none), and never below
+    the forecast itself: where the median is above the ceiling the bounds stop there, so an interval still holds
+    its forecast. ``flag`` adds ``capped`` (the 95 % bound was above the ceiling)."""
+    parts = forecast.partition_by(keys, as_dict=True, maintain_order=True) if keys else {(): forecast}
+    out = []
+    for kv, part in parts.items():
+        ceil = ceilings.get(tuple(kv))
+        lim = float("inf") if ceil is None else float(ceil) * per_hour
+        limit = pl.max_horizontal(pl.lit(lim), "forecast")
+        # NaN (no interval) stays NaN: min_horizontal would replace it with the limit
+        part = part.with_columns(*(pl.when(pl.col(c).is_nan()).then(pl.col(c)).otherwise(pl.min_horizontal(c, limit))
+                                   .alias(c) for c in ("hi80", "hi95")),
+                                 *([(pl.col("hi95") > lim).alias("capped")] if flag else []))
+        out.append(part)
+    return pl.concat(out) if out else forecast.with_columns(*([pl.lit(False).alias("capped")] if flag else []))
 
 
 def _first_over(part: pl.DataFrame, col: str, limit: float):
@@ -226,9 +245,11 @@ def forecast_warehouse(con: duckdb.DuckDBPyConnection, horizon: int, by=("pool",
     overrides = overrides or {}
     caps = {tuple(r[:-2]): overrides.get(r[-3], r[-2]) for r in pool_capacity(con, multi).iter_rows()}
     caps.update(overrides)
-    peaks = _peaks(con, phist if measure == "peak" else None, pool_keys, freq, cluster)
+    # served GPU-hours are allocations: never above what is installed, whatever was pending
+    served = measure == "served"
+    peaks = None if served else _peaks(con, phist if measure == "peak" else None, pool_keys, freq, cluster)
     answers = exhaustion(phist, pfc, caps, pool_keys, target_util, band, window or forecast.SEASON[freq],
-                         per_hour, peaks=peaks)
+                         per_hour, peaks=peaks, ceiling_k=1.0 if served else K_CEILING)
     known = answers.filter(pl.col("capacity_gpus").is_not_null())
     out["notes"] = list(dict.fromkeys(out["notes"] + idle_notes(phist, pool_keys) + [
         f"{' / '.join(map(str, r[:len(pool_keys)]))}: no installed capacity known (pass --capacity "
