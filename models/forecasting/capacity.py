@@ -139,7 +139,8 @@ def physical_ceiling(cap: float | None, peak: float | None, seen: float | None =
 
 
 def _ceiling_why(cap, peak, seen, k: float) -> str:
-    options = [(k * cap if cap else 0, f"{k:g} x {cap or 0:,.0f} installed" if k != 1 else f"{cap or 0:,.0f} installed"),
+    installed = f"{cap or 0:,.0f} installed" if k == 1 else f"{k:g} x {cap or 0:,.0f} installed"
+    options = [(k * cap if cap else 0, installed),
                (peak or 0, "the most GPUs ever running + pending at once"),
                (seen or 0, "the largest value of the history")]
     return max(options, key=lambda o: o[0])[1]

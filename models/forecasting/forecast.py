@@ -411,8 +411,9 @@ def interval_score(absu: np.ndarray, unit: np.ndarray, err: np.ndarray, scales: 
 
 
 #: The model's sd is taken as not measuring its errors when the backtest's 95 % factor exceeds this: the errors
-#: were more than ten times what the model claimed. On every real series of the accuracy benchmark the chosen
-#: model's factors are 0.3-2.4 (run 13), on a pool that sat at one GPU for five weeks 25-140.
+#: were more than ten times what the model claimed. On the accuracy benchmark's folds the chosen model's factors
+#: are 0.7-2.4 hourly and 1.8-10.1 daily (openb's stepwise growth 7.6-10.1), on a pool that sat at one GPU for
+#: five weeks 25-140 (run 13, docs/FORECAST.md).
 SD_FAILS = 10.0
 
 
