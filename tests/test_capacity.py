@@ -277,5 +277,21 @@ def test_forecast_csv_gives_the_shape_of_forecast_warehouse(tmp_path):
     assert row["exhausted_median"] == dt.datetime(2024, 2, 26)              # the day after the last of 56
     assert row["gpus_needed_h30"] == 118 and row["shortfall_h30"] == 8
     assert capacity.parse_capacity(["a100=8", "500"], bare=True) == {"a100": 8.0, "*": 500.0}
+
+
+def test_monthly_gpu_hours_are_divided_by_each_months_hours(tmp_path):
+    # one GPU all month, every month of 2024-2026 H1: 744 GPU-hours in January, 696 in February 2024 (29 days),
+    # 672 in February 2025, 720 in April. Once 24 hours a period stood for a month: 744 GPU-hours read as 31 GPUs
+    months = [dt.date(2024 + i // 12, i % 12 + 1, 1) for i in range(30)]
+    hours = [((dt.date(d.year + d.month // 12, d.month % 12 + 1, 1)) - d).days * 24 for d in months]
+    assert hours[:4] == [744, 696, 744, 720] and hours[13] == 672
+    p = tmp_path / "monthly.csv"
+    p.write_text("month,gpu_hours\n" + "".join(f"{d},{h}\n" for d, h in zip(months, hours)))
+    res = capacity.forecast_csv(p, [], None, 6, unit="gpu-hours", capacity={"*": 2.0})
+    assert res["history"]["value"].to_list() == pytest.approx([1.0] * 30) and res["unit"] == "gpus"
+    assert res["per_hour"] == 1.0 and "calendar-adjusted" in res["notes"][0]
+    assert res["forecast"]["forecast"].to_list() == pytest.approx([1.0] * 6)
+    row = res["capacity"].row(0, named=True)
+    assert row["recent_gpus"] == pytest.approx(1.0) and row["ceiling_gpus"] == 4.0 and row["gpus_needed_h6"] == 2
     with pytest.raises(ValueError, match="expected POOL=GPUS"):
         capacity.parse_capacity(["500"])

@@ -287,11 +287,18 @@ def forecast_csv(path: str | Path, keys: list[str], freq: str | None, horizon: i
     raw = series_csv.read_series(path, keys)
     freq = freq or forecast.infer_freq(raw.get_column("ts").to_numpy())
     hist = forecast.regularise(raw, keys, freq, agg=agg)
+    notes = []
+    if unit == "gpu-hours" and freq not in demand.FREQS:
+        # months have 672-744 hours: no one factor turns their GPU-hours into GPUs. Dividing each month by its
+        # own hours is the calendar adjustment (FPP3 section 3.1), which also keeps February from looking like a dip
+        hist = hist.with_columns(pl.col("value") / (pl.col("ts").dt.month_end().dt.day().cast(pl.Float64) * 24))
+        unit, notes = "gpus", ["GPU-hours per month divided by the month's hours: history, forecasts and bands "
+                               "are mean GPUs (calendar-adjusted, so months of 28-31 days compare)"]
     fc, summary = forecast.forecast_table(hist, keys, freq, horizon, shifts=shifts, progress=progress)
-    per_hour = demand.FREQS.get(freq, 24.0) if unit == "gpu-hours" else 1.0
+    per_hour = demand.FREQS[freq] if unit == "gpu-hours" else 1.0
     answer = (exhaustion(hist, fc, capacity, keys, target_util, band, window or forecast.SEASON[freq], per_hour)
               if capacity and fc.height else None)
     return {"history": hist, "forecast": cap_bands(fc, answer, keys, per_hour) if fc.height else fc,
-            "summary": summary, "capacity": answer, "keys": keys, "notes": idle_notes(hist, keys),
+            "summary": summary, "capacity": answer, "keys": keys, "notes": notes + idle_notes(hist, keys),
             "per_hour": per_hour, "unit": unit,
             "title": f"{Path(path).name}: {freq} series, {horizon}-period forecast"}
