@@ -574,14 +574,18 @@ def test_level_sd_is_the_square_root_of_the_level_times_the_models_growth():
     np.testing.assert_allclose(got, [[2, 4, 6], [3, 3 * math.sqrt(2), 3 * math.sqrt(3)]])
 
 
-def test_interval_score_by_hand():
-    # 5 origins x 2 steps, unit 1: each origin's band is the largest score of the other four origins (⌈9·0.8⌉ and
-    # ⌈9·0.95⌉ both exceed 8: the 8th smallest of 8), 10 for origins 0-3 and 8 for origin 4, whose 9 and 10 miss
-    absu = np.arange(1.0, 11.0).reshape(5, 2)
-    ones = np.ones_like(absu)
-    # 80 %: (8 x 2·10 + 2 x 2·8 + 10·1 + 10·2) / 10 = 22.2; 95 %: (160 + 32 + 40·1 + 40·2) / 10 = 31.2
-    assert F.interval_score(absu, ones, absu, ones) == pytest.approx((22.2 + 31.2) / 2)
-    assert F.interval_score(absu[:2], ones[:2], absu[:2], ones[:2]) == math.inf      # too few origins to score
+def test_a_model_sd_that_held_is_kept_and_one_that_failed_tenfold_gives_way_to_the_level():
+    y = np.r_[np.full(7, 4.0), np.full(14, 9.0)]
+    err = np.array([[1.0, -2.0], [2.0, 1.0], [-1.0, 3.0]])
+    sd = np.array([[0.5, 1.0], [0.5, 1.0], [0.5, 1.0]])
+    absu = np.abs(err / sd)
+    assert F.band_basis(y, [7, 14, 21], 7, err, sd, absu, F.SD_FAILS)[0] == "model"
+    basis, scores = F.band_basis(y, [7, 14, 21], 7, err, sd, absu, F.SD_FAILS + 0.1)
+    # levels √4, √9, √9 times the model's growth 1, 2: scores |e| / (2, 4), / (3, 6), / (3, 6)
+    assert basis == "level"
+    np.testing.assert_allclose(scores, [[0.5, 0.5], [2 / 3, 1 / 6], [1 / 3, 0.5]])
+    neg = np.r_[-1.0, y]                                             # a series with negatives has no level law
+    assert F.band_basis(neg, [7, 14, 21], 7, err, sd, absu, 50.0)[0] == "model"
 
 
 def test_a_pool_flat_for_weeks_then_climbing_gets_a_band_of_its_own_size(fixtures):
