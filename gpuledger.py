@@ -427,7 +427,7 @@ def cmd_export_lake(args) -> int:
 
 def cmd_report_utilization(args) -> int:
     """Capacity, allocated, idle and unavailable GPU-hours per bucket and group."""
-    from models.metrics import utilization
+    from models.metrics import timeline, utilization
     lo, hi = _window(args, "report utilization")
     con = _open(args, read_only=True)
     try:
@@ -441,6 +441,11 @@ def cmd_report_utilization(args) -> int:
     if beyond > 1e-9:
         _say(args, f"note: {beyond:,.2f} GPU-hours were held on nodes the inventory lacks or lists with fewer GPUs "
                    "(beyond_capacity_gpu_h); ingest `scontrol show node` snapshots to count their capacity")
+    lost = timeline.unplaced(con, lo, hi)
+    if lost["jobs"]:
+        _say(args, f"note: {lost['jobs']:,} jobs held {lost['gpu_h']:,.2f} GPU-hours in the window by their records "
+                   "but name no node (a trace without placement, e.g. openb's pod lists): "
+                   "allocated_gpu_h and allocation_ratio leave them out and idle_gpu_h counts their GPUs as idle")
     emit(df, args.format, args.out)
     _freshness(args, con)
     return EXIT_OK

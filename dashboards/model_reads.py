@@ -513,6 +513,12 @@ def capacity_reached(version: str, f: Filters) -> dict | None:
 
 
 @st.cache_data(**CACHE)
+def unplaced(version: str, f: Filters) -> dict:
+    """Jobs that held GPUs in the window by their records but name no node (timeline.unplaced): {jobs, gpu_h}."""
+    return timeline.unplaced(_cursor(version), f.t0, f.t1)
+
+
+@st.cache_data(**CACHE)
 def running_jobs(version: str) -> pl.DataFrame:
     """Jobs still running at the horizon (timeline.running_jobs): job_uid, cluster, horizon."""
     return timeline.running_jobs(_cursor(version))

@@ -113,3 +113,26 @@ def test_any_team_and_pool_filter_keeps_the_capacity_identity(lab_db, monkeypatc
     mine = model.filter(pl.col("team").is_in(list(teams)) & (pl.col("gpu_type").is_in(list(pools)) if pools
                                                             else pl.lit(True)))
     assert df["allocated_gpu_h"].sum() == pytest.approx(mine["allocated_gpu_h"].sum())
+
+
+def test_jobs_without_placement_are_warned_of_with_the_clis_figures(run_cli, db_path, fixtures, monkeypatch):
+    # openb's pods name no node: the page says how many jobs and GPU-hours its allocation leaves out, the same
+    # figures as `report utilization`'s note (models.metrics.timeline.unplaced) for the same window
+    from ingest import warehouse
+    from models.metrics import timeline
+    pods = fixtures / "traces" / "openb" / "openb_pod_list_gpuspec33.csv"
+    assert run_cli("ingest", "trace", "alibaba-openb", str(pods))[0] == 0
+    con = warehouse.connect(db_path, read_only=True)
+    (lo, hi), = con.sql("SELECT min(data_start), max(horizon) FROM tl_clusters").fetchall()
+    d0, d1 = lo.date(), (hi - dt.timedelta(microseconds=1)).date()
+    want = timeline.unplaced(con, dt.datetime.combine(d0, dt.time()), dt.datetime.combine(d1, dt.time())
+                             + dt.timedelta(days=1))
+    con.close()
+    at = dfx.open_page(dfx.app(db_path, monkeypatch), "utilization", f_dates=(d0, d1))
+    shown = [w.value for w in at.warning if "name no node" in w.value]
+    assert want["jobs"] > 100 and shown == [
+        f"{want['jobs']:,} jobs held {want['gpu_h']:,.1f} GPU-hours in the window by their records but name no node "
+        "(a trace without placement, e.g. openb's pod lists): the allocation here leaves them out and counts "
+        "their GPUs as idle."]
+    code, _, err = run_cli("report", "utilization", "--from", str(d0), "--to", str(d1 + dt.timedelta(days=1)))
+    assert f"note: {want['jobs']:,} jobs held {want['gpu_h']:,.2f} GPU-hours" in err

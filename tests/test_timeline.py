@@ -228,3 +228,22 @@ def test_overlapping_outages_of_one_class_pick_the_latest_and_refresh_from_the_o
         assert report["c"]["from"] == T("03-02 12:00") and not report["c"]["full"]
     finally:
         con.close()
+
+
+def test_jobs_without_placement_are_counted_not_hidden(run_cli, db_path, fixtures):
+    # openb's pod lists name no node: the pods' GPU-hours are in no timeline piece, and utilization's allocated
+    # leaves them out. Expected from the CSV itself: scheduled pods with GPUs, num_gpu x gpu_milli/1000 GPUs
+    # from scheduled_time to deletion_time (the whole span is the window: none is clipped)
+    pods = fixtures / "traces" / "openb" / "openb_pod_list_gpuspec33.csv"
+    assert run_cli("ingest", "trace", "alibaba-openb", str(pods), "--no-refresh")[0] == 0
+    assert run_cli("refresh")[0] == 0
+    d = pl.read_csv(pods).filter(pl.col("num_gpu") > 0, pl.col("scheduled_time").is_not_null(),
+                                 pl.col("deletion_time") > pl.col("scheduled_time"))
+    gpu_h = (d["num_gpu"] * d["gpu_milli"].fill_null(1000) / 1000 * (d["deletion_time"] - d["scheduled_time"])
+             / 3600).sum()
+    con = warehouse.connect(db_path, read_only=True)
+    got = timeline.unplaced(con)
+    con.close()
+    assert got["jobs"] == d.height > 100 and got["gpu_h"] == pytest.approx(gpu_h, rel=1e-9)
+    code, out, err = run_cli("report", "utilization", "--bucket", "month")
+    assert code == 0 and f"note: {d.height:,} jobs held {gpu_h:,.2f} GPU-hours in the window" in err

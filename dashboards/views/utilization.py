@@ -62,6 +62,12 @@ if now.get("beyond_capacity_gpu_h", 0) > 0.005:
                "with fewer GPUs; they are counted as allocated but not inside capacity. Ingest a fuller node "
                "inventory (`gpuledger ingest nodes`).", icon=":material/inventory:")
 
+lost = mr.unplaced(ctx.version, f)
+if lost["jobs"]:
+    st.warning(f"{lost['jobs']:,} jobs held {lost['gpu_h']:,.1f} GPU-hours in the window by their records but name "
+               "no node (a trace without placement, e.g. openb's pod lists): the allocation here leaves them out "
+               "and counts their GPUs as idle.", icon=":material/help:")
+
 left, right = st.columns(2)
 pools = mr.utilization(ctx.version, f, bucket, "gpu_type")
 chart_pools = pools if chart_bucket == bucket else mr.utilization(ctx.version, f, chart_bucket, "gpu_type")
