@@ -134,5 +134,8 @@ def test_jobs_without_placement_are_warned_of_with_the_clis_figures(run_cli, db_
         f"{want['jobs']:,} jobs held {want['gpu_h']:,.1f} GPU-hours in the window by their records but name no node "
         "(a trace without placement, e.g. openb's pod lists): the allocation here leaves them out and counts "
         "their GPUs as idle."]
+    at = dfx.open_page(dfx.app(db_path, monkeypatch), "overview", f_dates=(d0, d1))      # the tile says it too
+    assert f"Leaves out {want['gpu_h']:,.0f} GPU-hours of {want['jobs']:,} jobs that name no node" in [
+        c.value for c in at.caption]
     code, _, err = run_cli("report", "utilization", "--from", str(d0), "--to", str(d1 + dt.timedelta(days=1)))
     assert f"note: {want['jobs']:,} jobs held {want['gpu_h']:,.2f} GPU-hours" in err

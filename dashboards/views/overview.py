@@ -38,6 +38,9 @@ def _fmt_value(x) -> str | None:
 def _allocation(col) -> None:
     a, b = mr.allocation_ratio(ctx.version, f), mr.allocation_ratio(ctx.version, prev)
     ui.kpi(col, "Allocation ratio", ui.pct(a), ui.pp_delta(a, b), help="Allocated / available GPU-hours.")
+    lost = mr.unplaced(ctx.version, f)
+    if lost["jobs"]:    # the Utilization page's warning, in short
+        col.caption(f"Leaves out {lost['gpu_h']:,.0f} GPU-hours of {lost['jobs']:,} jobs that name no node")
     _row("Allocation ratio", "%", _num(a, 100), _num(b, 100), "Utilization", "pp")
 
 
