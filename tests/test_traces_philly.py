@@ -48,3 +48,23 @@ def test_real_series_and_vcs(con):
     assert dt.datetime(2017, 8, 7) <= lo and hi <= dt.datetime(2017, 12, 23)
     vcs = con.sql("SELECT count(*), sum(nodes) FROM trace_virtual_clusters").fetchall()[0]
     assert vcs == (11, 352)
+
+
+def test_reingest_counts_add_up_new_updated_unchanged(con, tmp_path):
+    # every loaded line is new, updated or unchanged: the occupancy series and the VC quotas said "loaded 105644
+    # (new 0, updated 0, unchanged 0)" before their merge counted
+    seq = tmp_path / "philly_node_sequence_minutely.csv"
+    seq.write_text("time,active,total\n2017-10-03 00:00:00,312,420\n2017-10-03 00:01:00,309,420\n"
+                   "2017-10-03 00:02:00,309,420\n")
+    vcs = tmp_path / "philly_vc_nodes.csv"
+    vcs.write_text("vc,node num\n6214e9,64\n7f04ca,32\n")
+
+    def counts():
+        return [(s["loaded"], s["inserted"], s["updated"], s["unchanged"])
+                for s in traces.ingest(con, "philly", tmp_path)]
+    assert counts() == [(3, 3, 0, 0), (2, 2, 0, 0)]                  # files in name order: sequence, then VCs
+    assert counts() == [(3, 0, 0, 3), (2, 0, 0, 2)]
+    seq.write_text(seq.read_text().replace("00:01:00,309", "00:01:00,310") + "2017-10-03 00:03:00,305,420\n")
+    assert counts() == [(4, 1, 1, 2), (2, 0, 0, 2)]
+    assert con.sql("SELECT active_nodes FROM trace_node_occupancy ORDER BY ts").fetchall() == [(312,), (310,), (309,),
+                                                                                             (305,)]

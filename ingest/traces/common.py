@@ -185,12 +185,27 @@ def write_nodes(con, run: warehouse.IngestRun, nodes: pl.DataFrame) -> tuple[int
     return inserted, unchanged
 
 
-def upsert(con, table: str, key: tuple[str, ...], frame: pl.DataFrame) -> int:
-    """Replace the rows of ``table`` whose key appears in ``frame``, then insert ``frame`` (by name)."""
+def upsert(con, table: str, key: tuple[str, ...], frame: pl.DataFrame,
+           run: warehouse.IngestRun | None = None) -> tuple[int, int, int]:
+    """Replace the rows of ``table`` whose key appears in ``frame``, then insert ``frame`` (by name). Returns
+    (new, updated, unchanged): keys not there before, there with other values, there with the same values
+    (``ingest_run_id`` aside); added to ``run``'s counts when given, so a re-ingest says "unchanged"."""
     con.register("_up_in", frame.to_arrow())
     try:
         cond = " AND ".join(f"t.{k} = u.{k}" for k in key)
+        same = " AND ".join([cond] + [f"t.{c} IS NOT DISTINCT FROM u.{c}" for c in frame.columns
+                                      if c not in key and c != "ingest_run_id"])
+        existing, unchanged = con.sql(f"""
+            SELECT count(*) FILTER (WHERE EXISTS (SELECT 1 FROM {table} t WHERE {cond})),
+                   count(*) FILTER (WHERE EXISTS (SELECT 1 FROM {table} t WHERE {same}))
+            FROM _up_in u""").fetchall()[0]
         con.execute(f"DELETE FROM {table} t WHERE EXISTS (SELECT 1 FROM _up_in u WHERE {cond})")
-        return con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _up_in").fetchall()[0][0]
+        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _up_in")
     finally:
         con.unregister("_up_in")
+    counts = (frame.height - existing, existing - unchanged, unchanged)
+    if run is not None:
+        run.inserted += counts[0]
+        run.updated += counts[1]
+        run.unchanged += counts[2]
+    return counts

@@ -131,13 +131,14 @@ def ingest_pods(con, path: Path, cluster: str, start: dt.datetime) -> dict:
         run.lines_read = len(lines)
         run.skip("header line", 1, 1)
         common.reject(run, bad, lines)
-        n = common.upsert(con, "trace_pods", ("cluster", "pod"),
-                          pods.drop("line_no").with_columns(ingest_run_id=pl.lit(run.run_id, pl.Int64)))
+        # with times the pods are jobs, and write_jobs counts them; without, trace_pods is what they load into
+        common.upsert(con, "trace_pods", ("cluster", "pod"),
+                      pods.drop("line_no").with_columns(ingest_run_id=pl.lit(run.run_id, pl.Int64)),
+                      None if timed else run)
         run.loaded = pods.height
         if timed:
             run.loaded -= common.write_jobs(con, run, _jobs(pods, start), lines)
         else:
-            run.inserted = n
             run.options["note"] = "pod specs without phase or times: trace_pods only, no jobs"
     return run.summary()
 

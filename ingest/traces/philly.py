@@ -89,7 +89,7 @@ def ingest_sequence(con, path: Path, cluster: str, zone: str) -> dict:
         run.skip("header line", 1, 1)
         common.reject(run, bad, lines)
         common.upsert(con, "trace_node_occupancy", ("cluster", "ts"),
-                      rows.with_columns(ingest_run_id=pl.lit(run.run_id, pl.Int64)))
+                      rows.with_columns(ingest_run_id=pl.lit(run.run_id, pl.Int64)), run)
         run.loaded = rows.height
     return run.summary()
 
@@ -108,7 +108,7 @@ def ingest_vcs(con, path: Path, cluster: str, zone: str) -> dict:
         run.skip("header line", 1, 1)
         common.reject(run, bad, lines)
         common.upsert(con, "trace_virtual_clusters", ("cluster", "vc"),
-                      rows.with_columns(ingest_run_id=pl.lit(run.run_id, pl.Int64)))
+                      rows.with_columns(ingest_run_id=pl.lit(run.run_id, pl.Int64)), run)
         run.loaded = rows.height
     return run.summary()
 
