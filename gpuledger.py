@@ -1024,11 +1024,9 @@ def _close_period(args, con):
 
 
 def _reconciliation_line(st) -> str:
-    t, p = st.total_row, st.policy
-    m = lambda x: f"{x:.{p.minor_units}f}"   # noqa: E731
-    return (f"{st.period} ({st.status}): cluster cost {m(t['cluster_cost'])} {p.currency} = lines "
-            f"{m(t['direct_cost'] + t['idle_allocated'])} + unallocated idle {m(t['unallocated_idle'])} + rate "
-            f"variance {m(t['rate_variance'])} + rounding residue {m(t['rounding_residue'])}")
+    from models.metrics.chargeback import reconciliation_sentence
+    return f"{st.period} ({st.status}): " + reconciliation_sentence(st.total_row, st.policy.minor_units,
+                                                                     st.policy.currency)
 
 
 def _export_statement(args, st, views, units: dict) -> int:

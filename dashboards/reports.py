@@ -32,6 +32,7 @@ for _name in ("cache_data_api", "cache_resource_api"):
 from dashboards import access, exports, model_reads as mr, pdf, queries, report_charts  # noqa: E402
 from dashboards.filters import Filters  # noqa: E402
 from models.definitions.labels import UNMAPPED  # noqa: E402
+from models.metrics import chargeback  # noqa: E402
 
 TEMPLATES = Path(__file__).resolve().parent / "report_templates"
 KINDS = ("weekly", "team_note", "finance")
@@ -258,6 +259,7 @@ def finance_pack(version: str, period: str, template_dir=None) -> Report:
     facts = {"period": period, "currency": p.currency, "content_hash": stmt.content_hash, **money,
              "adjustment_lines": adjust.height}
     ctx = {"period": period, "stmt": stmt, "money": money, "currency": p.currency,
+           "recon_sentence": "C" + chargeback.reconciliation_sentence(t, p.minor_units, p.currency)[1:],
            "closed_at": f"{stmt.closed_at:%Y-%m-%d %H:%M} UTC", "recon": _table(recon), "adjust": _table(adjust),
            "by_team": _table(by_team), "files": [name for name, _, _ in files], "published": _published(version)}
     return _render("finance", period, subject, ctx, facts, template_dir, files)

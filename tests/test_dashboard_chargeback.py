@@ -43,8 +43,12 @@ def test_statement_kpis_reconciliation_and_lines(lab_db, october, monkeypatch):
     assert "provisional" in " ".join(c.value for c in at.caption)
     recon = [s.value for s in at.success if s.value.startswith("Cluster cost")]
     assert recon and recon[0].endswith("reconciles to the cent.")
-    assert recon[0].startswith(f"Cluster cost {_eur(t['cluster_cost'])} = charged "
-                               f"{_eur(t['direct_cost'] + t['idle_allocated'])} + unallocated idle")
+    m = lambda x: f"{float(x):,.2f}"     # noqa: E731
+    assert recon[0] == (f"Cluster cost {m(t['cluster_cost'])} EUR = charged to teams "
+                        f"{m(t['direct_cost'] + t['idle_allocated'])} (direct {m(t['direct_cost'])} + idle shares "
+                        f"{m(t['idle_allocated'])}) + unallocated idle {m(t['unallocated_idle'])} + rate variance "
+                        f"{m(t['rate_variance'])} + rounding residue {m(t['rounding_residue'])} — reconciles to the "
+                        "cent.")
 
     lines = dfx.frame_with(at, "Team", "Pool (GPU type)", "Total (EUR)")
     want = views["by team"].with_columns(pl.col("team").fill_null("(unmapped)"))

@@ -167,7 +167,7 @@ def test_who_may_receive_what(lab):
         reports.for_recipient(Entry("finance"), "2026-09", "fin@lab.example")
 
 
-def test_the_finance_pack_is_the_closed_statement(lab_copy, monkeypatch, tmp_path):
+def test_the_finance_pack_is_the_closed_statement(lab_copy, monkeypatch, tmp_path, capsys):
     dfx.cli(lab_copy, "chargeback", "--period", "2026-09", "--close")
     dfx.cli(lab_copy, "chargeback", "--period", "2026-09", "--out", str(tmp_path / "cli.xlsx"))
     monkeypatch.setenv("GPULEDGER_DB", str(lab_copy))
@@ -181,6 +181,18 @@ def test_the_finance_pack_is_the_closed_statement(lab_copy, monkeypatch, tmp_pat
     assert total["cluster_cost"] == pytest.approx(total["direct_cost"] + total["idle_allocated"]
                                                   + total["unallocated_idle"] + total["rate_variance"]
                                                   + total["rounding_residue"], abs=0.005)
+    # the reconciliation in the same words as `gpuledger chargeback` prints it (and the Chargeback page shows it)
+    import gpuledger
+    gpuledger.main(["--db", str(lab_copy), "chargeback", "--period", "2026-09", "--view", "summary"])
+    said = capsys.readouterr().err
+    line = next(x for x in said.splitlines() if x.startswith("2026-09 (closed): cluster cost"))
+    m = lambda x: f"{x:,.2f}"     # noqa: E731
+    assert line.endswith(f"cluster cost {m(total['cluster_cost'])} EUR = charged to teams "
+                         f"{m(total['direct_cost'] + total['idle_allocated'])} (direct {m(total['direct_cost'])} + "
+                         f"idle shares {m(total['idle_allocated'])}) + unallocated idle {m(total['unallocated_idle'])}"
+                         f" + rate variance {m(total['rate_variance'])} + rounding residue "
+                         f"{m(total['rounding_residue'])}")
+    assert "C" + line.split(": ", 1)[1][1:] + "." in r.text
 
 
 @pytest.mark.browser

@@ -5,6 +5,7 @@ import polars as pl
 import streamlit as st
 
 from dashboards import access, actions, charts, exports, model_reads as mr, theme, ui
+from models.metrics import chargeback
 
 ctx = ui.context()
 f = ctx.filters
@@ -75,9 +76,7 @@ ui.kpi(k[4], "Rounding residue", money(t["rounding_residue"]),
        help="Each amount is rounded once, half-even; the residue is reported, never spread.")
 
 holds = t["difference"] == 0
-recon_text = (f"Cluster cost {money(t['cluster_cost'])} = charged {money(charged)} + unallocated idle "
-              f"{money(t['unallocated_idle'])} + rate variance {money(t['rate_variance'])} + rounding residue "
-              f"{money(t['rounding_residue'])}")
+recon_text = "C" + chargeback.reconciliation_sentence(t, minor, cur)[1:]     # the CLI's and the finance pack's
 (st.success if holds else st.error)(recon_text + (" — reconciles to the cent." if holds else
                                                   f" — differs by {money(t['difference'])}."),
                                     icon=":material/check_circle:" if holds else ":material/error:")

@@ -755,6 +755,17 @@ def _whole(text: str) -> int | None:
     return int(text.replace(",", "")) if text.replace(",", "").isdigit() else None
 
 
+def reconciliation_sentence(total: dict, minor: int, currency: str) -> str:
+    """The statement's reconciliation in one sentence, the same words wherever it is shown (the CLI, the
+    Chargeback page, the finance pack): cluster cost = charged to teams (direct + idle shares) + unallocated idle
+    + rate variance + rounding residue, amounts in ``currency`` to ``minor`` decimals."""
+    m = lambda x: f"{x:,.{minor}f}"   # noqa: E731
+    return (f"cluster cost {m(total['cluster_cost'])} {currency} = charged to teams "
+            f"{m(total['direct_cost'] + total['idle_allocated'])} (direct {m(total['direct_cost'])} + idle shares "
+            f"{m(total['idle_allocated'])}) + unallocated idle {m(total['unallocated_idle'])} + rate variance "
+            f"{m(total['rate_variance'])} + rounding residue {m(total['rounding_residue'])}")
+
+
 def views(st: Statement) -> dict[str, pl.DataFrame]:
     """The statement as named tables, in workbook order: summary, one per view, job-level detail last.
     Money columns carry the currency's minor units."""
