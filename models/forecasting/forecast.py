@@ -398,23 +398,20 @@ SD_FAILS = 10.0
 
 
 def band_basis(y, origins, m, err, sd, absu, factor95: float) -> tuple[str, np.ndarray]:
-    """Which scale a candidate's bands are calibrated on: "model", its errors over its own sd (times the level
-    factor), or, where the model's sd failed by an order of magnitude (95 % factor > SD_FAILS, or errors where it
-    claimed none), "level", its errors over `level_sd` (when those calibrate to a finite factor).
+    """Which scale a candidate's bands are calibrated on: "model", its errors over its own sd (``absu``, times the
+    level factor), or, where that sd failed by an order of magnitude (``factor95``, its 95 % factor, > SD_FAILS,
+    or errors where it claimed none), "level", its errors over `level_sd`. Returns (basis, its scores); the
+    backtest keeps the model's sd when the level's scores do not calibrate to a finite factor either.
 
     The case: demand flat for weeks gives the model an sd of 0.03 GPUs, its next errors of 1-3 GPUs calibrate a
     factor of 50, and that factor times today's sd (0.5) drew a band 50 GPUs wide for a pool using 4. The
     backtest cannot tell the two scales apart there (its origins all sit on the flat stretch, where both give
     narrow bands); what fails is carrying the model's factor to an sd of another size. Below the threshold the
     model's sd is kept: choosing by the backtest's interval score everywhere made the real daily bands too
-    narrow (run 13). ``absu`` and ``factor95``: the model basis' scores and 95 % factor. Returns (basis,
-    scores)."""
+    narrow (run 13). Series with negatives have no level law: "model"."""
     if len(y) == 0 or y.min() < 0 or factor95 <= SD_FAILS:
         return "model", absu
-    absl = standardised(err, level_sd(y, origins, m, sd), np.ones((len(origins), 1)))
-    if math.isfinite(_calibrate(absl)[0][95]):
-        return "level", absl
-    return "model", absu
+    return "level", standardised(err, level_sd(y, origins, m, sd), np.ones((len(origins), 1)))
 
 
 #: The standardised error of an error where the model claimed no uncertainty (sd 0): out of any band.
@@ -456,9 +453,12 @@ def backtest(y: np.ndarray, m: int, h: int, max_origins: int = 28,
         absu = standardised(err, p.sd, lf)
         bt.scale[name], bt.coverage[name], bt.coverage_raw[name] = _calibrate(absu)
         bt.absu[name] = np.sort(absu, axis=None)      # on the model's sd: what pooled calibration compares
-        bt.basis[name], scores = band_basis(y, origins, m, err, p.sd, absu, bt.scale[name][95])
-        if bt.basis[name] == "level":
-            bt.scale[name], bt.coverage[name], _ = _calibrate(scores)
+        basis, scores = band_basis(y, origins, m, err, p.sd, absu, bt.scale[name][95])
+        bt.basis[name] = "model"
+        if basis == "level":
+            scale, cov, _ = _calibrate(scores)       # once; the model's sd stays if this calibrates nothing either
+            if all(math.isfinite(v) for v in scale.values()):
+                bt.scale[name], bt.coverage[name], bt.basis[name] = scale, cov, "level"
     bt.weights = combination_weights(bt.mase_o, bt.step, hb)
     return bt
 
