@@ -151,7 +151,9 @@ def _json_value(v):
 def _print_ingest_summary(args, summary: dict) -> bool:
     """Print a run's counts and first rejects; True when the run is an error (it loaded nothing from data)."""
     reasons = ", ".join(f"{n} {r}" for r, n in sorted(summary.get("skip_reasons", {}).items()))
-    _say(args, f"{summary['input']}: read {summary['read']} lines: loaded {summary['loaded']} "
+    stored = summary["inserted"] + summary["updated"] + summary["unchanged"]
+    into = f" into {stored} {summary['stored_as']}" if stored != summary["loaded"] else ""
+    _say(args, f"{summary['input']}: read {summary['read']} lines: loaded {summary['loaded']}{into} "
                f"(new {summary['inserted']}, updated {summary['updated']}, unchanged {summary['unchanged']}), "
                f"skipped {summary['skipped']}" + (f" [{reasons}]" if reasons else "")
                + f", rejected {summary['rejected']} (run {summary['run_id']})")

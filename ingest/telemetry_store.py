@@ -335,6 +335,7 @@ def _fold_sql(interval_s: int | None, default_interval: int, with_attrs: bool) -
 def write_rows(con: duckdb.DuckDBPyConnection, run: warehouse.IngestRun, source: str, opts: TelemetryOptions,
                interval_s: int | None = None) -> None:
     """Fold ``_pv(sid, dev, mcode, ts, val)`` (readings) and ``_sv`` (series) into the telemetry tables."""
+    run.stored_as = "per-minute GPU samples"
     with_attrs = con.sql("""SELECT count(*) FROM _sv WHERE hpc_job IS NOT NULL OR pod IS NOT NULL
                             OR namespace IS NOT NULL OR container IS NOT NULL""").fetchall()[0][0] > 0
     _derive_state_events(con, run, source)

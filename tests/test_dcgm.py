@@ -188,7 +188,7 @@ def test_cli_strict_and_scrape_time(run_cli):
                              "--scrape-time", SCRAPE, "--node", "n1", "--strict", "--no-refresh")
     assert code == 1 and "rejected 2" in err and "quickstart.prom:7: expected" in err
     code, out, err = run_cli("ingest", "dcgm", f"{TEL / 'datadog-dcgm-metrics-t4.prom'}@{SCRAPE}", "--no-refresh")
-    assert code == 0 and "loaded 6 (new 1" in err
+    assert code == 0 and "loaded 6 into 1 per-minute GPU samples (new 1" in err
 
 
 LINE_KINDS = {

@@ -97,7 +97,7 @@ def test_ingest_over_http_values_and_attribution(prom, run_cli, db_path, tmp_pat
                              "--end", "2026-07-14T11:59:00Z", "--step", "60s", "--cluster", "lab")
     assert code == 0, err
     # 14 real series (6 whole-A100, 3 MIG, 5 T4) x 120 minutes, every point loaded
-    assert "read 1680 lines: loaded 1680 (new 360" in err and "rejected 0" in err
+    assert "read 1680 lines: loaded 1680 into 360 per-minute GPU samples (new 360" in err and "rejected 0" in err
     from ingest import warehouse
     con = warehouse.connect(db_path)
     rows = dict(((n, g), (c, lo, hi)) for n, g, c, lo, hi in con.sql(

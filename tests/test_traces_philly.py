@@ -14,6 +14,8 @@ def test_job_log_attempts_become_requeued_instances(con):
     out = traces.ingest(con, "philly", T)
     log = next(s for s in out if s["input"].endswith("cluster_job_log.json"))
     assert (log["read"], log["loaded"], log["rejected"]) == (5, 4, 1)
+    # four jobs, five attempts (job 14199 ran twice): the counts say what they count
+    assert (log["inserted"], log["stored_as"]) == (5, "job attempts")
     assert con.sql("SELECT field, reason FROM rejects").fetchall() == [("status", "job 5: unknown status 'Sideways'")]
     rows = con.sql("""SELECT state, submit, start, "end", ngpus, nodelist, account FROM jobs
                       WHERE job_id = 'application_1506638472019_14199' ORDER BY submit""").fetchall()

@@ -96,8 +96,9 @@ else:
                       "status": "Status", "lines_read": "Lines read", "loaded": "Loaded", "skipped": "Skipped",
                       "rejected": "Rejected", "inserted": "New", "updated": "Updated", "unchanged": "Unchanged",
                       "started_at": "Started (UTC)", "finished_at": "Finished (UTC)", "message": "Message"},
-             caption="Every line read is loaded, skipped with a reason, or rejected with a reason. Inputs are "
-                     "named by file name only.")
+             caption="Every line read is loaded, skipped with a reason, or rejected with a reason. New, Updated "
+                     "and Unchanged count stored rows: telemetry readings of one GPU-minute fold into one sample, "
+                     "a Philly job splits into its attempts. Inputs are named by file name only.")
 
     ids = tuple(runs["run_id"].to_list())
 

@@ -198,7 +198,7 @@ def ingest_job_log(con, path: Path, cluster: str, zone_name: str) -> dict:
     run = common.open_run(con, KIND, path, data, cluster, {"part": "job log", "tz": zone_name,
                                                            "records": "jobs (lines_read counts JSON records)"})
     with run:
-        run.lines_read = len(records)
+        run.lines_read, run.stored_as = len(records), "job attempts"
         for b in bad:
             run.reject(b["line_no"], b["reason"], json.dumps(records[b["line_no"] - 1])[:2000], b["field"])
         implausible = 0

@@ -41,6 +41,9 @@ class IngestRun:
     inserted: int = 0
     updated: int = 0
     unchanged: int = 0
+    #: what inserted/updated/unchanged count when it is not one row per loaded line (telemetry readings of a
+    #: GPU-minute fold into one sample; a Philly job splits into its attempts)
+    stored_as: str = "rows"
     skips: dict = field(default_factory=dict)   # reason -> [count, first_line_no]
     rejected: int = 0
     run_id: int = 0
@@ -133,7 +136,7 @@ class IngestRun:
         (:func:`nothing_loaded`), which the CLI reports and exits 1 for."""
         return {"run_id": self.run_id, "input": self.input_name, "read": self.lines_read, "loaded": self.loaded,
                 "skipped": self.skipped, "rejected": self.rejected, "inserted": self.inserted,
-                "updated": self.updated, "unchanged": self.unchanged,
+                "updated": self.updated, "unchanged": self.unchanged, "stored_as": self.stored_as,
                 "skip_reasons": {k: v[0] for k, v in self.skips.items()}, "error": nothing_loaded(self)}
 
 
