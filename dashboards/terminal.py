@@ -12,12 +12,17 @@ import re
 import shutil
 from decimal import Decimal
 
+import polars as pl
+
 #: C0 and C1 controls, DEL, line/paragraph separators and the bidirectional embeddings, overrides and isolates
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _CONTROL_BUT_NEWLINE = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _SHORT = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
 #: columns that count things (jobs, GPUs, nodes, ...): whole values print as integers, never "32.00"
 COUNT_COLUMN = re.compile(r"(^|_)(n?jobs|n?gpus|n?nodes|ncpus|count|users|pods|lines|periods|replications|n)(_|$)")
+
+#: columns in hours (GPU-hours, waits): 2 decimals even when every value is below 1
+HOURS_COLUMN = re.compile(r"(_h|hours)$")
 
 
 def _visible(m: re.Match) -> str:
@@ -31,18 +36,30 @@ def escape(text: str, multiline: bool = False) -> str:
 
 
 def _float_cells(name: str, values: list) -> list[str]:
-    """Counts (jobs, GPUs, nodes, ...) with whole values as integers; others to 2 decimals, or 4 significant
-    digits below 1."""
+    """One format per column, so its decimal points line up: counts (jobs, GPUs, nodes, ...) with whole values
+    as integers; a column of fractions (every value below 1: shares, ratios) to 4 decimals; others to 2
+    decimals (hours and money, whatever their size), where a value that is not zero but would print as 0.00
+    keeps 2 significant digits."""
     finite = [v for v in values if v is not None and math.isfinite(v)]
     if COUNT_COLUMN.search(name) and all(v == int(v) for v in finite):
         return ["" if v is None else f"{v:,.0f}" if math.isfinite(v) else str(v) for v in values]
-    return ["" if v is None else f"{v:,.4g}" if abs(v) < 1 else f"{v:,.2f}" for v in values]
+    if any(finite) and all(abs(v) < 1 for v in finite) and not HOURS_COLUMN.search(name):
+        return ["" if v is None else f"{v:.4f}" if math.isfinite(v) else str(v) for v in values]
+    return ["" if v is None else f"{v:.2g}" if 0 < abs(v) < 0.005 else f"{v:,.2f}" for v in values]
+
+
+def _datetime_cells(values: list) -> list[str]:
+    """Timestamps; a column of midnights (day, week and month buckets) as dates."""
+    dates = all(v.hour == v.minute == v.second == v.microsecond == 0 for v in values if v is not None)
+    return ["" if v is None else v.date().isoformat() if dates else str(v) for v in values]
 
 
 def _cells(s) -> list[str]:
     values = s.to_list()
     if s.dtype.is_float():
         return _float_cells(s.name, values)
+    if s.dtype == pl.Datetime and s.dtype.time_zone is None:
+        return _datetime_cells(values)
     if s.dtype.is_integer():
         return ["" if v is None else str(v) for v in values]
     return ["" if v is None else f"{v:,}" if isinstance(v, Decimal) else escape(str(v)) for v in values]

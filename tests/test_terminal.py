@@ -1,5 +1,6 @@
 """Tables on a terminal: a table wider than the terminal prints in blocks of columns that repeat the row keys,
 losing nothing; a pipe or file gets every table whole (dashboards/terminal.py)."""
+import datetime as dt
 import os
 import pty
 import re
@@ -115,3 +116,18 @@ def test_the_cli_fits_a_report_to_the_terminal_and_pipes_it_whole(tmp_path):
     # the same cells, whatever the layout (the keys repeat in every block, the captions are not cells)
     cells = "\n".join(x for x in lines if not re.match(r"columns? \d", x))
     assert set(re.findall(r"[^\s-]+", piped)) == set(re.findall(r"[^\s-]+", cells))
+
+
+def test_each_column_has_one_format_so_its_decimal_points_line_up():
+    df = pl.DataFrame({
+        "month": [dt.datetime(2026, 1, 1), dt.datetime(2026, 2, 1)],          # month buckets print as dates
+        "ts": [dt.datetime(2026, 1, 1, 7, 30), dt.datetime(2026, 2, 1)],      # a time of day keeps its time
+        "lost_gpu_h": [1036.3412, 0.7408],                                     # hours: 2 decimals at any size
+        "share": [0.8776, 0.7],                                                # fractions: 4 decimals
+        "beyond_capacity_gpu_h": [0.0, 0.0],                                   # zeros in hours: 0.00
+        "ratio": [0.0, 0.0],                                                   # all-zero fractions: 0.00
+        "wait_p50_h": [0.0036, 12.5],                                          # a tiny non-zero keeps 2 digits
+        "jobs": [196.0, 218.0]})                                               # counts as integers
+    rows = [line.split() for line in format_table(df).splitlines()[2:]]
+    assert rows == [["2026-01-01", "2026-01-01", "07:30:00", "1,036.34", "0.8776", "0.00", "0.00", "0.0036", "196"],
+                    ["2026-02-01", "2026-02-01", "00:00:00", "0.74", "0.7000", "0.00", "0.00", "12.50", "218"]]

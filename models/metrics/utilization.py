@@ -107,7 +107,7 @@ def _totals_sql(cap: list[str], bucket: str, hourly_src: str, pending_src: str) 
            CASE WHEN cap - unav > 0 THEN ain / (cap - unav) END AS allocation_ratio,
            (alloc - ain) / 3600 AS beyond_capacity_gpu_h, pend / 3600 AS pending_gpu_h, planned / 3600 AS planned_gpu_h,
            ain / 3600 AS sreport_allocated, down / 3600 AS sreport_down, pdown / 3600 AS sreport_planned_down,
-           idle / 3600 AS sreport_idle, 0.0 AS sreport_planned, cap / 3600 AS sreport_reported
+           idle / 3600 AS sreport_idle, 0.0::DOUBLE AS sreport_planned, cap / 3600 AS sreport_reported
     FROM tot JOIN hrs USING ({keys})
     ORDER BY {keys}"""
 
