@@ -1756,8 +1756,8 @@ CHARGEBACK_VIEWS = ["summary", "by team", "by cost centre", "by gpu type", "reco
 def _chargeback_parser(sub) -> None:
     s = _command(sub, "chargeback", cmd_chargeback, "monthly statement per team and cost centre, reconciled to the cent",
                  "The month's GPU statement per team and cost centre, by GPU type: GPU-hours, rate, direct cost, "
-                 "share of idle cost, waste beside, total; a reconciliation proves that lines + unallocated idle + "
-                 "rate variance + rounding residue = cluster cost. A closed period is frozen and re-exports "
+                 "share of idle cost, waste beside, total; a reconciliation proves that cluster cost = charged to "
+                 "teams (direct + idle shares) + unallocated idle + rate variance + rounding residue. A closed period is frozen and re-exports "
                  "byte-identically; late jobs appear as adjustment lines in the next open period.")
     s.add_argument("--period", required=True, metavar="YYYY-MM", help="calendar month (in the governance "
                                                                       "period_timezone)")

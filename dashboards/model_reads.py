@@ -485,6 +485,13 @@ def previous_month(month: str) -> str:
     return next_period(month, -1)
 
 
+def month_cost_label(cost: dict) -> str:
+    """The headline row's name for :func:`month_cost`'s ``cost`` wherever it is shown (Overview, weekly report):
+    its status, and that the figure beside it is the whole previous month, not the previous week."""
+    status = {"closed": ", closed", "provisional": " to date"}.get(cost["status"], ", open")
+    return f"Cost {cost['month']}{status} (previous: all of {previous_month(cost['month'])})"
+
+
 #: what "Capacity reached" rests on wherever it is shown (Overview, weekly report): the upper band of the demand
 #: forecast against the target utilisation, not the median (the Forecast page shows both dates)
 CAPACITY_BAND, CAPACITY_TARGET = "80", 0.85

@@ -145,10 +145,9 @@ def _cost_row(rows: list, version: str, f: Filters) -> None:
     now = mr.month_cost(version, f)
     if isinstance(now, str):
         return
-    month, closed, to_date = now["month"], now["status"] == "closed", now["status"] == "provisional"
-    before = mr.month_cost(version, f, mr.previous_month(month))
-    _row(rows, f"Cost {month}" + (" (closed)" if closed else " (month to date)" if to_date else " (open)"),
-         now["currency"], now["cost"], before["cost"] if isinstance(before, dict) else None)
+    before = mr.month_cost(version, f, mr.previous_month(now["month"]))
+    _row(rows, mr.month_cost_label(now), now["currency"], now["cost"],
+         before["cost"] if isinstance(before, dict) else None)
 
 
 def fmt_value(x) -> str:

@@ -129,7 +129,9 @@ def test_a_team_lead_reads_the_weekly_report_in_their_dashboard_scope(lab):
     full = reports.weekly(lab, reports.week_window(WEEK))
     # the cluster's totals stay the cluster's in a scoped read; the cost chart names no other team
     assert mine.facts["figures"]["Allocation ratio"] == full.facts["figures"]["Allocation ratio"]
-    assert mine.facts["figures"]["Cost 2026-10 (month to date)"] == full.facts["figures"]["Cost 2026-10 (month to date)"]
+    # the figure beside a month's cost is the whole previous month, and its name says so (not "previous week")
+    cost = "Cost 2026-10 to date (previous: all of 2026-09)"
+    assert mine.facts["figures"][cost] == full.facts["figures"][cost]
 
 
 def test_the_team_note_shows_its_team_and_no_other(lab):

@@ -90,7 +90,7 @@ def _cost(col) -> dict | None:
     if isinstance(now, str):
         ui.kpi(col, "Cost this month", None, missing=f"no statement: {now}")
         return None
-    month, cur, closed = now["month"], now["currency"], now["status"] == "closed"
+    month, cur = now["month"], now["currency"]
     to_date = now["status"] == "provisional"      # the accounting does not reach the month's end yet
     last_month = mr.previous_month(month)
     before = mr.month_cost(ctx.version, f, last_month)
@@ -101,8 +101,7 @@ def _cost(col) -> dict | None:
                 "filter, the Chargeback page's *Charged to teams*: the cluster's cost less unallocated idle, rate "
                 "variance and rounding. Below it the whole previous month.")
     col.caption(ui.statement_status(now["status"]))
-    _row(f"Cost {month}" + (" (closed)" if closed else " (month to date)" if to_date else " (open)"), cur,
-         now["cost"], pcost, "Chargeback")
+    _row(mr.month_cost_label(now), cur, now["cost"], pcost, "Chargeback")
     return now
 
 
