@@ -78,6 +78,13 @@ def test_compare_runs_the_baseline_beside_the_scenario_with_the_same_seeds(wareh
     assert p95["change"] < 0 and p95["change_ci_low"] <= p95["change"] <= p95["change_ci_high"]
 
 
+def test_rows_read_all_then_pools_then_size_classes_smallest_first_then_teams():
+    scopes = ["team=nlp", "size_class=17-32", "pool=h100", "size_class=2-4", "all", "size_class=1", "team=cv"]
+    df = pl.DataFrame({"metric": ["jobs"] * 7 + ["p95_wait_h"], "scope": scopes + ["all"]}).reverse()
+    assert whatif._ordered(df)["scope"].to_list() == [
+        "all", "pool=h100", "size_class=1", "size_class=2-4", "size_class=17-32", "team=cv", "team=nlp", "all"]
+
+
 def test_demand_resampling_scales_jobs():
     jobs = pl.DataFrame({"job_uid": list(range(30)), "submit_s": [d * 86400.0 + 10 * i for d in range(3)
                                                                     for i in range(10)]})

@@ -14,7 +14,7 @@ import numpy as np
 import polars as pl
 from scipy import stats
 
-from models.definitions.labels import SIZE_CLASSES, size_class_expr
+from models.definitions.labels import SIZE_CLASSES, size_class_expr, size_order
 from models.simulation import workload as sw
 from models.simulation.simulate import EVENT_KINDS, Cluster, Policy, SimResult, node_events, simulate
 
@@ -144,7 +144,7 @@ def _summarise(reps: list[pl.DataFrame]) -> pl.DataFrame:
         rows.append((metric, scope, m, max(lo, 0.0) if not np.isnan(lo) else lo, hi, d.height))
     return pl.DataFrame(rows, schema={"metric": pl.Utf8, "scope": pl.Utf8, "mean": pl.Float64,
                                       "ci_low": pl.Float64, "ci_high": pl.Float64, "replications": pl.Int64},
-                        orient="row").sort("metric", "scope")
+                        orient="row").pipe(_ordered)
 
 
 def run_whatif(inp: Inputs, sc: Scenario, replications: int = 10, seed: int = 0,
@@ -188,7 +188,13 @@ def compare(inp: Inputs, sc: Scenario, replications: int = 10, seed: int = 0,
              "baseline_ci_high", "change", "change_ci_low", "change_ci_high"]
     return pl.DataFrame(rows, orient="row", schema={n: pl.Utf8 if i < 2 else pl.Int64 if n == "replications"
                                                     else pl.Float64 for i, n in enumerate(names)}
-                        ).sort("metric", "scope")
+                        ).pipe(_ordered)
+
+
+def _ordered(df: pl.DataFrame) -> pl.DataFrame:
+    """Rows by metric, then scope: all, pools, size classes smallest first (not "17-32" before "2-4"), teams."""
+    kind = pl.col("scope").str.extract(r"^([a-z_]+)=", 1).fill_null("")
+    return df.sort("metric", kind, size_order(pl.col("scope").str.replace(r"^size_class=", "")), "scope")
 
 
 def _floor0(x: float) -> float:
