@@ -1273,7 +1273,7 @@ def _grid(text: str | None) -> list[int] | None:
 
 
 def cmd_plan(args) -> int:
-    """Smallest node count of a pool whose p95 wait meets the target (grid sweep with replications)."""
+    """Smallest node count of a pool whose jobs' p95 wait meets the target (grid sweep with replications)."""
     from models.simulation import whatif
     target, sc, grid = _target_hours(args.target_p95_wait), _scenario(args), _grid(args.grid)
     inp = _sim_inputs(args)
@@ -1286,9 +1286,10 @@ def cmd_plan(args) -> int:
         raise CliError(str(exc)) from exc
     emit(table, args.format, args.out)
     if answer is None:
-        _err(f"no grid point up to {table['nodes'].max()} {pool} nodes meets p95 wait <= {target:g} h; extend --grid")
+        _err(f"no grid point up to {table['nodes'].max()} {pool} nodes meets p95 wait of {pool} jobs <= {target:g} h; "
+             "extend --grid")
         return EXIT_ERROR
-    _err(f"smallest {pool} capacity meeting p95 wait <= {target:g} h: {answer['nodes']} nodes "
+    _err(f"smallest {pool} capacity meeting p95 wait of {pool} jobs <= {target:g} h: {answer['nodes']} nodes "
          f"({answer['gpus']:g} GPUs; now {answer['current_nodes']} nodes), p95 wait {answer['p95_wait_h']:.2f} h "
          f"[95% interval {answer['ci_low']:.2f}-{answer['ci_high']:.2f} h over {args.replications} replications]"
          + ("" if answer["meets_with_confidence"] else "; the interval's upper end exceeds the target"))
@@ -1872,8 +1873,8 @@ def _simulate_parsers(sub) -> None:
 def _plan_parser(sub) -> None:
     s = _command(sub, "plan", cmd_plan, "smallest capacity that meets a p95 queue-wait target",
                  "Sweep a grid of node counts for one pool (backfill is not monotone in capacity, so no bisection) "
-                 "and report the smallest count from which the simulated p95 wait stays within the target, with its "
-                 "95% interval.")
+                 "and report the smallest count from which the simulated p95 wait of the pool's jobs stays within the "
+                 "target, with its 95% interval.")
     s.add_argument("--target-p95-wait", required=True, metavar="DURATION",
                    help="e.g. 2h, 90m, 1.5d or seconds (7200)")
     s.add_argument("--pool", metavar="POOL", help="pool (GPU type) to size; required if there are several")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+from dataclasses import replace
 import sys
 from pathlib import Path
 
@@ -100,10 +101,25 @@ def test_plan_returns_the_smallest_capacity_meeting_the_target(warehouse):
                                          grid=[2, 4, 8, 12], replications=2)
     assert table["nodes"].to_list() == [2, 4, 8, 12]
     meets = table["meets_target"].to_list()
-    if answer is not None:
-        i = table["nodes"].to_list().index(answer["nodes"])
-        assert all(meets[i:]) and (i == 0 or not meets[i - 1])
-        assert answer["ci_low"] <= answer["p95_wait_h"] <= answer["ci_high"]
+    i = table["nodes"].to_list().index(answer["nodes"])
+    assert all(meets[i:]) and (i == 0 or not meets[i - 1])
+    assert answer["ci_low"] <= answer["p95_wait_h"] <= answer["ci_high"]
+
+
+def test_plan_sizes_a_pool_by_its_own_jobs_waits_not_a_congested_other_pools(warehouse):
+    """One a100 node left: a100 jobs wait days whatever the h100 pool's size; the h100 plan still has an answer,
+    and its p95 is the simulator's p95 of the h100 jobs at that size."""
+    inp = whatif.load_inputs(warehouse)
+    starved = whatif.Scenario(remove={"a100": 3}, policy=POLICY)
+    table, answer = whatif.plan_capacity(inp, "h100", 2.0, starved, grid=[4, 8, 16], replications=2)
+    at = whatif.run_whatif(inp, replace(starved, add={"h100": 8}), 2, 0, ("pool",))
+    p95 = {r["scope"]: r["mean"] for r in at.filter(pl.col("metric") == "p95_wait_h").iter_rows(named=True)}
+    assert p95["all"] > 2.0 and p95["pool=a100"] > 2.0            # the overall p95 is out of reach
+    assert table.filter(pl.col("nodes") == 16)["p95_wait_h"][0] == pytest.approx(p95["pool=h100"])
+    assert answer is not None and answer["nodes"] <= 16 and answer["p95_wait_h"] <= 2.0
+    only_h100 = replace(inp, jobs=inp.jobs.filter(pl.col("pool") == "h100"))
+    with pytest.raises(ValueError, match="no a100 jobs in the window"):
+        whatif.plan_capacity(only_h100, "a100", 2.0, whatif.Scenario(policy=POLICY), grid=[4], replications=1)
 
 
 def test_cli_simulate_and_plan(warehouse, db_path, run_cli):

@@ -234,8 +234,10 @@ def plan_capacity(inp: Inputs, pool: str, target_p95_h: float, sc: Scenario | No
                   ) -> tuple[pl.DataFrame, dict | None]:
     """Sweep the number of nodes of ``pool`` over a grid (backfill is not monotone in capacity, so no
     bisection) and return (grid table, answer). The answer is the smallest node count from which every
-    larger grid point also meets the target on the replication mean of the overall p95 wait; its interval
-    is reported. Scenario fields other than capacity (demand, run time, policy) apply to every point."""
+    larger grid point also meets the target on the replication mean of the p95 wait (hours) of the pool's own
+    jobs (typed to it, or run on it): the other pools' waits do not depend on this pool's size, and a target
+    on the overall p95 would put out of reach whatever a congested other pool makes it. Its interval is
+    reported. Scenario fields other than capacity (demand, run time, policy) apply to every point."""
     sc = sc or Scenario()
     if pool not in inp.cluster.pools:
         raise ValueError(f"unknown pool {pool!r}; pools: {', '.join(inp.cluster.pools)}")
@@ -249,9 +251,12 @@ def plan_capacity(inp: Inputs, pool: str, target_p95_h: float, sc: Scenario | No
         d = n - n0
         s2 = replace(sc, add={**sc.add, pool: d} if d > 0 else dict(sc.add),
                      remove={**sc.remove, pool: -d} if d < 0 else dict(sc.remove))
-        m = run_whatif(inp, s2, replications, seed, by=())
-        p95 = m.filter((pl.col("metric") == "p95_wait_h") & (pl.col("scope") == "all")).row(0, named=True)
-        util = m.filter((pl.col("metric") == "utilization_pct") & (pl.col("scope") == f"pool={pool}"))
+        m = run_whatif(inp, s2, replications, seed, by=("pool",)).filter(pl.col("scope") == f"pool={pool}")
+        p95 = m.filter(pl.col("metric") == "p95_wait_h")
+        if p95.height == 0:
+            raise ValueError(f"no {pool} jobs in the window to plan for")
+        p95 = p95.row(0, named=True)
+        util = m.filter(pl.col("metric") == "utilization_pct")
         rows.append((n, n * per_node, p95["mean"], p95["ci_low"], p95["ci_high"],
                      util["mean"][0] if util.height else None))
     table = pl.DataFrame(rows, schema={"nodes": pl.Int64, "gpus": pl.Float64, "p95_wait_h": pl.Float64,
