@@ -674,11 +674,13 @@ def cmd_report_losses(args) -> int:
             df = losses.report(con, lo, hi, None if args.total else args.bucket or "month", args.by or "team")
     except ValueError as exc:
         raise UsageError(f"report losses: {exc}") from exc
+    b = losses.basis(con, lo, hi)
     if df.is_empty():
-        _say(args, "report losses: nothing to report in this window (no accounting, or no job lost work)")
+        _say(args, "report losses: nothing to report in this window ("
+                   + ("only jobs without node placement lost work, see below" if b.get("unplaced_jobs")
+                      else "no accounting, or no job lost work") + ")")
     else:
         emit(df, args.format, args.out)
-    b = losses.basis(con, lo, hi)
     if "window" in b:
         w0, w1 = b["window"]
         _say(args, f"window: whole UTC days {w0:%Y-%m-%d} to {w1:%Y-%m-%d} (the loss marts' grain); lost = GPUs x "

@@ -21,6 +21,8 @@ _SHORT = {"\t": "\\t", "\n": "\\n", "\r": "\\r"}
 #: columns that count things (jobs, GPUs, nodes, ...): whole values print as integers, never "32.00"
 COUNT_COLUMN = re.compile(r"(^|_)(n?jobs|n?gpus|n?nodes|ncpus|count|users|pods|lines|periods|replications|n)(_|$)")
 
+#: integer columns that name rather than count (run, line, job and budget numbers, years): no thousands separators
+ID_COLUMN = re.compile(r"(^|_)(id|uid|no|line|year|seed|port|pid|code|xid)$")
 #: columns in hours (GPU-hours, waits): 2 decimals even when every value is below 1
 HOURS_COLUMN = re.compile(r"(_h|hours)$")
 
@@ -61,7 +63,7 @@ def _cells(s) -> list[str]:
     if s.dtype == pl.Datetime and s.dtype.time_zone is None:
         return _datetime_cells(values)
     if s.dtype.is_integer():
-        return ["" if v is None else str(v) for v in values]
+        return ["" if v is None else str(v) if ID_COLUMN.search(s.name) else f"{v:,}" for v in values]
     return ["" if v is None else f"{v:,}" if isinstance(v, Decimal) else escape(str(v)) for v in values]
 
 

@@ -127,7 +127,11 @@ def test_each_column_has_one_format_so_its_decimal_points_line_up():
         "beyond_capacity_gpu_h": [0.0, 0.0],                                   # zeros in hours: 0.00
         "ratio": [0.0, 0.0],                                                   # all-zero fractions: 0.00
         "wait_p50_h": [0.0036, 12.5],                                          # a tiny non-zero keeps 2 digits
-        "jobs": [196.0, 218.0]})                                               # counts as integers
+        "jobs": [196.0, 218.0],                                                # counts as integers
+        "largest_gang_gpus_min": [4392, 12],                                   # integer counts with separators
+        "run_id": [12345, 7]})                                                 # numbers that name: none
     rows = [line.split() for line in format_table(df).splitlines()[2:]]
-    assert rows == [["2026-01-01", "2026-01-01", "07:30:00", "1,036.34", "0.8776", "0.00", "0.00", "0.0036", "196"],
-                    ["2026-02-01", "2026-02-01", "00:00:00", "0.74", "0.7000", "0.00", "0.00", "12.50", "218"]]
+    assert rows == [["2026-01-01", "2026-01-01", "07:30:00", "1,036.34", "0.8776", "0.00", "0.00", "0.0036", "196",
+                     "4,392", "12345"],
+                    ["2026-02-01", "2026-02-01", "00:00:00", "0.74", "0.7000", "0.00", "0.00", "12.50", "218", "12",
+                     "7"]]
