@@ -11,7 +11,10 @@ import polars as pl
 import pytest
 
 import timeline_fixtures as tf
+from conftest import FIXTURES
+from ingest import traces
 from models.forecasting import capacity
+from models.marts import timeline as timeline_mart
 
 
 def _frames(hist_vals, fc_vals, width=10.0):
@@ -295,3 +298,37 @@ def test_monthly_gpu_hours_are_divided_by_each_months_hours(tmp_path):
     assert row["recent_gpus"] == pytest.approx(1.0) and row["ceiling_gpus"] == 4.0 and row["gpus_needed_h6"] == 2
     with pytest.raises(ValueError, match="expected POOL=GPUS"):
         capacity.parse_capacity(["500"])
+
+
+def test_any_type_demand_gets_the_clusters_gpus_only_where_it_is_the_clusters_only_demand():
+    """Cluster x: every job asked for any GPU type (a trace without types or placement): "(any)" can use all 24
+    installed GPUs (16 a100 + 8 h100). Cluster y: typed demand too, so "(any)" shares the typed pools' GPUs and
+    gets no capacity of its own; a typed pool with no demand (all zero) does not count as demand."""
+    days = [dt.datetime(2024, 1, d) for d in (1, 2, 3)]
+    hist = pl.DataFrame({"cluster": ["x"] * 6 + ["y"] * 6,
+                         "pool": ["(any)"] * 3 + ["a100"] * 3 + ["(any)"] * 3 + ["h100"] * 3,
+                         "ts": days * 4, "value": [5.0, 6.0, 7.0, 0.0, 0.0, None, 1.0, 2.0, 3.0, 4.0, 0.0, 0.0]})
+    installed = pl.DataFrame({"cluster": ["x", "x", "y"], "pool": ["a100", "h100", "h100"],
+                              "capacity_gpus": [16.0, 8.0, 32.0], "available_gpus": [16.0, 8.0, 32.0]})
+    caps, notes = capacity.any_pool_capacity(hist, installed, ["cluster", "pool"])
+    assert caps == {("x", "(any)"): 24.0}
+    assert notes == ["x / (any): every job asked for any GPU type: its capacity is all 24 installed GPUs (a100, h100)",
+                     "y / (any): demand for any GPU type shares the GPUs of the typed pools (h100); no capacity of its "
+                     "own"]
+    one = hist.filter(pl.col("cluster") == "x").drop("cluster")
+    assert capacity.any_pool_capacity(one, installed.filter(pl.col("cluster") == "x").drop("cluster"), ["pool"])[0] \
+        == {("(any)",): 24.0}
+    assert capacity.any_pool_capacity(hist.filter(pl.col("pool") != "(any)"), installed, ["cluster", "pool"]) == ({}, [])
+
+
+def test_a_trace_without_gpu_types_gets_a_capacity_answer(con):
+    """openb's excerpt with its gpu_spec column dropped: no pod asks for a type, none names a node, so all demand
+    is "(any)"; its capacity is every installed GPU, and the forecast answers for it."""
+    traces.ingest(con, "alibaba-openb", FIXTURES / "traces" / "openb" / "openb_pod_list_gpuspec33.csv")
+    con.execute("UPDATE jobs SET gpu_type = NULL")
+    timeline_mart.build(con)
+    res = capacity.forecast_warehouse(con, 5)
+    installed = con.sql("SELECT sum(gpus) FROM nodes WHERE valid_to IS NULL").fetchall()[0][0]
+    assert res["capacity"]["pool"].to_list() == ["(any)"]
+    assert res["capacity"]["capacity_gpus"].to_list() == [float(installed)]
+    assert any(n.startswith("(any): every job asked for any GPU type") for n in res["notes"])

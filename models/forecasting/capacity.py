@@ -19,7 +19,7 @@ from pathlib import Path
 import duckdb
 import polars as pl
 
-from models.definitions.labels import described
+from models.definitions.labels import ANY_POOL, described
 from models.metrics import demand, timeline
 from models.forecasting import forecast, series_csv
 
@@ -244,7 +244,10 @@ def forecast_warehouse(con: duckdb.DuckDBPyConnection, horizon: int, by=("pool",
     if pfc.is_empty():
         return out
     overrides = overrides or {}
-    caps = {tuple(r[:-2]): overrides.get(r[-3], r[-2]) for r in pool_capacity(con, multi).iter_rows()}
+    installed = pool_capacity(con, multi)
+    caps = {tuple(r[:-2]): overrides.get(r[-3], r[-2]) for r in installed.iter_rows()}
+    any_caps, any_notes = any_pool_capacity(phist, installed, pool_keys)
+    caps.update({k: v for k, v in any_caps.items() if ANY_POOL not in overrides})
     caps.update(overrides)
     # served GPU-hours are allocations: never above what is installed, whatever was pending
     served = measure == "served"
@@ -252,7 +255,7 @@ def forecast_warehouse(con: duckdb.DuckDBPyConnection, horizon: int, by=("pool",
     answers = exhaustion(phist, pfc, caps, pool_keys, target_util, band, window or forecast.SEASON[freq],
                          per_hour, peaks=peaks, ceiling_k=1.0 if served else K_CEILING)
     known = answers.filter(pl.col("capacity_gpus").is_not_null())
-    out["notes"] = list(dict.fromkeys(out["notes"] + idle_notes(phist, pool_keys) + [
+    out["notes"] = list(dict.fromkeys(out["notes"] + idle_notes(phist, pool_keys) + any_notes + [
         f"{' / '.join(map(str, r[:len(pool_keys)]))}: no installed capacity known (pass --capacity "
         f"{r[len(pool_keys) - 1]}=GPUS): demand forecast only, no capacity answer"
         for r in answers.filter(pl.col("capacity_gpus").is_null()).select(pool_keys).iter_rows()]))
@@ -260,6 +263,36 @@ def forecast_warehouse(con: duckdb.DuckDBPyConnection, horizon: int, by=("pool",
     if by == pool_keys:
         out["forecast"] = cap_bands(fc, known, by, per_hour)
     return out
+
+
+def any_pool_capacity(history: pl.DataFrame, installed: pl.DataFrame, keys: list[str]) -> tuple[dict, list[str]]:
+    """Installed GPUs for the "(any)" pool (jobs that asked for no GPU type and name no node, e.g. a trace
+    without placement) of each cluster where it is the only pool with demand: every installed GPU of the
+    cluster can serve it, so its capacity is their sum. Where typed pools have demand too, the "(any)" demand
+    competes with them for the same GPUs and no share of them is its own: no capacity (a note says so, the
+    caller's --capacity gives one). Returns ({key tuple: GPUs}, notes)."""
+    if history.is_empty() or ANY_POOL not in history["pool"].to_list():
+        return {}, []
+    group = keys[:-1]
+    busy = history.group_by(keys, maintain_order=True).agg((pl.col("value").fill_null(0) != 0).any().alias("busy")
+                                                            ).filter("busy")
+    caps, notes = {}, []
+    for kv, part in (busy.partition_by(group, as_dict=True, maintain_order=True) if group else {(): busy}).items():
+        if ANY_POOL not in part["pool"].to_list():
+            continue
+        where = " / ".join(map(str, kv))
+        if part.height > 1:
+            notes.append(f"{where + ' / ' if where else ''}{ANY_POOL}: demand for any GPU type shares the GPUs of "
+                         f"the typed pools ({', '.join(sorted(p for p in part['pool'] if p != ANY_POOL))}); no "
+                         f"capacity of its own")
+            continue
+        mine = installed.filter(*(pl.col(c) == v for c, v in zip(group, kv))) if group else installed
+        if mine.height:
+            caps[(*kv, ANY_POOL)] = float(mine["capacity_gpus"].sum())
+            notes.append(f"{where + ' / ' if where else ''}{ANY_POOL}: every job asked for any GPU type: its "
+                         f"capacity is all {caps[(*kv, ANY_POOL)]:,.0f} installed GPUs ("
+                         f"{', '.join(mine['pool'].to_list())})")
+    return caps, notes
 
 
 def idle_notes(history: pl.DataFrame, keys: list[str]) -> list[str]:
