@@ -169,7 +169,8 @@ def _statement_csv_is_the_finance_export(page, warehouse_db: Path, tmp_path: Pat
 def _table_csv_has_human_labels(page) -> None:
     """A table's CSV has the labels shown on the page, never raw column names, and whole rows."""
     with page.expect_download(timeout=60_000) as dl:
-        page.get_by_role("button", name="Download CSV").first.click()
+        # the button of the table "By period and pool" (key dl_util), not whichever table's was mounted first
+        page.locator(".st-key-dl_util").get_by_role("button", name="Download CSV").click()
     header, *rows = list(csv.reader(io.StringIO(Path(dl.value.path()).read_text())))
     assert header[:2] == ["Period (day, UTC)", "Pool (GPU type)"] and "Allocated (GPU-hours)" in header
     assert not any("_" in h for h in header)
