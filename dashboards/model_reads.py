@@ -365,8 +365,7 @@ def blocked_by(df: pl.DataFrame, keys: list[str]) -> pl.DataFrame:
     """Sum :func:`blocked` rows over ``keys`` (none: one total row) and add the share fragmentation explains."""
     out = df.group_by(keys).agg([pl.col(c).sum() for c in BLOCKED_SUMS]) if keys else df.select(
         [pl.col(c).sum() for c in BLOCKED_SUMS])
-    return out.with_columns(pl.when(pl.col("wait_gpu_h") > 0)
-                            .then(pl.col("fragmentation_gpu_h") / pl.col("wait_gpu_h")).alias("fragmentation_share"))
+    return out.with_columns(blocked_mod.share_expr())
 
 
 # ---------------------------------------------------------------- fairness and queues (models/fairness.py, queue.py, issue 6)
@@ -436,8 +435,19 @@ def fragmentation_rate(version: str, f: Filters) -> float | None:
     return fragmentation_mod.rate(fragmentation(version, f, fragmentation_mod.WINDOW_BUCKET))
 
 
+#: why a figure that needs installed GPUs is missing: the warehouse has accounting but no node inventory
+NO_CAPACITY = "no GPU capacity known: no node inventory (ingest `scontrol show node` snapshots)"
+
+
+def capacity_known(version: str, f: Filters) -> bool:
+    """Whether the window has installed GPUs (node inventory): without, allocation ratio, fragmentation and
+    blocked waits cannot be told (a trace of jobs alone, such as MIT SuperCloud's)."""
+    return bool(window_totals(utilization(version, f, "month"), f).get("capacity_gpu_h"))
+
+
 def blocked_share(version: str, f: Filters) -> float | None:
-    """Share of the window's queue wait (GPU-hours) blocked by fragmentation; None without queue wait."""
+    """Share of the window's queue wait (GPU-hours) blocked by fragmentation; None without queue wait, or when
+    no inventory covers any of it (no node inventory: "0 % blocked" would be a claim we cannot make)."""
     df = blocked(version, f)
     if df is None:
         return None

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import re
 import secrets
 import sys
 from contextlib import contextmanager
@@ -205,9 +206,15 @@ def load_chart_code() -> None:
         event.html(f'<script type="module" src="./static/js/{CHART_CHUNK}"></script>', unsafe_allow_javascript=True)
 
 
+_ZERO_CHANGE = re.compile(r"^[+-]?0(\.0*)?( |$)")
+
+
 def kpi(col, label: str, value: str | None, delta: str | None = None, *, help: str | None = None,
         delta_color: str = "normal", missing: str = "not available yet", arrow: bool = True) -> None:
-    """A KPI tile; ``value`` None shows the reason it is missing instead of a number."""
+    """A KPI tile; ``value`` None shows the reason it is missing instead of a number. A change that rounds to
+    zero ("+0.0 pp") is shown grey without an arrow, not as a red or green rise."""
+    if delta is not None and _ZERO_CHANGE.match(delta):
+        delta_color, arrow = "off", False
     if value is None:
         col.metric(label, "—", help=help)
         col.caption(missing)

@@ -46,3 +46,38 @@ def test_headline_figures_match_the_models(lab_db, monkeypatch):
     at.switch_page("views/chargeback.py").run()
     assert at.selectbox(key="cb_period").value == "2026-10"
     assert dfx.metric(at, "Charged to teams").value == f"{cost:,.0f} EUR"
+
+
+def test_without_a_node_inventory_capacity_figures_say_why_instead_of_zero(run_cli, db_path, fixtures, monkeypatch):
+    """A job trace without nodes (MIT SuperCloud's): allocation ratio, fragmentation, blocked waits, idle and
+    unavailable GPU-hours cannot be told; the tiles say why ("0 % blocked" and "0 idle" were claims), and the
+    headline table (the weekly report's rows) has "—"."""
+    trace = fixtures / "traces" / "supercloud" / "slurm-log-handmade.csv"
+    assert run_cli("ingest", "trace", "mit-supercloud", str(trace))[0] == 0
+    days = {"f_dates": (dt.date(2021, 1, 1), dt.date(2021, 1, 14))}
+    at = dfx.open_page(dfx.app(db_path, monkeypatch), "overview", **days)
+    for label in ("Allocation ratio", "Fragmentation rate", "Waiting blocked by fragmentation"):
+        assert dfx.metric(at, label).value == "—", label
+    assert sum(c.value.startswith("no GPU capacity known: no node inventory") for c in at.caption) >= 3
+    table = dfx.frame_with(at, "Figure", "This period")
+    assert dict(zip(table["Figure"], table["This period"]))["Queue wait blocked by fragmentation"] == "—"
+    at = dfx.open_page(dfx.app(db_path, monkeypatch), "utilization", **days)
+    assert [dfx.metric(at, k).value for k in ("Allocation ratio", "Idle GPU-hours", "Unavailable GPU-hours")] \
+        == ["—"] * 3 and dfx.metric(at, "Allocated GPU-hours").value != "—"
+    at = dfx.open_page(dfx.app(db_path, monkeypatch), "fragmentation", **days)
+    assert [i.value for i in at.info] == ["Fragmentation needs the nodes' free GPUs: no GPU capacity known: no node "
+                                          "inventory (ingest `scontrol show node` snapshots)."]
+
+
+def test_a_change_that_rounds_to_zero_is_grey_without_an_arrow():
+    from dashboards import ui
+    shown = []
+
+    class Col:
+        def metric(self, label, value, delta, **kw):
+            shown.append((delta, kw["delta_color"], kw["delta_arrow"]))
+
+    for delta in ("+0.0 pp", "-0.0 pp", "+0.00", "+0.1 pp", "-5.0 h"):
+        ui.kpi(Col(), "x", "1", delta, delta_color="inverse")
+    assert shown == [("+0.0 pp", "off", "off"), ("-0.0 pp", "off", "off"), ("+0.00", "off", "off"),
+                     ("+0.1 pp", "inverse", "auto"), ("-5.0 h", "inverse", "auto")]

@@ -19,7 +19,10 @@ mr.prefetch([lambda: mr.blocked(ctx.version, f), lambda: mr.fragmentation(ctx.ve
              lambda: mr.fragmentation(ctx.version, f.previous(), WINDOW_BUCKET)])
 frag = mr.fragmentation(ctx.version, f, bucket)
 if frag is None or frag.height == 0:
-    ui.no_data("node samples", "Widen the dates or clear a filter.")
+    if mr.capacity_known(ctx.version, f):
+        ui.no_data("node samples", "Widen the dates or clear a filter.")
+    else:   # no filter brings samples back: there are no nodes to sample
+        st.info(f"Fragmentation needs the nodes' free GPUs: {mr.NO_CAPACITY}.", icon=":material/info:")
     st.stop()
 blocked_rows = mr.blocked(ctx.version, f)
 blocked_all = mr.blocked_by(blocked_rows, []) if blocked_rows is not None else None
@@ -44,6 +47,7 @@ ui.kpi(k[3], "Stranded for 8-GPU jobs (mean)",
        help="Free GPUs on nodes with fewer than 8 free: an 8-GPU job cannot use them.", missing="no 8-GPU nodes")
 if blocked_all is not None and (blocked_all["wait_gpu_h"][0] or 0) > 0:
     ui.kpi(k[4], "Waiting blocked by fragmentation", ui.pct(mr.blocked_share(ctx.version, f)),
+           missing=mr.NO_CAPACITY,
            help="Share of the queue wait (GPU-hours) of jobs pending in the window during which enough GPUs were "
                 "free in their partitions but no node (or set of nodes) could take the job.")
 else:

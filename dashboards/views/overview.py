@@ -37,7 +37,8 @@ def _fmt_value(x) -> str | None:
 
 def _allocation(col) -> None:
     a, b = mr.allocation_ratio(ctx.version, f), mr.allocation_ratio(ctx.version, prev)
-    ui.kpi(col, "Allocation ratio", ui.pct(a), ui.pp_delta(a, b), help="Allocated / available GPU-hours.")
+    ui.kpi(col, "Allocation ratio", ui.pct(a), ui.pp_delta(a, b), help="Allocated / available GPU-hours.",
+           missing=mr.NO_CAPACITY if not mr.capacity_known(ctx.version, f) else "no GPU available in the window")
     lost = mr.unplaced(ctx.version, f)
     if lost["jobs"]:    # the Utilization page's warning, in short
         col.caption(f"Leaves out {lost['gpu_h']:,.0f} GPU-hours of {lost['jobs']:,} jobs that name no node")
@@ -61,7 +62,8 @@ def _efficiency(col) -> None:
 def _fragmentation(col) -> None:
     fr, frb = mr.fragmentation_rate(ctx.version, f), mr.fragmentation_rate(ctx.version, prev)
     ui.kpi(col, "Fragmentation rate", ui.pct(fr), ui.pp_delta(fr, frb), delta_color="inverse",
-           help="Free GPUs the requests of each day could not use, over free GPUs (FGD), over the window's samples.")
+           help="Free GPUs the requests of each day could not use, over free GPUs (FGD), over the window's samples.",
+           missing=mr.NO_CAPACITY if not mr.capacity_known(ctx.version, f) else "no free GPUs in the window")
     _row("Fragmentation rate (FGD)", "%", _num(fr, 100), _num(frb, 100), "Fragmentation", "pp")
 
 
@@ -69,7 +71,7 @@ def _blocked(col) -> None:
     s, sb = mr.blocked_share(ctx.version, f), mr.blocked_share(ctx.version, prev)
     ui.kpi(col, "Waiting blocked by fragmentation", ui.pct(s), ui.pp_delta(s, sb), delta_color="inverse",
            help="Share of queue wait (GPU-hours) during which enough GPUs were free but scattered.",
-           missing="no queue wait in the window")
+           missing=mr.NO_CAPACITY if not mr.capacity_known(ctx.version, f) else "no queue wait in the window")
     _row("Queue wait blocked by fragmentation", "%", _num(s, 100), _num(sb, 100), "Fragmentation", "pp")
 
 
@@ -108,7 +110,8 @@ def _cost(col) -> dict | None:
 def _capacity(col) -> None:
     hit = mr.capacity_reached(ctx.version, f)
     if hit is None:
-        return ui.kpi(col, "Capacity reached (forecast)", None, missing="no pool with a forecast")
+        return ui.kpi(col, "Capacity reached (forecast)", None,
+                      missing="no pool with a forecast" if mr.capacity_known(ctx.version, f) else mr.NO_CAPACITY)
     if not hit:
         ui.kpi(col, "Capacity reached (forecast)", "not within 90 days")
         return _row(f"Capacity reached ({mr.CAPACITY_BASIS})", "date", "not within 90 days", None,
@@ -167,7 +170,7 @@ with ui.guarded(r2[1], "Cost this month"):
 left, right = st.columns(2)
 bucket = mr.auto_bucket(f)
 pools = mr.utilization(ctx.version, f, bucket, "gpu_type")
-if pools is not None and pools.height:
+if pools is not None and pools["allocation_ratio"].is_not_null().any():
     ui.chart(left, charts.lines(pools.with_columns(pl.col("allocation_ratio") * 100), "bucket", "allocation_ratio",
                                 color="gpu_type", colours=ctx.pool_colours, y_title="Allocation ratio (%)",
                                 title=f"Allocation ratio by pool per {bucket}", height=340), key="ov_alloc")

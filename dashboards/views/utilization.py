@@ -27,14 +27,18 @@ before = mr.window_totals(mr.utilization(ctx.version, f.previous(), "month"), f)
 
 k = st.columns(5)
 ratio, ratio_before = mr.allocation_ratio(ctx.version, f), mr.allocation_ratio(ctx.version, f.previous())
+known = mr.capacity_known(ctx.version, f)
 ui.kpi(k[0], "Allocation ratio", ui.pct(ratio), ui.pp_delta(ratio, ratio_before),
+       missing=mr.NO_CAPACITY if not known else "no GPU available in the window",
        help="Allocated GPU-hours inside capacity / available GPU-hours (capacity minus down, drained and "
             "maintenance). With a team filter: the selected teams' allocated GPU-hours / available GPU-hours.")
 ui.kpi(k[1], "Allocated GPU-hours", f"{now['allocated_gpu_h']:,.0f}",
        ui.rel_delta(now["allocated_gpu_h"], before.get("allocated_gpu_h")))
-ui.kpi(k[2], "Idle GPU-hours", f"{now['idle_gpu_h']:,.0f}", help="Available but allocated to no job.")
-ui.kpi(k[3], "Unavailable GPU-hours", f"{now['unavailable_gpu_h']:,.0f}",
-       help="Free GPUs on nodes that were down, drained or in maintenance (GPUs still held by jobs on a "
+# without capacity, idle and unavailable are unknown, not zero
+ui.kpi(k[2], "Idle GPU-hours", f"{now['idle_gpu_h']:,.0f}" if known else None, missing=mr.NO_CAPACITY,
+       help="Available but allocated to no job.")
+ui.kpi(k[3], "Unavailable GPU-hours", f"{now['unavailable_gpu_h']:,.0f}" if known else None,
+       missing=mr.NO_CAPACITY, help="Free GPUs on nodes that were down, drained or in maintenance (GPUs still held by jobs on a "
             "draining node count as allocated).")
 ui.kpi(k[4], "Queued GPU-hours", f"{now['pending_gpu_h']:,.0f}",
        help="GPU-hours that eligible jobs spent waiting in the queue in the window (requested GPUs x wait).")
@@ -72,7 +76,7 @@ left, right = st.columns(2)
 pools = mr.utilization(ctx.version, f, bucket, "gpu_type")
 chart_pools = pools if chart_bucket == bucket else mr.utilization(ctx.version, f, chart_bucket, "gpu_type")
 with left:
-    if chart_pools is not None and chart_pools.height:
+    if chart_pools is not None and chart_pools["allocation_ratio"].is_not_null().any():   # none: no capacity
         ui.chart(st, charts.lines(chart_pools.with_columns(pl.col("allocation_ratio") * 100), "bucket", "allocation_ratio",
                                   color="gpu_type", colours=ctx.pool_colours, y_title="Allocation ratio (%)",
                                   title="Allocation ratio by pool", height=360), key="util_pools")
@@ -87,7 +91,7 @@ with right:
                                  title="Allocated GPU-hours by team", height=360), key="util_teams")
 
 parts = mr.utilization(ctx.version, f, "month", "partition")
-if parts is not None and parts.height:
+if parts is not None and parts.height and known:
     per_part = (parts.group_by("partition").agg(pl.col("sreport_allocated", "available_gpu_h", "allocated_gpu_h",
                                                       "idle_gpu_h", "unavailable_gpu_h").sum())
                 .with_columns((100 * (pl.col("allocated_gpu_h" if f.teams else "sreport_allocated")

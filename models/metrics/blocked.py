@@ -103,16 +103,26 @@ def blocked(con: duckdb.DuckDBPyConnection, start=None, end=None, by: str | Iter
         out = _groups(per_job(con, start, end, interval), dims)
     if out is None or out.is_empty():
         return pl.DataFrame()
-    total_wait = out.filter(pl.col("_total"))["wait_gpu_h"].sum()
+    total = out.filter(pl.col("_total"))
+    total_wait = total["wait_gpu_h"].sum()
+    known_wait = total_wait - total["unknown_gpu_h"].sum()
+    # a wait whose every sample is unknown (no inventory covers it) says nothing about fragmentation: no share,
+    # not a share of 0 (a trace of jobs without nodes was "0 % blocked")
     out = out.with_columns(
-        pl.when(pl.col("wait_gpu_h") > 0).then(pl.col("fragmentation_gpu_h") / pl.col("wait_gpu_h"))
-        .alias("fragmentation_share"),
-        (pl.col("fragmentation_gpu_h") / total_wait if total_wait > 0 else pl.lit(None, pl.Float64))
+        share_expr(),
+        (pl.col("fragmentation_gpu_h") / total_wait if known_wait > 1e-9 else pl.lit(None, pl.Float64))
         .alias("fragmentation_share_of_all_wait"))
     order = [pl.col("_total")] + [size_order(pl.col(d)) if d == "size_class" else pl.col(d) for d in dims]
     return out.sort(order + [pl.col("wait_gpu_h")], descending=[False] * len(order) + [True]).select(
         *dims, pl.col("jobs").cast(pl.Int64), "wait_h", "wait_gpu_h", *[f"{c}_gpu_h" for c in CLASSES], "fragmentation_h",
         "fragmentation_share", "fragmentation_share_of_all_wait")
+
+
+def share_expr() -> pl.Expr:
+    """fragmentation_share of a row of summed classes: fragmentation_gpu_h / wait_gpu_h; null without wait or
+    when no inventory covers any of it (all unknown)."""
+    return (pl.when(pl.col("wait_gpu_h") - pl.col("unknown_gpu_h") > 1e-9)
+            .then(pl.col("fragmentation_gpu_h") / pl.col("wait_gpu_h")).alias("fragmentation_share"))
 
 
 def _groups(jobs: pl.DataFrame, dims: list[str]) -> pl.DataFrame | None:
