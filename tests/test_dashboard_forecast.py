@@ -34,8 +34,8 @@ def test_forecasts_and_exhaustion_dates_match_the_model(lab_db, monkeypatch):
     # the pseudo-pool of jobs that never ran (no GPU type) is not offered as a pool to plan for
     assert "(any)" not in set(table["Pool (GPU type)"])
     # ... but said why, once per note of the model (the pools without demand or without known capacity)
-    notes = [c.value for c in at.caption if c.value.startswith("Not charted: ")]
-    assert notes == [f"Not charted: {n}" for n in res["notes"]] and notes
+    notes = [c.value for c in at.caption if c.value in res["notes"]]
+    assert notes == res["notes"] and notes
 
 
 @pytest.mark.slow
@@ -105,3 +105,23 @@ def test_overview_capacity_tile_plans_each_clusters_pool(two_clusters_db, monkey
     else:
         h = hits.row(0, named=True)
         assert m.value == f"{h['exhausted_upper80']:%Y-%m-%d}" and m.delta.startswith(f"{h['cluster']} / {h['pool']},")
+
+
+def test_a_pool_without_known_capacity_is_still_charted_as_a_demand_forecast(db_path, monkeypatch):
+    """The lab's accounting without its node inventory (as a job trace such as MIT SuperCloud's): no capacity
+    answer, but the demand forecast a planner reads is drawn (it was "No forecastable pools"), its tile says why
+    there is no date, and no capacity line is claimed."""
+    dfx.cli(db_path, "ingest", "sacct", str(dfx.FIX / "sacct.psv"))
+    res = capacity.forecast_warehouse(Snapshot(db_path).cursor(), 90, by=("pool",), measure="demanded",
+                                      target_util=0.85, band="80")
+    assert res["capacity"].height == 0
+    pools = sorted(set(res["forecast"]["pool"]) - {"(any)"})
+    assert pools
+    at = dfx.open_page(dfx.app(db_path, monkeypatch), "forecast")
+    assert not [i.value for i in at.info if "No forecastable pools" in i.value]
+    titles = [f["layout"]["title"]["text"] for f in dfx.figures(at)]
+    for pool in pools:
+        assert f"{pool}: Demanded GPU-hours, history and forecast" in titles
+        assert dfx.metric(at, f"{pool}: capacity reached").value == "—"
+    assert "no installed capacity known" in [c.value for c in at.caption]
+    assert not any(c.value.startswith("Dotted red") for c in at.caption)

@@ -33,19 +33,27 @@ with st.spinner("Fitting and backtesting the forecast models..."):
                       by, cluster)
 hist, fc, summary, cap = res["history"], res["forecast"], res["summary"], res["capacity"]
 unit, per_hour, keys = res["unit"], res["per_hour"], list(res["keys"])
-# The series charted: each pool (on each cluster) with a capacity answer, else each one forecast; those the
-# cluster and pool filters keep.
-listed = cap if cap is not None else fc
-skeys = [k for k in keys if k in listed.columns]
-series = [s for s in (dict(zip(skeys, r)) for r in sorted(set(listed.select(skeys).iter_rows()),
+# The series charted: each pool (on each cluster) forecast, with its capacity answer where capacity is known
+# (a pool without one is still a demand forecast a planner reads); "(any)" only with a capacity of its own
+# (a trace without GPU types); those the cluster and pool filters keep.
+skeys = [k for k in keys if k in fc.columns]
+answered = set(cap.select(skeys).iter_rows()) if cap is not None and cap.height else set()
+series = [s for s in (dict(zip(skeys, r)) for r in sorted(set(fc.select(skeys).iter_rows()),
                                                           key=lambda r: tuple(map(str, r))))
-          if s["pool"] and s["pool"] != ANY_POOL and (not f.pools or s["pool"] in f.pools)
+          if s["pool"] and (s["pool"] != ANY_POOL or tuple(s.values()) in answered)
+          and (not f.pools or s["pool"] in f.pools)
           and (not f.clusters or s.get("cluster", f.clusters[0]) in f.clusters)]
 
 
 def _rows(df: pl.DataFrame, s: dict) -> pl.DataFrame:
     """The rows of ``df`` for series ``s`` (matched on the key columns ``df`` has)."""
     return df.filter(*[pl.col(k) == v for k, v in s.items() if k in df.columns])
+
+
+def _answer(s: dict) -> dict:
+    """The capacity answer of series ``s`` ({} when its capacity is unknown)."""
+    rows = _rows(cap, s) if cap is not None and cap.height else None
+    return rows.row(0, named=True) if rows is not None and rows.height else {}
 
 
 def _name(s: dict) -> str:
@@ -56,25 +64,26 @@ if "cluster" in skeys:
     st.caption("One forecast per cluster and pool: a pool name shared by several clusters is planned per cluster.")
 if f.teams or f.partitions:
     st.caption("Capacity answers are per pool: the team and partition filters do not apply on this page.")
-for note in res.get("notes", []):      # pools without demand or without known capacity: not charted
-    st.caption(f"Not charted: {note}")   # the note says why (no demand: not forecast; no capacity: no answer)
+for note in res.get("notes", []):      # pools without demand (not forecast) or without known capacity (no answer)
+    st.caption(note)
 if not series:
     ui.no_data("forecastable pools")
 else:
     y_title = f"{'GPUs' if measure == 'peak' else 'GPU-hours per day'}"
     k = st.columns(max(1, len(series)))
     for col, s in zip(k, series):
-        row = _rows(cap, s).row(0, named=True) if cap is not None else {}
+        row = _answer(s)
         ex = row.get("exhausted_upper80" if band != "median" else "exhausted_median")
-        ui.kpi(col, f"{_name(s)}: capacity reached", f"{ex:%Y-%m-%d}" if ex else f"not within {horizon} days",
+        ui.kpi(col, f"{_name(s)}: capacity reached",
+               None if not row else f"{ex:%Y-%m-%d}" if ex else f"not within {horizon} days",
                f"{row.get('capacity_gpus', 0):,.0f} GPUs installed" if row.get("capacity_gpus") else None,
-               delta_color="off", arrow=False,
+               missing="no installed capacity known", delta_color="off", arrow=False,
                help=f"First day the {band} forecast (smoothed) exceeds {target} % of installed capacity.")
     grid = st.columns(2)
     for i, s in enumerate(series):
         h = _rows(hist, s).filter(pl.col("ts") >= f.t0 - dt.timedelta(days=f.days))
         fp = _rows(fc, s)
-        row = _rows(cap, s).row(0, named=True) if cap is not None else {}
+        row = _answer(s)
         ex = row.get("exhausted_upper80" if band != "median" else "exhausted_median")
         limit = None
         if row.get("capacity_gpus") and measure != "served":
@@ -86,8 +95,8 @@ else:
                                    y_title=y_title, title=f"{_name(s)}: {measure_label}, history and forecast",
                                    capacity=limit, capacity_col="cap", exhaustion=ex, height=360)
         ui.chart(grid[i % 2], fig, key=f"fc_{tuple(s.values())!r}")
-    st.caption(f"Dotted red: {target} % of installed capacity, in the series' units. Bands: 80 % and 95 % "
-               "prediction intervals, calibrated on the backtest's errors.")
+    st.caption((f"Dotted red: {target} % of installed capacity, in the series' units. " if answered else "")
+               + "Bands: 80 % and 95 % prediction intervals, calibrated on the backtest's errors.")
     for r in (cap.filter(pl.col("above_ceiling_from").is_not_null()).iter_rows(named=True)
               if cap is not None and "above_ceiling_from" in cap.columns else ()):
         st.caption(f"{_name({k: r[k] for k in skeys})}: {r['note']}")   # a band beyond physical demand: drawn capped
