@@ -218,11 +218,15 @@ def cmd_ingest_sacct(args) -> int:
 def cmd_ingest_nodes(args) -> int:
     from ingest import slurm_nodes
     as_of = _time(args.as_of, "--as-of")
+    if args.fields and args.format == "scontrol":
+        raise UsageError("--fields names sinfo columns; scontrol records name their own")
+    fields = slurm_nodes.parse_sinfo_fields(args.fields) if args.fields else None
     con = _open(args)
     summaries = []
     for f in args.files:
         summaries.append(slurm_nodes.ingest_path(con, f, fmt=args.format, cluster=args.cluster,
-                                                 as_of=as_of and as_of.isoformat(), retire_missing=args.retire_missing))
+                                                 as_of=as_of and as_of.isoformat(), retire_missing=args.retire_missing,
+                                                 fields=fields))
         _print_ingest_summary(args, summaries[-1])
     _after_ingest(args, con)
     return _ingest_status(args, summaries)
@@ -1490,6 +1494,9 @@ def _slurm_parsers(ising) -> None:
     s.add_argument("--as-of", metavar="T", help=f"when the snapshot was taken (default now; {TIME_HELP})")
     s.add_argument("--retire-missing", action="store_true",
                    help="nodes absent from this snapshot leave the inventory as of --as-of")
+    s.add_argument("--fields", metavar="LIST",
+                   help="the columns of sinfo output without a header line: its -O list as given to sinfo "
+                        "(e.g. 'NodeList:|,Partition:|,StateLong:|,Gres:|'; widths and separators allowed)")
     _no_refresh(s)
     s = _command(ising, "events", cmd_ingest_events, "node outages: `sacctmgr -P show event All_Time`")
     s.add_argument("files", nargs="+", metavar="FILE", help="'-' for stdin")

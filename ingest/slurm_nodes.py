@@ -40,10 +40,26 @@ SINFO_HEADERS = {
     "partition": "partition", "partitionname": "partition",
     "state": "state", "statelong": "state", "statecompact": "state",
     "gres": "gres", "gres_used": "gresused", "gresused": "gresused",
-    "cpus": "cpus", "cpus(a/i/o/t)": "cpustate", "cpusstate": "cpustate", "nodeaiot": "cpustate",
+    "cpus": "cpus", "cpus(a/i/o/t)": "cpustate", "cpusstate": "cpustate",
     "memory": "memory", "reason": "reason", "cluster": "cluster", "allocmem": "allocmem",
     "features_act": "features", "active_features": "features", "features": "features",
 }
+#: the sinfo columns a headerless output must name with --fields: at least the node
+NODE_FIELDS = "NodeList, NodeHost or NodeName"
+
+
+def parse_sinfo_fields(text: str) -> list[str]:
+    """``--fields`` of a headerless sinfo output (``sinfo -h -N -O ...``): its -O list as given to sinfo, widths
+    and separators allowed ("NodeList:20,Gres:|,StateLong") → our column names ("node", "gres", "state"); a
+    field we do not read keeps its name with a leading "_" (it is split off and ignored). NodeAIOT counts
+    nodes (allocated/idle/other/total), not CPUs: it is ignored, CPUsState gives the CPUs."""
+    names = [f.split(":", 1)[0].strip().lower() for f in text.split(",")]
+    if not all(names):
+        raise InputError("--fields", f"{text!r}: an empty field name")
+    cols = [SINFO_HEADERS.get(n, "_" + n) for n in names]
+    if "node" not in cols:
+        raise InputError("--fields", f"{text!r}: no node name field ({NODE_FIELDS})")
+    return cols
 
 
 class BadField(ValueError):
@@ -211,21 +227,23 @@ def _split_sinfo(line: str, delim: str | None) -> list[str]:
 
 
 def _sinfo_records(lines: list[str], fields: list[str] | None) -> tuple[list, list, list]:
-    """(records, skipped (line_no, reason), rejected (line_no, field, reason)) of sinfo output."""
-    first = next((i for i, l in enumerate(lines) if l.strip()), None)
-    if first is None:   # nothing but blank lines: each one is accounted for, none is a record
-        return [], [(i, "blank line") for i in range(1, len(lines) + 1)], []
+    """(records, skipped (line_no, reason), rejected (line_no, field, reason)) of sinfo output; ``fields``
+    (:func:`parse_sinfo_fields`) names the columns of an output without a header line."""
+    # the first line that is neither blank nor a copied "$ sinfo ..." prompt: the header, or the first node
+    first = next((i for i, l in enumerate(lines) if l.strip() and not l.lstrip().startswith("$ ")), None)
+    if first is None:   # nothing but blank (and prompt) lines: each one is accounted for, none is a record
+        return [], [(i, "blank line" if not l.strip() else "shell prompt line")
+                    for i, l in enumerate(lines, start=1)], []
     delim = "|" if "|" in lines[first] else None
     skipped, rejected, recs = [], [], []
     cols = fields
-    if cols is None:
-        header = [h.strip().lower() for h in _split_sinfo(lines[first], delim)]
-        if sum(h in SINFO_HEADERS for h in header) >= 2:
-            cols = [SINFO_HEADERS.get(h, "_" + h) for h in header]
-            skipped.append((first + 1, "header line"))
-        else:
-            raise InputError("sinfo", "no header line naming the columns (give --format scontrol, or an sinfo "
-                                      "output with its header: sinfo -N -O NodeList,Partition,StateLong,Gres,...)")
+    header = [h.strip().lower() for h in _split_sinfo(lines[first], delim)]
+    if sum(h in SINFO_HEADERS for h in header) >= 2:
+        cols = [SINFO_HEADERS.get(h, "_" + h) for h in header]     # a header wins over --fields: it is the truth
+        skipped.append((first + 1, "header line"))
+    elif cols is None:
+        raise InputError("sinfo", "no header line naming the columns: give them with --fields (the -O list of "
+                                  "`sinfo -h -N -O NodeList,Partition,StateLong,Gres,...`), or --format scontrol")
     for i, line in enumerate(lines, start=1):
         if any(ln == i for ln, _ in skipped):
             continue
@@ -303,9 +321,10 @@ def _merge_records(recs: list[NodeRecord]) -> list[NodeRecord]:
 
 
 def ingest_path(con, path: str, fmt: str = "auto", cluster: str | None = None, as_of: str | None = None,
-                retire_missing: bool = False) -> dict:
+                retire_missing: bool = False, fields: list[str] | None = None) -> dict:
     data, name = read_input(path)
-    return ingest_bytes(con, data, name, fmt=fmt, cluster=cluster, as_of=as_of, retire_missing=retire_missing)
+    return ingest_bytes(con, data, name, fmt=fmt, cluster=cluster, as_of=as_of, retire_missing=retire_missing,
+                        fields=fields)
 
 
 def _parse_as_of(as_of: str | None) -> dt.datetime:
@@ -323,8 +342,9 @@ def _parse_as_of(as_of: str | None) -> dt.datetime:
 
 
 def ingest_bytes(con, data: bytes, name: str, fmt: str = "auto", cluster: str | None = None,
-                 as_of: str | None = None, retire_missing: bool = False) -> dict:
-    """Load one node snapshot in one transaction; returns the run summary."""
+                 as_of: str | None = None, retire_missing: bool = False, fields: list[str] | None = None) -> dict:
+    """Load one node snapshot in one transaction; returns the run summary. ``fields``: the columns of a
+    headerless sinfo output (:func:`parse_sinfo_fields`)."""
     lines = text_lines(data)
     when = _parse_as_of(as_of)
     if fmt == "auto":
@@ -347,7 +367,7 @@ def ingest_bytes(con, data: bytes, name: str, fmt: str = "auto", cluster: str | 
         loaded_lines = sum(r.n_lines for r in recs)
     else:
         try:
-            recs, skipped, rejected = _sinfo_records(lines, None)
+            recs, skipped, rejected = _sinfo_records(lines, fields)
         except InputError as exc:
             raise InputError(name, exc.message) from exc
         loaded_lines = len({r.line_no for r in recs})
@@ -361,7 +381,8 @@ def ingest_bytes(con, data: bytes, name: str, fmt: str = "auto", cluster: str | 
         r.cluster = r.cluster or default_cluster
     nodes = _merge_records(recs)
     run = warehouse.IngestRun(con, "nodes", name, sha256=hashlib.sha256(data).hexdigest(), nbytes=len(data),
-                              cluster=default_cluster, options={"format": fmt, "as_of": when.isoformat()})
+                              cluster=default_cluster, options={"format": fmt, "as_of": when.isoformat()},
+                              stored_as="nodes")
     with run:
         run.lines_read = len(lines)
         for ln, reason in skipped:

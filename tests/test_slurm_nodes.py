@@ -5,6 +5,7 @@ import pytest
 
 from conftest import shared_path
 from ingest import slurm_nodes
+from ingest.errors import InputError
 from ingest.slurm_nodes import normalise_state, parse_gres
 
 SCONTROL_O = (
@@ -101,8 +102,52 @@ def test_sinfo_with_header_one_line_per_partition(con):
 
 
 def test_sinfo_without_header_is_a_clear_error(con, fixtures):
-    with pytest.raises(Exception, match="no header line"):
+    with pytest.raises(Exception, match="no header line naming the columns: give them with --fields"):
         slurm_nodes.ingest_path(con, str(fixtures / "sinfo" / "datadog-sinfo.txt"))
+
+
+#: the -O list DataDog's Slurm check runs (tests/fixtures/PROVENANCE.md)
+DATADOG_FIELDS = ("PartitionName:|,Available:|,NodeList:|,NodeAIOT:|,Memory:|,Cluster:|,CPUsLoad:|,FreeMem:|,Disk:|,"
+                  "StateLong:|,Reason:|,features_act:|,Threads:|,Gres:|,GresUsed:")
+
+
+def test_headerless_sinfo_reads_with_the_fields_it_was_run_with(con, fixtures):
+    """`sinfo -haNO ...` as a monitoring check runs it: no header, the -O list given as --fields. NodeAIOT
+    (nodes allocated/idle/other/total) is not the CPUs: c1's "0/1/0/1" once read as 1 CPU."""
+    fields = slurm_nodes.parse_sinfo_fields(DATADOG_FIELDS)
+    assert fields[:4] == ["partition", "_available", "node", "_nodeaiot"] and fields[-2:] == ["gres", "gresused"]
+    s = slurm_nodes.ingest_path(con, str(fixtures / "sinfo" / "datadog-sinfo.txt"), cluster="dd", fields=fields)
+    assert (s["read"], s["loaded"], s["skipped"], s["rejected"], s["inserted"]) == (3, 3, 0, 0, 3)
+    assert con.sql("""SELECT node, partitions, gpus, gpu_type, cpus, mem_bytes // 2^20, features FROM nodes
+                      ORDER BY node""").fetchall() == [
+        ("c1", "normal", 4, "tesla", None, 1000, None), ("c2", "normal", 4, "tesla", None, 1000, None),
+        ("c3", "buz", 0, None, None, 5000, "foo")]
+    assert con.sql("SELECT node, state, reason, gpus_alloc FROM node_states ORDER BY node").fetchall() == [
+        ("c1", "IDLE", None, 3), ("c2", "IDLE", None, 4), ("c3", "IDLE", "test", None)]
+
+
+def test_sinfo_fields_name_a_node_and_a_header_wins_over_them(con, fixtures):
+    with pytest.raises(InputError, match="no node name field"):
+        slurm_nodes.parse_sinfo_fields("Gres,StateLong")
+    with pytest.raises(InputError, match="an empty field name"):
+        slurm_nodes.parse_sinfo_fields("NodeList,,Gres")
+    # a copied "$ sinfo" prompt before the header is skipped, and the header names the columns
+    s = slurm_nodes.ingest_path(con, str(fixtures / "sinfo" / "biocloud-aau-sinfo-custom-format.txt"), cluster="aau",
+                                fields=slurm_nodes.parse_sinfo_fields("Gres,NodeList"))
+    assert s["skip_reasons"] == {"shell prompt line": 1, "header line": 1}
+    # 12 lines name 14 nodes; the line whose NODELIST sinfo's fixed width cut ("bio-node[03,06-") is rejected
+    assert (s["read"], s["loaded"], s["rejected"], s["inserted"], s["stored_as"]) == (15, 12, 1, 14, "nodes")
+    assert s["reject_examples"] == [f"{fixtures / 'sinfo' / 'biocloud-aau-sinfo-custom-format.txt'}:9: field node: "
+                                    "unbalanced '[' in 'bio-node[03,06-'"]
+
+
+def test_cli_ingest_nodes_with_fields(run_cli, fixtures):
+    code, _, err = run_cli("ingest", "nodes", str(fixtures / "sinfo" / "datadog-sinfo.txt"), "--cluster", "dd",
+                           "--fields", DATADOG_FIELDS, "--no-refresh")
+    assert code == 0 and "loaded 3 (new 3" in err
+    code, _, err = run_cli("ingest", "nodes", str(fixtures / "sinfo" / "datadog-sinfo.txt"), "--format", "scontrol",
+                           "--fields", DATADOG_FIELDS)
+    assert code == 2 and "--fields names sinfo columns" in err
 
 
 def test_sinfo_whitespace_with_header(con, fixtures):
