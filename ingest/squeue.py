@@ -158,6 +158,10 @@ def load(con, text: str | bytes, captured_at: dt.datetime, source_name: str, clu
     (loaded/skipped/rejected add up to the lines read). ``source_name`` names the input in ``ingest_runs``."""
     data = text.encode() if isinstance(text, str) else text
     lines = text_lines(data)
+    if any(line.lstrip().startswith("JobId=") for line in lines[:50]):
+        # another command's output, not a snapshot whose every line is rejected for want of a header
+        raise InputError(source_name, "this is `scontrol show job` output; `ingest squeue` reads `squeue --Format` "
+                                      "output with '|' separators (the command: docs/CLI.md, ingest squeue)")
     window = plausible.window()
     if not window.contains(captured_at):
         raise InputError("--captured-at", window.reason(f"{captured_at:%Y-%m-%d %H:%M:%S}"))

@@ -18,6 +18,7 @@ import polars as pl
 import pytest
 
 from ingest import squeue, warehouse
+from ingest.errors import InputError
 from models.metrics import pending
 from waiting_fixtures import WAITING, shared_db, squeue_files
 
@@ -61,6 +62,14 @@ def test_every_line_is_loaded_skipped_or_rejected(con):
     assert (s["inserted"], s["updated"]) == (0, 2) and con.sql("SELECT count(*) FROM squeue_snapshots").fetchall() == [(2,)]
     with pytest.raises(Exception, match="captured-at"):
         squeue.load(con, text, dt.datetime(1999, 1, 1), "old.psv")
+
+
+def test_scontrol_show_job_output_is_named_not_rejected_line_by_line(con):
+    text = ("JobId=1432 JobName=train UserId=alice(1000) GroupId=ml(1000)\n"
+            "   JobState=PENDING Reason=Priority Dependency=(null)\n")
+    with pytest.raises(InputError, match=r"jobs.txt: this is `scontrol show job` output; `ingest squeue` reads"):
+        squeue.load(con, text, AT, "jobs.txt", cluster="c1")
+    assert con.sql("SELECT count(*) FROM rejects").fetchall() == [(0,)]
 
 
 def test_captured_snapshots_load_completely(ro):
