@@ -88,8 +88,30 @@ def _segment_sql(cols: list[str]) -> str:
     FROM t"""
 
 
+#: what other nvidia-smi outputs look like (their first non-blank line), so a wrong file is named, not told it
+#: lacks a header: (test, what it is)
+_OTHER_OUTPUTS = (
+    (lambda l: l.startswith("<?xml") or l.startswith("<nvidia_smi_log"), "`nvidia-smi -q -x` (XML)"),
+    (lambda l: l.startswith("==============NVSMI LOG"), "`nvidia-smi -q`"),
+    (lambda l: l.startswith("# gpu"), "`nvidia-smi dmon`"),
+    (lambda l: re.match(r"GPU \d+: .*\(UUID: ", l) is not None, "`nvidia-smi -L`"),
+    (lambda l: l.startswith("+---") or "NVIDIA-SMI" in l or re.match(r"\w{3} \w{3} [ \d]\d \d\d:", l) is not None,
+     "the `nvidia-smi` summary table"),
+    (lambda l: "pid" in _names(l) and "process_name" in _names(l), "`--query-compute-apps` (one line per process)"),
+)
+
+
+def _other_output(lines: list[str]) -> str | None:
+    first = next((line.strip() for line in lines if line.strip()), "")
+    return next((what for test, what in _OTHER_OUTPUTS if test(first)), None)
+
+
 def _layouts(lines: list[str], fields: str | None, name: str) -> list[tuple[int, int, list[str]]]:
     """(after_line, before_line, columns) per layout; header lines are the boundaries."""
+    other = _other_output(lines)
+    if other:
+        raise InputError(name, f"this is {other} output; `ingest nvidia-smi` reads `nvidia-smi --query-gpu="
+                               "timestamp,index,utilization.gpu,... --format=csv` logs (docs/CLI.md)")
     heads = [i + 1 for i, line in enumerate(lines) if line.strip() and _is_header(line)]
     segs = []
     if not heads or heads[0] != next((i + 1 for i, line in enumerate(lines) if line.strip()), 1):
