@@ -153,7 +153,8 @@ def _print_ingest_summary(args, summary: dict) -> bool:
     reasons = ", ".join(f"{n} {r}" for r, n in sorted(summary.get("skip_reasons", {}).items()))
     stored = summary["inserted"] + summary["updated"] + summary["unchanged"]
     into = f" into {stored} {summary['stored_as']}" if stored != summary["loaded"] else ""
-    _say(args, f"{summary['input']}: read {summary['read']} lines: loaded {summary['loaded']}{into} "
+    _say(args, f"{summary['input']}: read {summary['read']} {summary.get('read_as', 'lines')}: "
+               f"loaded {summary['loaded']}{into} "
                f"(new {summary['inserted']}, updated {summary['updated']}, unchanged {summary['unchanged']}), "
                f"skipped {summary['skipped']}" + (f" [{reasons}]" if reasons else "")
                + f", rejected {summary['rejected']} (run {summary['run_id']})")

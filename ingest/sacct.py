@@ -20,7 +20,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from ingest import jobs_store, plausible, slurm_sql, textsplit, warehouse
+from ingest import jobs_store, plausible, sacct_json, slurm_sql, textsplit, warehouse
 from ingest.errors import InputError
 from ingest.inputs import check_zone, read_input
 
@@ -417,6 +417,13 @@ def ingest_bytes(con: duckdb.DuckDBPyConnection, data: bytes, input_name: str, o
     view of it), which saves a copy of a large input.
     """
     opts = SacctOptions(**vars(opts))
+    json_input = sacct_json.looks_like_json(data)
+    if json_input:     # `sacct --json`: one line per job record, in our field list, times in UTC
+        if opts.fields or opts.delimiter:
+            raise InputError("--fields", f"{input_name} is JSON, whose records name their fields: drop "
+                                         f"{'--fields' if opts.fields else '--delimiter'}")
+        data, buf = sacct_json.to_sacct_text(data, input_name), None
+        opts.fields, opts.delimiter, opts.tz = ",".join(sacct_json.FIELDS), "|", "UTC"
     data, bad_utf8 = textsplit.to_utf8(data)
     if bad_utf8:
         buf = None
@@ -430,7 +437,9 @@ def ingest_bytes(con: duckdb.DuckDBPyConnection, data: bytes, input_name: str, o
     slurm_sql.register(con)
     window = plausible.window()
     options = {"delimiter": opts.delimiter, "tz": opts.tz, "fields": opts.fields, "cluster": cluster,
-               "non_utf8_bytes": bad_utf8, "time_window": window.describe()}
+               "non_utf8_bytes": bad_utf8, "time_window": window.describe(),
+               **({"format": "json", "records": sacct_json.RECORDS_NOTE, "read_as": "job records"}
+                  if json_input else {})}
     # hashlib releases the GIL: the digest of a large input is computed while it is split and typed
     digest = ThreadPoolExecutor(max_workers=1)
     sha = digest.submit(lambda: hashlib.sha256(data).hexdigest())
@@ -455,7 +464,7 @@ def ingest_bytes(con: duckdb.DuckDBPyConnection, data: bytes, input_name: str, o
             rows = np.flatnonzero(is_data[lo + 1:hi]) + lo + 1
             if not len(rows):
                 continue
-            hint = ("columns of the header line" if seg else
+            hint = ("columns of the header line" if seg else "a job record of the JSON" if json_input else
                     "the Open XDMoD default list; give --fields for other layouts" if not opts.fields else "--fields")
             _stage_segment(con, run, lines, rows, cols, opts, cluster, source, hint, f"_stg_seg{seg}", window)
             staged.append(f"_stg_seg{seg}")

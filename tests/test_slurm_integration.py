@@ -297,6 +297,31 @@ def test_gpu_hours_per_account_equal_sacct_and_sreport(ingested):
 
 @pytest.mark.slurm
 @pytest.mark.slow
+def test_sacct_json_loads_the_same_jobs_as_the_parsable_export(ingested, tmp_path):
+    """The same accounting as `sacct --json` (this Slurm's own JSON, not a capture) loads the same jobs, field
+    by field, as `ingest sacct --live` loaded from --parsable2."""
+    out = _slurm("sacct", "--json", "--allusers", "--duplicates", "--starttime", "2020-01-01T00:00:00",
+                 "--endtime", "now")
+    (tmp_path / "jobs.json").write_text(out)
+    db = tmp_path / "json.duckdb"
+    err = _cli(db, "ingest", "sacct", str(tmp_path / "jobs.json"), "--no-refresh")
+    assert "rejected 0" in err and "job records" in err, err
+    cols = ("job_id, job_id_raw, cluster, state, submit, eligible, start, \"end\", elapsed_s, timelimit_s, ngpus, "
+            "req_gpus, gpu_type, nnodes, ncpus, account, \"user\", qos, partition, nodelist, exit_code, "
+            "array_job_id, array_task_id, job_name")
+    want = _query(ingested["db"], f"SELECT {cols} FROM jobs ORDER BY job_id_raw, submit")
+    got = _query(db, f"SELECT {cols} FROM jobs ORDER BY job_id_raw, submit")
+    assert len(got) == len(want) > 10
+    names = [c.strip().strip('"') for c in cols.split(",")]
+    diffs = [(w[1], w[3], n, a, b) for w, g in zip(want, got) for n, a, b in zip(names, w, g) if a != b]
+    # Slurm 22.05's JSON prints a FAILED job's exit code as SUCCESS/0 (sacct: 3:0): loaded as unknown, not as 0
+    lost = [d for d in diffs if d[1] == "FAILED" and d[2] == "exit_code" and d[3] and d[4] is None]
+    assert [d for d in diffs if d not in lost] == [] and len(lost) == 3
+    assert _query(db, "SELECT count(*) FROM jobs WHERE nullif(extra->>'reservation', '') IS NOT NULL")[0][0] == 0
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
 def test_live_watermark_rereads_with_overlap_and_updates_finished_job(ingested):
     db, late = ingested["db"], ingested["ids"]["late"]
     assert ingested["after_live1"][late][0] == "RUNNING" and ingested["after_live1"][late][1] is None

@@ -196,7 +196,8 @@ def ingest_job_log(con, path: Path, cluster: str, zone_name: str) -> dict:
         except (KeyError, TypeError) as exc:
             bad.append({"line_no": n, "field": None, "reason": f"job {n}: malformed record ({exc})"})
     run = common.open_run(con, KIND, path, data, cluster, {"part": "job log", "tz": zone_name,
-                                                           "records": "jobs (lines_read counts JSON records)"})
+                                                           "records": "jobs (lines_read counts JSON records)",
+                                                           "read_as": "job records"})
     with run:
         run.lines_read, run.stored_as = len(records), "job attempts"
         for b in bad:

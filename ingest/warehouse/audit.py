@@ -137,6 +137,7 @@ class IngestRun:
         return {"run_id": self.run_id, "input": self.input_name, "read": self.lines_read, "loaded": self.loaded,
                 "skipped": self.skipped, "rejected": self.rejected, "inserted": self.inserted,
                 "updated": self.updated, "unchanged": self.unchanged, "stored_as": self.stored_as,
+                "read_as": self.options.get("read_as", "lines"),
                 "skip_reasons": {k: v[0] for k, v in self.skips.items()}, "error": nothing_loaded(self)}
 
 
