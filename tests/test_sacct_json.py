@@ -121,3 +121,14 @@ def test_cli_reads_json_from_stdin_and_counts_records(run_cli, monkeypatch):
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(doc)))
     code, _, err = run_cli("ingest", "sacct", "-", "--no-refresh")
     assert code == 0 and "read 2 job records: loaded 2 (new 2, updated 0, unchanged 0)" in err
+
+
+def test_records_are_read_one_at_a_time_wherever_the_jobs_array_sits():
+    job = _job(7, "COMPLETED")
+    doc = json.dumps({"meta": {"note": "jobs", "jobs": 3}, "errors": [], "jobs": [job, job], "warnings": []})
+    assert list(sacct_json._iter_jobs(doc)) == [job, job]                 # a "jobs" key inside meta is not it
+    assert list(sacct_json._iter_jobs(' { "jobs" : [ ] } ')) == []
+    for bad, why in (('{"jobs": null}', "JSON without a `jobs` list"), ('[{"job_id": 1}]', "not JSON"),
+                     ('{"jobs": [{"job_id": 1} {"job_id": 2}]}', "not JSON")):
+        with pytest.raises(InputError, match=why):
+            sacct_json.to_sacct_text(bad.encode(), "x.json")
