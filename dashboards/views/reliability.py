@@ -94,8 +94,7 @@ with left:
                              height=max(300, 110 + 34 * teams.height)), key="rel_teams")
 bucket = "day" if f.days <= 120 else "week" if f.days <= 730 else "month"
 per = rr.losses(ctx.version, f, None, bucket)
-with right:
-    per = ui.period_column(per, bucket)
+with right:     # a time axis (as the other pages' charts), not one category per day written out sideways
     ui.chart(st, charts.bars(_by_cause(per, "bucket"), "bucket", "gpu_h", color="cause", colours=CAUSE_COLOURS,
                              y_title="Lost GPU-hours", x_title=bucket.title(), title=f"Lost GPU-hours per {bucket}"),
                  key="rel_time")
