@@ -20,7 +20,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from ingest import dcgm, lines, plausible, telemetry_store as store, warehouse
+from ingest import dcgm, lines, nvidia_smi_xml, plausible, telemetry_store as store, warehouse
 from ingest.errors import InputError
 from ingest.inputs import check_zone
 
@@ -90,8 +90,9 @@ def _segment_sql(cols: list[str]) -> str:
 
 #: what other nvidia-smi outputs look like (their first non-blank line), so a wrong file is named, not told it
 #: lacks a header: (test, what it is)
+XML_OUTPUT = "`nvidia-smi -q -x` (XML)"
 _OTHER_OUTPUTS = (
-    (lambda l: l.startswith("<?xml") or l.startswith("<nvidia_smi_log"), "`nvidia-smi -q -x` (XML)"),
+    (lambda l: l.startswith("<?xml") or l.startswith("<nvidia_smi_log"), XML_OUTPUT),
     (lambda l: l.startswith("==============NVSMI LOG"), "`nvidia-smi -q`"),
     (lambda l: l.startswith("# gpu"), "`nvidia-smi dmon`"),
     (lambda l: re.match(r"GPU \d+: .*\(UUID: ", l) is not None, "`nvidia-smi -L`"),
@@ -134,6 +135,12 @@ def _layouts(lines: list[str], fields: str | None, name: str) -> list[tuple[int,
 def ingest_bytes(con: duckdb.DuckDBPyConnection, data: bytes, name: str, opts: store.TelemetryOptions,
                  fields: str | None = None, tz: str | None = None) -> dict:
     text_lines = lines.text_lines(data)
+    xml = _other_output(text_lines) == XML_OUTPUT
+    if xml:     # `nvidia-smi -q -x`: one reading per GPU per document, as the query's CSV lines
+        if fields:
+            raise InputError("--fields", f"{name} is nvidia-smi XML, whose elements name their readings: drop it")
+        fields = nvidia_smi_xml.FIELDS
+        text_lines = lines.text_lines(nvidia_smi_xml.to_query_csv(data, name))
     segs = _layouts(text_lines, fields, name)
     cluster = opts.cluster or store.default_cluster(con)
     zone = tz or next(iter(r[0] for r in con.execute("SELECT tz FROM clusters WHERE cluster = ?",
@@ -142,7 +149,8 @@ def ingest_bytes(con: duckdb.DuckDBPyConnection, data: bytes, name: str, opts: s
     if not opts.node and not any("hostname" in cols for _, _, cols in segs):
         raise InputError(name, "nvidia-smi output does not name the host (no hostname field); give --node NAME")
     run = warehouse.IngestRun(con, "nvidia-smi", name, sha256=hashlib.sha256(data).hexdigest(), nbytes=len(data),
-                              cluster=cluster, options={"tz": zone, "node": opts.node, "fields": fields})
+                              cluster=cluster, options={"tz": zone, "node": opts.node, "fields": fields,
+                                                        **({"format": "xml", "read_as": "GPU readings"} if xml else {})})
     with run:
         run.lines_read = len(text_lines)
         con.register("_lines_in", pa.table({"line_no": pa.array(np.arange(1, len(text_lines) + 1)),

@@ -80,7 +80,6 @@ def test_small_query_log_with_na_bad_cells_and_repeated_headers(con, tmp_path):
 
 
 @pytest.mark.parametrize("first,what", [
-    ('<?xml version="1.0" ?>\n<nvidia_smi_log>', "`nvidia-smi -q -x` (XML)"),
     ("\n==============NVSMI LOG==============\n\nTimestamp : Tue Jul 14 08:12:53 2026", "`nvidia-smi -q`"),
     ("# gpu    pwr  gtemp     sm\n# Idx      W      C      %\n    0    631     63    100", "`nvidia-smi dmon`"),
     ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0000)", "`nvidia-smi -L`"),
@@ -91,6 +90,31 @@ def test_other_nvidia_smi_outputs_are_named_not_told_they_lack_a_header(con, tmp
     f = tmp_path / "smi.txt"
     f.write_text(first + "\n")
     with pytest.raises(InputError, match=re.escape(f"this is {what} output; `ingest nvidia-smi` reads")):
+        nvidia_smi.ingest_path(con, str(f), _opts())
+
+
+def test_xml_snapshots_load_one_reading_per_gpu(con, tmp_path):
+    """`nvidia-smi -q -x` (Telegraf's captures): the GPU-level readings, local time; an A100 in MIG mode has no
+    GPU utilization (N/A: no reading, not 0), and its MIG devices' memory is not the GPU's."""
+    s = nvidia_smi.ingest_path(con, str(TEL / "telegraf-tesla-t4.xml"), _opts())
+    assert (s["read"], s["read_as"], s["loaded"], s["skipped"], s["rejected"]) == (1, "GPU readings", 1, 0, 0)
+    assert _row(con) == [("gpu01", "0", dt.datetime(2023, 4, 24, 16, 22), 0.0, 1032.0, 26.78, 40.0)]
+    nvidia_smi.ingest_path(con, str(TEL / "telegraf-a100-sxm4-v12.xml"), _opts(node="gpu02"))
+    assert con.sql("SELECT gpu_util, fb_used_mib, power_w, temp_c FROM gpu_samples WHERE node = 'gpu02'"
+                   ).fetchall() == [(None, 50.0, 67.03, 27.0)]
+    # `-q -x -l 5` concatenates documents: each one is a snapshot, GPUs numbered by their place in it
+    t4 = (TEL / "telegraf-tesla-t4.xml").read_text()
+    later = t4.replace("Mon Apr 24 16:22:39 2023", "Mon Apr 24 16:27:39 2023").replace("1032 MiB", "2048 MiB")
+    f = tmp_path / "smi-l.xml"
+    f.write_text(t4 + later)
+    s = nvidia_smi.ingest_path(con, str(f), _opts(node="gpu03"))
+    assert (s["read"], s["loaded"]) == (2, 2)
+    assert con.sql("SELECT ts, fb_used_mib FROM gpu_samples WHERE node = 'gpu03' ORDER BY ts").fetchall() == [
+        (dt.datetime(2023, 4, 24, 16, 22), 1032.0), (dt.datetime(2023, 4, 24, 16, 27), 2048.0)]
+    with pytest.raises(InputError, match="whose elements name their readings"):
+        nvidia_smi.ingest_path(con, str(f), _opts(), fields="timestamp,index")
+    f.write_text(t4.replace("Mon Apr 24 16:22:39 2023", "yesterday"))
+    with pytest.raises(InputError, match="document 1: <timestamp> 'yesterday' is not nvidia-smi's time"):
         nvidia_smi.ingest_path(con, str(f), _opts())
 
 
