@@ -40,7 +40,7 @@ from typing import Callable
 from streamlit.runtime import Runtime
 from streamlit.runtime.app_session import AppSessionState
 
-from dashboards import access, model_reads as mr, queries, streamlit_hooks
+from dashboards import access, model_reads as mr, queries, reliability_reads, streamlit_hooks
 from dashboards.filters import DEFAULT_WINDOW, Filters, preset_window
 from ingest.warehouse.serving import grace_seconds
 from models.metrics.fragmentation import WINDOW_BUCKET
@@ -130,9 +130,9 @@ def views(version: str, f: Filters) -> list[Callable[[], object]]:
         lambda: mr.waits(version, f, ("team", "size_class")), lambda: mr.starvation(version, f, 24),
         # Chargeback (the newest month, with its job-level detail for the drill-down)
         lambda: mr.statement(version, month),
-        # Forecast (the drawing of its history) and Data health
-        lambda: mr.efficiency(version, f, "gpu_type", "day"), lambda: queries.ingest_runs(version, f),
-        lambda: queries.unmapped_accounts(version, f),
+        # Forecast (the drawing of its history), Reliability and Data health
+        lambda: mr.efficiency(version, f, "gpu_type", "day"), *reliability_reads.views(version, f),
+        lambda: queries.ingest_runs(version, f), lambda: queries.unmapped_accounts(version, f),
     ]
     return out
 

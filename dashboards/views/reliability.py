@@ -92,7 +92,7 @@ with left:
                              horizontal=True, category_order=teams["team"].to_list(), y_title="Lost GPU-hours",
                              x_title="Team", title="Lost GPU-hours by team and cause",
                              height=max(300, 110 + 34 * teams.height)), key="rel_teams")
-bucket = "day" if f.days <= 120 else "week" if f.days <= 730 else "month"
+bucket = rr.loss_bucket(f)
 per = rr.losses(ctx.version, f, None, bucket)
 with right:     # a time axis (as the other pages' charts), not one category per day written out sideways
     ui.chart(st, charts.bars(_by_cause(per, "bucket"), "bucket", "gpu_h", color="cause", colours=CAUSE_COLOURS,
