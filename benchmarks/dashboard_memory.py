@@ -117,6 +117,8 @@ def main(argv: list[str] | None = None) -> int:
                 publisher.start()
             took = asyncio.run(_load(srv.url, pages, a.window, a.users, a.rounds))
             wall = time.perf_counter() - t
+            if publisher.is_alive():    # a publication still running at exit aborted the process (DuckDB's threads)
+                publisher.join()
             if published.get("version"):
                 published["shown"] = shown_after(Path(tmp) / "server.log", published["version"], timeout_s=5)
             time.sleep(2)
