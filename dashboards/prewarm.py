@@ -128,6 +128,9 @@ def views(version: str, f: Filters) -> list[Callable[[], object]]:
         # Fragmentation, Fairness & queues
         lambda: mr.fragmentation(version, f, bucket),
         lambda: mr.waits(version, f, ("team", "size_class")), lambda: mr.starvation(version, f, 24),
+        # Why jobs wait
+        lambda: mr.pending_classes(version, f), lambda: mr.pending_coverage(version), lambda: mr.preemption(version, f),
+        lambda: mr.reservations(version, f), lambda: mr.pending_reasons(version, f),
         # Chargeback (the newest month, with its job-level detail for the drill-down)
         lambda: mr.statement(version, month),
         # Forecast (the drawing of its history), Reliability and Data health
