@@ -1768,8 +1768,9 @@ def _chargeback_parser(sub) -> None:
     s = _command(sub, "chargeback", cmd_chargeback, "monthly statement per team and cost centre, reconciled to the cent",
                  "The month's GPU statement per team and cost centre, by GPU type: GPU-hours, rate, direct cost, "
                  "share of idle cost, waste beside, total; a reconciliation proves that cluster cost = charged to "
-                 "teams (direct + idle shares) + unallocated idle + rate variance + rounding residue. A closed period is frozen and re-exports "
-                 "byte-identically; late jobs appear as adjustment lines in the next open period.")
+                 "teams (direct + idle shares) + unallocated idle + rate variance + rounding residue. A closed "
+                 "period is frozen and re-exports byte-identically; late jobs appear as adjustment lines in the "
+                 "next open period.")
     s.add_argument("--period", required=True, metavar="YYYY-MM", help="calendar month (in the governance "
                                                                       "period_timezone)")
     s.add_argument("--out", metavar="FILE|DIR",

@@ -45,7 +45,7 @@ def _float_cells(name: str, values: list) -> list[str]:
     finite = [v for v in values if v is not None and math.isfinite(v)]
     if COUNT_COLUMN.search(name) and all(v == int(v) for v in finite):
         return ["" if v is None else f"{v:,.0f}" if math.isfinite(v) else str(v) for v in values]
-    if any(finite) and all(abs(v) < 1 for v in finite) and not HOURS_COLUMN.search(name):
+    if any(v != 0 for v in finite) and all(abs(v) < 1 for v in finite) and not HOURS_COLUMN.search(name):
         return ["" if v is None else f"{v:.4f}" if math.isfinite(v) else str(v) for v in values]
     return ["" if v is None else f"{v:.2g}" if 0 < abs(v) < 0.005 else f"{v:,.2f}" for v in values]
 

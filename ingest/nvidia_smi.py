@@ -148,9 +148,10 @@ def ingest_bytes(con: duckdb.DuckDBPyConnection, data: bytes, name: str, opts: s
     check_zone(con, zone)
     if not opts.node and not any("hostname" in cols for _, _, cols in segs):
         raise InputError(name, "nvidia-smi output does not name the host (no hostname field); give --node NAME")
+    options = {"tz": zone, "node": opts.node, "fields": fields,
+               **({"format": "xml", "read_as": "GPU readings"} if xml else {})}
     run = warehouse.IngestRun(con, "nvidia-smi", name, sha256=hashlib.sha256(data).hexdigest(), nbytes=len(data),
-                              cluster=cluster, options={"tz": zone, "node": opts.node, "fields": fields,
-                                                        **({"format": "xml", "read_as": "GPU readings"} if xml else {})})
+                              cluster=cluster, options=options)
     with run:
         run.lines_read = len(text_lines)
         con.register("_lines_in", pa.table({"line_no": pa.array(np.arange(1, len(text_lines) + 1)),

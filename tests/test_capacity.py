@@ -318,7 +318,8 @@ def test_any_type_demand_gets_the_clusters_gpus_only_where_it_is_the_clusters_on
     one = hist.filter(pl.col("cluster") == "x").drop("cluster")
     assert capacity.any_pool_capacity(one, installed.filter(pl.col("cluster") == "x").drop("cluster"), ["pool"])[0] \
         == {("(any)",): 24.0}
-    assert capacity.any_pool_capacity(hist.filter(pl.col("pool") != "(any)"), installed, ["cluster", "pool"]) == ({}, [])
+    typed = hist.filter(pl.col("pool") != "(any)")
+    assert capacity.any_pool_capacity(typed, installed, ["cluster", "pool"]) == ({}, [])
 
 
 def test_a_trace_without_gpu_types_gets_a_capacity_answer(con):

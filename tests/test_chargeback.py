@@ -128,7 +128,8 @@ def money(x) -> D:
 
 
 def check_identity(st):
-    """cluster cost = charged to teams + unallocated idle + rate variance + residue, per pool and in total, to the cent."""
+    """cluster cost = charged to teams + unallocated idle + rate variance + residue, per pool and in total, to the
+    cent."""
     for r in st.recon.filter(pl.col("kind").is_in(["pool", "total"])).iter_rows(named=True):
         assert r["cluster_cost"] == (r["direct_cost"] + r["idle_allocated"] + r["unallocated_idle"]
                                      + r["rate_variance"] + r["rounding_residue"])

@@ -82,7 +82,8 @@ def test_a_2205_document_loads_each_job_as_sacct_would_print_it(con):
 
 def test_slurmrestd_v0041_and_v0044_records(con):
     """Slurm-web's captures of slurmrestd 24.05 and 25.11 (numbers as {set, infinite, number}, states as lists)."""
-    for f in ("slurmweb-24.05-v0.0.41-slurmdb-job-completed.json", "slurmweb-25.11-v0.0.44-slurmdb-job-gpus-pending.json"):
+    for f in ("slurmweb-24.05-v0.0.41-slurmdb-job-completed.json",
+              "slurmweb-25.11-v0.0.44-slurmdb-job-gpus-pending.json"):
         s = sacct.ingest_path(con, str(J / f), sacct.SacctOptions())
         assert (s["read"], s["loaded"], s["rejected"]) == (1, 1, 0), f
     rows = con.sql("""SELECT cluster, job_id, state, submit, start, "end", elapsed_s, timelimit_s, nodelist, account,

@@ -38,8 +38,8 @@ ui.kpi(k[1], "Allocated GPU-hours", f"{now['allocated_gpu_h']:,.0f}",
 ui.kpi(k[2], "Idle GPU-hours", f"{now['idle_gpu_h']:,.0f}" if known else None, missing=mr.NO_CAPACITY,
        help="Available but allocated to no job.")
 ui.kpi(k[3], "Unavailable GPU-hours", f"{now['unavailable_gpu_h']:,.0f}" if known else None,
-       missing=mr.NO_CAPACITY, help="Free GPUs on nodes that were down, drained or in maintenance (GPUs still held by jobs on a "
-            "draining node count as allocated).")
+       missing=mr.NO_CAPACITY, help="Free GPUs on nodes that were down, drained or in maintenance (GPUs still held "
+                                    "by jobs on a draining node count as allocated).")
 ui.kpi(k[4], "Queued GPU-hours", f"{now['pending_gpu_h']:,.0f}",
        help="GPU-hours that eligible jobs spent waiting in the queue in the window (requested GPUs x wait).")
 
