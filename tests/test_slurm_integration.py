@@ -3,7 +3,7 @@ with fake GPUs (gpu01, gpu02: 4 x a100; gpu03: 4 x h100); tests/slurm/jobs.sh ru
 (completed, failed, cancelled running and pending, timeout, array with a failing task, multi-node, NODE_FAIL,
 requeue, a rejected submission, DOWN and DRAIN events). Then `gpuledger ingest sacct --live`, `ingest nodes`
 and `ingest events` run against the real commands, and the warehouse must agree with Slurm's own numbers:
-states, placements, and GPU-seconds per account from sacct's ElapsedRaw x AllocTRES and from sreport.
+states, placements, and GPU-seconds per account from sacct's ElapsedRaw (+ Suspended) x AllocTRES and from sreport.
 
 The fixture tests at the end replay tests/fixtures/slurm_real (a capture of the same mix) without Slurm.
 """
@@ -37,7 +37,8 @@ LIVE_OVERLAP = dt.timedelta(seconds=600)
 #: what each job of jobs.sh must end as (in submission order of its records)
 EXPECTED_STATES = {"timeout": ["TIMEOUT"], "ddp": ["COMPLETED"], "oom-eval": ["FAILED"],
                    "cancel-run": ["CANCELLED"], "nodefail": ["NODE_FAIL"], "prio": ["COMPLETED"],
-                   "requeue": ["REQUEUED", "COMPLETED"], "late": ["COMPLETED"], "cancel-pend": ["CANCELLED"]}
+                   "requeue": ["REQUEUED", "COMPLETED"], "late": ["COMPLETED"], "cancel-pend": ["CANCELLED"],
+                   "suspend": ["COMPLETED"]}
 
 
 # ---------------------------------------------------------------- helpers
@@ -101,10 +102,27 @@ def _gpus(tres: str) -> int:
 
 def _sacct_allocations() -> list[dict]:
     """Slurm's own view, independent of our parser: one dict per allocation record."""
-    fields = ["JobIDRaw", "JobID", "Submit", "Account", "State", "ElapsedRaw", "AllocTRES", "NodeList"]
+    fields = ["JobIDRaw", "JobID", "Submit", "Account", "State", "ElapsedRaw", "AllocTRES", "NodeList", "Suspended"]
     out = _slurm("sacct", "--allusers", "--duplicates", "--allocations", "--parsable2", "--noheader",
                  "--starttime", "2020-01-01T00:00:00", "--endtime", "now", "--format", ",".join(fields))
     return [dict(zip(fields, line.split("|"))) for line in out.splitlines() if line]
+
+
+def _seconds(duration: str) -> int:
+    """Seconds of a sacct duration, [D-]HH:MM:SS (Suspended prints so)."""
+    days, _, hms = duration.rpartition("-")
+    h, m, s = (int(x) for x in hms.split(":"))
+    return int(days or 0) * 86400 + h * 3600 + m * 60 + s
+
+
+def _held_gpu_seconds(sacct: list[dict]) -> dict[str, int]:
+    """GPU-seconds per account the way sreport counts them: (ElapsedRaw + Suspended) x GPUs, since a suspended
+    job keeps its GPUs (sacct's Elapsed leaves the suspended time out)."""
+    held: dict[str, int] = {}
+    for rec in sacct:
+        held[rec["Account"]] = held.get(rec["Account"], 0) + \
+            (int(rec["ElapsedRaw"]) + _seconds(rec["Suspended"])) * _gpus(rec["AllocTRES"])
+    return held
 
 
 def _hostnames(nodelist: str) -> set[str]:
@@ -283,16 +301,50 @@ def test_gpu_hours_per_account_equal_sacct_and_sreport(ingested):
     got = dict(_query(db, "SELECT account, sum(elapsed_s * ngpus)::BIGINT FROM jobs GROUP BY account"))
     assert got == expected
     assert expected["infra"] >= 60                       # the TIMEOUT job alone held an h100 for a minute
+    # start to end includes the 4 s `suspend` was suspended: sacct's Elapsed does not, sreport does
+    held = _held_gpu_seconds(ingested["sacct"])
+    assert held["ml"] - expected["ml"] >= 3
     by_times = dict(_query(db, 'SELECT account, sum(coalesce(epoch("end") - epoch(start), 0) * ngpus)::BIGINT '
                                "FROM jobs GROUP BY account"))
-    assert by_times == expected
+    assert by_times == held
     assert len(ingested["sacct"]) == _query(db, "SELECT count(*) FROM jobs")[0][0]
     # slurmdbd's own rollup, per account (rows with an empty user), GPU-seconds
-    sreport = {f[1]: int(f[5]) for f in (ln.split("|") for ln in ingested["sreport"].splitlines())
-               if f[2] == "" and f[1] != "root"}
-    assert got == {a: sreport.get(a, 0) for a in got}
+    assert by_times == _sreport_accounts(ingested, by_times)
     hours = dict(_query(db, "SELECT account, round(sum(elapsed_s * ngpus) / 3600, 6) FROM jobs GROUP BY account"))
     assert hours == {a: round(s / 3600, 6) for a, s in expected.items()}
+
+
+def _sreport_accounts(ingested: dict, accounts) -> dict[str, int]:
+    """sreport's GPU-seconds per account (the rows with an empty user), for ``accounts``."""
+    sreport = {f[1]: int(f[5]) for f in (ln.split("|") for ln in ingested["sreport"].splitlines())
+               if f[2] == "" and f[1] != "root"}
+    return {a: sreport.get(a, 0) for a in accounts}
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_a_suspended_job_holds_its_gpus_in_utilization_as_in_sreport(ingested, tmp_path):
+    """`scontrol suspend` leaves a job's GPUs allocated (on Slurm 22.05 a job asking for them pends for Resources
+    meanwhile) and sreport counts them as Allocated; the occupancy timeline, which utilization and chargeback
+    read, counts the job from start to end as sreport does, not sacct's Elapsed."""
+    db = tmp_path / "warehouse.duckdb"
+    shutil.copy(ingested["db"], db)
+    _cli(db, "refresh")
+    suspended = next(r for r in ingested["sacct"] if r["JobIDRaw"] == ingested["ids"]["suspend"])
+    assert _seconds(suspended["Suspended"]) >= 3, suspended
+    from ingest import warehouse
+    from models.metrics import timeline
+    con = warehouse.connect(db, read_only=True)
+    try:
+        per_job = timeline.job_gpu_seconds(con)
+        accounts = con.sql("SELECT job_uid, account FROM jobs").pl()
+    finally:
+        con.close()
+    got = {a: round(s) for a, s in per_job.join(accounts, on="job_uid").group_by("account")
+           .agg(pl.col("gpu_seconds").sum()).iter_rows()}
+    held = _held_gpu_seconds(ingested["sacct"])
+    assert got == {a: s for a, s in held.items() if s}
+    assert got == _sreport_accounts(ingested, got)
 
 
 @pytest.mark.slurm

@@ -13,6 +13,8 @@
 #   requeue      dave/infra     gpu01 1 GPU              REQUEUED by root once, then COMPLETED (2 records)
 #   late         bob/vision     debug on gpu01, 1 GPU    RUNNING until $JOBDIR/release exists, then COMPLETED
 #   cancel-pend  dave/infra     h100 4 GPUs              CANCELLED while PENDING (Resources): never started
+#   suspend      alice/ml       h100 1 GPU, sleep 8      suspended by root for 4 s, then COMPLETED: Slurm keeps
+#                                                        its GPU allocated, sacct's Elapsed leaves the 4 s out
 #   impossible   carol/vision   h100 asking for a100     rejected by sbatch, yet in sacct: FAILED 1:0, None assigned
 # Node events: gpu02 DOWN (reason "gl-test: XID 79 ...") under `nodefail`, resumed 2 s later; gpu03 set to
 # DRAIN while `timeout` runs on it (DRAINING, no accounting event yet), resumed 2 s after it is DRAINED.
@@ -71,6 +73,13 @@ ID[cancel-pend]=$(sb dave -J cancel-pend -A infra -p h100 -c 2 --gres=gpu:h100:4
 wait_state "${ID[cancel-pend]}" PENDING 10; sleep 2
 as_user dave scancel "${ID[cancel-pend]}"
 log "dave cancelled pending cancel-pend"
+
+# ended before the mid-run snapshot, which must see only `timeout` on gpu03
+ID[suspend]=$(sb alice -J suspend -A ml -p h100 -c 2 --gres=gpu:h100:1 -t 5 --wrap 'sleep 8')
+wait_state "${ID[suspend]}" RUNNING 15; sleep 1
+scontrol suspend "${ID[suspend]}"; sleep 4; scontrol resume "${ID[suspend]}"
+wait_gone "${ID[suspend]}" 20
+log "root suspended suspend for 4 s; it has ended"
 
 wait_gone "${ID[ddp]}" 30
 wait_state "${ID[nodefail]}" RUNNING 30
