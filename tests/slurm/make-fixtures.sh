@@ -8,7 +8,7 @@ DEST=$(cd ../fixtures && pwd)/slurm_real
 # the same lock as tests/test_slurm_integration.py: one harness per host at a time
 exec 9>"$S.lock"; flock 9
 trap './down.sh' EXIT
-./up.sh --fresh
+./up.sh --fresh 9>&-     # the daemons must not inherit the lock: they outlive this script if it fails
 ./jobs.sh
 late=$(awk '$1 == "late" {print $2}' "$JOBDIR/jobids")
 touch "$JOBDIR/release"
