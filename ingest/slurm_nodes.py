@@ -239,7 +239,11 @@ def _sinfo_records(lines: list[str], fields: list[str] | None) -> tuple[list, li
     cols = fields
     header = [h.strip().lower() for h in _split_sinfo(lines[first], delim)]
     if sum(h in SINFO_HEADERS for h in header) >= 2:
-        cols = [SINFO_HEADERS.get(h, "_" + h) for h in header]     # a header wins over --fields: it is the truth
+        cols = [SINFO_HEADERS.get(h, "_" + h) for h in header]
+        if fields is not None and fields != cols:
+            # honoured or refused, never silently ignored (as `ingest nvidia-smi`): the header names the columns
+            raise InputError("--fields", "is a header line naming other columns; --fields would apply to no line: "
+                                         "drop it (it is for output without a header)", line_no=first + 1)
         skipped.append((first + 1, "header line"))
     elif cols is None:
         raise InputError("sinfo", "no header line naming the columns: give them with --fields (the -O list of "
@@ -369,6 +373,8 @@ def ingest_bytes(con, data: bytes, name: str, fmt: str = "auto", cluster: str | 
         try:
             recs, skipped, rejected = _sinfo_records(lines, fields)
         except InputError as exc:
+            if exc.source == "--fields":
+                raise InputError("--fields", f"{name}:{exc.line_no} {exc.message}") from exc
             raise InputError(name, exc.message) from exc
         loaded_lines = len({r.line_no for r in recs})
     if default_cluster is None and any(r.cluster is None for r in recs):

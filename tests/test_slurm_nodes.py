@@ -126,14 +126,22 @@ def test_headerless_sinfo_reads_with_the_fields_it_was_run_with(con, fixtures):
         ("c1", "IDLE", None, 3), ("c2", "IDLE", None, 4), ("c3", "IDLE", "test", None)]
 
 
-def test_sinfo_fields_name_a_node_and_a_header_wins_over_them(con, fixtures):
+def test_sinfo_fields_name_a_node_and_a_header_refuses_other_fields(con, fixtures):
     with pytest.raises(InputError, match="no node name field"):
         slurm_nodes.parse_sinfo_fields("Gres,StateLong")
     with pytest.raises(InputError, match="an empty field name"):
         slurm_nodes.parse_sinfo_fields("NodeList,,Gres")
+    # a header line names the columns: --fields naming others is refused, never silently ignored
+    path = fixtures / "sinfo" / "biocloud-aau-sinfo-custom-format.txt"
+    with pytest.raises(InputError) as err:
+        slurm_nodes.ingest_path(con, str(path), cluster="aau", fields=slurm_nodes.parse_sinfo_fields("Gres,NodeList"))
+    assert str(err.value) == (f"--fields: {path}:2 is a header line naming other columns; --fields would apply "
+                              "to no line: drop it (it is for output without a header)")
+    assert con.sql("SELECT count(*) FROM nodes").fetchall() == [(0,)]
     # a copied "$ sinfo" prompt before the header is skipped, and the header names the columns
-    s = slurm_nodes.ingest_path(con, str(fixtures / "sinfo" / "biocloud-aau-sinfo-custom-format.txt"), cluster="aau",
-                                fields=slurm_nodes.parse_sinfo_fields("Gres,NodeList"))
+    header = path.read_text().splitlines()[1]
+    s = slurm_nodes.ingest_path(con, str(path), cluster="aau", fields=slurm_nodes.parse_sinfo_fields(
+        ",".join(h for h in header.split())))
     assert s["skip_reasons"] == {"shell prompt line": 1, "header line": 1}
     # 12 lines name 14 nodes; the line whose NODELIST sinfo's fixed width cut ("bio-node[03,06-") is rejected
     assert (s["read"], s["loaded"], s["rejected"], s["inserted"], s["stored_as"]) == (15, 12, 1, 14, "nodes")
