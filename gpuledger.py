@@ -694,6 +694,8 @@ def cmd_report_losses(args) -> int:
         if b["unplaced_jobs"]:
             _say(args, f"{b['unplaced_jobs']} jobs that lost work have no node placement (no timeline pieces): "
                        "listed with --view jobs, 0 GPU-h counted")
+        if b["unknown"]:
+            _say(args, "not known, read as 0: " + "; ".join(f"{c}_gpu_h, {why}" for c, why in b["unknown"].items()))
     _freshness(args, con)
     return EXIT_OK
 

@@ -72,6 +72,8 @@ def test_node_fail_two_nodes_loses_gpus_times_elapsed(con, db_path, tmp_path):
     nodes = losses.report(con, bucket=None, by=["node"])
     assert dict(zip(nodes["node"], nodes["lost_gpu_h"] * 3600)) == pytest.approx({"gpu01": 8 * 12288,
                                                                                   "gpu02": 8 * 12288})
+    # node events were loaded, GPU telemetry was not: its 0 GPU XID GPU-hours are "not known", not "none"
+    assert losses.basis(con)["unknown"] == {"gpu_xid": "no GPU telemetry loaded (`gpuledger ingest prometheus|dcgm`)"}
 
 
 def test_xid_during_job_classifies_by_class(con, db_path, tmp_path):
@@ -93,6 +95,7 @@ def test_xid_during_job_classifies_by_class(con, db_path, tmp_path):
     assert j["1"]["lost_gpu_h"] * 3600 == pytest.approx(8 * 95.5 * 60)
     assert (j["2"]["cause"], j["2"]["detail"], j["2"]["xid"]) == ("user_failure", "application XID", 13)
     assert j["2"]["lost_gpu_h"] * 3600 == pytest.approx(2 * 40 * 60)
+    assert set(losses.basis(con)["unknown"]) == {"outage"}          # telemetry, but no node events
 
 
 CKPT_HEADER = "JobID|JobIDRaw|JobName|Cluster|Partition|Account|User|State|Submit|Start|End|NNodes|NCPUS|AllocTRES|NodeList\n"
@@ -209,6 +212,17 @@ def test_philly_attempts_and_failures_reach_the_loss_report(con, db_path):
     failed = next(r for k, r in got.items() if k[0].endswith("_20001"))
     assert failed["cause"] == "user_failure"
     assert failed["lost_gpu_h"] == pytest.approx(failed["allocated_gpu_h"]) and failed["lost_gpu_h"] > 0
+    # a job log alone: outages and XIDs cannot be seen, and the report says so rather than showing "none"
+    assert set(losses.basis(con)["unknown"]) == {"outage", "gpu_xid"}
+
+
+def test_cli_says_which_hardware_causes_are_not_known(run_cli, tmp_path):
+    from tests.conftest import FIXTURES
+    assert run_cli("ingest", "trace", "philly", str(FIXTURES / "traces" / "philly"))[0] == 0
+    code, out, err = run_cli("report", "losses", "--total")
+    assert code == 0 and "user_failure_gpu_h" in out
+    assert ("not known, read as 0: outage_gpu_h, no node events loaded (`gpuledger ingest events`); gpu_xid_gpu_h, "
+            "no GPU telemetry loaded (`gpuledger ingest prometheus|dcgm`)") in err
 
 
 def test_supercloud_sample_failure_states_reach_the_loss_report(con, db_path):

@@ -71,12 +71,16 @@ ui.kpi(k[0], "Lost GPU-hours", f"{t['lost_gpu_h']:,.0f}", f"of {t['allocated_gpu
        delta_color="off", arrow=False, help="GPU-hours of jobs that ended by a failure, preemption, requeue or "
        "timeout, since their last checkpoint (or their start when no interval is known).")
 ui.kpi(k[1], "Goodput", ui.pct(t["goodput_share"]), help="Allocated GPU-hours minus lost, as a share of allocated.")
-ui.kpi(k[2], "Lost to hardware", f"{hw:,.0f}", help="Node failures, GPU XIDs and other outages (GPU-hours).")
+b = rr.basis(ctx.version, f)
+seen = [label for c, label in (("gpu_xid", "GPU XIDs"), ("outage", "outages")) if c not in b["unknown"]]
+ui.kpi(k[2], "Lost to hardware", f"{hw:,.0f}", None if len(seen) == 2 else "node failures" + "".join(
+       f", {x}" for x in seen) + " only", delta_color="off", arrow=False,
+       help="Node failures, GPU XIDs and other outages (GPU-hours).")
 ui.kpi(k[3], "Nodes flagged", f"{flagged:,}", help="Nodes whose jobs fail significantly more often than their "
        "pool's (one-sided binomial test, Benjamini-Hochberg q <= 0.05).")
-b = rr.basis(ctx.version, f)
 st.caption(f"Lost since a known checkpoint: {b['checkpoint_gpu_h']:,.0f} GPU-h; since the job's start (no checkpoint "
-           f"interval in the governance file): {b['since_start_gpu_h']:,.0f} GPU-h. Whole UTC days.")
+           f"interval in the governance file): {b['since_start_gpu_h']:,.0f} GPU-h. Whole UTC days."
+           + "".join(f" {rr.CAUSE_LABELS[c]}: not known, shown as 0: {why}." for c, why in b["unknown"].items()))
 
 
 def _by_cause(df: pl.DataFrame, key: str) -> pl.DataFrame:

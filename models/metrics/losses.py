@@ -13,6 +13,7 @@ import datetime as dt
 import duckdb
 import polars as pl
 
+from ingest.warehouse import has_table
 from models.definitions.labels import UNMAPPED, UNTYPED, normalise_dims
 from models.definitions.losses_sql import CAUSES
 from models.definitions.times import ceil_day, check_bucket, floor_day
@@ -118,16 +119,34 @@ def jobs(con: duckdb.DuckDBPyConnection, start=None, end=None, cause: str | None
                    params={"s": win[0], "e": win[1], "cause": cause}).pl()
 
 
+#: The sources each hardware cause needs beyond the job's own end state (any one will do), and how to name them.
+CAUSE_SOURCES = {"outage": (("node_events",), "no node events loaded (`gpuledger ingest events`)"),
+                 "gpu_xid": (("gpu_devices", "gpu_events"),
+                             "no GPU telemetry loaded (`gpuledger ingest prometheus|dcgm`)")}
+
+
+def unknown_causes(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    """{cause: why it cannot be seen} for the hardware causes the warehouse has no source for: an outage needs
+    node events, a GPU XID GPU telemetry. Their 0 GPU-hours then mean "not known", not "none" (node failures
+    need only the jobs' NODE_FAIL states, and are always known)."""
+    def empty(table: str) -> bool:
+        return not has_table(con, table) or not con.sql(f"SELECT count(*) FROM (SELECT 1 FROM {table} LIMIT 1)"
+                                                        ).fetchall()[0][0]
+    return {c: why for c, (tables, why) in CAUSE_SOURCES.items() if all(empty(t) for t in tables)}
+
+
 def basis(con: duckdb.DuckDBPyConnection, start=None, end=None) -> dict:
-    """How the window's lost GPU-hours were measured: since a known checkpoint or since the job's start, and how
-    many loss jobs had no placement (no timeline pieces, so nothing to count)."""
+    """How the window's lost GPU-hours were measured: since a known checkpoint or since the job's start, how
+    many loss jobs had no placement (no timeline pieces, so nothing to count), and which hardware causes the
+    warehouse cannot see (``unknown``: :func:`unknown_causes`)."""
     win = window(con, start, end)
     if win is None:
-        return {"checkpoint_gpu_h": 0.0, "since_start_gpu_h": 0.0, "unplaced_jobs": 0}
+        return {"checkpoint_gpu_h": 0.0, "since_start_gpu_h": 0.0, "unplaced_jobs": 0, "unknown": {}}
     ck, ss, unplaced = con.sql("""
         SELECT coalesce(sum(lost_gpu_s) FILTER (WHERE basis = 'checkpoint'), 0) / 3600,
                coalesce(sum(lost_gpu_s) FILTER (WHERE basis = 'since start'), 0) / 3600,
                (SELECT count(*) FROM loss_jobs WHERE alloc_gpu_s = 0 AND "end" >= $s AND "end" < $e)
         FROM loss_days WHERE day >= $s AND day < $e""",
                                    params={"s": win[0], "e": win[1]}).fetchall()[0]
-    return {"checkpoint_gpu_h": ck, "since_start_gpu_h": ss, "unplaced_jobs": unplaced, "window": win}
+    return {"checkpoint_gpu_h": ck, "since_start_gpu_h": ss, "unplaced_jobs": unplaced, "window": win,
+            "unknown": unknown_causes(con)}
