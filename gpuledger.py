@@ -445,7 +445,11 @@ def cmd_report_utilization(args) -> int:
         _say(args, "report utilization: no accounting in the warehouse yet (run `gpuledger ingest sacct ...`)")
         return EXIT_OK
     beyond = df.get_column("beyond_capacity_gpu_h").drop_nulls().sum()
-    if beyond > 1e-9:
+    if beyond > 1e-9 and not df.get_column("capacity_gpu_h").drop_nulls().sum():
+        _say(args, "note: no GPU capacity known (no node inventory): capacity_gpu_h, unavailable_gpu_h, "
+                   "available_gpu_h and idle_gpu_h read 0 for want of data, and every allocated GPU-hour is "
+                   f"beyond_capacity_gpu_h ({beyond:,.2f}); ingest `scontrol show node` snapshots to count capacity")
+    elif beyond > 1e-9:
         _say(args, f"note: {beyond:,.2f} GPU-hours were held on nodes the inventory lacks or lists with fewer GPUs "
                    "(beyond_capacity_gpu_h); ingest `scontrol show node` snapshots to count their capacity")
     lost = timeline.unplaced(con, lo, hi)

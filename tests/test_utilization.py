@@ -18,7 +18,9 @@ and the waiting jobs' idle GPU time is in its Idle.
 """
 from __future__ import annotations
 
+import csv
 import datetime as dt
+import io
 import json
 
 import polars as pl
@@ -169,6 +171,25 @@ def test_real_slurm_capture_reconciles_with_sreport(run_cli, db_path):
     assert r["sreport_reported"] + outside == 10392
     assert r["sreport_idle"] + outside == 10136
     assert r["allocated_gpu_h"] == 236.0 and r["beyond_capacity_gpu_h"] == 0.0
+
+
+def test_cli_says_capacity_is_not_known_without_a_node_inventory(run_cli):
+    """The same real jobs without `ingest nodes`: capacity, available and idle read 0 for want of data, and the
+    note says so (all 236 GPU-seconds beyond capacity) instead of the partial-inventory note; with the inventory
+    neither note is printed."""
+    real = tf.FIXTURES / "slurm_real"
+    assert run_cli("ingest", "sacct", str(real / "sacct-allocations.psv"))[0] == 0
+    code, out, err = run_cli("report", "utilization", "--from", "2026-12-02T12:00", "--to", "2026-12-02T13:00",
+                             "--bucket", "hour", "--format", "csv")
+    assert code == 0
+    row = next(csv.DictReader(io.StringIO(out)))
+    assert float(row["capacity_gpu_h"]) == 0 and round(float(row["beyond_capacity_gpu_h"]) * 3600, 6) == 236
+    assert ("note: no GPU capacity known (no node inventory): capacity_gpu_h, unavailable_gpu_h, available_gpu_h "
+            "and idle_gpu_h read 0 for want of data, and every allocated GPU-hour is beyond_capacity_gpu_h (0.07)") in err
+    assert "inventory lacks" not in err
+    assert run_cli("ingest", "nodes", "--as-of", "2026-12-02T12:47:12", str(real / "scontrol-show-node-o.txt"))[0] == 0
+    code, out, err = run_cli("report", "utilization", "--from", "2026-12-02T12:00", "--to", "2026-12-02T13:00")
+    assert code == 0 and "note:" not in err
 
 
 # ---------------------------------------------------------------- invariants
