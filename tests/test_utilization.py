@@ -185,7 +185,8 @@ def test_cli_says_capacity_is_not_known_without_a_node_inventory(run_cli):
     row = next(csv.DictReader(io.StringIO(out)))
     assert float(row["capacity_gpu_h"]) == 0 and round(float(row["beyond_capacity_gpu_h"]) * 3600, 6) == 236
     assert ("note: no GPU capacity known (no node inventory): capacity_gpu_h, unavailable_gpu_h, available_gpu_h "
-            "and idle_gpu_h read 0 for want of data, and every allocated GPU-hour is beyond_capacity_gpu_h (0.07)") in err
+            "and idle_gpu_h read 0 for want of data, and every allocated GPU-hour is beyond_capacity_gpu_h "
+            "(0.07)") in err
     assert "inventory lacks" not in err
     assert run_cli("ingest", "nodes", "--as-of", "2026-12-02T12:47:12", str(real / "scontrol-show-node-o.txt"))[0] == 0
     code, out, err = run_cli("report", "utilization", "--from", "2026-12-02T12:00", "--to", "2026-12-02T13:00")
