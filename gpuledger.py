@@ -473,7 +473,7 @@ def _fragmentation_checks(args) -> None:
 
 def cmd_report_fragmentation(args) -> int:
     """Free GPUs that pending jobs could not use: per bucket and cell, per group, or per pending job."""
-    from models.metrics import blocked, fragmentation
+    from models.metrics import blocked, fragmentation, timeline
     _fragmentation_checks(args)
     lo, hi = _window(args, "report fragmentation")
     con = _open(args, read_only=True)
@@ -490,6 +490,11 @@ def cmd_report_fragmentation(args) -> int:
     if df.is_empty():
         _say(args, "report fragmentation: nothing to report in this window (no accounting, or no pending jobs)")
         return EXIT_OK
+    lost = timeline.unplaced(con, lo, hi)
+    if lost["jobs"]:
+        _say(args, f"note: {lost['jobs']:,} jobs held {lost['gpu_h']:,.2f} GPU-hours in the window by their records "
+                   "but name no node (a trace without placement, e.g. openb's pod lists): the free GPUs here count "
+                   "theirs as free, so free GPUs, whole free nodes and fragmentation overstate")
     emit(df, args.format, args.out)
     if args.view == "summary" and not getattr(args, "quiet", False):
         rate = fragmentation.window_rate(con, lo, hi, interval=args.interval,   # per pool, as the dashboard

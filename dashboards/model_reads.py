@@ -437,6 +437,8 @@ def fragmentation_rate(version: str, f: Filters) -> float | None:
 
 #: why a figure that needs installed GPUs is missing: the warehouse has accounting but no node inventory
 NO_CAPACITY = "no GPU capacity known: no node inventory (ingest `scontrol show node` snapshots)"
+#: the inventory is there, but none of it lies in the partitions the jobs waited in (openb: pods name none)
+NO_COVER = "not known: no node of the inventory is in the partitions the jobs waited in"
 
 
 def capacity_known(version: str, f: Filters) -> bool:
@@ -452,6 +454,16 @@ def blocked_share(version: str, f: Filters) -> float | None:
     if df is None:
         return None
     return blocked_by(df, [])["fragmentation_share"][0]
+
+
+def blocked_missing(version: str, f: Filters) -> str:
+    """Why :func:`blocked_share` is None: no inventory at all, none in the partitions the jobs waited in, or no
+    queue wait (the Overview and Fragmentation tiles say the same)."""
+    if not capacity_known(version, f):
+        return NO_CAPACITY
+    df = blocked(version, f)
+    waited = df is not None and (blocked_by(df, [])["wait_gpu_h"][0] or 0) > 0
+    return NO_COVER if waited else "no queue wait in the window"
 
 
 def fairness_pool(f: Filters) -> str:

@@ -10,7 +10,7 @@ import dashboard_fixtures as dfx
 from dashboard_fixtures import lab_db  # noqa: F401 (fixture)
 from dashboards.snapshot import Snapshot
 from models.forecasting import capacity
-from models.metrics import chargeback, utilization
+from models.metrics import chargeback, timeline, utilization
 
 
 def test_headline_figures_match_the_models(lab_db, monkeypatch):
@@ -81,3 +81,25 @@ def test_a_change_that_rounds_to_zero_is_grey_without_an_arrow():
         ui.kpi(Col(), "x", "1", delta, delta_color="inverse")
     assert shown == [("+0.0 pp", "off", "off"), ("-0.0 pp", "off", "off"), ("+0.00", "off", "off"),
                      ("+0.1 pp", "inverse", "auto"), ("-5.0 h", "inverse", "auto")]
+
+
+def test_pods_without_placement_say_blocked_waits_are_not_known(run_cli, db_path, fixtures, monkeypatch):
+    """openb's pod list: an inventory, queue wait, but no pod names a node or a partition, so no node covers the
+    waits: the blocked-by-fragmentation tiles say that (not "no node inventory", not "no queue wait"), and the
+    Fragmentation page warns that the unplaced pods' GPUs are sampled as free, with utilization's figures."""
+    d = fixtures / "traces" / "openb"
+    assert run_cli("ingest", "trace", "alibaba-openb", str(d / "openb_pod_list_gpuspec33.csv"))[0] == 0
+    cur = Snapshot(db_path).cursor()
+    lost = timeline.unplaced(cur, dt.datetime(2023, 1, 2), dt.datetime(2023, 5, 31))     # the pages' window
+    assert lost["jobs"] > 100
+    days = {"f_dates": (dt.date(2023, 1, 2), dt.date(2023, 5, 30))}
+    at = dfx.open_page(dfx.app(db_path, monkeypatch), "overview", **days)
+    assert dfx.metric(at, "Waiting blocked by fragmentation").value == "—"
+    assert "not known: no node of the inventory is in the partitions the jobs waited in" in [c.value
+                                                                                           for c in at.caption]
+    at = dfx.open_page(dfx.app(db_path, monkeypatch), "fragmentation", **days)
+    assert dfx.metric(at, "Waiting blocked by fragmentation").value == "—"
+    assert [w.value for w in at.warning] == [
+        f"{lost['jobs']:,} jobs held {lost['gpu_h']:,.1f} GPU-hours in the window by their records but name no node (a "
+        "trace without placement, e.g. openb's pod lists): the free GPUs here count theirs as free, so free GPUs, "
+        "whole free nodes and fragmentation overstate."]

@@ -247,3 +247,8 @@ def test_jobs_without_placement_are_counted_not_hidden(run_cli, db_path, fixture
     assert got["jobs"] == d.height > 100 and got["gpu_h"] == pytest.approx(gpu_h, rel=1e-9)
     code, out, err = run_cli("report", "utilization", "--bucket", "month")
     assert code == 0 and f"note: {d.height:,} jobs held {gpu_h:,.2f} GPU-hours in the window" in err
+    # the fragmentation report samples the same nodes as free: it says so with the same figures
+    code, out, err = run_cli("report", "fragmentation", "--bucket", "month")
+    assert code == 0 and "free_gpus" in out
+    assert (f"note: {d.height:,} jobs held {gpu_h:,.2f} GPU-hours in the window by their records but name no node "
+            "(a trace without placement, e.g. openb's pod lists): the free GPUs here count theirs as free") in err

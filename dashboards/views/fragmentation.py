@@ -24,6 +24,11 @@ if frag is None or frag.height == 0:
     else:   # no filter brings samples back: there are no nodes to sample
         st.info(f"Fragmentation needs the nodes' free GPUs: {mr.NO_CAPACITY}.", icon=":material/info:")
     st.stop()
+lost = mr.unplaced(ctx.version, f)
+if lost["jobs"]:
+    st.warning(f"{lost['jobs']:,} jobs held {lost['gpu_h']:,.1f} GPU-hours in the window by their records but name "
+               "no node (a trace without placement, e.g. openb's pod lists): the free GPUs here count theirs as "
+               "free, so free GPUs, whole free nodes and fragmentation overstate.", icon=":material/help:")
 blocked_rows = mr.blocked(ctx.version, f)
 blocked_all = mr.blocked_by(blocked_rows, []) if blocked_rows is not None else None
 
@@ -47,7 +52,7 @@ ui.kpi(k[3], "Stranded for 8-GPU jobs (mean)",
        help="Free GPUs on nodes with fewer than 8 free: an 8-GPU job cannot use them.", missing="no 8-GPU nodes")
 if blocked_all is not None and (blocked_all["wait_gpu_h"][0] or 0) > 0:
     ui.kpi(k[4], "Waiting blocked by fragmentation", ui.pct(mr.blocked_share(ctx.version, f)),
-           missing=mr.NO_CAPACITY,
+           missing=mr.blocked_missing(ctx.version, f),
            help="Share of the queue wait (GPU-hours) of jobs pending in the window during which enough GPUs were "
                 "free in their partitions but no node (or set of nodes) could take the job.")
 else:

@@ -71,7 +71,7 @@ def _blocked(col) -> None:
     s, sb = mr.blocked_share(ctx.version, f), mr.blocked_share(ctx.version, prev)
     ui.kpi(col, "Waiting blocked by fragmentation", ui.pct(s), ui.pp_delta(s, sb), delta_color="inverse",
            help="Share of queue wait (GPU-hours) during which enough GPUs were free but scattered.",
-           missing=mr.NO_CAPACITY if not mr.capacity_known(ctx.version, f) else "no queue wait in the window")
+           missing=mr.blocked_missing(ctx.version, f))
     _row("Queue wait blocked by fragmentation", "%", _num(s, 100), _num(sb, 100), "Fragmentation", "pp")
 
 
