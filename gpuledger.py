@@ -770,7 +770,7 @@ def cmd_report_reliability(args) -> int:
 def _reliability_summary(args, con, lo, hi) -> int:
     """--view teams|pull: the top of the Reliability page (models/metrics/reliability_summary.py); without
     --from/--to the last full UTC month before the data's horizon."""
-    from models.metrics import reliability, reliability_summary as rs
+    from models.metrics import losses, reliability, reliability_summary as rs
     if lo is None and hi is None:
         month = rs.last_full_month(con)
         if month is None:
@@ -789,6 +789,8 @@ def _reliability_summary(args, con, lo, hi) -> int:
     if not reliability.has_telemetry(con):
         _say(args, "no GPU telemetry in the warehouse: slow nodes (held back GPU-hours) and XID GPUs cannot be "
                    "measured (ingest DCGM or nvidia-smi telemetry)")
+    if args.view == "teams" and "outage" in losses.unknown_causes(con):
+        _say(args, f"outage_gpu_h not known, read as 0: {losses.unknown_causes(con)['outage']}")
     _freshness(args, con)
     return EXIT_OK
 

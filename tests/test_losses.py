@@ -223,6 +223,10 @@ def test_cli_says_which_hardware_causes_are_not_known(run_cli, tmp_path):
     assert code == 0 and "user_failure_gpu_h" in out
     assert ("not known, read as 0: outage_gpu_h, no node events loaded (`gpuledger ingest events`); gpu_xid_gpu_h, "
             "no GPU telemetry loaded (`gpuledger ingest prometheus|dcgm`)") in err
+    # the reliability summary's per-team losses say it too (its XIDs under its own telemetry note)
+    code, out, err = run_cli("report", "reliability", "--view", "teams", "--from", "2017-01-01", "--to", "2018-01-01")
+    assert code == 0 and "outage_gpu_h" in out
+    assert "outage_gpu_h not known, read as 0: no node events loaded (`gpuledger ingest events`)" in err
 
 
 def test_supercloud_sample_failure_states_reach_the_loss_report(con, db_path):
