@@ -160,6 +160,8 @@ def _print_ingest_summary(args, summary: dict) -> bool:
                + f", rejected {summary['rejected']} (run {summary['run_id']})")
     for line in summary.get("reject_examples", []):
         _err(line)
+    for note in summary.get("notes", []):
+        _say(args, f"  note: {note}")
     more = summary["rejected"] - len(summary.get("reject_examples", []))
     if more > 0:
         _say(args, f"  ... and {more} more rejected lines: see the `rejects` table (run {summary['run_id']})")

@@ -151,7 +151,7 @@ def load(con, text: str | bytes, source_name: str, cluster: str | None = None, t
     """Load one scontrol or sacctmgr reservation listing in one transaction; returns the run summary."""
     data = text.encode() if isinstance(text, str) else text
     lines = text_lines(data)
-    default = cluster or _only_cluster(con)
+    default = cluster or warehouse.only_cluster(con) or "default"
     rows, skips, rejects = _parse(lines, tz, plausible.window())
     schema = pa.schema([(c, pa.timestamp("us") if c in ("start", "end") else pa.float64() if c == "gpus"
                          else pa.string()) for c in COLUMNS])
@@ -234,7 +234,3 @@ def ingest_live(con, cluster: str | None = None) -> list[dict]:
     """Both :data:`LIVE_COMMANDS`, each its own run (scontrol first, so sacctmgr's end wins for ended ones)."""
     return [load(con, run_live(cmd), " ".join(cmd), cluster=cluster, tz="UTC") for cmd in LIVE_COMMANDS]
 
-
-def _only_cluster(con) -> str:
-    known = [r[0] for r in con.sql("SELECT DISTINCT cluster FROM jobs UNION SELECT cluster FROM clusters").fetchall()]
-    return known[0] if len(known) == 1 else "default"

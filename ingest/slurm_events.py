@@ -58,7 +58,7 @@ def _rows(lines: list[str]):
 def ingest_bytes(con, data: bytes, name: str, cluster: str | None = None, tz: str | None = None) -> dict:
     """Load one sacctmgr event listing in one transaction; returns the run summary."""
     lines = text_lines(data)
-    default_cluster = cluster or _only_cluster(con)
+    default_cluster = cluster or warehouse.only_cluster(con) or "default"
     zone = tz or _cluster_tz(con, default_cluster) or "UTC"
     check_zone(con, zone)
     window = plausible.window()
@@ -160,10 +160,6 @@ def _merge(con, run) -> None:
                           'sacctmgr', $run FROM _ev2 WHERE NOT existed""", {"run": run.run_id})
     con.execute("DROP TABLE IF EXISTS _ev2")
 
-
-def _only_cluster(con) -> str:
-    known = [r[0] for r in con.sql("SELECT DISTINCT cluster FROM jobs UNION SELECT cluster FROM clusters").fetchall()]
-    return known[0] if len(known) == 1 else "default"
 
 
 def _cluster_tz(con, cluster: str) -> str | None:

@@ -353,7 +353,7 @@ def ingest_bytes(con, data: bytes, name: str, fmt: str = "auto", cluster: str | 
     when = _parse_as_of(as_of)
     if fmt == "auto":
         fmt = "scontrol" if any(l.lstrip().startswith("NodeName=") for l in lines[:200]) else "sinfo"
-    default_cluster = cluster or _only_cluster(con)
+    default_cluster = cluster or warehouse.only_cluster(con)
     skipped: list[tuple[int, str]] = []
     rejected: list[tuple[int, str | None, str]] = []
     if fmt == "scontrol":
@@ -378,8 +378,7 @@ def ingest_bytes(con, data: bytes, name: str, fmt: str = "auto", cluster: str | 
             raise InputError(name, exc.message) from exc
         loaded_lines = len({r.line_no for r in recs})
     if default_cluster is None and any(r.cluster is None for r in recs):
-        known = [r[0] for r in con.sql("SELECT cluster FROM clusters UNION SELECT DISTINCT cluster FROM jobs "
-                                       "ORDER BY 1").fetchall()]
+        known = warehouse.known_clusters(con)
         raise InputError("--cluster", f"{name} does not name its cluster and the warehouse knows "
                                       f"{'several: ' + ', '.join(known) if known else 'none yet'}; "
                                       "give --cluster NAME")
@@ -399,13 +398,24 @@ def ingest_bytes(con, data: bytes, name: str, fmt: str = "auto", cluster: str | 
         _apply_snapshot(con, run, nodes, when, retire_missing)
     summary = run.summary()
     summary["reject_examples"] = [f"{name}:{ln}: " + (f"field {f}: " if f else "") + r for ln, f, r in rejected[:10]]
+    summary["notes"] = mig_notes(nodes)
     return summary
 
 
-def _only_cluster(con) -> str | None:
-    """The one cluster the warehouse knows, else None: nodes never land in a made-up cluster."""
-    known = [r[0] for r in con.sql("SELECT DISTINCT cluster FROM jobs UNION SELECT cluster FROM clusters").fetchall()]
-    return known[0] if len(known) == 1 else None
+#: A GRES type naming a MIG profile (Slurm's MIG management: `1g.5gb`; with AutoDetect=nvml `a100_1g.10gb`)
+MIG_TYPE = re.compile(r"(?:^|_)\d+g\.\d+gb$", re.IGNORECASE)
+
+
+def mig_notes(nodes: list[NodeRecord]) -> list[str]:
+    """What a reader must know when GPUs are MIG slices: Slurm counts each slice as a GPU, and so do we (one
+    slice = one GPU of its own pool), so those pools' capacity, utilization and charges are in slices."""
+    mig = [n for n in nodes if any(MIG_TYPE.search(t) for t in (n.gpu_type or "").split("+"))]
+    if not mig:
+        return []
+    types = sorted({t for n in mig for t in n.gpu_type.split("+") if MIG_TYPE.search(t)})
+    return [f"{len(mig)} nodes carry MIG slices ({', '.join(types)}): as in Slurm, each slice counts as one GPU of "
+            "its pool, so those pools' capacity, utilization and charges are in slices, not physical GPUs (give "
+            "them per-slice rates in the governance file)"]
 
 
 def _apply_snapshot(con, run, nodes: list[NodeRecord], when: dt.datetime, retire_missing: bool) -> None:

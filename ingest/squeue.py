@@ -165,7 +165,7 @@ def load(con, text: str | bytes, captured_at: dt.datetime, source_name: str, clu
     window = plausible.window()
     if not window.contains(captured_at):
         raise InputError("--captured-at", window.reason(f"{captured_at:%Y-%m-%d %H:%M:%S}"))
-    default = cluster or _only_cluster(con)
+    default = cluster or warehouse.only_cluster(con) or "default"
     rows, skips, rejects = [], [], []
     for line_no, kind, payload in _parse(lines, tz, window):
         if kind in ("blank", "header"):
@@ -236,7 +236,3 @@ def ingest_live(con, cluster: str | None = None, squeue_cmd: str = "squeue") -> 
     out, at, cmd = run_live(squeue_cmd, cluster)
     return load(con, out, at, cmd, cluster=cluster, tz="UTC")
 
-
-def _only_cluster(con) -> str:
-    known = [r[0] for r in con.sql("SELECT DISTINCT cluster FROM jobs UNION SELECT cluster FROM clusters").fetchall()]
-    return known[0] if len(known) == 1 else "default"

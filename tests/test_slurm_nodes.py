@@ -101,6 +101,27 @@ def test_sinfo_with_header_one_line_per_partition(con):
     assert con.sql("SELECT DISTINCT state FROM node_states WHERE node <> 'gpu01'").fetchall() == [("DRAIN",)]
 
 
+def test_mig_slices_count_as_gpus_of_their_pool_and_the_summary_says_so(con, run_cli, tmp_path):
+    """Slurm's MIG management example (gres.html): a node whose A100 is cut into 1g.5gb x 2, 2g.10gb and 3g.20gb
+    registers 4 GPUs of those types; we count them as Slurm does, and the summary says the unit is a slice.
+    AutoDetect=nvml names them after the card (a100_1g.10gb); a whole-GPU node gets no note."""
+    text = ("NODELIST|PARTITION|STATE|CPUS(A/I/O/T)|MEMORY|GRES|GRES_USED|REASON\n"
+            "mig01|a100|idle|0/64/0/64|512000|gpu:1g.5gb:2,gpu:2g.10gb:1,gpu:3g.20gb:1|gpu:0|none\n"
+            "mig02|a100|idle|0/64/0/64|512000|gpu:a100_1g.10gb:7(S:0)|gpu:a100_1g.10gb:0(IDX:N/A)|none\n"
+            "gpu01|a100|idle|0/64/0/64|512000|gpu:a100:8(S:0-1)|gpu:a100:0(IDX:N/A)|none\n")
+    s = slurm_nodes.ingest_bytes(con, text.encode(), "sinfo.psv", cluster="lab")
+    assert con.sql("SELECT node, gpu_type, gpus FROM nodes ORDER BY node").fetchall() == [
+        ("gpu01", "a100", 8), ("mig01", "1g.5gb+2g.10gb+3g.20gb", 4), ("mig02", "a100_1g.10gb", 7)]
+    assert s["notes"] == ["2 nodes carry MIG slices (1g.5gb, 2g.10gb, 3g.20gb, a100_1g.10gb): as in Slurm, each "
+                          "slice counts as one GPU of its pool, so those pools' capacity, utilization and charges are "
+                          "in slices, not physical GPUs (give them per-slice rates in the governance file)"]
+    header, _, _, whole_gpus = text.splitlines()
+    assert slurm_nodes.ingest_bytes(con, f"{header}\n{whole_gpus}\n".encode(), "whole.psv")["notes"] == []
+    (tmp_path / "sinfo.psv").write_text(text)
+    code, _, err = run_cli("ingest", "nodes", str(tmp_path / "sinfo.psv"), "--cluster", "lab", "--no-refresh")
+    assert code == 0 and "\n  note: 2 nodes carry MIG slices (1g.5gb, 2g.10gb, 3g.20gb, a100_1g.10gb)" in err
+
+
 def test_sinfo_without_header_is_a_clear_error(con, fixtures):
     with pytest.raises(Exception, match="no header line naming the columns: give them with --fields"):
         slurm_nodes.ingest_path(con, str(fixtures / "sinfo" / "datadog-sinfo.txt"))

@@ -157,3 +157,18 @@ def _run(con, lines_read, loaded=0, skips=(), rejects=()):
 ])
 def test_a_run_that_loads_nothing_from_data_says_why(con, kwargs, error):
     assert _run(con, **kwargs)["error"] == error
+
+
+def test_the_only_cluster_is_found_in_configuration_jobs_or_inventory(con, tmp_path):
+    """A node inventory alone names a cluster: a second snapshot without --cluster lands in it (it was refused,
+    "the warehouse knows none yet"); a second cluster anywhere makes the choice ambiguous."""
+    from ingest import slurm_nodes
+    assert (warehouse.known_clusters(con), warehouse.only_cluster(con)) == ([], None)
+    text = "NODELIST|PARTITION|STATE|GRES\ngpu01|a100|idle|gpu:a100:8\n"
+    slurm_nodes.ingest_bytes(con, text.encode(), "first.psv", cluster="lab", as_of="2026-12-01T10:00:00")
+    assert (warehouse.known_clusters(con), warehouse.only_cluster(con)) == (["lab"], "lab")
+    slurm_nodes.ingest_bytes(con, text.replace("gpu01", "gpu02").encode(), "second.psv", as_of="2026-12-01T11:00:00")
+    assert con.sql("SELECT cluster, node FROM nodes WHERE valid_to IS NULL ORDER BY node").fetchall() == [
+        ("lab", "gpu01"), ("lab", "gpu02")]
+    con.execute("INSERT INTO clusters (cluster, tz, description) VALUES ('other', 'UTC', 'a second cluster')")
+    assert (warehouse.known_clusters(con), warehouse.only_cluster(con)) == (["lab", "other"], None)

@@ -30,3 +30,17 @@ def has_table(con: duckdb.DuckDBPyConnection, name: str) -> bool:
     return bool(con.execute("""SELECT (SELECT count(*) FROM duckdb_tables() WHERE table_name = $n)
                                     + (SELECT count(*) FROM duckdb_views() WHERE view_name = $n AND NOT internal)""",
                             {"n": name}).fetchall()[0][0])
+
+
+def known_clusters(con: duckdb.DuckDBPyConnection) -> list[str]:
+    """Every cluster the warehouse knows of: configured (governance, traces), in the jobs, or in the node
+    inventory (a warehouse may start with `ingest nodes --cluster C`), sorted."""
+    return [r[0] for r in con.sql("""SELECT cluster FROM clusters UNION SELECT DISTINCT cluster FROM jobs
+                                     UNION SELECT DISTINCT cluster FROM nodes ORDER BY 1""").fetchall()]
+
+
+def only_cluster(con: duckdb.DuckDBPyConnection) -> str | None:
+    """The one cluster the warehouse knows (:func:`known_clusters`), else None: an input that names no cluster
+    lands there, never in a made-up one."""
+    known = known_clusters(con)
+    return known[0] if len(known) == 1 else None
