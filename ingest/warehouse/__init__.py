@@ -23,4 +23,5 @@ __all__ = ["IngestAccountingError", "IngestRun", "get_watermark", "set_watermark
            "migration_files", "schema_version", "SERVING_EXCLUDE", "publish_serving", "serving_path",
            "serving_dir", "read_manifest", "collect_garbage", "note_changed", "WHOLE", "PARTITIONS",
            "table_names", "nothing_loaded", "remove_orphaned_snapshots", "TimeParseError", "parse_time"]
-__all__ += ["IDLE_EPSILON", "known_clusters", "only_cluster"]   # the activity below which a reading counts as zero (schema.py)
+__all__ += ["IDLE_EPSILON"]   # the activity below which a reading counts as zero (schema.py)
+__all__ += ["known_clusters", "only_cluster"]
