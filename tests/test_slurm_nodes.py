@@ -122,6 +122,15 @@ def test_mig_slices_count_as_gpus_of_their_pool_and_the_summary_says_so(con, run
     assert code == 0 and "\n  note: 2 nodes carry MIG slices (1g.5gb, 2g.10gb, 3g.20gb, a100_1g.10gb)" in err
 
 
+@pytest.mark.parametrize("gpu_type, mig", [
+    ("1g.10gb", True), ("a100_1g.5gb", True), ("nvidia_a100_80gb_pcie_3g.39gb", True), ("h100_7g.80gb", True),
+    ("nvidia_a100_80gb_pcie", False), ("a100-sxm4-80gb", False), ("h100", False), ("rtx_6000", False)])
+def test_mig_types_as_sites_name_them(gpu_type, mig):
+    """GRES types of MIG slices in public job scripts (AutoDetect=nvml names them after the card, with its
+    memory: nvidia_a100_80gb_pcie_3g.39gb), and whole-GPU types that merely mention memory."""
+    assert bool(slurm_nodes.MIG_TYPE.search(gpu_type)) is mig
+
+
 def test_sinfo_without_header_is_a_clear_error(con, fixtures):
     with pytest.raises(Exception, match="no header line naming the columns: give them with --fields"):
         slurm_nodes.ingest_path(con, str(fixtures / "sinfo" / "datadog-sinfo.txt"))
