@@ -310,6 +310,10 @@ def test_efficiency_without_telemetry_is_unknown_and_coverage_is_shown(lab, monk
     texts = [s.value for s in at.success] + [i.value for i in at.info]
     assert not any("No job left its GPUs idle" in t for t in texts), texts
     assert any("unknown — no telemetry" in t for t in texts)
+    # no efficiency line is drawn over an empty axis; the per-team split (all "no telemetry") still is
+    titles = [fig["layout"]["title"]["text"] for fig in dfx.figures(at)]
+    assert not [t for t in titles if t.startswith("GPU efficiency by pool")], titles
+    assert "Allocated vs active GPU-hours by team" in titles
     at.switch_page("views/overview.py").run()
     assert dfx.metric(at, "GPU efficiency").value == "—"
     assert "unknown — no telemetry" in [c.value for c in at.caption]

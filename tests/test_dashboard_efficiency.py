@@ -52,3 +52,15 @@ def test_no_telemetry_is_unknown_not_zero(lab_db, monkeypatch):
     assert dfx.metric(at, "GPU efficiency").value == "—"
     assert any("unknown (not 0 %)" in w.value for w in at.warning)
     assert dfx.metric(at, "Telemetry coverage").value == "0.0 %"
+
+
+def test_a_trace_without_users_or_telemetry_draws_no_empty_chart(run_cli, db_path, fixtures, monkeypatch):
+    """openb's pod list names no user and has no telemetry: the users chart would be an empty frame and the
+    efficiency line an empty axis; the page says the accounting has no users and draws neither."""
+    pods = fixtures / "traces" / "openb" / "openb_pod_list_gpuspec33.csv"
+    assert run_cli("ingest", "trace", "alibaba-openb", str(pods))[0] == 0
+    at = dfx.open_page(dfx.app(db_path, monkeypatch), "efficiency",
+                       f_dates=(dt.date(2023, 1, 2), dt.date(2023, 5, 30)))
+    titles = [fig["layout"]["title"]["text"] for fig in dfx.figures(at)]
+    assert titles == ["Allocated vs active GPU-hours by team"]
+    assert "**Users**: the accounting records no user for these jobs." in [c.value for c in at.caption]

@@ -73,20 +73,24 @@ with left:
         title="Allocated vs active GPU-hours by team", height=max(300, 110 + 34 * len(order))), key="eff_teams")
 users = mr.efficiency(ctx.version, f, "user")
 with right:
-    top = users.sort("alloc_gpu_h", descending=True).head(15)
+    top = users.filter(pl.col("user").is_not_null()).sort("alloc_gpu_h", descending=True).head(15)
     order_u = top["user"].to_list()
-    ui.chart(st, charts.bars(
-        _split(top, "user"), "user", "gpu_h", color="part", colours=SPLIT_COLOURS, horizontal=True,
-        category_order=order_u, y_title="Allocated GPU-hours", x_title="User",
-        title="The 15 users with the most allocated GPU-hours", height=max(300, 110 + 34 * len(order_u))),
-        key="eff_users")
+    if top.height:
+        ui.chart(st, charts.bars(
+            _split(top, "user"), "user", "gpu_h", color="part", colours=SPLIT_COLOURS, horizontal=True,
+            category_order=order_u, y_title="Allocated GPU-hours", x_title="User",
+            title="The 15 users with the most allocated GPU-hours", height=max(300, 110 + 34 * len(order_u))),
+            key="eff_users")
+    else:   # a trace without users (openb's pod lists): an empty chart would look like users without GPU-hours
+        st.caption("**Users**: the accounting records no user for these jobs.")
 
 st.caption("Each bar is a group's allocated GPU-hours: **active** = activity x GPU-hours with telemetry; "
            "**idle ≥ 5 min** = stretches of 5 minutes or more at zero activity; **partly busy** = the rest of the "
            "GPU-hours with telemetry; **no telemetry** = allocated GPU-hours without readings (unknown, not idle).")
 over_time = mr.efficiency(ctx.version, f, "gpu_type", mr.auto_bucket(f))
-if over_time is not None and over_time.height:
-    ui.chart(st, charts.lines(over_time.filter(pl.col("mean_pct").is_not_null()), "bucket", "mean_pct",
+over_time = over_time.filter(pl.col("mean_pct").is_not_null()) if over_time is not None else None
+if over_time is not None and over_time.height:   # none without telemetry: the warning above says why
+    ui.chart(st, charts.lines(over_time, "bucket", "mean_pct",
                               color="gpu_type", colours=ctx.pool_colours, y_title="GPU efficiency (%)",
                               title=f"GPU efficiency by pool per {mr.auto_bucket(f)}", markers=True, height=320),
                  key="eff_time")
