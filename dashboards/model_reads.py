@@ -417,8 +417,31 @@ def starvation(version: str, f: Filters, threshold_hours: float) -> tuple[pl.Dat
 
 def allocation_ratio(version: str, f: Filters) -> float | None:
     """Allocated / available GPU-hours of the window (``report utilization``'s sreport_allocated / available,
-    summed; with a team filter the selected teams' allocated)."""
+    summed; with a team filter the selected teams' allocated); None when no job of the window names its nodes
+    (:func:`placement_known`)."""
+    if not placement_known(version, f):
+        return None
     return window_totals(utilization(version, f, "month"), f).get("allocation_ratio")
+
+
+#: why allocation figures are missing although capacity is known: every job of the window lacks a node
+NO_PLACEMENT = "not known: the jobs hold GPUs but name no node (a trace without placement)"
+
+
+def placement_known(version: str, f: Filters) -> bool:
+    """False when the window's GPU jobs hold GPU-hours by their records but none names a node (openb's pod
+    lists): allocated and idle GPU-hours per node cannot be told, and "0 % allocated" would be a claim. With
+    some jobs placed the figures stand, and the pages warn about the rest."""
+    if not unplaced(version, f)["jobs"]:
+        return True
+    return bool(window_totals(utilization(version, f, "month"), f).get("allocated_gpu_h"))
+
+
+def allocation_missing(version: str, f: Filters) -> str:
+    """Why :func:`allocation_ratio` is None: no inventory, no placement, or no GPU available."""
+    if not capacity_known(version, f):
+        return NO_CAPACITY
+    return NO_PLACEMENT if not placement_known(version, f) else "no GPU available in the window"
 
 
 def efficiency_total(version: str, f: Filters) -> dict | None:
@@ -431,8 +454,18 @@ def efficiency_total(version: str, f: Filters) -> dict | None:
 
 
 def fragmentation_rate(version: str, f: Filters) -> float | None:
-    """The window's FGD rate (fragmentation.window_rate: each day's samples against that day's requests)."""
+    """The window's FGD rate (fragmentation.window_rate: each day's samples against that day's requests); None
+    when no job of the window names its nodes (every GPU would be sampled free: :func:`placement_known`)."""
+    if not placement_known(version, f):
+        return None
     return fragmentation_mod.rate(fragmentation(version, f, fragmentation_mod.WINDOW_BUCKET))
+
+
+def fragmentation_missing(version: str, f: Filters) -> str:
+    """Why :func:`fragmentation_rate` is None: no inventory, no placement, or no free GPU in the window."""
+    if not capacity_known(version, f):
+        return NO_CAPACITY
+    return NO_PLACEMENT if not placement_known(version, f) else "no free GPUs in the window"
 
 
 #: why a figure that needs installed GPUs is missing: the warehouse has accounting but no node inventory

@@ -189,7 +189,7 @@ def weekly(version: str, f: Filters, template_dir=None) -> Report:
     charts = []
     bucket = "day" if f.days <= 120 else mr.auto_bucket(f)
     pools = mr.utilization(version, f, bucket, "gpu_type")
-    if pools is not None and pools.height:
+    if pools is not None and pools.height and mr.placement_known(version, f):   # the Overview's chart rule
         charts.append(("Allocation ratio by pool per day", report_charts.allocation_png(pools, list(cat.pools))))
     cost = mr.month_cost(version, f)
     if isinstance(cost, dict) and cost["lines"].height:

@@ -83,10 +83,11 @@ def test_a_change_that_rounds_to_zero_is_grey_without_an_arrow():
                      ("+0.1 pp", "inverse", "auto"), ("-5.0 h", "inverse", "auto")]
 
 
-def test_pods_without_placement_say_blocked_waits_are_not_known(run_cli, db_path, fixtures, monkeypatch):
-    """openb's pod list: an inventory, queue wait, but no pod names a node or a partition, so no node covers the
-    waits: the blocked-by-fragmentation tiles say that (not "no node inventory", not "no queue wait"), and the
-    Fragmentation page warns that the unplaced pods' GPUs are sampled as free, with utilization's figures."""
+def test_pods_without_placement_say_what_is_not_known(run_cli, db_path, fixtures, monkeypatch):
+    """openb's pod list: an inventory, queue wait, but no pod names a node or a partition. Allocation and idle
+    per node cannot be told ("0.0 %" allocated was shown); no node covers the waits, so the blocked-by-
+    fragmentation tiles say that (not "no node inventory", not "no queue wait"); the Fragmentation page warns
+    that the unplaced pods' GPUs are sampled as free, with utilization's figures."""
     d = fixtures / "traces" / "openb"
     assert run_cli("ingest", "trace", "alibaba-openb", str(d / "openb_pod_list_gpuspec33.csv"))[0] == 0
     cur = Snapshot(db_path).cursor()
@@ -95,10 +96,23 @@ def test_pods_without_placement_say_blocked_waits_are_not_known(run_cli, db_path
     days = {"f_dates": (dt.date(2023, 1, 2), dt.date(2023, 5, 30))}
     at = dfx.open_page(dfx.app(db_path, monkeypatch), "overview", **days)
     assert dfx.metric(at, "Waiting blocked by fragmentation").value == "—"
-    assert "not known: no node of the inventory is in the partitions the jobs waited in" in [c.value
-                                                                                           for c in at.caption]
+    captions = [c.value for c in at.caption]
+    assert "not known: no node of the inventory is in the partitions the jobs waited in" in captions
+    assert dfx.metric(at, "Allocation ratio").value == "—"
+    assert "not known: the jobs hold GPUs but name no node (a trace without placement)" in captions
+    assert dfx.metric(at, "Fragmentation rate").value == "—"     # every GPU would be sampled free
+    table = dfx.frame_with(at, "Figure", "This period")
+    shown = dict(zip(table["Figure"], table["This period"]))
+    assert (shown["Allocation ratio"], shown["Fragmentation rate (FGD)"]) == ("—", "—")
+    assert not [fig for fig in dfx.figures(at) if fig["layout"]["title"]["text"].startswith("Allocation ratio")]
+    at = dfx.open_page(dfx.app(db_path, monkeypatch), "utilization", **days)
+    assert [dfx.metric(at, k).value for k in ("Allocation ratio", "Allocated GPU-hours", "Idle GPU-hours")] \
+        == ["—"] * 3
+    titles = [fig["layout"]["title"]["text"] for fig in dfx.figures(at)]
+    assert not [t for t in titles if t.startswith("Allocation ratio by") or t == "Where the capacity went"], titles
     at = dfx.open_page(dfx.app(db_path, monkeypatch), "fragmentation", **days)
     assert dfx.metric(at, "Waiting blocked by fragmentation").value == "—"
+    assert dfx.metric(at, "Fragmentation rate (FGD)").value == "—"
     assert [w.value for w in at.warning] == [
         f"{lost['jobs']:,} jobs held {lost['gpu_h']:,.1f} GPU-hours in the window by their records but name no node (a "
         "trace without placement, e.g. openb's pod lists): the free GPUs here count theirs as free, so free GPUs, "

@@ -42,6 +42,7 @@ def _mean(df: pl.DataFrame, col: str) -> float:
 rate, rate_before = mr.fragmentation_rate(ctx.version, f), mr.fragmentation_rate(ctx.version, f.previous())
 k = st.columns(5)
 ui.kpi(k[0], "Fragmentation rate (FGD)", ui.pct(rate), ui.pp_delta(rate, rate_before), delta_color="inverse",
+       missing=mr.fragmentation_missing(ctx.version, f),
        help="Free GPUs that the typical requests of the period could not use, over all free GPUs (Weng et al., "
             "ATC'23), on available nodes, over the window's 5-minute samples, each day's samples against the "
             "requests submitted that day.")

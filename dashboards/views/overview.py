@@ -38,7 +38,7 @@ def _fmt_value(x) -> str | None:
 def _allocation(col) -> None:
     a, b = mr.allocation_ratio(ctx.version, f), mr.allocation_ratio(ctx.version, prev)
     ui.kpi(col, "Allocation ratio", ui.pct(a), ui.pp_delta(a, b), help="Allocated / available GPU-hours.",
-           missing=mr.NO_CAPACITY if not mr.capacity_known(ctx.version, f) else "no GPU available in the window")
+           missing=mr.allocation_missing(ctx.version, f))
     lost = mr.unplaced(ctx.version, f)
     if lost["jobs"]:    # the Utilization page's warning, in short
         col.caption(f"Leaves out {lost['gpu_h']:,.0f} GPU-hours of {lost['jobs']:,} jobs that name no node")
@@ -63,7 +63,7 @@ def _fragmentation(col) -> None:
     fr, frb = mr.fragmentation_rate(ctx.version, f), mr.fragmentation_rate(ctx.version, prev)
     ui.kpi(col, "Fragmentation rate", ui.pct(fr), ui.pp_delta(fr, frb), delta_color="inverse",
            help="Free GPUs the requests of each day could not use, over free GPUs (FGD), over the window's samples.",
-           missing=mr.NO_CAPACITY if not mr.capacity_known(ctx.version, f) else "no free GPUs in the window")
+           missing=mr.fragmentation_missing(ctx.version, f))
     _row("Fragmentation rate (FGD)", "%", _num(fr, 100), _num(frb, 100), "Fragmentation", "pp")
 
 
@@ -170,7 +170,7 @@ with ui.guarded(r2[1], "Cost this month"):
 left, right = st.columns(2)
 bucket = mr.auto_bucket(f)
 pools = mr.utilization(ctx.version, f, bucket, "gpu_type")
-if pools is not None and pools["allocation_ratio"].is_not_null().any():
+if mr.placement_known(ctx.version, f) and pools is not None and pools["allocation_ratio"].is_not_null().any():
     ui.chart(left, charts.lines(pools.with_columns(pl.col("allocation_ratio") * 100), "bucket", "allocation_ratio",
                                 color="gpu_type", colours=ctx.pool_colours, y_title="Allocation ratio (%)",
                                 title=f"Allocation ratio by pool per {bucket}", height=340), key="ov_alloc")

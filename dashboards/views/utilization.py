@@ -27,16 +27,17 @@ before = mr.window_totals(mr.utilization(ctx.version, f.previous(), "month"), f)
 
 k = st.columns(5)
 ratio, ratio_before = mr.allocation_ratio(ctx.version, f), mr.allocation_ratio(ctx.version, f.previous())
-known = mr.capacity_known(ctx.version, f)
+known, placed = mr.capacity_known(ctx.version, f), mr.placement_known(ctx.version, f)
 ui.kpi(k[0], "Allocation ratio", ui.pct(ratio), ui.pp_delta(ratio, ratio_before),
-       missing=mr.NO_CAPACITY if not known else "no GPU available in the window",
+       missing=mr.allocation_missing(ctx.version, f),
        help="Allocated GPU-hours inside capacity / available GPU-hours (capacity minus down, drained and "
             "maintenance). With a team filter: the selected teams' allocated GPU-hours / available GPU-hours.")
-ui.kpi(k[1], "Allocated GPU-hours", f"{now['allocated_gpu_h']:,.0f}",
-       ui.rel_delta(now["allocated_gpu_h"], before.get("allocated_gpu_h")))
-# without capacity, idle and unavailable are unknown, not zero
-ui.kpi(k[2], "Idle GPU-hours", f"{now['idle_gpu_h']:,.0f}" if known else None, missing=mr.NO_CAPACITY,
-       help="Available but allocated to no job.")
+ui.kpi(k[1], "Allocated GPU-hours", f"{now['allocated_gpu_h']:,.0f}" if placed else None,
+       ui.rel_delta(now["allocated_gpu_h"], before.get("allocated_gpu_h")) if placed else None,
+       missing=mr.NO_PLACEMENT)
+# without capacity, idle and unavailable are unknown, not zero; without placement, so is idle
+ui.kpi(k[2], "Idle GPU-hours", f"{now['idle_gpu_h']:,.0f}" if known and placed else None,
+       missing=mr.NO_CAPACITY if not known else mr.NO_PLACEMENT, help="Available but allocated to no job.")
 ui.kpi(k[3], "Unavailable GPU-hours", f"{now['unavailable_gpu_h']:,.0f}" if known else None,
        missing=mr.NO_CAPACITY, help="Free GPUs on nodes that were down, drained or in maintenance (GPUs still held "
                                     "by jobs on a draining node count as allocated).")
@@ -58,8 +59,9 @@ long = (chart_util.select("bucket", *stack_cols).unpivot(index="bucket", variabl
         .with_columns(pl.col("state").replace_strict(stack_cols)))
 colours = {"Allocated": theme.STATE_COLOURS["allocated"], "Allocated (other teams)": "#A5B8CF",
            "Idle": theme.STATE_COLOURS["idle"], "Unavailable": theme.STATE_COLOURS["unavailable"]}
-ui.chart(st, charts.stacked_area(long, "bucket", "gpu_h", "state", colours, order=list(stack_cols.values()),
-                                 y_title=f"GPU-hours per {chart_bucket}", title="Where the capacity went"),
+if placed:   # without placement every GPU would be drawn idle
+    ui.chart(st, charts.stacked_area(long, "bucket", "gpu_h", "state", colours, order=list(stack_cols.values()),
+                                     y_title=f"GPU-hours per {chart_bucket}", title="Where the capacity went"),
              key="util_stack")
 if now.get("beyond_capacity_gpu_h", 0) > 0.005:
     st.warning(f"{now['beyond_capacity_gpu_h']:,.1f} GPU-hours were allocated on nodes the inventory lacks or lists "
@@ -76,7 +78,8 @@ left, right = st.columns(2)
 pools = mr.utilization(ctx.version, f, bucket, "gpu_type")
 chart_pools = pools if chart_bucket == bucket else mr.utilization(ctx.version, f, chart_bucket, "gpu_type")
 with left:
-    if chart_pools is not None and chart_pools["allocation_ratio"].is_not_null().any():   # none: no capacity
+    # none without capacity; without placement they would be lines at 0 %
+    if placed and chart_pools is not None and chart_pools["allocation_ratio"].is_not_null().any():
         ui.chart(st, charts.lines(chart_pools.with_columns(pl.col("allocation_ratio") * 100), "bucket", "allocation_ratio",
                                   color="gpu_type", colours=ctx.pool_colours, y_title="Allocation ratio (%)",
                                   title="Allocation ratio by pool", height=360), key="util_pools")
@@ -91,7 +94,7 @@ with right:
                                  title="Allocated GPU-hours by team", height=360), key="util_teams")
 
 parts = mr.utilization(ctx.version, f, "month", "partition")
-if parts is not None and parts.height and known:
+if parts is not None and parts.height and known and placed:
     per_part = (parts.group_by("partition").agg(pl.col("sreport_allocated", "available_gpu_h", "allocated_gpu_h",
                                                       "idle_gpu_h", "unavailable_gpu_h").sum())
                 .with_columns((100 * (pl.col("allocated_gpu_h" if f.teams else "sreport_allocated")
