@@ -199,13 +199,18 @@ def forecast_band(history: pl.DataFrame, forecast: pl.DataFrame, *, x: str, y: s
 def heatmap(df: pl.DataFrame, x: str, y: str, z: str, *, z_title: str, x_title: str | None = None,
             y_title: str | None = None, title: str | None = None, colorscale: str = "Blues",
             x_order: Sequence | None = None, y_order: Sequence | None = None, height: int = 380,
-            z_format: str = ",.1f", top_down: bool = False) -> go.Figure:
-    """A ``y`` x ``x`` grid coloured by ``z`` (e.g. nodes with k free GPUs per day, or p95 wait per team x size)."""
+            z_format: str = ",.1f", top_down: bool = False,
+            z_range: tuple[float, float] | None = None) -> go.Figure:
+    """A ``y`` x ``x`` grid coloured by ``z`` (e.g. nodes with k free GPUs per day, or p95 wait per team x size).
+    ``z_range``: the values the colour scale spans (a share: 0 to 100), so that a grid of one value keeps its
+    colour's meaning (without it, all-zero coverage was drawn in the scale's middle)."""
     xs = list(x_order) if x_order is not None else _ordered(df[x].to_list())
     ys = list(y_order) if y_order is not None else _ordered(df[y].to_list())
     lookup = {(r[0], r[1]): r[2] for r in df.select(x, y, z).iter_rows()}
     grid = [[lookup.get((xv, yv)) for xv in xs] for yv in ys]
+    lo, hi = z_range if z_range is not None else (None, None)
     fig = go.Figure(go.Heatmap(x=xs, y=ys, z=grid, colorscale=colorscale, colorbar=dict(title=dict(text=z_title)),
+                               zmin=lo, zmax=hi,
                                hovertemplate=f"%{{y}} · %{{x}}: %{{z:{z_format}}}<extra></extra>",
                                texttemplate=f"%{{z:{z_format}}}" if len(xs) * len(ys) <= 60 else None))
     fig = _finish(fig, title, x_title, y_title or "", height=height)

@@ -62,6 +62,15 @@ def test_heatmap_grid_and_missing_cells():
     df = pl.DataFrame({"size": ["1", "8"], "team": ["a", "b"], "p95": [1.5, 9.0]})
     fig = charts.heatmap(df, "size", "team", "p95", z_title="p95 wait (h)", x_order=["1", "8"])
     assert [list(r) for r in fig.data[0].z] == [[1.5, None], [None, 9.0]]
+    assert (fig.data[0].zmin, fig.data[0].zmax) == (None, None)      # the data's own range
+
+
+def test_a_share_heatmap_keeps_its_scale_when_every_cell_is_zero():
+    """Telemetry coverage of 0 % everywhere (a trace without telemetry) is the red end of 0-100 %, not the
+    middle of a degenerate -0.5..0.5 scale (it was drawn yellow, "half covered")."""
+    df = pl.DataFrame({"day": ["2023-05-01", "2023-05-02"], "pool": ["t4", "t4"], "coverage": [0.0, 0.0]})
+    fig = charts.heatmap(df, "day", "pool", "coverage", z_title="Coverage (%)", colorscale="RdYlGn", z_range=(0, 100))
+    assert (fig.data[0].zmin, fig.data[0].zmax) == (0, 100)
 
 
 def test_colours_are_stable_per_team_and_pool():

@@ -135,7 +135,7 @@ if gaps.height == 0 or gaps["untracked_gpu_h"].sum() < 0.005:
 else:
     ui.chart(st, charts.heatmap(gaps.with_columns(pl.col("coverage_pct").fill_null(0.0)), "bucket", "gpu_type",
                                 "coverage_pct", z_title="Coverage (%)", y_title="Pool (GPU type)",
-                                colorscale="RdYlGn", z_format=".0f",
+                                colorscale="RdYlGn", z_format=".0f", z_range=(0, 100),
                                 title="Share of allocated GPU-hours with telemetry, per day and pool",
                                 height=max(220, 120 + 40 * gaps["gpu_type"].n_unique())), key="gaps_chart")
     shown = gaps.filter(pl.col("untracked_gpu_h") > 0.005).sort("untracked_gpu_h", descending=True)
