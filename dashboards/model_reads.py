@@ -622,6 +622,12 @@ def preemption(version: str, f: Filters) -> tuple[pl.DataFrame, pl.DataFrame]:
 
 
 @st.cache_data(**CACHE)
+def reservations_loaded(version: str) -> bool:
+    """Whether the snapshot holds any reservation (models.metrics.reservations.loaded)."""
+    return reservations_mod.loaded(_cursor(version))
+
+
+@st.cache_data(**CACHE)
 def reservations(version: str, f: Filters) -> pl.DataFrame:
     """Reserved, used and idle GPU-hours per reservation overlapping the window, for the team filter."""
     df = reservations_mod.report(_cursor(version), f.t0, f.t1)

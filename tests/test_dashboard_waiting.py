@@ -6,7 +6,8 @@ import datetime as dt
 import dashboard_fixtures as dfx
 from dashboard_fixtures import lab_db  # noqa: F401 (fixture)
 from dashboards.snapshot import Snapshot
-from models.metrics import pending, timeline
+from models.metrics import pending, reservations, timeline
+from waiting_fixtures import shared_db
 
 
 def test_waiting_figures_match_the_models_and_say_where_reasons_come_from(lab_db, monkeypatch):
@@ -18,5 +19,19 @@ def test_waiting_figures_match_the_models_and_say_where_reasons_come_from(lab_db
     assert any("No squeue snapshots" in i.value for i in at.info)            # the lab export has none
     shown = dfx.frame_with(at, "Team", "Waiting (GPU-h)")
     assert sorted(shown["Team"]) == sorted(classes["team"].to_list())
-    assert dfx.metric(at, "Reserved but idle (GPU-hours)").value == "0"
+    # the lab loaded no reservation: how much reserved capacity sat idle is not known, not 0
+    assert dfx.metric(at, "Reserved but idle (GPU-hours)").value == "—"
+    assert "not known: no reservations loaded (`gpuledger ingest reservations`)" in [c.value for c in at.caption]
     assert not at.exception
+
+
+def test_reserved_idle_is_the_reservation_report_once_reservations_are_loaded(tmp_path_factory, monkeypatch):
+    """The real Slurm capture with reservations (tests/fixtures/slurm_waiting): the tile is the report's sum."""
+    db = shared_db(tmp_path_factory)
+    cur = Snapshot(db).cursor()
+    rep = reservations.report(cur, dt.datetime(2026, 12, 1), timeline.horizon(cur))
+    assert rep.height and rep["reserved_idle_gpu_h"].sum() > 0
+    at = dfx.open_page(dfx.app(db, monkeypatch), "waiting", f_dates=(dt.date(2026, 12, 1), dt.date(2026, 12, 4)))
+    m = dfx.metric(at, "Reserved but idle (GPU-hours)")
+    assert (m.value, m.delta) == (f"{rep['reserved_idle_gpu_h'].sum():,.1f}",
+                                  f"of {rep['reserved_gpu_h'].sum():,.1f} reserved")

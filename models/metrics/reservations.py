@@ -92,6 +92,11 @@ def per_node(con, start: dt.datetime, end: dt.datetime) -> pl.DataFrame:
                                                          pl.col("node_s") - pl.col("all_s"))).alias("idle_s"))
 
 
+def loaded(con) -> bool:
+    """Whether any reservation was ever loaded (`ingest reservations`): without, "0 reserved idle" is not known."""
+    return has_table(con, "reservations") and bool(con.sql("SELECT count(*) FROM reservations").fetchall()[0][0])
+
+
 def report(con, start=None, end=None) -> pl.DataFrame:
     """One row per reservation overlapping [start, end): owner (account, user, team), its interval, nodes, GPUs,
     reserved, used (by jobs inside it), other jobs' and idle GPU-hours, and the share used."""
@@ -119,7 +124,7 @@ def idle_by_owner(con, windows: list[tuple[dt.datetime, dt.datetime]]) -> pl.Dat
     "reserved idle" lines (models/metrics/chargeback.py)."""
     schema = {"w0": pl.Datetime("us"), "w1": pl.Datetime("us"), "cluster": pl.String, "gpu_type": pl.String,
               "name": pl.String, "team": pl.String, "account": pl.String, "idle_s": pl.Float64}
-    if not has_table(con, "reservations") or not con.sql("SELECT count(*) FROM reservations").fetchall()[0][0]:
+    if not loaded(con):
         return pl.DataFrame(schema=schema)
     owners = frame(con, OWNER_SQL).select("cluster", "name", "start", "team", "owner_account", "owner_user")
     frames = []
