@@ -53,3 +53,18 @@ def test_team_filter(lab_db, monkeypatch):
     at = dfx.open_page(dfx.app(lab_db, monkeypatch), "fairness", f_teams=["vision"])
     shown = dfx.frame_with(at, "Team", "Requested GPUs", "p95 wait (h)")
     assert set(shown["Team"]) == {"vision"}
+
+
+def test_without_governance_the_queue_figures_still_show(run_cli, db_path, fixtures, monkeypatch):
+    """A job trace and no governance file (MIT SuperCloud's): the shares need entitlements, the queue waits do not.
+    The Overview's "p95 queue wait" links here; the page shows the same figure, the waits and starvation."""
+    trace = fixtures / "traces" / "supercloud" / "slurm-log-handmade.csv"
+    assert run_cli("ingest", "trace", "mit-supercloud", str(trace))[0] == 0
+    days = {"f_dates": (dt.date(2021, 1, 1), dt.date(2021, 1, 14))}
+    at = dfx.open_page(dfx.app(db_path, monkeypatch), "overview", **days)
+    p95 = dfx.metric(at, "p95 queue wait").value
+    at = dfx.open_page(dfx.app(db_path, monkeypatch), "fairness", **days)
+    assert any(i.value.startswith("Fairness needs the governance file") for i in at.info)
+    assert dfx.metric(at, "p95 queue wait").value == p95 != "—"
+    assert [s.value for s in at.subheader] == ["Queue waits by team and request size", "Starvation"]
+    assert len(dfx.frame_with(at, "Team", "p95 wait (h)")) > 0

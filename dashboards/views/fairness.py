@@ -16,9 +16,92 @@ threshold = st.session_state.get("fq_threshold", 24)
 mr.prefetch([lambda: mr.fairness(ctx.version, f), lambda: mr.fairness(ctx.version, f.previous()),
              lambda: mr.starvation(ctx.version, f, threshold), lambda: mr.waits(ctx.version, f, ("cluster",)),
              lambda: mr.waits(ctx.version, f, ("team", "size_class"))])
+
+
+# ---------------------------------------------------------------- queue figures (no governance needed)
+
+def _wait_kpis(col_wait, col_starv, starv) -> None:
+    """p95 queue wait and jobs pending past the threshold: Slurm's accounting alone gives them."""
+    w = mr.worst_wait(ctx.version, f)
+    if w is not None:
+        ui.kpi(col_wait, "p95 queue wait", f"{w['wait_p95_h']:.1f} h", f"median {w['wait_p50_h']:.1f} h",
+               delta_color="off", arrow=False, help="Of jobs that started in the window, from eligible to start. "
+               "With several clusters or selected teams: the worst of them.")
+    else:
+        ui.kpi(col_wait, "p95 queue wait", None, missing="no job started in the window")
+    if starv is not None:
+        n_starving = int(starv[0]["pending_over_threshold"].sum()) if starv[0].height else 0
+        ui.kpi(col_starv, f"Pending > {threshold:g} h now", f"{n_starving:,}",
+               f"{int(starv[0]['started_after_threshold'].sum()):,} started after > {threshold:g} h"
+               if starv[0].height else None, delta_color="off", arrow=False,
+               help="Jobs still waiting at the end of the window longer than the starvation threshold.")
+
+
+def _waits() -> None:
+    """Queue waits by team and request size: heatmap and table."""
+    st.subheader("Queue waits by team and request size")
+    wt = mr.waits(ctx.version, f, ("team", "size_class"))
+    if wt is None or wt.height == 0:
+        ui.no_data("jobs that started in the window")
+    else:
+        extra = [c for c in ("cluster", "pool", "partition") if c in wt.columns and wt[c].n_unique() > 1]
+        label = (pl.concat_str([pl.col("team"), *[pl.col(c) for c in extra]], separator=" · ") if extra
+                 else pl.col("team"))
+        grid = wt.with_columns(label.alias("row"))
+        present = set(grid["size_class"].cast(pl.String).to_list())
+        sizes = [s for s in SIZE_CLASSES if s in present]       # the defined order, never alphabetical
+        grid = grid.with_columns(pl.col("size_class").cast(pl.String))
+        ui.chart(st, charts.heatmap(grid, "size_class", "row", "wait_p95_h", z_title="p95 wait (h)",
+                                    x_title="Requested GPUs", y_title=None, x_order=sizes, colorscale="Oranges",
+                                    top_down=True,
+                                    title="p95 queue wait (hours) by team and request size",
+                                    height=max(280, 90 + 36 * grid["row"].n_unique())), key="fq_waits")
+        ui.table(wt.sort(pl.col("team"), size_order(pl.col("size_class").cast(pl.String))), key="fq_wait_table",
+                 file_stem="queue_waits", ctx=ctx,
+                 columns={"team": "Team", "cluster": "Cluster", "pool": "Pool (GPU type)", "partition": "Partition",
+                          "size_class": "Requested GPUs", "jobs": "Jobs started", "wait_p50_h": "p50 wait (h)",
+                          "wait_p90_h": "p90 wait (h)", "wait_p95_h": "p95 wait (h)", "wait_max_h": "Max wait (h)",
+                          "bsld_p95": "p95 bounded slowdown", "p95_vs_all": "p95 vs all jobs' p95"},
+                 formats={c: "%.2f" for c in ("wait_p50_h", "wait_p90_h", "wait_p95_h", "wait_max_h", "bsld_p95",
+                                              "p95_vs_all")})
+
+
+def _starvation(starv) -> None:
+    """The threshold, the jobs pending past it, and per team."""
+    st.subheader("Starvation")
+    st.number_input("Starvation threshold (hours)", 1, 24 * 14, 24, 1, key="fq_threshold",
+                    help="A job waiting longer than this is starving (default 24 h).")
+    if starv is not None:
+        per_team, pending = starv
+        if pending.height == 0:
+            st.success(f"No job had been waiting more than {threshold:g} h at the end of the window.",
+                       icon=":material/check_circle:")
+        else:
+            ui.table(pending.sort("pending_h", descending=True), key="fq_starving", file_stem="starving_jobs",
+                     ctx=ctx, columns={"job_id": "Job", "team": "Team", "user": "User", "account": "Slurm account",
+                                       "qos": "QOS", "pool": "Pool (GPU type)", "gpus_requested": "GPUs requested",
+                                       "eligible_at": "Eligible (UTC)", "pending_h": "Waiting (h)"},
+                     formats={"pending_h": "%.1f", "gpus_requested": "%g"},
+                     caption="Jobs still pending at the end of the window, longest waiting first.")
+        if per_team.height:
+            ui.table(per_team, label="Per team", key="fq_starv_team", file_stem="starvation_by_team", ctx=ctx,
+                     columns={"team": "Team", "started_after_threshold": f"Started after > {threshold:g} h",
+                              "longest_wait_h": "Longest wait (h)", "pending_now": "Pending now",
+                              "pending_over_threshold": f"Pending > {threshold:g} h",
+                              "gpus_pending_over_threshold": f"GPUs pending > {threshold:g} h",
+                              "oldest_pending_h": "Oldest pending (h)"},
+                     formats={"longest_wait_h": "%.1f", "oldest_pending_h": "%.1f",
+                              "gpus_pending_over_threshold": "%g"})
+
+
 rep = mr.fairness(ctx.version, f)
-if isinstance(rep, str):
-    st.info(f"Fairness needs the governance file (teams and entitlements): {rep}", icon=":material/gavel:")
+starv = mr.starvation(ctx.version, f, threshold)
+if isinstance(rep, str):    # the shares need teams and entitlements; the queue figures do not
+    st.info(f"Fairness needs the governance file (teams and entitlements): {rep}. The queue figures below come "
+            "from Slurm's accounting alone.", icon=":material/gavel:")
+    _wait_kpis(*st.columns(5)[:2], starv)
+    _waits()
+    _starvation(starv)
     st.stop()
 teams_all, pools_all = rep["teams"], rep["pools"]
 if teams_all.height == 0:
@@ -37,8 +120,6 @@ pb = pools_before.row(0, named=True) if pools_before.height == 1 else {}
 if len(f.pools) > 1:
     st.caption("Several pools are selected: the figures below are for the whole cluster; the table lists each pool.")
 
-starv = mr.starvation(ctx.version, f, threshold)
-
 k = st.columns(5)
 jain, jain_before = mr.jain(ctx.version, f), mr.jain(ctx.version, f.previous())
 ui.kpi(k[0], "Fairness (Jain index)", f"{jain:.2f}" if jain is not None else None,
@@ -55,19 +136,7 @@ gap = p.get("max_gap")
 ui.kpi(k[2], "Largest entitlement gap", f"{100 * gap:.0f} %" if gap else "none",
        f"{p['max_gap_team']}" if gap and p.get("max_gap_team") else None, delta_color="off", arrow=False,
        help="Share of its entitlement a team wanted (usage + pending demand) but did not get in the window.")
-w = mr.worst_wait(ctx.version, f)
-if w is not None:
-    ui.kpi(k[3], "p95 queue wait", f"{w['wait_p95_h']:.1f} h", f"median {w['wait_p50_h']:.1f} h", delta_color="off",
-           arrow=False, help="Of jobs that started in the window, from eligible to start. With several clusters "
-                             "or selected teams: the worst of them.")
-else:
-    ui.kpi(k[3], "p95 queue wait", None, missing="no job started in the window")
-if starv is not None:
-    n_starving = int(starv[0]["pending_over_threshold"].sum()) if starv[0].height else 0
-    ui.kpi(k[4], f"Pending > {threshold:g} h now", f"{n_starving:,}",
-           f"{int(starv[0]['started_after_threshold'].sum()):,} started after > {threshold:g} h" if starv[0].height
-           else None, delta_color="off", arrow=False,
-           help="Jobs still waiting at the end of the window longer than the starvation threshold.")
+_wait_kpis(k[3], k[4], starv)
 
 # ---------------------------------------------------------------- shares
 left, right = st.columns(2)
@@ -93,56 +162,8 @@ with right:
     fig.update_layout(showlegend=False)
     ui.chart(st, fig, key="fq_ratio")
 
-# ---------------------------------------------------------------- waits by team x size
-st.subheader("Queue waits by team and request size")
-wt = mr.waits(ctx.version, f, ("team", "size_class"))
-if wt is None or wt.height == 0:
-    ui.no_data("jobs that started in the window")
-else:
-    extra = [c for c in ("cluster", "pool", "partition") if c in wt.columns and wt[c].n_unique() > 1]
-    label = pl.concat_str([pl.col("team"), *[pl.col(c) for c in extra]], separator=" · ") if extra else pl.col("team")
-    grid = wt.with_columns(label.alias("row"))
-    present = set(grid["size_class"].cast(pl.String).to_list())
-    sizes = [s for s in SIZE_CLASSES if s in present]       # the defined order, never alphabetical
-    grid = grid.with_columns(pl.col("size_class").cast(pl.String))
-    ui.chart(st, charts.heatmap(grid, "size_class", "row", "wait_p95_h", z_title="p95 wait (h)",
-                                x_title="Requested GPUs", y_title=None, x_order=sizes, colorscale="Oranges",
-                                top_down=True,
-                                title="p95 queue wait (hours) by team and request size",
-                                height=max(280, 90 + 36 * grid["row"].n_unique())), key="fq_waits")
-    ui.table(wt.sort(pl.col("team"), size_order(pl.col("size_class").cast(pl.String))), key="fq_wait_table", file_stem="queue_waits", ctx=ctx,
-             columns={"team": "Team", "cluster": "Cluster", "pool": "Pool (GPU type)", "partition": "Partition",
-                      "size_class": "Requested GPUs", "jobs": "Jobs started", "wait_p50_h": "p50 wait (h)",
-                      "wait_p90_h": "p90 wait (h)", "wait_p95_h": "p95 wait (h)", "wait_max_h": "Max wait (h)",
-                      "bsld_p95": "p95 bounded slowdown", "p95_vs_all": "p95 vs all jobs' p95"},
-             formats={c: "%.2f" for c in ("wait_p50_h", "wait_p90_h", "wait_p95_h", "wait_max_h", "bsld_p95",
-                                          "p95_vs_all")})
-
-# ---------------------------------------------------------------- starvation
-st.subheader("Starvation")
-st.number_input("Starvation threshold (hours)", 1, 24 * 14, 24, 1, key="fq_threshold",
-                help="A job waiting longer than this is starving (default 24 h).")
-if starv is not None:
-    per_team, pending = starv
-    if pending.height == 0:
-        st.success(f"No job had been waiting more than {threshold:g} h at the end of the window.",
-                   icon=":material/check_circle:")
-    else:
-        ui.table(pending.sort("pending_h", descending=True), key="fq_starving", file_stem="starving_jobs", ctx=ctx,
-                 columns={"job_id": "Job", "team": "Team", "user": "User", "account": "Slurm account", "qos": "QOS",
-                          "pool": "Pool (GPU type)", "gpus_requested": "GPUs requested", "eligible_at": "Eligible (UTC)",
-                          "pending_h": "Waiting (h)"},
-                 formats={"pending_h": "%.1f", "gpus_requested": "%g"},
-                 caption="Jobs still pending at the end of the window, longest waiting first.")
-    if per_team.height:
-        ui.table(per_team, label="Per team", key="fq_starv_team", file_stem="starvation_by_team", ctx=ctx,
-                 columns={"team": "Team", "started_after_threshold": f"Started after > {threshold:g} h",
-                          "longest_wait_h": "Longest wait (h)", "pending_now": "Pending now",
-                          "pending_over_threshold": f"Pending > {threshold:g} h",
-                          "gpus_pending_over_threshold": f"GPUs pending > {threshold:g} h",
-                          "oldest_pending_h": "Oldest pending (h)"},
-                 formats={"longest_wait_h": "%.1f", "oldest_pending_h": "%.1f",
-                          "gpus_pending_over_threshold": "%g"})
+_waits()
+_starvation(starv)
 
 st.subheader("Shares and fair-share factors")
 table = teams_all.filter(pl.col("pool").is_in(f.pools) if f.pools else pl.lit(True)).with_columns(
