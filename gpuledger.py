@@ -791,8 +791,9 @@ def _reliability_summary(args, con, lo, hi) -> int:
     if not reliability.has_telemetry(con):
         _say(args, "no GPU telemetry in the warehouse: slow nodes (held back GPU-hours) and XID GPUs cannot be "
                    "measured (ingest DCGM or nvidia-smi telemetry)")
-    if args.view == "teams" and "outage" in losses.unknown_causes(con):
-        _say(args, f"outage_gpu_h not known, read as 0: {losses.unknown_causes(con)['outage']}")
+    outage = losses.unknown_causes(con).get("outage") if args.view == "teams" else None
+    if outage:
+        _say(args, f"outage_gpu_h not known, read as 0: {outage}")
     _freshness(args, con)
     return EXIT_OK
 

@@ -437,11 +437,17 @@ def placement_known(version: str, f: Filters) -> bool:
     return bool(window_totals(utilization(version, f, "month"), f).get("allocated_gpu_h"))
 
 
-def allocation_missing(version: str, f: Filters) -> str:
-    """Why :func:`allocation_ratio` is None: no inventory, no placement, or no GPU available."""
+def node_figure_missing(version: str, f: Filters, otherwise: str) -> str:
+    """Why a figure of the nodes' GPUs (allocation ratio, fragmentation rate) is None: no inventory, no job
+    placed on it, else ``otherwise`` (the figure's own reason: no GPU available, no free GPUs)."""
     if not capacity_known(version, f):
         return NO_CAPACITY
-    return NO_PLACEMENT if not placement_known(version, f) else "no GPU available in the window"
+    return NO_PLACEMENT if not placement_known(version, f) else otherwise
+
+
+def allocation_missing(version: str, f: Filters) -> str:
+    """Why :func:`allocation_ratio` is None."""
+    return node_figure_missing(version, f, "no GPU available in the window")
 
 
 def efficiency_total(version: str, f: Filters) -> dict | None:
@@ -462,10 +468,8 @@ def fragmentation_rate(version: str, f: Filters) -> float | None:
 
 
 def fragmentation_missing(version: str, f: Filters) -> str:
-    """Why :func:`fragmentation_rate` is None: no inventory, no placement, or no free GPU in the window."""
-    if not capacity_known(version, f):
-        return NO_CAPACITY
-    return NO_PLACEMENT if not placement_known(version, f) else "no free GPUs in the window"
+    """Why :func:`fragmentation_rate` is None."""
+    return node_figure_missing(version, f, "no free GPUs in the window")
 
 
 #: why a figure that needs installed GPUs is missing: the warehouse has accounting but no node inventory
