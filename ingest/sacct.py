@@ -33,7 +33,7 @@ XDMOD_FIELDS = ("jobid,jobidraw,cluster,partition,qos,account,group,gid,user,uid
 #: land in jobs.extra (models/metrics/reservations.py, pending.py read them).
 LIVE_FIELDS = [*XDMOD_FIELDS, "reservation", "reason"]
 
-#: Every field `sacct --helpformat` lists (Slurm 20.11-25.11), lower case: a line made only of these is a header.
+#: Every field `sacct --helpformat` lists (Slurm 20.11-25.11), lower case: a line made of these is a header.
 SACCT_FIELDS = frozenset("""
 account admincomment alloccpus allocgres allocnodes alloctres associd avecpu avecpufreq avediskread avediskwrite
 avepages averss avevmsize blockid cluster comment constraints container consumedenergy consumedenergyraw cputime
@@ -42,7 +42,7 @@ jobidraw jobname layout licenses maxdiskread maxdiskreadnode maxdiskreadtask max
 maxdiskwritetask maxpages maxpagesnode maxpagestask maxrss maxrssnode maxrsstask maxvmsize maxvmsizenode
 maxvmsizetask mcslabel mincpu mincpunode mincputask ncpus nnodes nodelist ntasks partition planned plannedcpu
 plannedcpuraw priority qos qosraw reason reqcpufreq reqcpufreqgov reqcpufreqmax reqcpufreqmin reqcpus reqgres reqmem
-reqnodes reqtres reservation reservationid reserved start state submit submitline suspended systemcomment systemcpu
+reqnodes reqtres reservation reservationid reserved resvcpu resvcpuraw start state submit submitline suspended systemcomment systemcpu
 timelimit timelimitraw totalcpu tresusageinave tresusageinmax tresusageinmaxnode tresusageinmaxtask tresusageinmin
 tresusageinminnode tresusageinmintask tresusageintot tresusageoutave tresusageoutmax tresusageoutmaxnode
 tresusageoutmaxtask tresusageoutmin tresusageoutminnode tresusageoutmintask tresusageouttot uid user usercpu wckey
@@ -71,10 +71,13 @@ def _normalise_field(name: str) -> str:
     return re.sub(r"%-?\d+$", "", name.strip()).lower()
 
 
+FIELD_NAME = re.compile(r"[a-z][a-z0-9_]*")
+
+
 def parse_fields(spec: str) -> list[str]:
     fields = [_normalise_field(f) for f in spec.split(",")]
     for f in fields:
-        if not re.fullmatch(r"[a-z][a-z0-9_]*", f):
+        if not FIELD_NAME.fullmatch(f):
             raise InputError("--fields", f"{f!r} is not a sacct field name")
     return fields
 
@@ -82,13 +85,29 @@ def parse_fields(spec: str) -> list[str]:
 def _header_fields(line: str, delim: str) -> list[str] | None:
     """The columns a header line names, or None when the line is not a header.
 
-    A header without JobID/JobIDRaw is still a header: the lines under it are rejected with that reason.
+    Every field must be a name (a letter, then letters, digits or _) and at least half of them sacct fields we
+    know: each Slurm release adds a few (22.05's ``--format=ALL`` prints ResvCPU and ResvCPURAW beside 107 others),
+    and one name we do not know must not turn the header into a data line and every line under it into a
+    reject. A header without JobID/JobIDRaw is still a header: the lines under it are rejected with that reason.
     """
     tokens = line.split(delim)
     if tokens and tokens[-1] == "":
         tokens = tokens[:-1]
     names = [_normalise_field(t) for t in tokens]
-    return names if names and all(n in SACCT_FIELDS for n in names) else None
+    if not names or not all(FIELD_NAME.fullmatch(n) for n in names):
+        return None
+    return names if 2 * sum(n in SACCT_FIELDS for n in names) >= len(names) else None
+
+
+def unknown_fields(headers: dict[int, list[str]], input_name: str) -> list[str]:
+    """A note per header line that names fields we do not know (their values are kept in jobs.extra)."""
+    out = []
+    for i, names in sorted(headers.items()):
+        unknown = [n for n in names if n not in SACCT_FIELDS]
+        if unknown:
+            out.append(f"{input_name}:{i + 1}: header names fields gpuledger does not know "
+                       f"({', '.join(unknown)}): their values are kept in jobs.extra")
+    return out
 
 
 # ---------------------------------------------------------------- staging
@@ -108,13 +127,16 @@ def _checks(cols: list[str]) -> list[tuple[str, str, str]]:
     for name in ("submit", "eligible", "start", "end"):
         if name in cols:
             out.append((name, f"t_{name} IS NULL AND NOT gl_is_null_token(c_{name}) AND c_{name} <> '0'",
-                        f"'cannot read time ' || c_{name}"))
+                        f"'cannot read time ' || c_{name} || ' (ISO 8601 or epoch seconds; sacct prints ISO 8601 "
+                        "with SLURM_TIME_FORMAT=standard)'"))
     for name in ("elapsed", "timelimit"):
         if name in cols:
             out.append((name, f"t_{name} IS NULL AND NOT gl_dur_is_none(c_{name})", f"'cannot read duration ' || c_{name}"))
     for name in ("nnodes", "ncpus", "alloccpus", "reqcpus", "uid", "gid", "elapsedraw", "timelimitraw"):
+        # TimelimitRaw is minutes or, like Timelimit, Partition_Limit or UNLIMITED (no limit of the job's own)
+        none = "gl_dur_is_none" if name == "timelimitraw" else "gl_is_null_token"
         if name in cols:
-            out.append((name, f"try_cast(c_{name} AS BIGINT) IS NULL AND NOT gl_is_null_token(c_{name})",
+            out.append((name, f"try_cast(c_{name} AS BIGINT) IS NULL AND NOT {none}(c_{name})",
                         f"'not an integer: ' || c_{name}"))
     if "exitcode" in cols:
         out.append(("exitcode", "NOT gl_is_null_token(c_exitcode) AND NOT regexp_full_match(c_exitcode, '[0-9]+(:[0-9]+)?')",
@@ -478,6 +500,7 @@ def ingest_bytes(con: duckdb.DuckDBPyConnection, data: bytes, input_name: str, o
             con.execute(f"DROP TABLE IF EXISTS {t}")
     summary = run.summary()
     summary["reject_examples"] = examples
+    summary["notes"] = unknown_fields(headers, input_name)
     summary["transitions"] = run.options.get("transitions", {})
     return summary
 

@@ -47,7 +47,8 @@ def macros() -> list[str]:
     final = _sql_list(FINAL_STATES)[1:-1]
     return [
         f"CREATE OR REPLACE TEMP MACRO gl_is_null_token(s) AS (s IS NULL OR trim(s) IN ({null_tokens}))",
-        # Times: ISO local (interpreted in zone tz), ISO with an offset, or epoch seconds.
+        # Times: ISO local (interpreted in zone tz), ISO with an offset, or epoch seconds. The date and time may
+        # be parted by a space: sites set SLURM_TIME_FORMAT="%Y-%m-%d %H:%M:%S" (and "%s" for epoch seconds).
         """CREATE OR REPLACE TEMP MACRO gl_ts(s, tz) AS (
             CASE
               WHEN length(s) = 19 AND s[11] = 'T' THEN
@@ -55,6 +56,11 @@ def macros() -> list[str]:
                      ELSE timezone('UTC', timezone(tz, try_strptime(s, '%Y-%m-%dT%H:%M:%S'))) END
               WHEN length(s) > 19 AND s[11] = 'T' THEN
                 timezone('UTC', try_strptime(replace(s, 'Z', '+0000'), '%Y-%m-%dT%H:%M:%S%z'))
+              WHEN length(s) = 19 AND s[11] = ' ' THEN
+                CASE WHEN tz = 'UTC' THEN try_strptime(s, '%Y-%m-%d %H:%M:%S')
+                     ELSE timezone('UTC', timezone(tz, try_strptime(s, '%Y-%m-%d %H:%M:%S'))) END
+              WHEN length(s) > 19 AND s[11] = ' ' THEN
+                timezone('UTC', try_strptime(replace(s, 'Z', '+0000'), '%Y-%m-%d %H:%M:%S%z'))
               WHEN length(s) BETWEEN 2 AND 12 AND regexp_full_match(s, '[0-9]+') THEN make_timestamp(s::BIGINT * 1000000)
               ELSE NULL
             END)""",

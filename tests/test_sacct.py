@@ -202,6 +202,33 @@ def test_mid_file_header_starts_a_new_layout(con):
     assert job(con, "2", "state, elapsed_s, ngpus") == [("FAILED", 600, 1.0)]
 
 
+def test_a_header_naming_fields_we_do_not_know_is_still_a_header(con):
+    """Slurm adds fields in releases (22.05's --format=ALL prints ResvCPU): a header with a name we do not know
+    still lays out the lines under it, that column lands in jobs.extra and a note names it."""
+    text = "JobID|State|Elapsed|AllocTRES|SegmentCount|\n2|FAILED|00:10:00|gres/gpu=1|3|\n"
+    s = ingest_text(con, text)
+    assert (s["loaded"], s["rejected"], s["skip_reasons"]) == (1, 0, {"header line": 1})
+    assert s["notes"] == ["test.psv:1: header names fields gpuledger does not know (segmentcount): "
+                          "their values are kept in jobs.extra"]
+    assert job(con, "2", "state, elapsed_s, ngpus, extra->>'segmentcount'") == [("FAILED", 600, 1.0, "3")]
+    # fewer than half of the names known: not a header but a line of the default layout, rejected as such
+    s = ingest_text(con, "JobID|Foo|Bar\n" + line("3") + "\n")
+    assert (s["loaded"], s["rejected"], s["skip_reasons"], s["notes"]) == (1, 1, {}, [])
+    assert s["reject_examples"] == ["test.psv:1: expected 26 fields (the Open XDMoD default list; give --fields "
+                                    "for other layouts), found 3"]
+
+
+def test_timelimitraw_without_a_limit_of_the_job(con):
+    """TimelimitRaw is minutes, or Partition_Limit / UNLIMITED as Timelimit prints them: no limit of its own."""
+    text = ("JobID|State|TimelimitRaw\n5|COMPLETED|Partition_Limit\n6|COMPLETED|UNLIMITED\n7|COMPLETED|90\n"
+            "8|COMPLETED|ninety\n")
+    s = ingest_text(con, text)
+    assert (s["loaded"], s["rejected"]) == (3, 1)
+    assert s["reject_examples"] == ["test.psv:5: field timelimitraw: not an integer: ninety"]
+    got = con.sql("SELECT job_id, timelimit_s, timelimit_raw FROM jobs ORDER BY job_id").fetchall()
+    assert got == [("5", None, "Partition_Limit"), ("6", None, "UNLIMITED"), ("7", 5400, "90")]
+
+
 def test_bad_lines_are_rejected_with_line_field_and_reason(con):
     text = "\n".join([line("1"), line("2", submit="yesterday"), line("3", elapsed="ten minutes"),
                       "4|4|too|few", line("5", nodelist="gpu[01-"), line("6", exitcode="x"), line("7", nnodes="two"),
@@ -209,14 +236,34 @@ def test_bad_lines_are_rejected_with_line_field_and_reason(con):
     s = ingest_text(con, text)
     assert (s["read"], s["loaded"], s["rejected"]) == (9, 2, 7)
     rej = {r[0]: (r[1], r[2]) for r in con.sql("SELECT line_no, field, reason FROM rejects ORDER BY 1").fetchall()}
-    assert rej[2] == ("submit", "cannot read time yesterday")
+    hint = " (ISO 8601 or epoch seconds; sacct prints ISO 8601 with SLURM_TIME_FORMAT=standard)"
+    assert rej[2] == ("submit", "cannot read time yesterday" + hint)
     assert rej[3] == ("elapsed", "cannot read duration ten minutes")
     assert rej[4][0] is None and rej[4][1].startswith("expected 26 fields") and rej[4][1].endswith("found 4")
     assert rej[5][0] == "nodelist" and "gpu[01-" in rej[5][1]
     assert rej[6][0] == "exitcode" and rej[7][0] == "nnodes" and rej[8][0] == "jobid"
-    assert s["reject_examples"][0] == "test.psv:2: field submit: cannot read time yesterday"
+    assert s["reject_examples"][0] == "test.psv:2: field submit: cannot read time yesterday" + hint
     assert con.sql("SELECT raw FROM rejects WHERE line_no = 4").fetchall() == [("4|4|too|few",)]
     assert counts_add_up(con)
+
+
+def test_times_as_site_time_formats_print_them(con):
+    """SLURM_TIME_FORMAT="%Y-%m-%d %H:%M:%S" (a space for the T) and "%s" (epoch seconds) are read; a day-first
+    form is ambiguous and rejected with the way out in the reason."""
+    text = ("JobID|State|Submit|Start|End|AllocTRES\n"
+            "1|COMPLETED|2026-12-06 09:57:13|2026-12-06 09:57:15|2026-12-06 10:58:42|gres/gpu=2\n"
+            "2|COMPLETED|1796551033|1796551035|1796554722|gres/gpu=2\n"
+            "3|COMPLETED|2026-12-06 09:57:13+0100|2026-12-06 09:57:15+0100|2026-12-06 10:58:42+0100|gres/gpu=2\n"
+            "4|COMPLETED|06/12/2026 09:57|06/12/2026 09:57|06/12/2026 10:58|gres/gpu=2\n")
+    s = ingest_text(con, text, tz="Europe/Berlin")
+    assert (s["loaded"], s["rejected"]) == (3, 1)
+    assert s["reject_examples"] == ["test.psv:5: field submit: cannot read time 06/12/2026 09:57 (ISO 8601 or epoch "
+                                    "seconds; sacct prints ISO 8601 with SLURM_TIME_FORMAT=standard)"]
+    got = con.sql('SELECT job_id, submit, "end" FROM jobs ORDER BY job_id').fetchall()
+    t = dt.datetime
+    assert got == [("1", t(2026, 12, 6, 8, 57, 13), t(2026, 12, 6, 9, 58, 42)),     # Berlin is UTC+1 in December
+                   ("2", t(2026, 12, 6, 9, 57, 13), t(2026, 12, 6, 10, 58, 42)),    # epoch seconds are UTC
+                   ("3", t(2026, 12, 6, 8, 57, 13), t(2026, 12, 6, 9, 58, 42))]
 
 
 def test_unknown_states_are_kept_raw(con):

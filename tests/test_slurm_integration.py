@@ -374,6 +374,23 @@ def test_sacct_json_loads_the_same_jobs_as_the_parsable_export(ingested, tmp_pat
 
 @pytest.mark.slurm
 @pytest.mark.slow
+def test_sacct_all_fields_loads_the_same_jobs_as_the_live_export(ingested, tmp_path):
+    """`sacct --parsable --format ALL` of this Slurm (every field it has, whatever its version adds) loads the
+    same jobs, field by field, as `ingest sacct --live` loaded, and rejects nothing."""
+    out = _slurm("sacct", "--allusers", "--duplicates", "--parsable", "--format", "ALL", "--starttime",
+                 "2020-01-01T00:00:00", "--endtime", "now")
+    (tmp_path / "all.psv").write_text(out)
+    db = tmp_path / "all.duckdb"
+    err = _cli(db, "ingest", "sacct", str(tmp_path / "all.psv"), "--no-refresh")
+    assert "rejected 0" in err and "1 header line" in err, err
+    cols = ("job_id, job_id_raw, cluster, state, submit, eligible, start, \"end\", elapsed_s, timelimit_s, ngpus, "
+            "req_gpus, gpu_type, nnodes, ncpus, account, \"user\", qos, partition, nodelist, exit_code, job_name")
+    want = _query(ingested["db"], f"SELECT {cols} FROM jobs ORDER BY job_id_raw, submit")
+    assert _query(db, f"SELECT {cols} FROM jobs ORDER BY job_id_raw, submit") == want and len(want) > 10
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
 def test_live_watermark_rereads_with_overlap_and_updates_finished_job(ingested):
     db, late = ingested["db"], ingested["ids"]["late"]
     assert ingested["after_live1"][late][0] == "RUNNING" and ingested["after_live1"][late][1] is None
@@ -567,6 +584,28 @@ def test_captured_headerless_and_berlin_outputs_are_the_same_jobs(run_cli, con):
     code, _, err = run_cli("ingest", "sacct", "--no-refresh", "--tz", "Europe/Berlin",
                            str(REAL / "sacct-allocations-berlin.psv"))
     assert code == 0 and "new 0, updated 0" in err and "rejected 0" in err, err
+
+
+def test_captured_all_fields_output_loads_every_allocation(run_cli, con):
+    """`sacct --parsable --format ALL` of Slurm 22.05 (109 fields, ResvCPU and ResvCPURAW among them, a trailing
+    `|`, steps included; the `impossible` job's TimelimitRaw is Partition_Limit): every allocation record loads
+    with the GPU-seconds its own line says (ElapsedRaw x gres/gpu), every step is skipped, nothing is rejected."""
+    path = REAL / "sacct-all-fields.psv"
+    code, _, err = run_cli("ingest", "sacct", "--no-refresh", str(path))
+    assert code == 0 and "rejected 0" in err and "note:" not in err, err
+    lines = path.read_text().splitlines()
+    head = lines[0].split("|")
+    rows = [dict(zip(head, ln.split("|"))) for ln in lines[1:]]
+    allocations = [r for r in rows if "." not in r["JobID"]]
+    want: dict[str, int] = {}
+    for r in allocations:
+        want[r["Account"]] = want.get(r["Account"], 0) + int(r["ElapsedRaw"]) * _gpus(r["AllocTRES"])
+    got = dict(con.execute("SELECT account, sum(elapsed_s * ngpus)::BIGINT FROM jobs GROUP BY account").fetchall())
+    assert got == want and len(allocations) == 16 and len(rows) - len(allocations) > 20
+    assert con.execute("SELECT count(*) FROM jobs").fetchone()[0] == len(allocations)
+    assert con.execute("SELECT timelimit_s, timelimit_raw FROM jobs WHERE job_name = 'impossible'").fetchall() == [
+        (None, "Partition_Limit")]
+    assert con.execute("SELECT extra->>'resvcpuraw' FROM jobs WHERE job_name = 'late'").fetchone()[0] is not None
 
 
 def test_captured_midrun_snapshot_and_events(run_cli, con):

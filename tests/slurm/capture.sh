@@ -25,6 +25,7 @@ c sacct-allocations.psv env TZ=UTC sacct --allusers --duplicates --allocations -
 c sacct-allocations-xdmod-noheader.psv env TZ=UTC sacct --allusers --duplicates --allocations --parsable2 --noheader --format "$XDMOD" "${W[@]}"
 c sacct-allocations-berlin.psv env TZ=Europe/Berlin sacct --allusers --duplicates --allocations --parsable2 --format "$XDMOD" "${W[@]}"
 c sacct-steps.psv env TZ=UTC sacct --allusers --duplicates --parsable2 --format "$STEPS" "${W[@]}"
+c sacct-all-fields.psv env TZ=UTC sacct --allusers --duplicates --parsable --format ALL "${W[@]}"
 c scontrol-show-node.txt env TZ=UTC scontrol show node
 c scontrol-show-node-o.txt env TZ=UTC scontrol show node -o
 c sinfo-gres.psv env TZ=UTC sinfo -N -O "$SINFO_GRES_FORMAT"
