@@ -1503,9 +1503,11 @@ def _sacct_parser(ising) -> None:
 
 
 def _slurm_parsers(ising) -> None:
-    s = _command(ising, "nodes", cmd_ingest_nodes, "node inventory: `scontrol show node [-o]` or sinfo output with Gres")
+    s = _command(ising, "nodes", cmd_ingest_nodes,
+                 "node inventory: `scontrol show node [-o]`, sinfo output with Gres, or a JSON node list")
     s.add_argument("files", nargs="+", metavar="FILE", help="'-' for stdin")
-    s.add_argument("--format", choices=["auto", "scontrol", "sinfo"], default="auto", help="input format (default auto)")
+    s.add_argument("--format", choices=["auto", "scontrol", "sinfo", "json"], default="auto",
+                   help="input format (default auto)")
     s.add_argument("--cluster", default=None, help="cluster name (default: the input's Cluster column, else the only "
                                                    "cluster known; required otherwise)")
     s.add_argument("--as-of", metavar="T", help=f"when the snapshot was taken (default now; {TIME_HELP})")

@@ -32,16 +32,16 @@ def looks_like_json(data: bytes) -> bool:
     return head[:1] == b"{"
 
 
-def _num(v):
+def number(v):
     """A number as Slurm's JSON prints it: an integer, or {"set": .., "infinite": .., "number": ..}."""
     if isinstance(v, dict):
         return None if not v.get("set", True) or v.get("infinite") else v.get("number")
     return v
 
 
-def _time(v) -> str:
+def utc_text(v) -> str:
     """Epoch seconds (0 or unset: not happened) as sacct prints a UTC time."""
-    n = _num(v)
+    n = number(v)
     if not n:
         return "Unknown"
     return (_EPOCH + dt.timedelta(seconds=int(n))).strftime("%Y-%m-%dT%H:%M:%S")
@@ -51,7 +51,7 @@ def _tres(items) -> str:
     """A TRES list ([{"type", "name", "count"}]) as sacct's AllocTRES/ReqTRES text (mem in MB)."""
     out = []
     for t in items or []:
-        count = _num(t.get("count"))
+        count = number(t.get("count"))
         if count is None or count < 0:    # energy and the like report -2 when not gathered
             continue
         name = f"{t['type']}/{t['name']}" if t.get("name") else t["type"]
@@ -69,9 +69,9 @@ def _state(job: dict) -> str:
 
 def _exit(job: dict, state: str) -> str:
     ec = job.get("exit_code") or {}
-    rc = _num(ec.get("return_code")) if isinstance(ec, dict) else ec
+    rc = number(ec.get("return_code")) if isinstance(ec, dict) else ec
     sig = ec.get("signal", {}) if isinstance(ec, dict) else {}
-    sig = _num(sig.get("id")) if isinstance(sig, dict) else None
+    sig = number(sig.get("id")) if isinstance(sig, dict) else None
     if rc is None or (state == "FAILED" and not rc and not sig):
         # Slurm 22.05's JSON (v0.0.38) prints SUCCESS/0 for a FAILED job whose sacct ExitCode is 3:0: a failure
         # with a clean exit cannot be, so the code is unknown rather than a false 0
@@ -81,17 +81,17 @@ def _exit(job: dict, state: str) -> str:
 
 def _count(items, kind: str):
     """The count of TRES ``kind`` (cpu, node) in a TRES list, or None."""
-    return next((_num(x.get("count")) for x in items or [] if x.get("type") == kind), None)
+    return next((number(x.get("count")) for x in items or [] if x.get("type") == kind), None)
 
 
 def _ids(job: dict) -> tuple[str, str]:
     """(JobID as sacct prints it: 7_3 for an array task, 7+1 for a het component; JobIDRaw)."""
     raw = str(job["job_id"])
     arr, het = job.get("array") or {}, job.get("het") or {}
-    task = _num(arr.get("task_id")) if isinstance(arr, dict) else None
+    task = number(arr.get("task_id")) if isinstance(arr, dict) else None
     if arr.get("job_id") and task is not None:
         return f"{arr['job_id']}_{task}", raw
-    offset = _num(het.get("job_offset")) if isinstance(het, dict) else None
+    offset = number(het.get("job_offset")) if isinstance(het, dict) else None
     if het.get("job_id") and offset is not None:
         return f"{het['job_id']}+{offset}", raw
     return raw, raw
@@ -118,14 +118,14 @@ def _line(job: dict) -> str:
     state_text = _state(job)
     # a job that never ran has no allocation: sacct prints its requested nodes and CPUs there, and so do we
     alloc, asked = tres.get("allocated"), tres.get("requested")
-    nnodes = _num(job.get("allocation_nodes")) or _count(alloc, "node") or _count(asked, "node")
-    ncpus = _count(alloc, "cpu") or _num(req.get("CPUs")) or _count(asked, "cpu")
+    nnodes = number(job.get("allocation_nodes")) or _count(alloc, "node") or _count(asked, "node")
+    ncpus = _count(alloc, "cpu") or number(req.get("CPUs")) or _count(asked, "cpu")
     vals = [jobid, raw, job.get("cluster"), job.get("partition"), job.get("qos"), job.get("account"),
-            job.get("group"), job.get("user"), _time(t.get("submission")), _time(t.get("eligible")),
-            _time(t.get("start")), _time(t.get("end")), _num(t.get("elapsed")), _exit(job, state_text.split()[0]
+            job.get("group"), job.get("user"), utc_text(t.get("submission")), utc_text(t.get("eligible")),
+            utc_text(t.get("start")), utc_text(t.get("end")), number(t.get("elapsed")), _exit(job, state_text.split()[0]
                                                                                       if state_text else ""),
-            state_text, nnodes, ncpus, _num(req.get("CPUs")), _tres(asked), _tres(alloc),
-            _num(t.get("limit")), job.get("nodes"), _reservation(res),
+            state_text, nnodes, ncpus, number(req.get("CPUs")), _tres(asked), _tres(alloc),
+            number(t.get("limit")), job.get("nodes"), _reservation(res),
             state.get("reason") if isinstance(state, dict) else None, job.get("name")]
     return "|".join(_text(v) for v in vals)
 

@@ -1,4 +1,5 @@
-"""`gpuledger ingest nodes`: the node inventory from `scontrol show node [-o]` or sinfo output with Gres.
+"""`gpuledger ingest nodes`: the node inventory from `scontrol show node [-o]`, sinfo output with Gres, or a JSON
+node list (`ingest/slurm_nodes_json.py`).
 
 Each snapshot updates ``nodes`` (attributes with validity periods, so capacity on any past date is known)
 and records every node's reported state in ``node_states``.
@@ -18,11 +19,12 @@ import re
 import pyarrow as pa
 from dataclasses import dataclass, field
 
-from ingest import plausible, warehouse
+from ingest import plausible, slurm_nodes_json, warehouse
 from ingest.errors import InputError
 from ingest.hostlist import HostlistError, expand
 from ingest.inputs import read_input
 from ingest.lines import text_lines
+from ingest.sacct_json import looks_like_json
 
 #: Suffix characters sinfo appends to a state: * not responding, ~ powered off, # powering up, ! pending
 #: power down, % powering down, $ maintenance reservation, @ pending reboot, ^ rebooting, - planned.
@@ -345,18 +347,41 @@ def _parse_as_of(as_of: str | None) -> dt.datetime:
     return t
 
 
+def _json_records(lines: list[str | None], bad: dict[int, str]) -> tuple[list[NodeRecord], list[tuple]]:
+    """Records of a JSON node list's scontrol lines (``slurm_nodes_json``; None: an unreadable node object, whose
+    reason is in ``bad``) and the rejects, line number = the node's position in ``nodes``."""
+    recs, rejected = [], [(i, None, reason) for i, reason in bad.items()]
+    for i, line in enumerate(lines, start=1):
+        try:
+            if line is not None:
+                recs.append(_record_from_scontrol(i, 1, line))
+        except ValueError as exc:
+            rejected.append((i, exc.field if isinstance(exc, BadField) else "Gres", f"node record: {exc}"))
+    return recs, sorted(rejected)
+
+
 def ingest_bytes(con, data: bytes, name: str, fmt: str = "auto", cluster: str | None = None,
                  as_of: str | None = None, retire_missing: bool = False, fields: list[str] | None = None) -> dict:
     """Load one node snapshot in one transaction; returns the run summary. ``fields``: the columns of a
     headerless sinfo output (:func:`parse_sinfo_fields`)."""
-    lines = text_lines(data)
     when = _parse_as_of(as_of)
+    if fmt == "auto" and looks_like_json(data):
+        fmt = "json"
+    json_cluster = None
+    if fmt == "json":
+        json_lines, json_bad, json_cluster = slurm_nodes_json.to_scontrol_lines(data, name)
+        lines = [line or "" for line in json_lines]
+    else:
+        lines = text_lines(data)
     if fmt == "auto":
         fmt = "scontrol" if any(l.lstrip().startswith("NodeName=") for l in lines[:200]) else "sinfo"
-    default_cluster = cluster or warehouse.only_cluster(con)
+    default_cluster = cluster or json_cluster or warehouse.only_cluster(con)
     skipped: list[tuple[int, str]] = []
     rejected: list[tuple[int, str | None, str]] = []
-    if fmt == "scontrol":
+    if fmt == "json":
+        recs, rejected = _json_records(json_lines, json_bad)
+        loaded_lines = len(recs)
+    elif fmt == "scontrol":
         recs, covered = [], set()
         for start, n, rec_text in _scontrol_records(lines):
             covered.update(range(start, start + n))
@@ -385,9 +410,10 @@ def ingest_bytes(con, data: bytes, name: str, fmt: str = "auto", cluster: str | 
     for r in recs:
         r.cluster = r.cluster or default_cluster
     nodes = _merge_records(recs)
+    options = {"format": fmt, "as_of": when.isoformat(),
+               **({"records": slurm_nodes_json.RECORDS_NOTE, "read_as": "node records"} if fmt == "json" else {})}
     run = warehouse.IngestRun(con, "nodes", name, sha256=hashlib.sha256(data).hexdigest(), nbytes=len(data),
-                              cluster=default_cluster, options={"format": fmt, "as_of": when.isoformat()},
-                              stored_as="nodes")
+                              cluster=default_cluster, options=options, stored_as="nodes")
     with run:
         run.lines_read = len(lines)
         for ln, reason in skipped:

@@ -432,6 +432,23 @@ def test_nodes_inventory_and_states_from_scontrol(ingested):
 
 @pytest.mark.slurm
 @pytest.mark.slow
+def test_sinfo_json_of_the_midrun_moment_loads_as_its_scontrol_snapshot(ingested, tmp_path):
+    """jobs.sh takes `sinfo --json` beside `scontrol show node -o` while gpu02 is DOWN and gpu03 drains under a
+    job: this Slurm's JSON loads the same node states, reasons and allocated GPUs."""
+    midrun = STATE / "out" / "midrun"
+    as_of = _captured_at(Path(f"{midrun / 'scontrol-show-node-o-midrun.txt'}.cmd"))   # the snapshot's time
+    db = tmp_path / "json.duckdb"
+    err = _cli(db, "ingest", "nodes", "--no-refresh", "--cluster", "glcluster", "--as-of", as_of,
+               str(midrun / "sinfo-json-midrun.json"))
+    assert "read 3 node records: loaded 3" in err and "rejected 0" in err, err
+    sql = "SELECT node, state, state_raw, reason, gpus_alloc FROM node_states WHERE observed_at = ? ORDER BY node"
+    first = _query(ingested["db"], "SELECT min(observed_at) FROM node_states")[0][0]
+    got = _query(db, sql, [first])
+    assert got == _query(ingested["db"], sql, [first]) and len(got) == 3
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
 def test_node_events_from_sacctmgr(ingested):
     db, ids = ingested["db"], ingested["ids"]
     raw = {}

@@ -88,6 +88,7 @@ scontrol update NodeName=gpu03 State=DRAIN Reason="gl-test: ECC double-bit error
 wait_gone "${ID[nodefail]}" 30
 M=$S/out/midrun; rm -rf "$M"; mkdir -p "$M"
 capture "$M" scontrol-show-node-o-midrun.txt env TZ=UTC scontrol show node -o
+capture "$M" sinfo-json-midrun.json env TZ=UTC sinfo --json
 capture "$M" scontrol-show-node-midrun.txt env TZ=UTC scontrol show node
 capture "$M" sinfo-gres-midrun.psv env TZ=UTC sinfo -N -O "$SINFO_GRES_FORMAT"
 capture "$M" squeue-midrun.psv env TZ=UTC squeue --all -o '%i|%j|%u|%a|%P|%T|%M|%l|%D|%b|%N|%r'
