@@ -189,7 +189,8 @@ def to_sacct_text(data: bytes, name: str) -> bytes:
         for n, job in enumerate(_iter_jobs(text), start=1):
             if n == 1 and isinstance(job, dict) and "job_state" in job and "state" not in job:
                 raise InputError(name, "this is slurmctld's live job list (slurmrestd /slurm/.../jobs, "
-                                       "`squeue --json`); accounting comes from `sacct --json` or /slurmdb/.../jobs")
+                                       "`squeue --json`): load it with `gpuledger ingest squeue`; accounting comes "
+                                       "from `sacct --json` or /slurmdb/.../jobs")
             try:
                 out.append(_line(job))
             except (KeyError, TypeError, AttributeError, ValueError) as exc:

@@ -4,7 +4,7 @@ job's Slurm reason is known over its wait (models/metrics/pending.py).
 The input is ``|``-delimited with a header line, as our fixed format prints it (:data:`LIVE_FORMAT`, what
 ``--live`` runs)::
 
-    squeue --all --array --Format 'JobID:|,Cluster:|,State:|,Reason:|,tres-per-job:|,tres-per-node:|,tres-alloc:|,
+    squeue --all --array --Format 'JobArrayID:|,Cluster:|,State:|,Reason:|,tres-per-job:|,tres-per-node:|,tres-alloc:|,
            NumNodes:|,Partition:|,Account:|,UserName:|,QOS:|,SubmitTime:|,Reservation:|,Name:'
 
 Other ``-o``/``-O`` layouts load too when their header names the columns (titles in :data:`HEADERS`; a
@@ -26,15 +26,21 @@ import subprocess
 
 import pyarrow as pa
 
-from ingest import plausible, warehouse
+from ingest import plausible, squeue_json, warehouse
 from ingest.errors import InputError
 from ingest.inputs import read_input
 from ingest.lines import text_lines
+from ingest.sacct_json import looks_like_json
 
 #: The fixed format of ``--live`` (and of the tests' captures): one `|`-separated line per job (or array task).
-LIVE_FIELDS = ("JobID", "Cluster", "State", "Reason", "tres-per-job", "tres-per-node", "tres-alloc", "NumNodes", "Partition",
-               "Account", "UserName", "QOS", "SubmitTime", "Reservation", "Name")
+#: JobArrayID, not JobID: with --array, JobID prints the array's id on every task's line (28, 28, ...), where
+#: JobArrayID prints 28_0, 28_1 (both are titled JOBID).
+LIVE_FIELDS = ("JobArrayID", "Cluster", "State", "Reason", "tres-per-job", "tres-per-node", "tres-alloc", "NumNodes",
+               "Partition", "Account", "UserName", "QOS", "SubmitTime", "Reservation", "Name")
 LIVE_FORMAT = ",".join(f"{f}:|" for f in LIVE_FIELDS)
+#: The titles squeue prints over LIVE_FIELDS.
+LIVE_TITLES = ("JOBID", "CLUSTER", "STATE", "REASON", "TRES_PER_JOB", "TRES_PER_NODE", "TRES_ALLOC", "NODES",
+               "PARTITION", "ACCOUNT", "USER", "QOS", "SUBMIT_TIME", "RESERVATION", "NAME")
 
 #: header title (upper case, as squeue prints it) -> our field
 HEADERS = {"JOBID": "job_id", "STATE": "state", "ST": "state", "REASON": "reason", "NODELIST(REASON)": "nl_reason",
@@ -119,12 +125,18 @@ def _record(d: dict, tz: str | None, window: plausible.Window) -> tuple:
             val("cluster"))
 
 
-def _parse(lines: list[str], tz: str | None, window: plausible.Window):
-    """Yield (line_no, kind, payload): 'blank', 'header', 'data' with a row tuple, or 'reject' (field, reason)."""
-    cols = None
+def _parse(lines: list[str], tz: str | None, window: plausible.Window, cols: list[str] | None = None):
+    """Yield (line_no, kind, payload): 'blank', 'header', 'cluster banner', 'data' with a row tuple, or 'reject'
+    (field, reason).
+    ``cols``: the layout of lines before any header (a JSON job list's lines have none). A job (cluster and id)
+    seen before in the snapshot is rejected: its reason and GPUs would count twice."""
+    seen: dict[tuple, int] = {}
     for i, line in enumerate(lines, start=1):
         if not line.strip():
             yield i, "blank", None
+            continue
+        if re.fullmatch(r"CLUSTER: \S+", line.strip()):     # squeue --clusters heads each cluster's table so
+            yield i, "cluster banner", None
             continue
         parts = line.split("|")
         if parts[-1] == "" and (cols is None or len(parts) == len(cols) + 1):
@@ -142,10 +154,31 @@ def _parse(lines: list[str], tz: str | None, window: plausible.Window):
             yield i, "reject", (None, f"expected {len(cols)} '|'-separated fields, found {len(parts)}")
             continue
         try:
-            yield i, "data", _record(dict(zip(cols, (p.strip() for p in parts))), tz, window)
+            row = _record(dict(zip(cols, (p.strip() for p in parts))), tz, window)
         except ValueError as exc:
             f, _, why = str(exc).partition("\x1f")
             yield i, "reject", (f or None, why or str(exc))
+            continue
+        if (row[0], row[-1]) in seen:
+            yield i, "reject", ("JOBID", f"job {row[0]} is on line {seen[(row[0], row[-1])]} of this snapshot "
+                                         "already (squeue's JobID prints an array's id on each task's line: "
+                                         "use JobArrayID)")
+            continue
+        seen[(row[0], row[-1])] = i
+        yield i, "data", row
+
+
+def _refuse_other_tables(lines: list[str], name: str) -> None:
+    """One clear error for another command's output or squeue's space-aligned table, not a reject per line."""
+    if any(line.lstrip().startswith("JobId=") for line in lines[:50]):
+        raise InputError(name, "this is `scontrol show job` output; `ingest squeue` reads `squeue --Format` "
+                               "output with '|' separators (the command: docs/CLI.md, ingest squeue)")
+    first = next((i for i, line in enumerate(lines[:50])
+                  if line.strip() and not re.fullmatch(r"CLUSTER: \S+", line.strip())), None)
+    if first is not None and "|" not in lines[first] and _header(lines[first].split()) is not None:
+        raise InputError(name, f"line {first + 1} heads squeue's space-aligned table, whose job names may hold "
+                               "spaces and which prints no GPUs; run squeue with '|' separators: squeue --all "
+                               f"--array --Format '{LIVE_FORMAT}'")
 
 
 COLUMNS = ("job_id", "state", "reason", "gpus", "nnodes", "partition", "account", "user", "qos", "submit",
@@ -157,18 +190,17 @@ def load(con, text: str | bytes, captured_at: dt.datetime, source_name: str, clu
     """Load one squeue snapshot taken at ``captured_at`` (naive UTC) in one transaction; returns the run summary
     (loaded/skipped/rejected add up to the lines read). ``source_name`` names the input in ``ingest_runs``."""
     data = text.encode() if isinstance(text, str) else text
-    lines = text_lines(data)
-    if any(line.lstrip().startswith("JobId=") for line in lines[:50]):
-        # another command's output, not a snapshot whose every line is rejected for want of a header
-        raise InputError(source_name, "this is `scontrol show job` output; `ingest squeue` reads `squeue --Format` "
-                                      "output with '|' separators (the command: docs/CLI.md, ingest squeue)")
+    is_json = looks_like_json(data)
+    lines = squeue_json.to_squeue_lines(data, source_name) if is_json else text_lines(data)
+    tz = "UTC" if is_json else tz
+    _refuse_other_tables(lines, source_name)
     window = plausible.window()
     if not window.contains(captured_at):
         raise InputError("--captured-at", window.reason(f"{captured_at:%Y-%m-%d %H:%M:%S}"))
     default = cluster or warehouse.only_cluster(con) or "default"
     rows, skips, rejects = [], [], []
-    for line_no, kind, payload in _parse(lines, tz, window):
-        if kind in ("blank", "header"):
+    for line_no, kind, payload in _parse(lines, tz, window, _header(list(LIVE_TITLES)) if is_json else None):
+        if kind in ("blank", "header", "cluster banner"):
             skips.append((line_no, f"{kind} line"))
         elif kind == "reject":
             rejects.append((line_no, *payload))
@@ -181,7 +213,9 @@ def load(con, text: str | bytes, captured_at: dt.datetime, source_name: str, clu
                                      ("submit", pa.timestamp("us")), ("reservation", pa.string()),
                                      ("job_name", pa.string()), ("cluster", pa.string())]))
     run = warehouse.IngestRun(con, "squeue", source_name, sha256=hashlib.sha256(data).hexdigest(), nbytes=len(data),
-                              cluster=default, options={"captured_at": captured_at.isoformat(), "tz": tz or "UTC"})
+                              cluster=default, options={"captured_at": captured_at.isoformat(), "tz": tz or "UTC",
+                                                        **({"format": "json", "records": squeue_json.RECORDS_NOTE,
+                                                            "read_as": "jobs and tasks"} if is_json else {})})
     with run:
         run.lines_read = len(lines)
         for ln, reason in skips:

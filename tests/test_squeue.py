@@ -72,6 +72,45 @@ def test_scontrol_show_job_output_is_named_not_rejected_line_by_line(con):
     assert con.sql("SELECT count(*) FROM rejects").fetchall() == [(0,)]
 
 
+REAL = WAITING.parent / "slurm_real"
+ARRAY_AT = dt.datetime(2026, 12, 6, 10, 19, 19)     # the capture of squeue-array-*.psv (their .cmd files)
+
+
+def test_array_tasks_keep_their_ids_and_a_repeated_id_is_rejected(con):
+    """Real Slurm 22.05, array 28 (0-5%2: two running as jobs 30, 31; four pending): JobArrayID, which --live
+    prints, names each task; JobID prints 28 on every pending task's line, and those repeats are rejected (their
+    reasons and GPUs would count four times) with the way out in the reason."""
+    s = squeue.load(con, (REAL / "squeue-array-jobarrayid.psv").read_bytes(), ARRAY_AT, "arrayid", cluster="glcluster")
+    assert (s["loaded"], s["rejected"]) == (11, 0)
+    got = con.sql("SELECT job_id, reason, gpus FROM squeue_snapshots WHERE job_id LIKE '28%' ORDER BY 1").fetchall()
+    assert got == [("28_0", "None", 2.0), ("28_1", "None", 2.0)] + [
+        (f"28_{t}", "JobArrayTaskLimit", 2.0) for t in range(2, 6)]
+    s = squeue.load(con, (REAL / "squeue-array-jobid.psv").read_bytes(), ARRAY_AT, "jobid", cluster="glcluster")
+    assert (s["loaded"], s["rejected"]) == (8, 3)
+    assert s["reject_examples"][0] == ("jobid:3: field JOBID: job 28 is on line 2 of this snapshot already "
+                                       "(squeue's JobID prints an array's id on each task's line: use JobArrayID)")
+    assert squeue.LIVE_FIELDS[0] == "JobArrayID"
+
+
+def test_the_cluster_banner_of_squeue_clusters_is_skipped(con):
+    """`squeue --clusters C` (what --live runs for a named cluster; real 22.05) prints `CLUSTER: C` above the
+    header: skipped with its reason, not rejected every collection cycle."""
+    at = dt.datetime(2026, 12, 6, 10, 22, 37)
+    s = squeue.load(con, (REAL / "squeue-clusters.psv").read_bytes(), at, "clusters.psv")
+    assert (s["read"], s["loaded"], s["rejected"]) == (12, 10, 0)
+    assert s["skip_reasons"] == {"cluster banner line": 1, "header line": 1}
+    assert con.sql("SELECT DISTINCT cluster FROM squeue_snapshots").fetchall() == [("glcluster",)]
+
+
+def test_the_space_aligned_table_is_refused_in_one_line(con):
+    """Plain `squeue` (real 22.05 output): names may hold spaces and no GPUs are printed, so it is not guessed at."""
+    with pytest.raises(InputError, match=r"line 1 heads squeue's space-aligned table, whose job names may hold "
+                                         r"spaces and which prints no GPUs; run squeue with '\|' separators: "
+                                         r"squeue --all --array --Format 'JobArrayID:\|,"):
+        squeue.load(con, (REAL / "squeue-default.txt").read_bytes(), AT, "squeue.txt", cluster="glcluster")
+    assert con.sql("SELECT count(*) FROM rejects").fetchall() == [(0,)]
+
+
 def test_captured_snapshots_load_completely(ro):
     runs = ro.sql("SELECT lines_read, loaded, skipped, rejected FROM ingest_runs WHERE source = 'squeue'").fetchall()
     assert len(runs) == len(squeue_files()) and all(r == l + s and j == 0 for r, l, s, j in runs)

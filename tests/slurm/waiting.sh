@@ -17,7 +17,7 @@ cd "$(dirname "$0")"
 source ./lib.sh
 load_ports || die "no cluster state in $S: run up.sh first"
 W=$S/out/waiting; rm -rf "$W"; mkdir -p "$W"
-SQUEUE_FORMAT='JobID:|,Cluster:|,State:|,Reason:|,tres-per-job:|,tres-per-node:|,tres-alloc:|,NumNodes:|,Partition:|,Account:|,UserName:|,QOS:|,SubmitTime:|,Reservation:|,Name:|'
+SQUEUE_FORMAT='JobArrayID:|,Cluster:|,State:|,Reason:|,tres-per-job:|,tres-per-node:|,tres-alloc:|,NumNodes:|,Partition:|,Account:|,UserName:|,QOS:|,SubmitTime:|,Reservation:|,Name:|'
 
 sb() { local u=$1; shift; as_user "$u" sbatch --parsable -o /dev/null -e /dev/null "$@"; }
 state() { squeue -h -j "$1" -o %T 2>/dev/null | sort -u | paste -sd, || true; }
