@@ -13,10 +13,13 @@ The sacct splitter (ingest/textsplit.py) takes its line bounds from :func:`bound
 from __future__ import annotations
 
 import codecs
+import re
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+
+from ingest.errors import InputError
 
 BOM = b"\xef\xbb\xbf"
 #: Newlines are searched block by block: a mask of the whole input would be one more input-sized allocation.
@@ -86,3 +89,17 @@ def arrow_lines(data) -> pa.Array:
 def text_lines(data) -> list[str]:
     """The lines of ``data`` as Python strings (for inputs small enough to walk line by line)."""
     return arrow_lines(data).to_pylist()
+
+
+_RULE = re.compile(r"\s*-+( +-+)*\s*")
+
+
+def aligned_table(data, name: str, command: str) -> None:
+    """Refuse, in one line, a space-aligned table of sacct, sacctmgr or sreport (titles over a rule of dashes
+    among the first 50 lines): those commands cut values to the column width and fields may hold spaces, so
+    no line of it can be read for sure. ``command`` names what to run instead. InputError names the line."""
+    head = text_lines(bytes(data[:1 << 16]))[:50]
+    for i, line in enumerate(head[1:], start=1):
+        if _RULE.fullmatch(line) and head[i - 1].strip() and "|" not in head[i - 1]:
+            raise InputError(name, f"line {i} heads a space-aligned table (titles over a rule of dashes), whose "
+                                   f"values are cut to the column width; run {command}")

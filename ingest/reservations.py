@@ -28,7 +28,7 @@ from ingest import plausible, warehouse
 from ingest.errors import InputError
 from ingest.hostlist import HostlistError, expand
 from ingest.inputs import read_input
-from ingest.lines import text_lines
+from ingest.lines import aligned_table, text_lines
 from ingest.squeue import NULLS, gpu_count
 
 #: sacctmgr title (lower case, spaces removed) -> our field
@@ -150,6 +150,8 @@ def _parse(lines: list[str], tz: str | None, window: plausible.Window):
 def load(con, text: str | bytes, source_name: str, cluster: str | None = None, tz: str | None = None) -> dict:
     """Load one scontrol or sacctmgr reservation listing in one transaction; returns the run summary."""
     data = text.encode() if isinstance(text, str) else text
+    aligned_table(data, source_name, "sacctmgr -P show reservation, or scontrol show reservation -o "
+                                     "(docs/CLI.md, ingest reservations)")
     lines = text_lines(data)
     default = cluster or warehouse.only_cluster(con) or "default"
     rows, skips, rejects = _parse(lines, tz, plausible.window())

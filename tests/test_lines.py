@@ -4,7 +4,11 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from conftest import FIXTURES
 from ingest import lines, textsplit
+from ingest.errors import InputError
+
+REAL = FIXTURES / "slurm_real"
 
 
 @pytest.mark.parametrize("data, expected", [
@@ -45,3 +49,26 @@ def test_every_splitter_counts_the_same_lines(data):
 def test_large_input_keeps_memory_shared_when_nothing_is_trimmed():
     data = b"x" * 10
     assert lines.arrow_lines(data).to_pylist() == ["x" * 10]
+
+
+@pytest.mark.parametrize("fixture, argv, command", [
+    ("sacct-plain.txt", ["ingest", "sacct"], "run sacct --parsable2 (or --json)"),
+    ("sacctmgr-event-plain.txt", ["ingest", "events"], "run sacctmgr -P show event All_Time"),
+    ("sacctmgr-reservation-plain.txt", ["ingest", "reservations"], "run sacctmgr -P show reservation"),
+])
+def test_a_space_aligned_table_is_refused_in_one_line(run_cli, fixture, argv, command):
+    """Real Slurm 22.05 outputs run without -P: sacct prints `JobID ... ExitCode` over a rule of dashes and cuts
+    values to the column width, sacctmgr too. One error naming the line and the command, no run, no rejects
+    (the plain sacct listing used to give 115 rejects, `expected 26 fields`)."""
+    path = REAL / fixture
+    code, _, err = run_cli(*argv, "--cluster", "glcluster", "--no-refresh", str(path))
+    assert code == 1 and err.count("\n") == 1
+    assert err.startswith(f"gpuledger: {path}: line 1 heads a space-aligned table (titles over a rule of dashes), "
+                          f"whose values are cut to the column width; {command}")
+
+
+def test_a_rule_needs_titles_above_it_without_the_delimiter():
+    lines.aligned_table(b"JobID|State\n---|---\n1|COMPLETED\n", "x", "y")        # dashes as values: no table
+    lines.aligned_table(b"\n-----\n", "x", "y")
+    with pytest.raises(InputError, match="x: line 2 heads a space-aligned table"):
+        lines.aligned_table(b"\n  Cluster   Name\n---------- -------\n c1 r1\n", "x", "y")
