@@ -89,6 +89,9 @@ class NodeRecord:
     reason: str | None = None
     gpus_alloc: int | None = None
     cluster: str | None = None
+    #: attributes the input does not report (a sinfo listing without a Gres or Memory column): the node keeps
+    #: its inventory's values for them, instead of a new validity period with 0 GPUs or no memory
+    unreported: frozenset = frozenset()
 
 
 # ---------------------------------------------------------------- value parsing
@@ -212,6 +215,10 @@ def _record_from_scontrol(line_no: int, n_lines: int, text: str) -> NodeRecord:
     rec.state_raw = kv.get("State", "UNKNOWN")
     rec.state = normalise_state(rec.state_raw)
     rec.reason = kv.get("Reason") or None
+    # keys a trimmed record leaves out (scontrol prints them all): the inventory's values stand
+    rec.unreported = frozenset(a for key, a in (("CPUTot", "cpus"), ("RealMemory", "mem_bytes")) if key not in kv) | (
+        frozenset({"features"}) if "ActiveFeatures" not in kv and "AvailableFeatures" not in kv else frozenset()) | (
+        frozenset({"gres", "gpus", "gpu_type"}) if "Gres" not in kv and not m else frozenset())
     used = parse_gres_used(kv.get("GresUsed"))
     alloc = re.search(r"(?:^|,)gres/gpu=(\d+)", kv.get("AllocTRES", ""))
     rec.gpus_alloc = used if used is not None else (int(alloc.group(1)) if alloc else 0 if "AllocTRES" in kv else None)
@@ -226,6 +233,22 @@ def _split_sinfo(line: str, delim: str | None) -> list[str]:
         parts = line.split(delim)
         return parts[:-1] if parts and parts[-1] == "" else parts
     return line.split()
+
+
+def _unreported_by_sinfo(cols: list[str]) -> frozenset:
+    """The node attributes a sinfo listing with these columns does not report."""
+    out = set()
+    if "gres" not in cols:
+        out |= {"gres", "gpus", "gpu_type"}
+    if "partition" not in cols:
+        out.add("partitions")
+    if "cpustate" not in cols and "cpus" not in cols:
+        out.add("cpus")
+    if "memory" not in cols:
+        out.add("mem_bytes")
+    if "features" not in cols:
+        out.add("features")
+    return frozenset(out)
 
 
 def _sinfo_records(lines: list[str], fields: list[str] | None) -> tuple[list, list, list]:
@@ -250,6 +273,7 @@ def _sinfo_records(lines: list[str], fields: list[str] | None) -> tuple[list, li
     elif cols is None:
         raise InputError("sinfo", "no header line naming the columns: give them with --fields (the -O list of "
                                   "`sinfo -h -N -O NodeList,Partition,StateLong,Gres,...`), or --format scontrol")
+    unreported = _unreported_by_sinfo(cols)
     for i, line in enumerate(lines, start=1):
         if any(ln == i for ln, _ in skipped):
             continue
@@ -279,7 +303,8 @@ def _sinfo_records(lines: list[str], fields: list[str] | None) -> tuple[list, li
             continue
         line_recs = []
         for h in hosts:
-            rec = NodeRecord(line_no=i, n_lines=1, node=h, gres=row.get("gres"), gpus=gpus, gpu_type=gtype)
+            rec = NodeRecord(line_no=i, n_lines=1, node=h, gres=row.get("gres"), gpus=gpus, gpu_type=gtype,
+                             unreported=unreported)
             if row.get("partition"):
                 rec.partitions = {row["partition"].rstrip("*")}
             if row.get("cpustate") and re.fullmatch(r"\d+/\d+/\d+/\d+", row["cpustate"]):
@@ -421,10 +446,10 @@ def ingest_bytes(con, data: bytes, name: str, fmt: str = "auto", cluster: str | 
         for ln, fld, reason in rejected:
             run.reject(ln, reason, lines[ln - 1] if ln <= len(lines) else None, fld)
         run.loaded = loaded_lines
-        _apply_snapshot(con, run, nodes, when, retire_missing)
+        notes = _apply_snapshot(con, run, nodes, when, retire_missing)
     summary = run.summary()
     summary["reject_examples"] = [f"{name}:{ln}: " + (f"field {f}: " if f else "") + r for ln, f, r in rejected[:10]]
-    summary["notes"] = mig_notes(nodes)
+    summary["notes"] = notes + mig_notes(nodes)
     return summary
 
 
@@ -444,7 +469,8 @@ def mig_notes(nodes: list[NodeRecord]) -> list[str]:
             "them per-slice rates in the governance file)"]
 
 
-def _apply_snapshot(con, run, nodes: list[NodeRecord], when: dt.datetime, retire_missing: bool) -> None:
+def _apply_snapshot(con, run, nodes: list[NodeRecord], when: dt.datetime, retire_missing: bool) -> list[str]:
+    """Apply one snapshot to ``nodes`` (validity periods) and ``node_states``; returns notes for the summary."""
     for cl in {n.cluster for n in nodes}:
         latest = con.execute("SELECT max(valid_from), max(valid_to) FROM nodes WHERE cluster = ?", [cl]).fetchall()[0]
         newest = max((t for t in latest if t is not None), default=None)
@@ -460,21 +486,29 @@ def _apply_snapshot(con, run, nodes: list[NodeRecord], when: dt.datetime, retire
         "cpus": pa.array([n.cpus for n in nodes], pa.int32()), "mem_bytes": pa.array([n.mem_bytes for n in nodes], pa.int64()),
         "gres": [n.gres for n in nodes], "features": [n.features for n in nodes], "state": [n.state for n in nodes],
         "state_raw": [n.state_raw for n in nodes], "reason": [n.reason for n in nodes],
-        "gpus_alloc": pa.array([n.gpus_alloc for n in nodes], pa.int32())})
+        "gpus_alloc": pa.array([n.gpus_alloc for n in nodes], pa.int32()),
+        "unreported": pa.array([sorted(n.unreported) for n in nodes], pa.list_(pa.string()))})
     con.register("_snap_in", snap)
     try:
         con.execute("CREATE OR REPLACE TEMP TABLE _snap AS SELECT * FROM _snap_in")
     finally:
         con.unregister("_snap_in")
     attrs = ["partitions", "gpu_type", "gpus", "cpus", "mem_bytes", "gres", "features"]
-    differs = " OR ".join(f"s.{a} IS DISTINCT FROM n.{a}" for a in attrs)
+    # what the input does not report is the current row's (a sinfo listing without Gres keeps the node's GPUs)
+    kept = ", ".join(f"CASE WHEN list_contains(s.unreported, '{a}') AND n.node IS NOT NULL THEN n.{a} "
+                     f"ELSE s.{a} END AS {a}" for a in attrs)
+    current = ", ".join(f"n.{a} AS cur_{a}" for a in attrs)
+    differs = " OR ".join(f"{a} IS DISTINCT FROM cur_{a}" for a in attrs)
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE _snap_cmp AS
-        SELECT s.*, n.node IS NOT NULL AS had_row, n.node IS NOT NULL AND ({differs}) AS changed
-        FROM _snap s LEFT JOIN nodes n ON n.cluster = s.cluster AND n.node = s.node AND n.valid_to IS NULL""")
+        WITH k AS (SELECT s.* REPLACE ({kept}), n.node IS NOT NULL AS had_row, {current}
+                   FROM _snap s LEFT JOIN nodes n ON n.cluster = s.cluster AND n.node = s.node AND n.valid_to IS NULL)
+        SELECT k.* EXCLUDE ({", ".join(f"cur_{a}" for a in attrs)}), had_row AND ({differs}) AS changed FROM k""")
     new, changed, same = con.sql("SELECT count(*) FILTER (NOT had_row), count(*) FILTER (changed), "
                                  "count(*) FILTER (had_row AND NOT changed) FROM _snap_cmp").fetchall()[0]
     run.inserted, run.updated, run.unchanged = new, changed, same
+    kept_gpus, new_blind = con.sql("""SELECT count(*) FILTER (had_row), count(*) FILTER (NOT had_row) FROM _snap_cmp
+                                      WHERE list_contains(unreported, 'gpus')""").fetchall()[0]
     con.execute("""UPDATE nodes SET valid_to = $when FROM _snap_cmp c
                    WHERE c.changed AND nodes.cluster = c.cluster AND nodes.node = c.node AND nodes.valid_to IS NULL""",
                 {"when": when})
@@ -494,3 +528,7 @@ def _apply_snapshot(con, run, nodes: list[NodeRecord], when: dt.datetime, retire
             {"when": when, "clusters": clusters}).fetchall()[0][0]
     con.execute("DROP TABLE IF EXISTS _snap_cmp")
     con.execute("DROP TABLE IF EXISTS _snap")
+    if not kept_gpus + new_blind:
+        return []
+    return [f"this listing names no GPUs (no Gres column): {kept_gpus} nodes keep the GPUs of the inventory"
+            + (f", {new_blind} nodes new to it count 0 GPUs until a listing with Gres" if new_blind else "")]

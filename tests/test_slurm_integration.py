@@ -619,10 +619,10 @@ def test_captured_all_fields_output_loads_every_allocation(run_cli, con):
         want[r["Account"]] = want.get(r["Account"], 0) + int(r["ElapsedRaw"]) * _gpus(r["AllocTRES"])
     got = dict(con.execute("SELECT account, sum(elapsed_s * ngpus)::BIGINT FROM jobs GROUP BY account").fetchall())
     assert got == want and len(allocations) == 16 and len(rows) - len(allocations) > 20
-    assert con.execute("SELECT count(*) FROM jobs").fetchone()[0] == len(allocations)
+    assert con.execute("SELECT count(*) FROM jobs").fetchall()[0][0] == len(allocations)
     assert con.execute("SELECT timelimit_s, timelimit_raw FROM jobs WHERE job_name = 'impossible'").fetchall() == [
         (None, "Partition_Limit")]
-    assert con.execute("SELECT extra->>'resvcpuraw' FROM jobs WHERE job_name = 'late'").fetchone()[0] is not None
+    assert con.execute("SELECT extra->>'resvcpuraw' FROM jobs WHERE job_name = 'late'").fetchall()[0][0] is not None
 
 
 def test_captured_midrun_snapshot_and_events(run_cli, con):

@@ -3,7 +3,7 @@ import datetime as dt
 
 import pytest
 
-from conftest import shared_path
+from conftest import FIXTURES, shared_path
 from ingest import slurm_nodes
 from ingest.errors import InputError
 from ingest.slurm_nodes import normalise_state, parse_gres
@@ -194,3 +194,34 @@ def test_sinfo_whitespace_with_header(con, fixtures):
     assert s["rejected"] == 0
     assert con.sql("SELECT node, gpus FROM nodes ORDER BY node").fetchall() == [
         ("gput072", 2), ("gput073", 2), ("gput074", 4), ("gput075", 4)]
+
+
+def test_a_listing_without_gres_keeps_the_inventorys_gpus(con):
+    """Real 22.05 `sinfo -N -o '%N %P %T'` (states only, as monitoring runs it) after a scontrol snapshot: it
+    used to open a new validity period with 0 GPUs, no CPUs and no memory for every node (capacity gone from
+    then on); what a listing does not report now stays as the inventory has it, and the summary says so."""
+    real = FIXTURES / "slurm_real"
+    slurm_nodes.ingest_bytes(con, (real / "scontrol-show-node-o.txt").read_bytes(), "scontrol.txt",
+                             cluster="glcluster", as_of="2026-12-06T09:00:00")
+    before = con.execute("SELECT * EXCLUDE (ingest_run_id) FROM nodes ORDER BY node").fetchall()
+    s = slurm_nodes.ingest_bytes(con, (real / "sinfo-no-gres.txt").read_bytes(), "sinfo.txt",
+                                 cluster="glcluster", as_of="2026-12-06T10:28:47")
+    assert (s["inserted"], s["updated"], s["unchanged"]) == (0, 0, 3)
+    assert s["notes"] == ["this listing names no GPUs (no Gres column): 3 nodes keep the GPUs of the inventory"]
+    assert con.execute("SELECT * EXCLUDE (ingest_run_id) FROM nodes ORDER BY node").fetchall() == before
+    assert con.execute("SELECT sum(gpus), count(*) FROM nodes WHERE valid_to IS NULL").fetchall()[0] == (12, 3)
+    assert con.execute("SELECT count(DISTINCT observed_at) FROM node_states").fetchall()[0][0] == 2
+    # a listing that does report a changed attribute still changes it, the unreported ones kept
+    text = "NODELIST PARTITION STATE GRES\ngpu01 a100 idle gpu:a100:8\n"
+    s = slurm_nodes.ingest_bytes(con, text.encode(), "later.txt", cluster="glcluster", as_of="2026-12-06T11:00:00")
+    assert (s["updated"], s["notes"]) == (1, [])
+    got = con.execute("SELECT gpus, cpus, mem_bytes, partitions FROM nodes WHERE node = 'gpu01' AND valid_to IS NULL")
+    assert got.fetchall() == [(8, 32, 256000 * 2**20, "a100")]
+
+
+def test_a_first_listing_without_gres_says_its_nodes_count_no_gpus(con):
+    s = slurm_nodes.ingest_bytes(con, (FIXTURES / "slurm_real" / "sinfo-no-gres.txt").read_bytes(), "sinfo.txt",
+                                 cluster="glcluster")
+    assert s["inserted"] == 3 and s["notes"] == [
+        "this listing names no GPUs (no Gres column): 0 nodes keep the GPUs of the inventory, 3 nodes new to it "
+        "count 0 GPUs until a listing with Gres"]

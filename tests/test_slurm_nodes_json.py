@@ -31,7 +31,7 @@ def test_sinfo_json_of_22_05_loads_as_scontrol_of_the_same_moment(con, tmp_path)
     got = con.execute("SELECT node, state, state_raw, gpus_alloc FROM node_states ORDER BY node").fetchall()
     assert got == [("gpu01", "MIXED", "MIXED", 1), ("gpu02", "DOWN", "DOWN", 0),
                    ("gpu03", "DRAIN", "MIXED+DRAIN", 1)]
-    assert con.execute("SELECT reason FROM node_states WHERE node = 'gpu02'").fetchone()[0] == (
+    assert con.execute("SELECT reason FROM node_states WHERE node = 'gpu02'").fetchall()[0][0] == (
         "gl-test: XID 79 GPU has fallen off the bus [root@2026-12-06T10:08:49]")
 
 

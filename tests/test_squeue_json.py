@@ -26,7 +26,7 @@ def test_squeue_json_of_22_05_is_the_array_snapshot_of_the_same_second(con, tmp_
     squeue.load(text, (REAL / "squeue-array-jobarrayid.psv").read_bytes(), AT, "q.psv", cluster="glcluster")
     queue = "WHERE state IN ('PENDING', 'RUNNING')"
     assert _rows(con, queue) == _rows(text) and len(_rows(text)) == 11
-    assert con.execute("SELECT count(*) FROM squeue_snapshots WHERE state = 'COMPLETED'").fetchone()[0] == 8
+    assert con.execute("SELECT count(*) FROM squeue_snapshots WHERE state = 'COMPLETED'").fetchall()[0][0] == 8
     got = con.execute("SELECT job_id, reason, gpus, \"user\", submit FROM squeue_snapshots WHERE job_id = '28_5'")
     assert got.fetchall() == [("28_5", "JobArrayTaskLimit", 2.0, "root", dt.datetime(2026, 12, 6, 10, 18, 49))]
 
