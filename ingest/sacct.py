@@ -478,6 +478,7 @@ def ingest_bytes(con: duckdb.DuckDBPyConnection, data: bytes, input_name: str, o
         run.skip("blank line", len(blank), int(blank[0]) + 1 if len(blank) else None)
         nonblank = np.flatnonzero(~blank_mask)
         headers = _header_lines(con, lines, nonblank, opts.delimiter) if len(nonblank) else {}
+        run.notes = unknown_fields(headers, input_name)
         run.skip("header line", len(headers), min(headers) + 1 if headers else None)
         is_data = ~blank_mask
         is_data[list(headers)] = False
@@ -503,7 +504,6 @@ def ingest_bytes(con: duckdb.DuckDBPyConnection, data: bytes, input_name: str, o
             con.execute(f"DROP TABLE IF EXISTS {t}")
     summary = run.summary()
     summary["reject_examples"] = examples
-    summary["notes"] = unknown_fields(headers, input_name)
     summary["transitions"] = run.options.get("transitions", {})
     return summary
 

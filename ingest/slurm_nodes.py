@@ -446,10 +446,9 @@ def ingest_bytes(con, data: bytes, name: str, fmt: str = "auto", cluster: str | 
         for ln, fld, reason in rejected:
             run.reject(ln, reason, lines[ln - 1] if ln <= len(lines) else None, fld)
         run.loaded = loaded_lines
-        notes = _apply_snapshot(con, run, nodes, when, retire_missing)
+        run.notes = _apply_snapshot(con, run, nodes, when, retire_missing) + mig_notes(nodes)
     summary = run.summary()
     summary["reject_examples"] = [f"{name}:{ln}: " + (f"field {f}: " if f else "") + r for ln, f, r in rejected[:10]]
-    summary["notes"] = notes + mig_notes(nodes)
     return summary
 
 

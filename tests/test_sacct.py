@@ -211,6 +211,8 @@ def test_a_header_naming_fields_we_do_not_know_is_still_a_header(con):
     assert s["notes"] == ["test.psv:1: header names fields gpuledger does not know (segmentcount): "
                           "their values are kept in jobs.extra"]
     assert job(con, "2", "state, elapsed_s, ngpus, extra->>'segmentcount'") == [("FAILED", 600, 1.0, "3")]
+    # the run keeps it as its message: the Data health page and the service's log show it, not only the CLI
+    assert con.sql("SELECT status, message FROM ingest_runs").fetchall() == [("ok", "note: " + s["notes"][0])]
     # fewer than half of the names known: not a header but a line of the default layout, rejected as such
     s = ingest_text(con, "JobID|Foo|Bar\n" + line("3") + "\n")
     assert (s["loaded"], s["rejected"], s["skip_reasons"], s["notes"]) == (1, 1, {}, [])

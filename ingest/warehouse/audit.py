@@ -48,6 +48,9 @@ class IngestRun:
     rejected: int = 0
     run_id: int = 0
     started_at: dt.datetime | None = None
+    #: what a reader of the run must know beside its counts (fields kept in jobs.extra, GPUs kept from the
+    #: inventory): the run's message (the Data health page shows it) and the summary's ``notes``
+    notes: list = field(default_factory=list)
 
     @property
     def skipped(self) -> int:
@@ -95,7 +98,7 @@ class IngestRun:
     def __exit__(self, exc_type, exc, tb) -> bool:
         if exc_type is None:
             if self.loaded + self.skipped + self.rejected == self.lines_read:
-                self._write_run("ok", None)
+                self._write_run("ok", "; ".join(f"note: {n}" for n in self.notes)[:2000] or None)
                 self.con.execute("COMMIT")
                 return False
             exc = IngestAccountingError(
@@ -138,7 +141,8 @@ class IngestRun:
                 "skipped": self.skipped, "rejected": self.rejected, "inserted": self.inserted,
                 "updated": self.updated, "unchanged": self.unchanged, "stored_as": self.stored_as,
                 "read_as": self.options.get("read_as", "lines"),
-                "skip_reasons": {k: v[0] for k, v in self.skips.items()}, "error": nothing_loaded(self)}
+                "skip_reasons": {k: v[0] for k, v in self.skips.items()}, "error": nothing_loaded(self),
+                "notes": list(self.notes)}
 
 
 # ---------------------------------------------------------------- ingest outcome

@@ -253,6 +253,8 @@ class Collector:
         if error is None:
             log.info("%s/%s: loaded %s, skipped %s, rejected %s (run %s) in %.2f s", *src.key, summary.get("loaded"),
                      summary.get("skipped"), summary.get("rejected"), summary.get("run_id"), time.monotonic() - m0)
+            for note in summary.get("notes", []):       # unattended: the log is where an operator reads them
+                log.warning("%s/%s: note: %s", *src.key, note)
         else:
             log.warning("%s/%s failed (%d in a row; next try in %.0f s): %s", *src.key, st.consecutive_failures,
                         max(0.0, wait), error)
