@@ -385,10 +385,16 @@ def _json_records(lines: list[str | None], bad: dict[int, str]) -> tuple[list[No
     return recs, sorted(rejected)
 
 
+#: The input formats of a node snapshot (`ingest nodes --format`, the service's nodes ``format``).
+FORMATS = ("auto", "scontrol", "sinfo", "json")
+
+
 def ingest_bytes(con, data: bytes, name: str, fmt: str = "auto", cluster: str | None = None,
                  as_of: str | None = None, retire_missing: bool = False, fields: list[str] | None = None) -> dict:
     """Load one node snapshot in one transaction; returns the run summary. ``fields``: the columns of a
     headerless sinfo output (:func:`parse_sinfo_fields`)."""
+    if fmt not in FORMATS:
+        raise InputError("--format", f"{fmt!r} is not a node snapshot format ({', '.join(FORMATS)})")
     when = _parse_as_of(as_of)
     if fmt == "auto" and looks_like_json(data):
         fmt = "json"

@@ -4,9 +4,11 @@ import json
 
 import pytest
 
+import gpuledger
 from conftest import FIXTURES
 from ingest import slurm_nodes, slurm_nodes_json, warehouse
 from ingest.errors import InputError
+from models.service import config
 
 REAL = FIXTURES / "slurm_real"
 JSON = FIXTURES / "nodes_json"
@@ -81,3 +83,22 @@ def test_json_node_errors_name_the_input(con, run_cli, tmp_path):
     code, _, err = run_cli("ingest", "nodes", str(f), "--cluster", "c1", "--no-refresh")
     assert code == 1 and err.strip() == (f"gpuledger: {f}: JSON without a `nodes` list: not `scontrol show nodes "
                                          "--json` or slurmrestd /slurm/.../nodes")
+
+
+def test_the_formats_are_one_list_for_the_cli_the_service_and_the_ingestor(con, tmp_path):
+    args = gpuledger.build_parser().parse_args(["ingest", "nodes", "x", "--format", "json"])
+    assert args.format == "json"
+    action = next(a for a in _nodes_parser(gpuledger.build_parser())._actions if a.dest == "format")
+    assert tuple(action.choices) == slurm_nodes.FORMATS
+    with pytest.raises(InputError, match="'xml' is not a node snapshot format"):
+        slurm_nodes.ingest_bytes(con, b"NodeName=n1 CPUTot=8\n", "x", fmt="xml", cluster="c1")
+    cfg = tmp_path / "serve.toml"
+    cfg.write_text('warehouse = "w.duckdb"\n[[clusters]]\nname = "a"\n[clusters.nodes]\nformat = "xml"\n')
+    with pytest.raises(Exception, match=r"must be one of auto, scontrol, sinfo, json, got 'xml'"):
+        config.load(cfg)
+
+
+def _nodes_parser(parser):
+    """The `ingest nodes` subparser."""
+    ingest = next(a for a in parser._actions if getattr(a, "choices", None) and "ingest" in a.choices).choices["ingest"]
+    return next(a for a in ingest._actions if getattr(a, "choices", None) and "nodes" in a.choices).choices["nodes"]

@@ -139,6 +139,8 @@ def _value(chk: _Where, path: tuple, key: Key, value: Any, base: Path) -> Any:
         chk.fail(path, f"must be a TCP port 1-65535, got {value!r}")
     if t in ("str", "path") and not isinstance(value, str):
         chk.fail(path, f"must be a string, got {value!r}")
+    if key.choices and value not in key.choices:
+        chk.fail(path, f"must be one of {', '.join(key.choices)}, got {value!r}")
     if t == "strings" and not (isinstance(value, list) and all(isinstance(v, str) for v in value)):
         chk.fail(path, f"must be a list of strings, got {value!r}")
     if t == "path":

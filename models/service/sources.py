@@ -45,6 +45,7 @@ class Key:
     type: str
     default: Any
     help: str = ""
+    choices: tuple = ()                 # the values a "str" key may take (empty: any)
 
 
 @dataclass(frozen=True)
@@ -177,8 +178,9 @@ KINDS: dict[str, SourceKind] = {
         "command": Key("str", "sacct", "the sacct command (gpuledger adds its own options)"),
         "timeout": Key("duration", 900, TIMEOUT.help)}),
     "nodes": SourceKind("nodes", collect_nodes, "15m", {
-        "command": Key("str", "scontrol show node -o", "`scontrol show node [-o]` or an sinfo command with Gres"),
-        "format": Key("str", "auto", "auto, scontrol or sinfo"),
+        "command": Key("str", "scontrol show node -o", "`scontrol show node [-o]`, an sinfo command with Gres, or "
+                       "one printing a JSON node list (scontrol show nodes --json, slurmrestd /slurm/.../nodes)"),
+        "format": Key("str", "auto", "auto, scontrol, sinfo or json", choices=slurm_nodes.FORMATS),
         "retire_missing": Key("bool", False, "nodes absent from a snapshot leave the inventory"),
         "timeout": TIMEOUT}),
     "events": SourceKind("events", collect_events, "15m", {
