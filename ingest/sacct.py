@@ -38,16 +38,17 @@ LIVE_FIELDS = [*XDMOD_FIELDS, "reservation", "reason"]
 SACCT_FIELDS = frozenset("""
 account admincomment alloccpus allocgres allocnodes alloctres associd avecpu avecpufreq avediskread avediskwrite
 avepages averss avevmsize blockid cluster comment constraints container consumedenergy consumedenergyraw cputime
-cputimeraw dbindex derivedexitcode elapsed elapsedraw eligible end exitcode extra failednode flags gid group jobid
-jobidraw jobname layout licenses maxdiskread maxdiskreadnode maxdiskreadtask maxdiskwrite maxdiskwritenode
+cputimeraw dbindex derivedexitcode elapsed elapsedraw eligible end exitcode extra failednode flags gid group
+jobid jobidraw jobname layout licenses maxdiskread maxdiskreadnode maxdiskreadtask maxdiskwrite maxdiskwritenode
 maxdiskwritetask maxpages maxpagesnode maxpagestask maxrss maxrssnode maxrsstask maxvmsize maxvmsizenode
 maxvmsizetask mcslabel mincpu mincpunode mincputask ncpus nnodes nodelist ntasks partition planned plannedcpu
-plannedcpuraw priority qos qosraw reason reqcpufreq reqcpufreqgov reqcpufreqmax reqcpufreqmin reqcpus reqgres reqmem
-reqnodes reqtres reservation reservationid reserved resvcpu resvcpuraw start state submit submitline suspended systemcomment systemcpu
-timelimit timelimitraw totalcpu tresusageinave tresusageinmax tresusageinmaxnode tresusageinmaxtask tresusageinmin
-tresusageinminnode tresusageinmintask tresusageintot tresusageoutave tresusageoutmax tresusageoutmaxnode
-tresusageoutmaxtask tresusageoutmin tresusageoutminnode tresusageoutmintask tresusageouttot uid user usercpu wckey
-wckeyid workdir stdout stderr stdin qosreq segmentsize
+plannedcpuraw priority qos qosraw reason reqcpufreq reqcpufreqgov reqcpufreqmax reqcpufreqmin reqcpus reqgres
+reqmem reqnodes reqtres reservation reservationid reserved resvcpu resvcpuraw start state submit submitline
+suspended systemcomment systemcpu timelimit timelimitraw totalcpu tresusageinave tresusageinmax
+tresusageinmaxnode tresusageinmaxtask tresusageinmin tresusageinminnode tresusageinmintask tresusageintot
+tresusageoutave tresusageoutmax tresusageoutmaxnode tresusageoutmaxtask tresusageoutmin tresusageoutminnode
+tresusageoutmintask tresusageouttot uid user usercpu wckey wckeyid workdir stdout stderr stdin qosreq
+segmentsize
 """.split())
 
 #: Columns we model; anything else in a header is kept as JSON in jobs.extra.

@@ -131,6 +131,7 @@ def _parse(lines: list[str], tz: str | None, window: plausible.Window, cols: lis
     ``cols``: the layout of lines before any header (a JSON job list's lines have none). A job (cluster and id)
     seen before in the snapshot is rejected: its reason and GPUs would count twice."""
     seen: dict[tuple, int] = {}
+    trailing = False            # the header ended with '|' (--Format 'Name:|'): so does every line under it
     for i, line in enumerate(lines, start=1):
         if not line.strip():
             yield i, "blank", None
@@ -139,13 +140,16 @@ def _parse(lines: list[str], tz: str | None, window: plausible.Window, cols: lis
             yield i, "cluster banner", None
             continue
         parts = line.split("|")
-        if parts[-1] == "" and (cols is None or len(parts) == len(cols) + 1):
+        ends_empty = parts[-1] == ""
+        if ends_empty and (cols is None or len(parts) == len(cols) + 1 or trailing):
             parts = parts[:-1]
         head = _header(parts)
         if head is not None:
-            cols = head
+            cols, trailing = head, ends_empty
             yield i, "header", None
             continue
+        if cols is not None and cols[-1] == "job_name" and len(parts) > len(cols):
+            parts = [*parts[:len(cols) - 1], "|".join(parts[len(cols) - 1:])]    # a '|' inside the last, the name
         if cols is None:
             yield i, "reject", (None, "no header line before the data (run squeue with our --Format, see "
                                       "docs/CLI.md, and without --noheader)")

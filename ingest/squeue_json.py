@@ -2,11 +2,11 @@
 
 Each job object becomes the line ``squeue --array --Format`` prints for it in ``squeue.LIVE_FIELDS`` (SubmitTime
 in UTC; the pending rest of an array one line per task, as ``--array`` prints it), which the squeue ingestor
-loads as it loads any snapshot: the same checks and rejects. The run counts those lines. Data parsers differ in detail: v0.0.38 (22.05) prints
-``job_state`` as a string and numbers plain; v0.0.39 and later print ``job_state`` as a list of flags and numbers
-as ``{"set", "infinite", "number"}`` (read by :func:`sacct_json.number`). The list holds every job slurmctld
-still knows, finished ones too (squeue's text shows only the queue); the pending-reason model reads the PENDING
-rows, as it does of any snapshot.
+loads as it loads any snapshot: the same checks and rejects. The run counts those lines. Data parsers differ in
+detail: v0.0.38 (22.05) prints ``job_state`` as a string and numbers plain; v0.0.39 and later print ``job_state``
+as a list of flags and numbers as ``{"set", "infinite", "number"}`` (read by :func:`sacct_json.number`). The list
+holds every job slurmctld still knows, finished ones too (squeue's text shows only the queue); the pending-reason
+model reads the PENDING rows, as it does of any snapshot.
 """
 from __future__ import annotations
 
@@ -67,7 +67,9 @@ def _lines(job: dict) -> list[str]:
               job.get("tres_per_node"), job.get("tres_alloc_str"), number(job.get("node_count")),
               job.get("partition"), job.get("account"), job.get("user_name"), job.get("qos"),
               "" if submit == "Unknown" else submit, job.get("resv_name"), job.get("name")]
-    rest = "|".join("" if v is None else str(v).replace("|", "/") for v in values)
+    # a '|' inside a value would shift the fields; the name is the last field, whose '|' the squeue parser keeps
+    rest = "|".join("" if v is None else str(v) if k == len(values) - 1 else str(v).replace("|", "/")
+                    for k, v in enumerate(values))
     return [f"{job_id}|{rest}" for job_id in _job_ids(job)]
 
 

@@ -158,3 +158,15 @@ def test_cli_says_when_reasons_come_only_from_sacct(run_cli, tmp_path):
     assert code == 0 and "no squeue snapshots" in err
     df = pl.read_csv(out.encode())
     assert set(df.columns) >= {"team", "wait_gpu_h", "dependency_gpu_h", "begin_time_gpu_h", "unknown_gpu_h"}
+
+
+def test_a_job_name_holding_the_delimiter_stays_whole(con):
+    """Name is the last field of the --live format (and of JSON lines): a '|' inside it is kept in it, with or
+    without the trailing '|' squeue prints after the last column."""
+    head = "JOBID|STATE|REASON|TRES_PER_NODE|NODES|NAME"
+    text = (f"{head}|\n41|PENDING|Priority|gres:gpu:1|1|a|b|\n42|PENDING|Priority|gres:gpu:1|1|plain|\n"
+            f"{head}\n43|PENDING|Resources|gres:gpu:2|1|x|y|z\n")
+    s = squeue.load(con, text, AT, "names.psv", cluster="c1")
+    assert (s["loaded"], s["rejected"]) == (3, 0)
+    got = con.sql("SELECT job_id, reason, gpus, job_name FROM squeue_snapshots ORDER BY job_id").fetchall()
+    assert got == [("41", "Priority", 1.0, "a|b"), ("42", "Priority", 1.0, "plain"), ("43", "Resources", 2.0, "x|y|z")]
