@@ -7,6 +7,7 @@ Two inputs, recognised by their first data line:
   planned end.
 - ``sacctmgr -P show reservation [format=Cluster,Name,TRES,TimeStart,TimeEnd,NodeNames,Flags]``: slurmdbd's
   history, ended reservations included; no users or accounts (only association ids).
+- slurmrestd's ``/slurm/v0.0.XX/reservations`` JSON, written as the scontrol lines (``reservations_json``).
 
 Key: (cluster, name, start). A later observation of a key overwrites its end and fills the columns it prints
 (so an scontrol snapshot gives the owner and sacctmgr, later, the end as it happened). GPUs: TRES's
@@ -24,11 +25,12 @@ import subprocess
 
 import pyarrow as pa
 
-from ingest import plausible, warehouse
+from ingest import plausible, reservations_json, warehouse
 from ingest.errors import InputError
 from ingest.hostlist import HostlistError, expand
 from ingest.inputs import read_input
 from ingest.lines import aligned_table, text_lines
+from ingest.sacct_json import looks_like_json
 from ingest.squeue import NULLS, gpu_count
 
 #: sacctmgr title (lower case, spaces removed) -> our field
@@ -150,16 +152,23 @@ def _parse(lines: list[str], tz: str | None, window: plausible.Window):
 def load(con, text: str | bytes, source_name: str, cluster: str | None = None, tz: str | None = None) -> dict:
     """Load one scontrol or sacctmgr reservation listing in one transaction; returns the run summary."""
     data = text.encode() if isinstance(text, str) else text
-    aligned_table(data, source_name, "sacctmgr -P show reservation, or scontrol show reservation -o "
-                                     "(docs/CLI.md, ingest reservations)")
-    lines = text_lines(data)
-    default = cluster or warehouse.only_cluster(con) or "default"
+    json_cluster, is_json = None, looks_like_json(data)
+    if is_json:                      # slurmrestd's /slurm/.../reservations: times in UTC
+        lines, json_cluster = reservations_json.to_scontrol_lines(data, source_name)
+        tz = "UTC"
+    else:
+        aligned_table(data, source_name, "sacctmgr -P show reservation, or scontrol show reservation -o "
+                                         "(docs/CLI.md, ingest reservations)")
+        lines = text_lines(data)
+    default = cluster or json_cluster or warehouse.only_cluster(con) or "default"
     rows, skips, rejects = _parse(lines, tz, plausible.window())
     schema = pa.schema([(c, pa.timestamp("us") if c in ("start", "end") else pa.float64() if c == "gpus"
                          else pa.string()) for c in COLUMNS])
     tbl = pa.table({c: [r[c] for r in rows] for c in COLUMNS}, schema=schema)
     run = warehouse.IngestRun(con, "reservations", source_name, sha256=hashlib.sha256(data).hexdigest(),
-                              nbytes=len(data), cluster=default, options={"tz": tz or "UTC"})
+                              nbytes=len(data), cluster=default,
+                              options={"tz": tz or "UTC", **({"format": "json", "read_as": "reservation records"}
+                                                             if is_json else {})})
     with run:
         run.lines_read = len(lines)
         for ln, reason in skips:

@@ -11,7 +11,7 @@ from ingest.errors import InputError
 from models.service import config
 
 REAL = FIXTURES / "slurm_real"
-JSON = FIXTURES / "nodes_json"
+JSON = FIXTURES / "slurmrestd"
 WHEN = "2026-12-06T10:08:49"      # the capture time in sinfo-json-midrun.json.cmd
 
 
