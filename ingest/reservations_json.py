@@ -50,7 +50,7 @@ def to_scontrol_lines(data: bytes, name: str) -> tuple[list[str], str | None]:
     for n, res in enumerate(items, start=1):
         try:
             lines.append(_line(res))
-        except (KeyError, TypeError, AttributeError) as exc:
+        except (KeyError, TypeError, AttributeError, ValueError, OverflowError) as exc:
             # a record the checks reject: no name (what a KeyError here means), else a start no one can read
             named = _text(res.get("name")) if isinstance(res, dict) else ""
             lines.append(f"ReservationName={named} StartTime=unreadable-record-{n}:{type(exc).__name__}")

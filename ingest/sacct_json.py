@@ -40,11 +40,15 @@ def number(v):
 
 
 def utc_text(v) -> str:
-    """Epoch seconds (0 or unset: not happened) as sacct prints a UTC time."""
+    """Epoch seconds (0 or unset: not happened) as sacct prints a UTC time; a value that is no time gives a text
+    the time checks reject (naming it), never an exception."""
     n = number(v)
     if not n:
         return "Unknown"
-    return (_EPOCH + dt.timedelta(seconds=int(n))).strftime("%Y-%m-%dT%H:%M:%S")
+    try:
+        return (_EPOCH + dt.timedelta(seconds=int(n))).strftime("%Y-%m-%dT%H:%M:%S")
+    except (TypeError, ValueError, OverflowError):
+        return f"not-a-time-{type(n).__name__}"
 
 
 def _tres(items) -> str:

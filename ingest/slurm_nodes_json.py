@@ -75,7 +75,7 @@ def to_scontrol_lines(data: bytes, name: str) -> tuple[list[str | None], dict[in
     for n, node in enumerate(doc["nodes"], start=1):
         try:
             lines.append(_line(node))
-        except (KeyError, TypeError, AttributeError) as exc:
+        except (KeyError, TypeError, AttributeError, ValueError, OverflowError) as exc:
             lines.append(None)
             bad[n] = f"cannot read node record {n}: {type(exc).__name__} {exc}"
     meta = doc.get("meta") if isinstance(doc.get("meta"), dict) else {}

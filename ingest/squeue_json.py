@@ -91,7 +91,7 @@ def to_squeue_lines(data: bytes, name: str) -> list[str]:
     for n, job in enumerate(jobs, start=1):
         try:
             out.extend(_lines(job))
-        except (KeyError, TypeError, AttributeError, IndexError) as exc:
+        except (KeyError, TypeError, AttributeError, IndexError, ValueError, OverflowError) as exc:
             # a line of the same width whose JobID names the problem: rejected with it, its place kept
             out.append(f"bad job record {n}: {type(exc).__name__} {exc}".replace("|", "/") + "|" * (_WIDTH - 1))
     return out
