@@ -39,7 +39,7 @@ def _load(con, kind: str, data: bytes) -> dict:
     return reservations.load(con, data, "x.json", cluster="c1")
 
 
-@settings(max_examples=int(os.environ.get("GPULEDGER_FUZZ_CASES", "60")), deadline=None, database=None,
+@settings(max_examples=int(os.environ.get("GPULEDGER_FUZZ_CASES", "30")), deadline=None, database=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 @given(kind=st.sampled_from(sorted(KEYS)), data=st.data())
 def test_hostile_records_end_as_an_error_or_a_run_that_adds_up(tmp_path_factory, kind, data):
