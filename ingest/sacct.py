@@ -21,7 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from ingest import jobs_store, plausible, sacct_json, slurm_sql, textsplit, warehouse
-from ingest import lines as lines_mod
+from ingest.lines import aligned_table
 from ingest.errors import InputError
 from ingest.inputs import check_zone, read_input
 
@@ -449,7 +449,7 @@ def ingest_bytes(con: duckdb.DuckDBPyConnection, data: bytes, input_name: str, o
         data, buf = sacct_json.to_sacct_text(data, input_name), None
         opts.fields, opts.delimiter, opts.tz = ",".join(sacct_json.FIELDS), "|", "UTC"
     if not json_input:
-        lines_mod.aligned_table(data, input_name, "sacct --parsable2 (or --json); docs/CLI.md, ingest sacct")
+        aligned_table(data, input_name, "sacct --parsable2 (or --json); docs/CLI.md, ingest sacct")
     data, bad_utf8 = textsplit.to_utf8(data)
     if bad_utf8:
         buf = None
