@@ -11,11 +11,14 @@ STAMP  := $(VENV)/.installed
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-# uv installs in seconds; plain pip is the fallback when uv cannot be had.
+# uv installs in seconds; plain pip is the fallback when uv cannot be had. Every install builds pyspark's sdist
+# (the lake tests' Spark) into a new 1.4 GB revision of uv's cache: 40 of them filled 55 GB of the disk that CI
+# shares, so the revisions no install uses any more are pruned after each one.
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q --upgrade pip uv || true
 	if $(VENV)/bin/uv --version >/dev/null 2>&1; then \
-	  $(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) -e '.[dev]'; \
+	  $(VENV)/bin/uv pip install -q --compile-bytecode --python $(PY) -e '.[dev]' && \
+	  { $(VENV)/bin/uv cache prune -q || true; }; \
 	else \
 	  $(PY) -m pip install -q -e '.[dev]'; \
 	fi
