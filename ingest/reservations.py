@@ -30,7 +30,7 @@ from ingest.errors import InputError
 from ingest.hostlist import HostlistError, expand
 from ingest.inputs import read_input
 from ingest.lines import aligned_table, text_lines
-from ingest.sacct_json import looks_like_json
+from ingest.slurm_json import looks_like_json
 from ingest.squeue import NULLS, gpu_count
 
 #: sacctmgr title (lower case, spaces removed) -> our field

@@ -5,21 +5,17 @@ Each reservation object becomes the one-line record scontrol prints for it (Rese
 EndTime= in UTC, Nodes=, TRES=, Users=, Accounts=, Flags=), which the reservation ingestor loads as it loads any
 scontrol listing: the same checks, merge and rejects. A reservation's line number is its position in
 ``reservations`` (1-based). Data parsers differ in detail: times are plain numbers (v0.0.38) or ``{"set",
-"infinite", "number"}`` (read by :func:`sacct_json.number`), flags a list. The cluster the answer names
+"infinite", "number"}`` (read by :func:`slurm_json.number`), flags a list. The cluster the answer names
 (``meta.slurm.cluster``, 24.05 and later) is returned for the ingestor's default.
 """
 from __future__ import annotations
 
-import json
-
-from ingest.errors import InputError
-from ingest.sacct_json import number, utc_text
+from ingest.slurm_json import list_text, meta_cluster, number, records, utc_text
 
 
 def _text(v) -> str:
     """A list or a string as scontrol prints it: comma-separated, no spaces (a value ends at a space)."""
-    text = ",".join(str(x) for x in v) if isinstance(v, list) else "" if v is None else str(v)
-    return text.replace(" ", "_")
+    return list_text(v).replace(" ", "_")
 
 
 def _time(v) -> str:
@@ -39,13 +35,7 @@ def to_scontrol_lines(data: bytes, name: str) -> tuple[list[str], str | None]:
     """The reservations of a JSON reservation list as `scontrol show reservation -o` lines, in the document's
     order (an object we cannot read becomes a line the checks reject, its place kept), and the cluster its
     ``meta`` names or None. An error names what the input is when it is not such a list."""
-    try:
-        doc = json.loads(bytes(data).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise InputError(name, f"not JSON: {exc}") from exc
-    items = doc.get("reservations") if isinstance(doc, dict) else None
-    if not isinstance(items, list):
-        raise InputError(name, "JSON without a `reservations` list: not slurmrestd /slurm/.../reservations")
+    doc, items = records(data, name, "reservations", "slurmrestd /slurm/.../reservations")
     lines = []
     for n, res in enumerate(items, start=1):
         try:
@@ -54,6 +44,4 @@ def to_scontrol_lines(data: bytes, name: str) -> tuple[list[str], str | None]:
             # a record the checks reject: no name (what a KeyError here means), else a start no one can read
             named = _text(res.get("name")) if isinstance(res, dict) else ""
             lines.append(f"ReservationName={named} StartTime=unreadable-record-{n}:{type(exc).__name__}")
-    meta = doc.get("meta") if isinstance(doc.get("meta"), dict) else {}
-    slurm = meta.get("slurm") if isinstance(meta.get("slurm"), dict) else {}
-    return lines, slurm.get("cluster") or None
+    return lines, meta_cluster(doc)

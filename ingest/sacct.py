@@ -22,6 +22,7 @@ import pyarrow as pa
 
 from ingest import jobs_store, plausible, sacct_json, slurm_sql, textsplit, warehouse
 from ingest.lines import aligned_table
+from ingest.slurm_json import looks_like_json
 from ingest.errors import InputError
 from ingest.inputs import check_zone, read_input
 
@@ -441,7 +442,7 @@ def ingest_bytes(con: duckdb.DuckDBPyConnection, data: bytes, input_name: str, o
     view of it), which saves a copy of a large input.
     """
     opts = SacctOptions(**vars(opts))
-    json_input = sacct_json.looks_like_json(data)
+    json_input = looks_like_json(data)
     if json_input:     # `sacct --json`: one line per job record, in our field list, times in UTC
         if opts.fields or opts.delimiter:
             raise InputError("--fields", f"{input_name} is JSON, whose records name their fields: drop "

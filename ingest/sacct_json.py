@@ -11,10 +11,10 @@ format and is named in the error.
 """
 from __future__ import annotations
 
-import datetime as dt
 import json
 
 from ingest.errors import InputError
+from ingest.slurm_json import looks_like_json, number, utc_text  # noqa: F401 (looks_like_json: its tests)
 
 #: The sacct fields each job is written as; ``jobname`` last, the free-text field that absorbs a '|' in a name.
 FIELDS = ["jobid", "jobidraw", "cluster", "partition", "qos", "account", "group", "user", "submit", "eligible",
@@ -23,32 +23,6 @@ FIELDS = ["jobid", "jobidraw", "cluster", "partition", "qos", "account", "group"
 
 #: What the run notes about its counts (``ingest_runs.options``).
 RECORDS_NOTE = "jobs (lines_read counts the JSON's job records; a line number is a job's position in `jobs`)"
-_EPOCH = dt.datetime(1970, 1, 1)
-
-
-def looks_like_json(data: bytes) -> bool:
-    """Whether an input is JSON rather than sacct text (its first non-blank byte opens an object)."""
-    head = bytes(data[:4096]).lstrip()
-    return head[:1] == b"{"
-
-
-def number(v):
-    """A number as Slurm's JSON prints it: an integer, or {"set": .., "infinite": .., "number": ..}."""
-    if isinstance(v, dict):
-        return None if not v.get("set", True) or v.get("infinite") else v.get("number")
-    return v
-
-
-def utc_text(v) -> str:
-    """Epoch seconds (0 or unset: not happened) as sacct prints a UTC time; a value that is no time gives a text
-    the time checks reject (naming it), never an exception."""
-    n = number(v)
-    if not n:
-        return "Unknown"
-    try:
-        return (_EPOCH + dt.timedelta(seconds=int(n))).strftime("%Y-%m-%dT%H:%M:%S")
-    except (TypeError, ValueError, OverflowError):
-        return f"not-a-time-{type(n).__name__}"
 
 
 def _tres(items) -> str:

@@ -24,7 +24,7 @@ from ingest.errors import InputError
 from ingest.hostlist import HostlistError, expand
 from ingest.inputs import read_input
 from ingest.lines import text_lines
-from ingest.sacct_json import looks_like_json
+from ingest.slurm_json import looks_like_json
 
 #: Suffix characters sinfo appends to a state: * not responding, ~ powered off, # powering up, ! pending
 #: power down, % powering down, $ maintenance reservation, @ pending reboot, ^ rebooting, - planned.

@@ -6,24 +6,14 @@ node ingestor loads as it loads any scontrol snapshot: the same parsing, checks,
 A node's line number is its position in ``nodes`` (1-based), and the run counts records, not the file's text
 lines. Data parsers differ in detail: v0.0.38 (22.05) prints ``state`` as a string with ``state_flags`` beside
 it and features as text; v0.0.39 and later print ``state`` as a list (``["IDLE", "DRAIN"]``) and features as
-lists; a number is either plain or ``{"set", "infinite", "number"}`` (read by :func:`sacct_json.number`).
+lists; a number is either plain or ``{"set", "infinite", "number"}`` (read by :func:`slurm_json.number`).
 """
 from __future__ import annotations
 
-import json
-
-from ingest.errors import InputError
-from ingest.sacct_json import number, utc_text
+from ingest.slurm_json import list_text, meta_cluster, number, records, utc_text
 
 #: What the run notes about its counts (``ingest_runs.options``).
 RECORDS_NOTE = "nodes (lines_read counts the JSON's node records; a line number is a node's position in `nodes`)"
-
-
-def _text(v) -> str:
-    """A list (v0.0.39+) or a string (v0.0.38) as scontrol prints it: comma-separated."""
-    if isinstance(v, list):
-        return ",".join(str(x) for x in v)
-    return "" if v is None else str(v)
 
 
 def _state(node: dict) -> str:
@@ -38,7 +28,7 @@ def _state(node: dict) -> str:
 
 def _reason(node: dict) -> str:
     """The Reason as scontrol prints it: the text, then who set it and when (UTC), ``Down [root@2026-...]``."""
-    text, who = _text(node.get("reason")), node.get("reason_set_by_user")
+    text, who = list_text(node.get("reason")), node.get("reason_set_by_user")
     if not text or not who:
         return text
     when = utc_text(node.get("reason_changed_at"))
@@ -48,12 +38,12 @@ def _reason(node: dict) -> str:
 def _line(node: dict) -> str:
     """One node object as the line `scontrol show node -o` prints (only the keys the ingestor reads; Reason last,
     since it is free text)."""
-    pairs = {"NodeName": node["name"], "Gres": _text(node.get("gres")) or "(null)",
-             "CfgTRES": _text(node.get("tres")), "Partitions": _text(node.get("partitions")),
+    pairs = {"NodeName": node["name"], "Gres": list_text(node.get("gres")) or "(null)",
+             "CfgTRES": list_text(node.get("tres")), "Partitions": list_text(node.get("partitions")),
              "CPUTot": number(node.get("cpus")), "RealMemory": number(node.get("real_memory")),
-             "ActiveFeatures": _text(node.get("active_features") or node.get("features")),
-             "State": _state(node), "GresUsed": _text(node.get("gres_used")),
-             "AllocTRES": _text(node.get("tres_used")), "Reason": _reason(node)}
+             "ActiveFeatures": list_text(node.get("active_features") or node.get("features")),
+             "State": _state(node), "GresUsed": list_text(node.get("gres_used")),
+             "AllocTRES": list_text(node.get("tres_used")), "Reason": _reason(node)}
     return " ".join(f"{k}={'' if v is None else v}" for k, v in pairs.items())
 
 
@@ -61,23 +51,15 @@ def to_scontrol_lines(data: bytes, name: str) -> tuple[list[str | None], dict[in
     """The nodes of a JSON node list as `scontrol show node -o` lines, in the document's order (None for an
     object we cannot read), the reasons of those by position (1-based), and the cluster the document's ``meta``
     names (slurmrestd 24.05 and later) or None. An error names what the input is when it is not such a list."""
-    try:
-        doc = json.loads(bytes(data).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise InputError(name, f"not JSON: {exc}") from exc
-    if not isinstance(doc, dict) or not isinstance(doc.get("nodes"), list):
-        hint = (" (`sinfo --json` of Slurm 23.02 and later lists groups of nodes: give `scontrol show nodes "
-                "--json` or slurmrestd's /slurm/v0.0.XX/nodes)" if isinstance(doc, dict) and "sinfo" in doc else "")
-        raise InputError(name, "JSON without a `nodes` list: not `scontrol show nodes --json` or slurmrestd "
-                               "/slurm/.../nodes" + hint)
+    doc, items = records(data, name, "nodes", "`scontrol show nodes --json` or slurmrestd /slurm/.../nodes",
+                         {"sinfo": " (`sinfo --json` of Slurm 23.02 and later lists groups of nodes: give `scontrol "
+                                   "show nodes --json` or slurmrestd's /slurm/v0.0.XX/nodes)"})
     lines: list[str | None] = []
     bad: dict[int, str] = {}
-    for n, node in enumerate(doc["nodes"], start=1):
+    for n, node in enumerate(items, start=1):
         try:
             lines.append(_line(node))
         except (KeyError, TypeError, AttributeError, ValueError, OverflowError) as exc:
             lines.append(None)
             bad[n] = f"cannot read node record {n}: {type(exc).__name__} {exc}"
-    meta = doc.get("meta") if isinstance(doc.get("meta"), dict) else {}
-    cluster = (meta.get("slurm") or {}).get("cluster") or None if isinstance(meta.get("slurm"), dict) else None
-    return lines, bad, cluster
+    return lines, bad, meta_cluster(doc)

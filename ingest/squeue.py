@@ -30,7 +30,7 @@ from ingest import plausible, squeue_json, warehouse
 from ingest.errors import InputError
 from ingest.inputs import read_input
 from ingest.lines import text_lines
-from ingest.sacct_json import looks_like_json
+from ingest.slurm_json import looks_like_json
 
 #: The fixed format of ``--live`` (and of the tests' captures): one `|`-separated line per job (or array task).
 #: JobArrayID, not JobID: with --array, JobID prints the array's id on every task's line (28, 28, ...), where

@@ -4,17 +4,16 @@ Each job object becomes the line ``squeue --array --Format`` prints for it in ``
 in UTC; the pending rest of an array one line per task, as ``--array`` prints it), which the squeue ingestor
 loads as it loads any snapshot: the same checks and rejects. The run counts those lines. Data parsers differ in
 detail: v0.0.38 (22.05) prints ``job_state`` as a string and numbers plain; v0.0.39 and later print ``job_state``
-as a list of flags and numbers as ``{"set", "infinite", "number"}`` (read by :func:`sacct_json.number`). The list
+as a list of flags and numbers as ``{"set", "infinite", "number"}`` (read by :func:`slurm_json.number`). The list
 holds every job slurmctld still knows, finished ones too (squeue's text shows only the queue); the pending-reason
 model reads the PENDING rows, as it does of any snapshot.
 """
 from __future__ import annotations
 
-import json
 import re
 
 from ingest.errors import InputError
-from ingest.sacct_json import number, utc_text
+from ingest.slurm_json import number, records, utc_text
 
 #: Fields per line (squeue.LIVE_FIELDS, whose module imports this one).
 _WIDTH = 15
@@ -77,13 +76,7 @@ def to_squeue_lines(data: bytes, name: str) -> list[str]:
     """The jobs of a `squeue --json` / slurmctld jobs document as lines in ``squeue.LIVE_FIELDS`` order, one per
     job in the document's order; an object we cannot read becomes a line the squeue checks reject, with its
     place kept. An error names what the input is when it is not such a list."""
-    try:
-        doc = json.loads(bytes(data).decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise InputError(name, f"not JSON: {exc}") from exc
-    jobs = doc.get("jobs") if isinstance(doc, dict) else None
-    if not isinstance(jobs, list):
-        raise InputError(name, "JSON without a `jobs` list: not `squeue --json` or slurmrestd /slurm/.../jobs")
+    _, jobs = records(data, name, "jobs", "`squeue --json` or slurmrestd /slurm/.../jobs")
     if jobs and isinstance(jobs[0], dict) and "state" in jobs[0] and "job_state" not in jobs[0]:
         raise InputError(name, "this is accounting (`sacct --json`, slurmrestd /slurmdb/.../jobs): load it with "
                                "`gpuledger ingest sacct`; `ingest squeue` reads the queue")
