@@ -112,6 +112,18 @@ def _open(page, url: str, title: str) -> None:
     assert failure.count() == 0, f"{title}: {failure.first.inner_text()}"
 
 
+def _sidebar_choices(page, labels: tuple[str, ...], timeout_s: float = 60) -> dict[str, list[str]]:
+    """The sidebar's multiselects as {label: chosen values}, once every one of ``labels`` is drawn: under load the
+    sidebar can still be rendering after the page's body is done (seen in make test: no box yet, a KeyError)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        boxes = page.locator("[data-testid='stSidebar'] [data-testid='stMultiSelect']").all_inner_texts()
+        chosen = {b.splitlines()[0]: b.splitlines()[1:] for b in boxes if b.strip()}   # label, then the values
+        if all(label in chosen for label in labels) or time.monotonic() > deadline:
+            return chosen
+        page.wait_for_timeout(250)
+
+
 def _screenshot(page, name: str) -> Path:
     """The whole page. The viewport is already taller than any page (Streamlit scrolls inside its main block, so
     a full-page capture of a short viewport would cut it); wait until nothing is stale or loading."""
@@ -344,8 +356,7 @@ def test_a_pasted_link_opens_the_same_view_and_the_url_follows_changes(server, b
         _open(page, link, "Utilization")
         described = page.get_by_text(re.compile(rf"\(UTC\); pool: {re.escape(pool)}; team: {re.escape(team)}"))
         assert described.count() == 1, "the page does not describe the linked filters"
-        boxes = page.locator("[data-testid='stSidebar'] [data-testid='stMultiSelect']").all_inner_texts()
-        chosen = {b.splitlines()[0]: b.splitlines()[1:] for b in boxes}    # label, then the chosen values
+        chosen = _sidebar_choices(page, ("Team", "Pool (GPU type)"))
         assert team in chosen["Team"] and pool in chosen["Pool (GPU type)"], chosen
         assert "window=7d" in page.url and f"team={team}" in page.url
         page.locator("[data-testid='stSidebar'] button").filter(has_text="90 days").first.click()
