@@ -8,8 +8,9 @@ import polars as pl
 import pytest
 
 import dashboard_fixtures as dfx
-from dashboard_fixtures import lab_db  # noqa: F401 (fixture)
+from dashboard_fixtures import lab_copy, lab_db  # noqa: F401 (fixtures)
 from dashboards import model_reads as mr, queries
+from ingest import warehouse
 from dashboards.snapshot import Snapshot
 from models.metrics import chargeback
 
@@ -90,3 +91,18 @@ def test_workbook_download_is_the_cli_workbook(lab_db, tmp_path, monkeypatch):
         if name != "docProps/core.xml":
             assert page.read(name) == cli.read(name), name
     assert b'formatCode="#,##0.00 &quot;EUR&quot;"' in page.read("xl/styles.xml")
+
+
+def test_closing_a_period_from_the_page_freezes_it_and_says_so(lab_copy, monkeypatch):
+    """The page's one writing action, end to end: the button closes the month (the CLI's close, in a child
+    process), the page then shows the outcome and the statement as closed, and a second close is refused."""
+    at = dfx.open_page(dfx.app(lab_copy, monkeypatch), "chargeback", cb_period="2026-09")
+    assert at.selectbox(key="cb_period").value == "2026-09"
+    at.button(key="cb_close").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    said = [s.value for s in at.success if s.value.startswith("closed 2026-09 ")]
+    assert len(said) == 1 and said[0].endswith("(by local operator)"), [s.value for s in at.success]
+    assert not [b for b in at.button if b.key == "cb_close"]          # a closed month offers no close
+    assert "Closed" in " ".join(c.value for c in at.caption)
+    with warehouse.connect(lab_copy, read_only=True) as con:
+        assert con.sql("SELECT period FROM statements").fetchall() == [("2026-09",)]

@@ -36,6 +36,16 @@ with top[1]:
     st.caption(status_text + (f" · content hash {stmt.content_hash[:12]}" if stmt.content_hash else ""))
 
 # ---------------------------------------------------------------- period close (finance, managers, admins)
+def _close(viewer: access.Scope, period: str) -> None:
+    """Close ``period`` as ``viewer`` (the server checks the role) and keep the outcome for the page to show."""
+    try:
+        with st.spinner(f"Closing {period} (waits while the collector holds the warehouse) ..."):
+            outcome = actions.close_period(viewer, mr.db_path(), period)
+    except access.Forbidden as exc:
+        outcome = actions.Outcome(False, f"Refused: {exc}.")
+    st.session_state["cb_close_outcome"] = (period, outcome)
+
+
 viewer = access.viewer()
 # The outcome of the last close attempt stays shown for its period until the next attempt: popped after one run,
 # any rerun that followed the button's (a widget touched, the snapshot switched) wiped it before it was read.
@@ -49,14 +59,12 @@ if stmt.status != "closed":
         if not viewer.may("close"):
             st.caption("Only finance, managers and admins may close a period; the server refuses it for "
                        f"your role ({viewer.role.replace('_', ' ')}).")
-        if st.button(f"Close {period} now", key="cb_close", icon=":material/lock:", type="primary"):
-            try:
-                with st.spinner(f"Closing {period} (waits while the collector holds the warehouse) ..."):
-                    st.session_state["cb_close_outcome"] = (period, actions.close_period(viewer, mr.db_path(),
-                                                                                         period))
-            except access.Forbidden as exc:
-                st.session_state["cb_close_outcome"] = (period, actions.Outcome(False, f"Refused: {exc}."))
-            st.rerun()
+        # The close runs in the button's callback, at the start of the run the click causes, not in the page body
+        # behind `if st.button(...)`: a click's True is lost when another rerun interrupts its run before the page
+        # reaches the button (Streamlit resets trigger values of an interrupted run), and a load test once saw a
+        # click shown nothing for 90 s. The page then draws the outcome (above) and the statement after the close.
+        st.button(f"Close {period} now", key="cb_close", icon=":material/lock:", type="primary",
+                  on_click=_close, args=(viewer, period))
 
 t = stmt.total_row
 money = lambda x: f"{float(x):,.{minor}f} {cur}"   # noqa: E731 (display only; sums stay Decimal)
