@@ -3,7 +3,7 @@ hand-made snapshots: parsing, accounting of every line, and waiting GPU-seconds 
 
 The mix's waits (snapshots at 05:37:38, :41, :43, :45, ... every 2 s; jobs submitted 05:37:39-43):
   waitres (vision, 2 GPUs) submit/eligible :40, start :53 - [:40,:41) no snapshot (sacct Reason None: unknown),
-          [:41,:45) None, [:45,:53) Resources                      -> unknown 2, other 8, resources 16 GPU-s
+          [:41,:45) None, [:45,:53) Resources          -> unknown 2, not yet evaluated 8, resources 16 GPU-s
   dep     (ml, 1 GPU) submit :40, eligible :53 (afterok big), start :53: all before eligible -
           [:40,:41) sacct's last reason Dependency, [:41,:53) Dependency from squeue      -> 1 + 12 GPU-s
   victim  (ml, 4 GPUs) requeued at :43, eligible :53: [:43,:45) snapshot :43 shows it RUNNING (the preempted
@@ -129,6 +129,8 @@ def test_waiting_gpu_seconds_per_team_reason_and_source(ro):
     r = pending.by_reason(ro, LO, HI)
     assert _gpu_s(r, team="vision", reason="Resources", source="squeue") == 16
     assert _gpu_s(r, team="vision", reason="None", source="squeue") == 8
+    assert _gpu_s(r, team="vision", **{"class": "not yet evaluated"}) == 8     # no scheduling pass had seen it
+    assert _gpu_s(r, **{"class": "other"}) == 0
     assert _gpu_s(r, team="vision", **{"class": "unknown"}) == 2 + 1
     assert _gpu_s(r, team="ml", reason="Dependency", source="squeue") == 12
     assert _gpu_s(r, team="ml", reason="Dependency", source="sacct (last reason)") == 1
@@ -141,6 +143,8 @@ def test_waiting_gpu_seconds_per_team_reason_and_source(ro):
     ml = next(x for x in c if x["team"] == "ml")
     assert round(ml["wait_gpu_h"] * 3600, 6) == 13 + 40 + 8
     assert round(ml["from_snapshots_share"], 6) == round(44 / 61, 6)
+    vision = next(x for x in c if x["team"] == "vision")
+    assert round(vision["not_yet_evaluated_gpu_h"] * 3600, 6) == 8 and vision["other_gpu_h"] == 0
     assert "blocked_by_fragmentation_gpu_h" in ml
 
 
