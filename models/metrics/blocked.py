@@ -1,20 +1,8 @@
-"""Queue wait explained by fragmentation: for every job's pending time, at each sample, could it have started?
-
-A job is pending from ``eligible`` (else ``submit``) until ``start`` (or, never started: its end if cancelled,
-the horizon if still pending). At every sample time in that interval (the same sample grid as
-:mod:`models.fragmentation`) its candidate nodes are the available nodes of the partitions it was submitted to
-and of its typed GPU request (any pool when untyped). Each pending sample is classified:
-
-- ``placeable``: some node had ``k`` free GPUs (``k`` = GPUs per node = ceil(GPUs / nodes)), or, for an
-  N-node job, N nodes had ``k`` free each: GPUs were not what held it (priority, limits, reservations,
-  backfill order, CPUs or memory);
-- ``fragmentation``: not placeable, but the candidate nodes together had at least the job's GPUs free:
-  the free GPUs were there, scattered over nodes that could not take it;
-- ``capacity``: fewer free GPUs than the job needs in all its candidate nodes together;
-- ``unknown``: no inventory for its partitions at that time.
-
-GPU-hours of each class = sample count x interval x the job's GPUs. Definitions and caveats: docs/METRICS.md
-("Blocked by fragmentation").
+"""Queue wait explained by fragmentation, read: per job (`per_job`) and per group (`blocked`), in hours and
+GPU-hours, from the daily mart ``tl_blocked_daily`` where the window and interval allow it, else from the sample
+grid of :mod:`models.kernels.blocked_grid`, which holds the definition (a job's pending samples classified as
+placeable / fragmentation / capacity / unknown) and computes both. Caveats: docs/METRICS.md ("Blocked by
+fragmentation").
 """
 from __future__ import annotations
 
