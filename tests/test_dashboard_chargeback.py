@@ -10,8 +10,8 @@ import pytest
 import dashboard_fixtures as dfx
 from dashboard_fixtures import lab_copy, lab_db  # noqa: F401 (fixtures)
 from dashboards import model_reads as mr, queries
-from ingest import warehouse
 from dashboards.snapshot import Snapshot
+from ingest import warehouse
 from models.metrics import chargeback
 
 
@@ -95,7 +95,7 @@ def test_workbook_download_is_the_cli_workbook(lab_db, tmp_path, monkeypatch):
 
 def test_closing_a_period_from_the_page_freezes_it_and_says_so(lab_copy, monkeypatch):
     """The page's one writing action, end to end: the button closes the month (the CLI's close, in a child
-    process), the page then shows the outcome and the statement as closed, and a second close is refused."""
+    process), the page then shows the outcome and the statement as closed, and offers no second close."""
     at = dfx.open_page(dfx.app(lab_copy, monkeypatch), "chargeback", cb_period="2026-09")
     assert at.selectbox(key="cb_period").value == "2026-09"
     at.button(key="cb_close").click().run()
