@@ -19,6 +19,8 @@ def test_waiting_figures_match_the_models_and_say_where_reasons_come_from(lab_db
     assert any("No squeue snapshots" in i.value for i in at.info)            # the lab export has none
     shown = dfx.frame_with(at, "Team", "Waiting (GPU-h)")
     assert sorted(shown["Team"]) == sorted(classes["team"].to_list())
+    assert "Not yet evaluated (GPU-h)" in shown.columns                     # every class has its column ...
+    assert any(c.value.startswith("Not yet evaluated: Slurm's reason None") for c in at.caption)   # ... and is said
     # the lab loaded no reservation: how much reserved capacity sat idle is not known, not 0
     assert dfx.metric(at, "Reserved but idle (GPU-hours)").value == "—"
     assert "not known: no reservations loaded (`gpuledger ingest reservations`)" in [c.value for c in at.caption]

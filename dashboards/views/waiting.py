@@ -60,8 +60,10 @@ else:
                       "blocked_by_fragmentation_gpu_h": "Blocked by fragmentation (GPU-h, beside)"},
              formats={c: "%.2f" for c in [*cols, "wait_gpu_h", "blocked_by_fragmentation_gpu_h",
                                          "from_snapshots_share"]},
-             caption="Blocked by fragmentation: eligible wait while enough GPUs were free but scattered, whatever "
-                     "Slurm's reason (another view of the same wait, not added).")
+             caption="Not yet evaluated: Slurm's reason None, no scheduling pass had looked at the job (a large share "
+                     "says the scheduler's passes do not reach the queue). Blocked by fragmentation: eligible wait "
+                     "while enough GPUs were free but scattered, whatever Slurm's reason (another view of the same "
+                     "wait, not added).")
     ui.table(mr.pending_reasons(ctx.version, f), label="Each Slurm reason",
              key="wait_reason_table", file_stem="pending_by_reason", ctx=ctx,
              columns={"team": "Team", "class": "Class", "reason": "Slurm reason", "source": "Source",
