@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 
 from ingest.errors import InputError
-from ingest.slurm_json import looks_like_json, number, utc_text  # noqa: F401 (looks_like_json: its tests)
+from ingest.slurm_json import number, utc_text
 
 #: The sacct fields each job is written as; ``jobname`` last, the free-text field that absorbs a '|' in a name.
 FIELDS = ["jobid", "jobidraw", "cluster", "partition", "qos", "account", "group", "user", "submit", "eligible",

@@ -5,6 +5,10 @@ from ingest import slurm_json
 from ingest.errors import InputError
 
 
+def test_json_is_told_from_text_by_its_first_byte():
+    assert slurm_json.looks_like_json(b"  \n{") and not slurm_json.looks_like_json(b"JobID|State\n")
+
+
 def test_numbers_and_times_as_slurm_prints_them():
     assert slurm_json.number({"set": True, "infinite": False, "number": 7}) == 7 and slurm_json.number(7) == 7
     assert slurm_json.number({"set": False, "number": 0}) is None and slurm_json.number({"infinite": True}) is None
