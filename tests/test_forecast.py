@@ -275,6 +275,24 @@ def test_no_level_shift_on_a_random_walk():
     assert F.detect_level_shift(y, 7) is None
 
 
+def test_a_burst_is_not_a_level_shift_but_a_step_is_found_where_it_starts():
+    """One day at seven times the level (a sweep submitted at once) moved the week's mean by 43 and read as two
+    level shifts ("mean 53 → 96.6", "96.6 → 55.7"), cutting 47 days of history; the medians do not move."""
+    rng = np.random.default_rng(4)
+    y = 50 + 0.1 * np.arange(200) + rng.normal(0, 3, 200)
+    y[40] += 300
+    assert F.detect_level_shift(y, 7) is None
+    prep = F.prepare(DAYS[:200], y, "day", h=28)
+    assert len(prep.y) == 200 and not any("level shift" in n for n in prep.notes)
+    # three days of a burst in a week are fewer than half of it: not a new level either
+    y3 = 100 + rng.normal(0, 2, 120)
+    y3[60:63] += 400
+    assert F.detect_level_shift(y3, 7) is None
+    # a clean step from 100 to 300 at index 90: found at 90 (the medians alone are level from 87 to 93)
+    step = np.r_[np.full(90, 100.0), np.full(60, 300.0)]
+    assert F.detect_level_shift(step, 7) == (90, 100.0, 300.0)
+
+
 @settings(max_examples=12, deadline=None)
 @given(seed=st.integers(0, 10_000), n=st.integers(3, 120), h=st.integers(1, 30),
        zeros=st.floats(0.0, 0.8), scale=st.sampled_from([1e-3, 1.0, 1e5]))

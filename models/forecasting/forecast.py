@@ -842,21 +842,24 @@ def cross_series(done: list, m: int, h: int, periods: tuple[int, ...] | None) ->
 # ----------------------------------------------------------------------------- level shifts
 
 def detect_level_shift(y: np.ndarray, m: int, ratio: float = 8.0, rel: float = 0.3) -> tuple[int, float, float] | None:
-    """The largest abrupt level change: (index of the first period at the new level, mean before, mean after).
+    """The largest abrupt level change: (index of the first period at the new level, median before, median after).
 
-    Compares the means of the w = max(m, 7) periods before and after each point (a whole season, so the
-    seasonal pattern cancels; `prepare` passes the longest season, a week of hourly data, so that an outage of
-    a few hours is not taken for a new level). A shift is reported when the largest jump is ``ratio`` times the median jump
-    (abrupt against the series' own drift) and changes the level by at least ``rel`` (30 %)."""
+    Compares the w = max(m, 7) periods before and after each point (a whole season, so the seasonal pattern
+    cancels; `prepare` passes the longest season, a week of hourly data, so that an outage of a few hours is not
+    taken for a new level). The jump at a point is the smaller of the change of the windows' means and of their
+    medians: a level shift moves both, and the mean's change peaks where the new level starts; a burst of fewer
+    than half a window's periods (one day at seven times the level) moves the mean only, and is not a new level.
+    A shift is reported when the largest jump is ``ratio`` times the median jump (abrupt against the series' own
+    drift) and changes the level by at least ``rel`` (30 %)."""
     w = max(m, 7)
     n = len(y)
     if n < 4 * w:
         return None
     c = np.r_[0.0, np.cumsum(y)]
     t = np.arange(w, n - w + 1)
-    before = (c[t] - c[t - w]) / w
-    after = (c[t + w] - c[t]) / w
-    jump = np.abs(after - before)
+    windows = np.median(np.lib.stride_tricks.sliding_window_view(y, w), axis=1)    # windows[k] = y[k:k+w]
+    before, after = windows[t - w], windows[t]
+    jump = np.minimum(np.abs((c[t + w] - 2 * c[t] + c[t - w]) / w), np.abs(after - before))
     i = int(np.argmax(jump))
     typical = float(np.median(jump))
     big = max(abs(before[i]), abs(after[i]))
@@ -952,11 +955,11 @@ def prepare(ts: np.ndarray, y: np.ndarray, freq: str, shifts: bool = True, h: in
         at, before, after = found
         since = len(y) - cut - at
         if since < min_after:
-            notes.append(f"level shift on {_day(ts[cut + at])} (mean {before:.4g} → {after:.4g}), only {since} "
+            notes.append(f"level shift on {_day(ts[cut + at])} (median {before:.4g} → {after:.4g}), only {since} "
                          f"periods since (< {min_after} to backtest on them): fitted on the whole history, which "
                          "the trend may follow, and intervals may be too narrow")
             break
-        notes.append(f"level shift on {_day(ts[cut + at])} (mean {before:.4g} → {after:.4g}): fitted on the "
+        notes.append(f"level shift on {_day(ts[cut + at])} (median {before:.4g} → {after:.4g}): fitted on the "
                      f"{since} periods since")
         cut += at
     return Prepared(ts[cut:], y[cut:], freq, notes)
