@@ -1080,7 +1080,7 @@ def _forecast_run(args, progress) -> dict:
     from models.metrics import demand
     caps = capacity.parse_capacity(args.capacity, bare=True)
     common = dict(capacity=caps, target_util=args.target_util, band=args.band, window=args.window,
-                  shifts=not args.no_level_shifts, progress=progress)
+                  shifts=not args.no_level_shifts, bursts=not args.keep_bursts, progress=progress)
     if args.series:
         _none_of("forecast", args, {"measure": "--measure", "cluster": "--cluster"},
                  "with --series (they choose a warehouse series)")
@@ -1839,6 +1839,9 @@ def _forecast_parser(sub) -> None:
                                                           "(default mean)")
     s.add_argument("--no-level-shifts", action="store_true",
                    help="fit on the whole history even after a detected level shift")
+    s.add_argument("--keep-bursts", action="store_true",
+                   help="fit on bursts as they are (default: a period at 3x its season position's usual value "
+                        "and beyond 6 robust sd is replaced by that value for fitting)")
 
 
 def _scenario_options(s, replications: int) -> None:

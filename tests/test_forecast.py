@@ -270,6 +270,35 @@ def test_recent_level_shift_with_little_data_after_keeps_history_and_warns():
     assert any("only 10 periods since (< 98 to backtest on them)" in n for n in res.notes)
 
 
+def test_a_one_off_burst_is_replaced_for_fitting_and_not_forecast_every_week():
+    """One day at 100 times the level, 20 days before the end: fitted as it was, the seasonal models forecast it
+    again on its weekday of each week ahead (278 and 281 GPUs for a pool at 50)."""
+    rng = np.random.default_rng(3)
+    y = 50 + rng.normal(0, 3, 120)
+    y[100] += 5000
+    mask, usual = F.detect_bursts(y, 7)
+    assert np.flatnonzero(mask).tolist() == [100]
+    assert usual[100] == pytest.approx(np.median(y[[86, 93, 107, 114]]))     # its weekday, two weeks either side
+    prep, res, _ = F.forecast_series(DAYS[:120], y, "day", 14)
+    assert prep.y[100] == usual[100] and np.delete(prep.y, 100).tolist() == np.delete(y, 100).tolist()
+    assert any(f"1 burst(s) replaced by their season position's usual value for fitting: 2024-04-10 {y[100]:.4g} "
+               f"(usual {usual[100]:.4g})" in n for n in res.notes)
+    assert res.point.max() < 70 and res.hi[80].max() < 100
+    kept, res_kept, _ = F.forecast_series(DAYS[:120], y, "day", 14, bursts=False)
+    assert kept.y[100] == y[100] and res_kept.point.max() > 200          # the weekly ghost of the burst
+
+
+def test_busy_weekdays_and_a_fast_climb_are_not_bursts():
+    rng = np.random.default_rng(5)
+    weekly = 50 + rng.normal(0, 3, 140) + 150 * (np.arange(140) % 7 == 0)      # every Monday at 4x: its weekday's usual
+    assert not F.detect_bursts(weekly, 7)[0].any()
+    climb = np.r_[np.full(60, 2.0), np.geomspace(2, 60, 20)] + rng.normal(0, 0.1, 80)   # a new pool ramping up
+    assert not F.detect_bursts(climb, 7)[0].any()
+    last_week = 50 + rng.normal(0, 3, 100)
+    last_week[97] = 5000                # the last cycle has no later one to say it was a burst, not a new level
+    assert not F.detect_bursts(last_week, 7)[0][97]
+
+
 def test_no_level_shift_on_a_random_walk():
     y = 500 + np.cumsum(np.random.default_rng(12).normal(0, 5, 300))
     assert F.detect_level_shift(y, 7) is None

@@ -932,9 +932,37 @@ def backtest_span(m: int, h: int, max_origins: int = 28) -> int:
     return max(2 * m, 8) + hb + (k - 1) * max(1, min(hb, m))
 
 
-def prepare(ts: np.ndarray, y: np.ndarray, freq: str, shifts: bool = True, h: int | None = None) -> Prepared:
+def detect_bursts(y: np.ndarray, m: int, k: float = 6.0, times: float = 3.0) -> tuple[np.ndarray, np.ndarray]:
+    """Bursts: periods far above their season position both a cycle before and a cycle after. Returns (mask,
+    usual value), the usual value being the median of the same season position in the two cycles either side
+    (the same weekday of the weeks around a day).
+
+    A burst is more than ``times`` (3) times both neighbours of its season position (a cycle earlier and a cycle
+    later) and ``k`` (6) robust standard deviations (1.4826 × the median absolute deviation of the differences
+    from the usual values) above its usual value: one day at a hundred times the level, not the busy days of a
+    bursty pool. A period in the last cycle has no later neighbour and a climbing series is below its later one:
+    neither is a burst (whether a new level has begun is the level-shift rule's question)."""
+    n = len(y)
+    near = np.full((4, n), np.nan)
+    for j, cycles in enumerate((-2, -1, 1, 2)):
+        src = np.arange(n) + cycles * m
+        ok = (src >= 0) & (src < n)
+        near[j, ok] = y[src[ok]]
+    both_sides = ~np.isnan(near[1]) & ~np.isnan(near[2])
+    usual = np.where(both_sides, np.nanmedian(np.where(both_sides, near, 0.0), axis=0), y)
+    excess = y - usual
+    scale = 1.4826 * float(np.median(np.abs(excess[both_sides] - np.median(excess[both_sides])))) \
+        if both_sides.any() else 0.0
+    above_both = y > times * np.fmax(np.fmax(near[1], near[2]), 0.0)
+    mask = both_sides & above_both & (excess > k * scale) & (scale > 0)
+    return mask, usual
+
+
+def prepare(ts: np.ndarray, y: np.ndarray, freq: str, shifts: bool = True, h: int | None = None,
+            bursts: bool = True) -> Prepared:
     """Regular history (NaN = missing period) → gap-filled, leading zeros dropped, cut at a level shift when
-    enough history follows it to backtest the models at horizon h (``backtest_span``; without h, two seasons)."""
+    enough history follows it to backtest the models at horizon h (``backtest_span``; without h, two seasons),
+    bursts (`detect_bursts`) replaced by their usual value."""
     m = SEASON[freq]
     min_after = max(2 * m, 14) if h is None else max(2 * m, 14, backtest_span(m, h))
     notes: list[str] = []
@@ -962,14 +990,24 @@ def prepare(ts: np.ndarray, y: np.ndarray, freq: str, shifts: bool = True, h: in
         notes.append(f"level shift on {_day(ts[cut + at])} (median {before:.4g} → {after:.4g}): fitted on the "
                      f"{since} periods since")
         cut += at
-    return Prepared(ts[cut:], y[cut:], freq, notes)
+    ts, y = ts[cut:], y[cut:]
+    if bursts:
+        mask, usual = detect_bursts(y, m)
+        if mask.any():
+            shown = ", ".join(f"{_day(t)} {v:.4g} (usual {u:.4g})" for t, v, u in
+                              zip(ts[mask][:3], y[mask][:3], usual[mask][:3]))
+            notes.append(f"{int(mask.sum())} burst(s) replaced by their season position's usual value for fitting: "
+                         f"{shown}{', ...' if mask.sum() > 3 else ''}; forecasts and bands are of demand without "
+                         "such bursts")
+            y = np.where(mask, usual, y)
+    return Prepared(ts, y, freq, notes)
 
 
 def forecast_series(ts: np.ndarray, y: np.ndarray, freq: str, h: int, shifts: bool = True,
-                    max_origins: int = 28) -> tuple[Prepared, Result, np.ndarray]:
+                    max_origins: int = 28, bursts: bool = True) -> tuple[Prepared, Result, np.ndarray]:
     """Forecast one regular series (timestamps at bucket starts, NaN = missing); returns what was fitted,
     the result, and the future timestamps."""
-    prep = prepare(np.asarray(ts).astype("datetime64[us]"), y, freq, shifts, h)
+    prep = prepare(np.asarray(ts).astype("datetime64[us]"), y, freq, shifts, h, bursts)
     res = forecast_values(prep.y, SEASON[freq], h, max_origins, periods=SEASONS.get(freq))
     res.notes = prep.notes + res.notes
     last = prep.ts[-1] if len(prep.ts) else np.asarray(ts).astype("datetime64[us]")[-1]
@@ -1012,8 +1050,8 @@ def _summary_row(key: dict, prep: Prepared, res: Result) -> dict:
 
 
 def _forecast_job(job):
-    ts, y, freq, horizon, shifts, max_origins = job
-    return forecast_series(ts, y, freq, horizon, shifts, max_origins)
+    ts, y, freq, horizon, shifts, max_origins, bursts = job
+    return forecast_series(ts, y, freq, horizon, shifts, max_origins, bursts)
 
 
 def _workers(n_series: int) -> int:
@@ -1056,7 +1094,7 @@ def _run_jobs(jobs: list, progress=None):
 
 
 def forecast_table(df, keys: list[str], freq: str, horizon: int, shifts: bool = True, max_origins: int = 28,
-                   progress=None):
+                   progress=None, bursts: bool = True):
     """Forecast every series of a long table (keys..., ts, value; regular grid, null = missing).
 
     Returns (forecast, summary): forecast has one row per series and future period with the point forecast,
@@ -1071,7 +1109,7 @@ def forecast_table(df, keys: list[str], freq: str, horizon: int, shifts: bool = 
     for part in parts.values():
         y = part.get_column("value").cast(pl.Float64).to_numpy()
         jobs.append((part.get_column("ts").to_numpy(), np.where(np.isfinite(y), y, np.nan), freq, horizon,
-                     shifts, max_origins))
+                     shifts, max_origins, bursts))
     done = list(_run_jobs(jobs, progress))
     cross_series(done, SEASON[freq], horizon, SEASONS.get(freq))
     pooled = pooled_scale([res for _, res, _ in done])
