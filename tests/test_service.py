@@ -396,6 +396,16 @@ def _jobs(db: Path) -> tuple[list, int, list]:
         con.close()
 
 
+def _marts_behind(db: Path) -> bool:
+    """True when an ingest run is newer than the timeline mart's last refresh (`mart_state`)."""
+    con = warehouse.connect(db, read_only=True)
+    try:
+        return con.execute("""SELECT (SELECT max(run_id) FROM ingest_runs WHERE status = 'ok')
+                                     > (SELECT last_run_id FROM mart_state WHERE mart = 'timeline')""").fetchall()[0][0]
+    finally:
+        con.close()
+
+
 def _reads_to_load(db: Path, job_id: str, since: dt.datetime) -> int:
     """Successful `sacct --live` reads that ended after ``since`` (UTC), up to and including the one that inserted
     the job: the warehouse's own run log, so a test process slowed by load cannot count a later read."""
@@ -474,6 +484,15 @@ def test_real_slurm_new_job_within_two_cycles_and_downtime_loses_nothing(slurm, 
         if served == alone and len(alone) == 3:
             break
     print(f"served = one-shot ingest after {restarts} restart(s)")
+    if _marts_behind(cfg.warehouse):
+        # a stop skips the rest of its cycle: a read that the stop let finish (it brought the jobs, seen in a
+        # 3-worker make test) is in the warehouse and not yet in the marts, which say so; a start refreshes first
+        run = Running(cfg)
+        try:
+            _wait("the first cycle after a start", lambda: run.cycles() >= 1, 60)
+        finally:
+            run.stop()
+        served, gpu_s, runs = _jobs(cfg.warehouse)
     assert served == alone and gpu_s == gpu_s_alone, f"after {restarts} restarts: {served} != {alone}"
     assert {j[0] for j in served} >= {first, *more} and len(served) == 3
     assert [j[2] for j in served] == ["COMPLETED", "COMPLETED", "FAILED"]
