@@ -113,7 +113,10 @@ def test_browser_session_sees_new_snapshot_after_ingest(lab_copy, tmp_path):
 
             def runs_shown() -> int:
                 page.goto(url)
-                tile = page.locator("[data-testid='stMetric']").filter(has_text="Runs").first
+                # the tile labelled exactly "Runs": has_text="Runs" also matches "Failed runs" (case-insensitive), which
+                # a loaded clean-clone run read as 0 before the "Runs" tile was drawn
+                tile = page.locator("[data-testid='stMetric']").filter(
+                    has=page.locator("[data-testid='stMetricLabel']").get_by_text("Runs", exact=True)).first
                 tile.wait_for(timeout=120_000)
                 return int(tile.locator("[data-testid='stMetricValue']").inner_text().replace(",", ""))
 
