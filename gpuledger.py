@@ -1080,7 +1080,7 @@ def _forecast_run(args, progress) -> dict:
     from models.metrics import demand
     caps = capacity.parse_capacity(args.capacity, bare=True)
     common = dict(capacity=caps, target_util=args.target_util, band=args.band, window=args.window,
-                  shifts=not args.no_level_shifts, bursts=not args.keep_bursts, progress=progress)
+                  shifts=not args.no_level_shifts, outliers=not args.keep_outliers, progress=progress)
     if args.series:
         _none_of("forecast", args, {"measure": "--measure", "cluster": "--cluster"},
                  "with --series (they choose a warehouse series)")
@@ -1839,9 +1839,10 @@ def _forecast_parser(sub) -> None:
                                                           "(default mean)")
     s.add_argument("--no-level-shifts", action="store_true",
                    help="fit on the whole history even after a detected level shift")
-    s.add_argument("--keep-bursts", action="store_true",
-                   help="fit on bursts as they are (default: a period at 3x its season position's usual value "
-                        "and beyond 6 robust sd is replaced by that value for fitting)")
+    s.add_argument("--keep-outliers", "--keep-bursts", dest="keep_outliers", action="store_true",
+                   help="fit on bursts and outages as they are (default: a period above 3x, or below 1/3 of, its "
+                        "season position a cycle before and after, and beyond 6 robust sd of its usual value, is "
+                        "replaced for fitting by that value at the level around it)")
 
 
 def _scenario_options(s, replications: int) -> None:

@@ -276,28 +276,63 @@ def test_a_one_off_burst_is_replaced_for_fitting_and_not_forecast_every_week():
     rng = np.random.default_rng(3)
     y = 50 + rng.normal(0, 3, 120)
     y[100] += 5000
-    mask, usual = F.detect_bursts(y, 7)
+    mask, usual = F.detect_outliers(y, 7)
     assert np.flatnonzero(mask).tolist() == [100]
     assert usual[100] == pytest.approx(np.median(y[[86, 93, 107, 114]]))     # its weekday, two weeks either side
+    # replaced by the usual value moved by the median difference of the week around it from its own usual values
+    around = [97, 98, 99, 101, 102, 103]
+    shift = np.median([y[i] - np.median(y[[i - 14, i - 7, i + 7, i + 14]]) for i in around])
     prep, res, _ = F.forecast_series(DAYS[:120], y, "day", 14)
-    assert prep.y[100] == usual[100] and np.delete(prep.y, 100).tolist() == np.delete(y, 100).tolist()
-    assert any(f"1 burst(s) replaced by their season position's usual value for fitting: 2024-04-10 {y[100]:.4g} "
-               f"(usual {usual[100]:.4g})" in n for n in res.notes)
+    assert prep.y[100] == pytest.approx(usual[100] + shift) and abs(prep.y[100] - 50) < 5
+    assert np.delete(prep.y, 100).tolist() == np.delete(y, 100).tolist()
+    assert any(f"1 burst(s) replaced for fitting by their season position's usual value at the level around them: "
+               f"2024-04-10 {y[100]:.4g} → {prep.y[100]:.4g}" in n for n in res.notes)
     assert res.point.max() < 70 and res.hi[80].max() < 100
-    kept, res_kept, _ = F.forecast_series(DAYS[:120], y, "day", 14, bursts=False)
+    kept, res_kept, _ = F.forecast_series(DAYS[:120], y, "day", 14, outliers=False)
     assert kept.y[100] == y[100] and res_kept.point.max() > 200          # the weekly ghost of the burst
 
 
 def test_busy_weekdays_and_a_fast_climb_are_not_bursts():
     rng = np.random.default_rng(5)
     weekly = 50 + rng.normal(0, 3, 140) + 150 * (np.arange(140) % 7 == 0)      # every Monday at 4x: its weekday's usual
-    assert not F.detect_bursts(weekly, 7)[0].any()
+    assert not F.detect_outliers(weekly, 7)[0].any()
     climb = np.r_[np.full(60, 2.0), np.geomspace(2, 60, 20)] + rng.normal(0, 0.1, 80)   # a new pool ramping up
-    assert not F.detect_bursts(climb, 7)[0].any()
+    assert not F.detect_outliers(climb, 7)[0].any()
     last_week = 50 + rng.normal(0, 3, 100)
     last_week[97] = 5000                # the last cycle has no later one to say it was a burst, not a new level
-    assert not F.detect_bursts(last_week, 7)[0][97]
+    assert not F.detect_outliers(last_week, 7)[0][97]
 
+
+
+def test_a_three_day_outage_is_replaced_not_read_as_a_level_shift():
+    """A maintenance outage (three days at 0, 30 days before the end) of a pool at 60 on weekdays and 40 at
+    weekends: fitted as it was, the week's median fell by 3/7 of the window there, the level-shift rule cut the
+    history after it ("median 34.7 → 58.5") and the bands widened to 0-131 GPUs by day 14 (noise sd 3)."""
+    rng = np.random.default_rng(7)
+    weekly = np.where(np.arange(200) % 7 < 5, 60.0, 40.0)
+    y = weekly + rng.normal(0, 3, 200)
+    y[170:173] = 0.0
+    mask, usual = F.detect_outliers(y, 7)
+    assert np.flatnonzero(mask).tolist() == [170, 171, 172]
+    assert usual[170] == pytest.approx(np.median(y[[156, 163, 177, 184]]))
+    prep, res, _ = F.forecast_series(DAYS[:200], y, "day", 14)
+    assert len(prep.y) == 200 and not any("level shift" in n for n in res.notes)
+    assert any(n.startswith("3 outage(s) replaced for fitting by their season position's usual value at the level "
+                            f"around them: 2024-06-19 0 → {prep.y[170]:.4g}") for n in res.notes)
+    assert np.abs(prep.y[170:173] - weekly[170:173]).max() < 6
+    assert res.lo[95].min() > 20 and res.hi[95].max() < 80 and res.backtest.mase[res.model] < 1
+    kept, res_kept, _ = F.forecast_series(DAYS[:200], y, "day", 14, outliers=False)
+    assert any("level shift" in n for n in res_kept.notes) and res_kept.hi[95].max() > 100
+
+
+def test_quiet_weekends_and_a_falling_pool_are_not_outages():
+    rng = np.random.default_rng(11)
+    weekends = 60 + rng.normal(0, 2, 140) - 55 * (np.arange(140) % 7 >= 5)   # weekends at 1/12: their weekday's usual
+    assert not F.detect_outliers(weekends, 7)[0].any()
+    fall = np.r_[np.full(60, 60.0), np.geomspace(60, 2, 20), np.full(30, 2.0)] + rng.normal(0, 0.1, 110)
+    assert not F.detect_outliers(fall, 7)[0].any()          # a project winding down: below its earlier week only
+    sparse = rng.poisson(3, 140) * (rng.random(140) < 0.5)   # a pool idle half its days: zeros are its usual
+    assert not F.detect_outliers(sparse.astype(float), 7)[0].any()
 
 def test_no_level_shift_on_a_random_walk():
     y = 500 + np.cumsum(np.random.default_rng(12).normal(0, 5, 300))
@@ -687,3 +722,14 @@ def test_cross_series_bands_are_at_least_the_series_own_nest_and_stay_non_negati
     assert np.all(f["lo95"].to_numpy() <= f["lo80"].to_numpy() + 1e-9)
     assert np.all(f["hi80"].to_numpy() <= f["hi95"].to_numpy() + 1e-9)
     assert np.all(f["hi95"].to_numpy() >= alone.hi[95] - 1e-9) and np.all(np.isfinite(f["hi95"].to_numpy()))
+
+
+def test_an_outage_in_a_quiet_week_is_replaced_at_that_week_s_level():
+    """Philly's outage day (70 active nodes) fell in a week running about 45 below the weeks around it: the usual
+    value of its weekday alone (372) would have put a busy day into a quiet week."""
+    y = np.full(140, 100.0)
+    y[70:77] = 80.0
+    y[73] = 0.0
+    mask, usual = F.detect_outliers(y + np.arange(140) % 3 * 0.5, 7)      # a little noise: a MAD scale > 0
+    assert np.flatnonzero(mask).tolist() == [73] and usual[73] == pytest.approx(100, abs=1)
+    assert F.outlier_values(y, mask, np.full(140, 100.0), 7)[73] == 80.0

@@ -214,7 +214,7 @@ def _pool_row(key: dict, part: pl.DataFrame, cap, recent, target_util: float, ba
 def forecast_warehouse(con: duckdb.DuckDBPyConnection, horizon: int, by=("pool",), freq: str = "day",
                        measure: str = "demanded", cluster: str | None = None, overrides: dict | None = None,
                        target_util: float = 0.85, band: str = "80", window: int | None = None,
-                       shifts: bool = True, progress=None, bursts: bool = True) -> dict:
+                       shifts: bool = True, progress=None, outliers: bool = True) -> dict:
     """Demand forecasts for the ``by`` groups and, per pool, the capacity answers, from the warehouse.
 
     Returns {"history", "forecast", "summary", "capacity", "notes", "keys", "title"}. Pools (or groups) without
@@ -226,7 +226,8 @@ def forecast_warehouse(con: duckdb.DuckDBPyConnection, horizon: int, by=("pool",
     ``overrides`` maps pool → installed GPUs and replaces the inventory's figure."""
     by = demand.parse_by(by)
     hist = demand.series(con, measure, freq, by, cluster)
-    fc, summary = forecast.forecast_table(hist, by, freq, horizon, shifts=shifts, progress=progress, bursts=bursts)
+    fc, summary = forecast.forecast_table(hist, by, freq, horizon, shifts=shifts, progress=progress,
+                                          outliers=outliers)
     unit = "GPUs" if measure == "peak" else "GPU-hours"
     per_hour = 1.0 if measure == "peak" else demand.FREQS[freq]
     out = {"history": hist, "forecast": fc, "summary": summary, "keys": by, "capacity": None,
@@ -240,7 +241,7 @@ def forecast_warehouse(con: duckdb.DuckDBPyConnection, horizon: int, by=("pool",
         phist, pfc = hist, fc
     else:
         phist = demand.series(con, measure, freq, pool_keys, cluster)
-        pfc, _ = forecast.forecast_table(phist, pool_keys, freq, horizon, shifts=shifts, bursts=bursts)
+        pfc, _ = forecast.forecast_table(phist, pool_keys, freq, horizon, shifts=shifts, outliers=outliers)
     if pfc.is_empty():
         return out
     overrides = overrides or {}
@@ -310,7 +311,7 @@ def _peaks(con, peak_hist: pl.DataFrame | None, keys: list[str], freq: str, clus
 
 def forecast_csv(path: str | Path, keys: list[str], freq: str | None, horizon: int, agg: str = "mean",
                  unit: str = "gpus", capacity: dict | None = None, target_util: float = 0.85, band: str = "80",
-                 window: int | None = None, shifts: bool = True, progress=None, bursts: bool = True) -> dict:
+                 window: int | None = None, shifts: bool = True, progress=None, outliers: bool = True) -> dict:
     """Forecasts of a planner's timestamp,value CSV (``keys``: columns that split it into series), and the
     capacity answers when ``capacity`` gives installed GPUs (a pool → GPUs, or '*' for every series).
 
@@ -328,7 +329,7 @@ def forecast_csv(path: str | Path, keys: list[str], freq: str | None, horizon: i
         unit, notes = "gpus", ["GPU-hours per month divided by the month's hours: history, forecasts and bands "
                                "are mean GPUs (calendar-adjusted, so months of 28-31 days compare)"]
     fc, summary = forecast.forecast_table(hist, keys, freq, horizon, shifts=shifts, progress=progress,
-                                          bursts=bursts)
+                                          outliers=outliers)
     per_hour = demand.FREQS[freq] if unit == "gpu-hours" else 1.0
     answer = (exhaustion(hist, fc, capacity, keys, target_util, band, window or forecast.SEASON[freq], per_hour)
               if capacity and fc.height else None)

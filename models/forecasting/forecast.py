@@ -932,16 +932,18 @@ def backtest_span(m: int, h: int, max_origins: int = 28) -> int:
     return max(2 * m, 8) + hb + (k - 1) * max(1, min(hb, m))
 
 
-def detect_bursts(y: np.ndarray, m: int, k: float = 6.0, times: float = 3.0) -> tuple[np.ndarray, np.ndarray]:
-    """Bursts: periods far above their season position both a cycle before and a cycle after. Returns (mask,
-    usual value), the usual value being the median of the same season position in the two cycles either side
-    (the same weekday of the weeks around a day).
+def detect_outliers(y: np.ndarray, m: int, k: float = 6.0, times: float = 3.0) -> tuple[np.ndarray, np.ndarray]:
+    """Bursts and outages: periods far above, or far below, their season position both a cycle before and a
+    cycle after. Returns (mask, usual value), the usual value being the median of the same season position in
+    the two cycles either side (the same weekday of the weeks around a day); the mask is True where y is one.
 
     A burst is more than ``times`` (3) times both neighbours of its season position (a cycle earlier and a cycle
-    later) and ``k`` (6) robust standard deviations (1.4826 × the median absolute deviation of the differences
-    from the usual values) above its usual value: one day at a hundred times the level, not the busy days of a
-    bursty pool. A period in the last cycle has no later neighbour and a climbing series is below its later one:
-    neither is a burst (whether a new level has begun is the level-shift rule's question)."""
+    later); an outage (a maintenance day, a scheduler down) is less than 1/``times`` of both. Either is also
+    ``k`` (6) robust standard deviations (1.4826 × the median absolute deviation of the differences from the usual
+    values) away from its usual value: one day at a hundred times the level or at zero, not the busy or quiet
+    days of a bursty pool. A period in the last cycle has no later neighbour, and a climbing or falling series
+    is near its later one: neither is an outlier (whether a new level has begun is the level-shift rule's
+    question, asked after outliers are replaced)."""
     n = len(y)
     near = np.full((4, n), np.nan)
     for j, cycles in enumerate((-2, -1, 1, 2)):
@@ -953,16 +955,54 @@ def detect_bursts(y: np.ndarray, m: int, k: float = 6.0, times: float = 3.0) -> 
     excess = y - usual
     scale = 1.4826 * float(np.median(np.abs(excess[both_sides] - np.median(excess[both_sides])))) \
         if both_sides.any() else 0.0
-    above_both = y > times * np.fmax(np.fmax(near[1], near[2]), 0.0)
-    mask = both_sides & above_both & (excess > k * scale) & (scale > 0)
-    return mask, usual
+    lo, hi = np.fmin(near[1], near[2]), np.fmax(near[1], near[2])
+    burst = (y > times * np.fmax(hi, 0.0)) & (excess > k * scale)
+    outage = (times * y < lo) & (-excess > k * scale)
+    return both_sides & (burst | outage) & (scale > 0), usual
+
+
+def outlier_values(y: np.ndarray, mask: np.ndarray, usual: np.ndarray, m: int) -> np.ndarray:
+    """What an outlier is replaced by: its season position's usual value (`detect_outliers`) moved by how far the
+    periods around it (the season-long window centred on it, outliers left out) stand from their own usual
+    values (the median of those differences): the season from the cycles either side, the level from the
+    outlier's own neighbourhood, as R's tsclean carries the seasonally adjusted series across an outlier. The
+    usual value alone ignores where the level is: Philly's outage day of 70 active nodes, in a week running about
+    45 below the weeks around it, read 372. Where the window has nothing left, the usual value."""
+    at = np.flatnonzero(mask)
+    if not len(at):
+        return y
+    half = m // 2
+    idx = at[:, None] + np.arange(-half, half + 1)[None, :]
+    ok = (idx >= 0) & (idx < len(y))
+    idx = np.clip(idx, 0, len(y) - 1)
+    excess = np.where(ok & ~mask[idx], (y - usual)[idx], np.nan)
+    with np.errstate(all="ignore"):
+        shift = np.nanmedian(excess, axis=1)
+    out = y.copy()
+    out[at] = usual[at] + np.where(np.isfinite(shift), shift, 0.0)
+    return out
+
+
+def _replace_outliers(ts: np.ndarray, y: np.ndarray, m: int, notes: list[str]) -> np.ndarray:
+    """y with its bursts and outages (`detect_outliers`) replaced (`outlier_values`), named in a note."""
+    mask, usual = detect_outliers(y, m)
+    clean = outlier_values(y, mask, usual, m)
+    for kind, sel in (("burst", mask & (y > usual)), ("outage", mask & (y < usual))):
+        if sel.any():
+            shown = ", ".join(f"{_day(t)} {v:.4g} → {u:.4g}" for t, v, u in
+                              zip(ts[sel][:3], y[sel][:3], clean[sel][:3]))
+            notes.append(f"{int(sel.sum())} {kind}(s) replaced for fitting by their season position's usual value "
+                         f"at the level around them: {shown}{', ...' if sel.sum() > 3 else ''}; forecasts and "
+                         f"bands are of demand without such {kind}s")
+    return clean
 
 
 def prepare(ts: np.ndarray, y: np.ndarray, freq: str, shifts: bool = True, h: int | None = None,
-            bursts: bool = True) -> Prepared:
-    """Regular history (NaN = missing period) → gap-filled, leading zeros dropped, cut at a level shift when
-    enough history follows it to backtest the models at horizon h (``backtest_span``; without h, two seasons),
-    bursts (`detect_bursts`) replaced by their usual value."""
+            outliers: bool = True) -> Prepared:
+    """Regular history (NaN = missing period) → gap-filled, leading zeros dropped, bursts and outages
+    (`detect_outliers`) replaced (`outlier_values`), cut at a level shift when enough history follows it to
+    backtest the models at horizon h (``backtest_span``; without h, two seasons). Outliers go first: a
+    three-day outage moves a week's median as a new level would."""
     m = SEASON[freq]
     min_after = max(2 * m, 14) if h is None else max(2 * m, 14, backtest_span(m, h))
     notes: list[str] = []
@@ -975,6 +1015,8 @@ def prepare(ts: np.ndarray, y: np.ndarray, freq: str, shifts: bool = True, h: in
         notes.append(f"history starts {_day(ts[nz[0]])}, the first non-zero period ({nz[0]} leading zero "
                      "periods dropped)")
         ts, y = ts[nz[0]:], y[nz[0]:]
+    if outliers:
+        y = _replace_outliers(ts, y, m, notes)
     cut = 0
     while shifts:
         found = detect_level_shift(y[cut:], max(SEASONS.get(freq, (m,))))
@@ -991,23 +1033,14 @@ def prepare(ts: np.ndarray, y: np.ndarray, freq: str, shifts: bool = True, h: in
                      f"{since} periods since")
         cut += at
     ts, y = ts[cut:], y[cut:]
-    if bursts:
-        mask, usual = detect_bursts(y, m)
-        if mask.any():
-            shown = ", ".join(f"{_day(t)} {v:.4g} (usual {u:.4g})" for t, v, u in
-                              zip(ts[mask][:3], y[mask][:3], usual[mask][:3]))
-            notes.append(f"{int(mask.sum())} burst(s) replaced by their season position's usual value for fitting: "
-                         f"{shown}{', ...' if mask.sum() > 3 else ''}; forecasts and bands are of demand without "
-                         "such bursts")
-            y = np.where(mask, usual, y)
     return Prepared(ts, y, freq, notes)
 
 
 def forecast_series(ts: np.ndarray, y: np.ndarray, freq: str, h: int, shifts: bool = True,
-                    max_origins: int = 28, bursts: bool = True) -> tuple[Prepared, Result, np.ndarray]:
+                    max_origins: int = 28, outliers: bool = True) -> tuple[Prepared, Result, np.ndarray]:
     """Forecast one regular series (timestamps at bucket starts, NaN = missing); returns what was fitted,
     the result, and the future timestamps."""
-    prep = prepare(np.asarray(ts).astype("datetime64[us]"), y, freq, shifts, h, bursts)
+    prep = prepare(np.asarray(ts).astype("datetime64[us]"), y, freq, shifts, h, outliers)
     res = forecast_values(prep.y, SEASON[freq], h, max_origins, periods=SEASONS.get(freq))
     res.notes = prep.notes + res.notes
     last = prep.ts[-1] if len(prep.ts) else np.asarray(ts).astype("datetime64[us]")[-1]
@@ -1050,8 +1083,8 @@ def _summary_row(key: dict, prep: Prepared, res: Result) -> dict:
 
 
 def _forecast_job(job):
-    ts, y, freq, horizon, shifts, max_origins, bursts = job
-    return forecast_series(ts, y, freq, horizon, shifts, max_origins, bursts)
+    ts, y, freq, horizon, shifts, max_origins, outliers = job
+    return forecast_series(ts, y, freq, horizon, shifts, max_origins, outliers)
 
 
 def _workers(n_series: int) -> int:
@@ -1094,7 +1127,7 @@ def _run_jobs(jobs: list, progress=None):
 
 
 def forecast_table(df, keys: list[str], freq: str, horizon: int, shifts: bool = True, max_origins: int = 28,
-                   progress=None, bursts: bool = True):
+                   progress=None, outliers: bool = True):
     """Forecast every series of a long table (keys..., ts, value; regular grid, null = missing).
 
     Returns (forecast, summary): forecast has one row per series and future period with the point forecast,
@@ -1109,7 +1142,7 @@ def forecast_table(df, keys: list[str], freq: str, horizon: int, shifts: bool = 
     for part in parts.values():
         y = part.get_column("value").cast(pl.Float64).to_numpy()
         jobs.append((part.get_column("ts").to_numpy(), np.where(np.isfinite(y), y, np.nan), freq, horizon,
-                     shifts, max_origins, bursts))
+                     shifts, max_origins, outliers))
     done = list(_run_jobs(jobs, progress))
     cross_series(done, SEASON[freq], horizon, SEASONS.get(freq))
     pooled = pooled_scale([res for _, res, _ in done])
