@@ -1108,7 +1108,13 @@ def cmd_forecast(args) -> int:
     except ValueError as exc:
         raise UsageError(f"forecast: {exc}") from exc
     if res["forecast"].is_empty():
-        _say(args, "forecast: no demand history to forecast (ingest accounting first, or pass --series FILE.csv)")
+        if res["summary"].is_empty():
+            _say(args, "forecast: no demand history to forecast (ingest accounting first, or pass --series FILE.csv)")
+            return EXIT_OK
+        if args.summary_out:
+            emit(res["summary"], None, args.summary_out)
+        # every series is idle: say which and since when, not "no history" (they have one)
+        _say(args, "forecast: no series has demand to forecast: " + "; ".join(res["notes"]))
         return EXIT_OK
     _forecast_files(args, res)
     if args.format in ("csv", "json"):
@@ -1832,7 +1838,7 @@ def _forecast_parser(sub) -> None:
                    help="which forecast sizes 'GPUs needed': the median or the upper bound of the 80 %%/95 %% "
                         "interval (default 80)")
     s.add_argument("--window", type=int, metavar="N",
-                   help="periods averaged before comparing with capacity (default one season: 7 days, 24 hours)")
+                   help="periods averaged before comparing with capacity (default: 24 hours, 7 days, 1 week, 1 month)")
     s.add_argument("--unit", choices=["gpus", "gpu-hours"],
                    help="CSV: unit of the values, for the capacity comparison (default gpus)")
     s.add_argument("--agg", choices=["mean", "sum"], help="CSV: how values within one period are combined "

@@ -13,7 +13,7 @@ import pytest
 import timeline_fixtures as tf
 from conftest import FIXTURES
 from ingest import traces
-from models.forecasting import capacity
+from models.forecasting import capacity, forecast
 from models.marts import timeline as timeline_mart
 
 
@@ -120,11 +120,28 @@ def test_the_answers_read_the_band_as_drawn_and_served_hours_stop_at_what_is_ins
 def test_pools_without_demand_are_noted_not_forecast():
     hist = pl.DataFrame({"pool": ["a100"] * 3 + ["unknown"] * 3, "ts": [dt.datetime(2024, 1, d) for d in (1, 2, 3)] * 2,
                          "value": [1.0, 2.0, 3.0, 0.0, None, 0.0]})
-    assert capacity.idle_notes(hist, ["pool"]) == ["unknown: no demand in the history (all zero): not forecast"]
+    _, summary = forecast.forecast_table(hist, ["pool"], "day", 2)
+    assert capacity.idle_notes(summary, ["pool"]) == ["unknown: no demand in the history (all zero): not forecast"]
     # our own labels say what they stand for
-    hist = hist.with_columns(pl.col("pool").replace("unknown", "(any)"))
-    assert capacity.idle_notes(hist, ["pool"]) == [
+    _, summary = forecast.forecast_table(hist.with_columns(pl.col("pool").replace("unknown", "(any)")), ["pool"],
+                                         "day", 2)
+    assert capacity.idle_notes(summary, ["pool"]) == [
         "(any) (jobs that ran on no pool and asked for any GPU type): no demand in the history (all zero): not forecast"]
+
+
+def test_a_retired_pool_is_noted_from_its_last_demand_not_forecast():
+    """A pool at 50 GPUs for 60 days, then 7 days at zero (its nodes moved to another pool): its old demand is
+    not drawn ahead; 6 days at zero are still a pool whose demand may be back on Monday."""
+    days = [dt.datetime(2024, 3, 1, 0, 0) + dt.timedelta(days=i) for i in range(67)]
+    values = [50.0 + i % 7 for i in range(60)] + [0.0] * 7
+    hist = pl.DataFrame({"pool": ["v100"] * 67 + ["a100"] * 67, "ts": days * 2,
+                         "value": values + [50.0 + i % 7 for i in range(61)] + [0.0] * 6})
+    fc, summary = forecast.forecast_table(hist, ["pool"], "day", 5)
+    assert fc["pool"].unique().to_list() == ["a100"]
+    assert capacity.idle_notes(summary, ["pool"]) == ["v100: no demand since 2024-04-30 UTC: not forecast"]
+    row = summary.filter(pl.col("pool") == "v100").row(0, named=True)
+    assert row["model"] == "Zero" and row["idle_since"] == dt.datetime(2024, 4, 30)
+    assert "no demand since 2024-04-30 (7 periods of zeros; the last demand 2024-04-29)" in row["notes"]
 
 
 def test_parse_capacity():
@@ -241,11 +258,25 @@ def test_cli_lists_a_series_without_demand_in_a_note_not_in_the_forecast_table(r
     assert kept.filter(pl.col("pool") == "idle")["notes"].to_list() == ["all 28 periods are zero: no demand to forecast"]
 
 
+def test_cli_says_which_series_are_idle_when_none_is_forecast(run_cli, tmp_path):
+    rows = ["ts,value"] + [f"2024-01-{d:02d},{5 + d % 7 if d < 20 else 0}" for d in range(1, 29)]
+    path = tmp_path / "retired.csv"
+    path.write_text("\n".join(rows) + "\n")
+    code, stdout, err = run_cli("forecast", "--series", str(path), "--horizon", "7")
+    assert code == 0, err
+    assert "no series has demand to forecast: series: no demand since 2024-01-20 UTC: not forecast" in stdout + err
+
+
 def test_cli_errors_name_the_file_line_and_field(run_cli, tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("date,value\n2024-01-01,5\n2024-01-02,lots\n")
     code, _, err = run_cli("forecast", "--series", str(bad))
     assert code == 1 and f"{bad}:3: field value: 'lots' is not a number" in err
+    for value, why in (("-2.5", "is negative (demand cannot be)"), ("NaN", "is not a finite number"),
+                       ("inf", "is not a finite number")):
+        bad.write_text(f"date,value\n2024-01-01,5\n2024-01-02,3\n2024-01-03,{value}\n")
+        code, _, err = run_cli("forecast", "--series", str(bad))
+        assert code == 1 and f"{bad}:4: field value: '{value}' {why}" in err, err
     code, _, err = run_cli("forecast", "--series", str(bad), "--horizon", "0")
     assert code == 2 and "--horizon" in err
     code, _, err = run_cli("forecast", "--by", "user")
@@ -300,6 +331,20 @@ def test_monthly_gpu_hours_are_divided_by_each_months_hours(tmp_path):
         capacity.parse_capacity(["500"])
 
 
+def test_monthly_demand_meets_capacity_month_by_month_not_as_a_yearly_average(tmp_path):
+    """300 GPUs in January 2023, 10 more each month to 650 in December 2025; 806 installed at 85 % = a 685-GPU
+    target, which the forecast passes in April 2026 (about 690 against 680 in March). Averaged over a season
+    (12 months, the default until run 16) the answer was months later, and a yearly peak would be averaged away."""
+    months = [dt.date(2023 + i // 12, i % 12 + 1, 1) for i in range(36)]
+    p = tmp_path / "monthly.csv"
+    p.write_text("month,gpus\n" + "".join(f"{d},{300 + 10 * i}\n" for i, d in enumerate(months)))
+    row = capacity.forecast_csv(p, [], None, 12, capacity={"*": 806.0}).get("capacity").row(0, named=True)
+    assert row["target_gpus"] == pytest.approx(685.1) and row["recent_gpus"] == pytest.approx(650.0)
+    assert row["exhausted_median"] == dt.datetime(2026, 4, 1)
+    yearly = capacity.forecast_csv(p, [], None, 12, capacity={"*": 806.0}, window=12)["capacity"].row(0, named=True)
+    assert yearly["exhausted_median"] > dt.datetime(2026, 8, 1) and yearly["recent_gpus"] == pytest.approx(595.0)
+
+
 def test_any_type_demand_gets_the_clusters_gpus_only_where_it_is_the_clusters_only_demand():
     """Cluster x: every job asked for any GPU type (a trace without types or placement): "(any)" can use all 24
     installed GPUs (16 a100 + 8 h100). Cluster y: typed demand too, so "(any)" shares the typed pools' GPUs and
@@ -328,7 +373,14 @@ def test_a_trace_without_gpu_types_gets_a_capacity_answer(con):
     traces.ingest(con, "alibaba-openb", FIXTURES / "traces" / "openb" / "openb_pod_list_gpuspec33.csv")
     con.execute("UPDATE jobs SET gpu_type = NULL")
     timeline_mart.build(con)
+    # the excerpt's last pod was submitted on 2023-04-29 and its data horizon is 2023-05-31 (pods still running):
+    # demanded GPU-hours, booked at submit, are zero for the last 31 days, so the pool is not forecast
     res = capacity.forecast_warehouse(con, 5)
+    assert res["capacity"] is None and res["forecast"].is_empty()
+    assert any(n.startswith("(any)") and n.endswith("no demand since 2023-04-30 UTC: not forecast")
+               for n in res["notes"]), res["notes"]
+    # the GPUs running + pending at once do not stop: that series is forecast and answered
+    res = capacity.forecast_warehouse(con, 5, measure="peak")
     installed = con.sql("SELECT sum(gpus) FROM nodes WHERE valid_to IS NULL").fetchall()[0][0]
     assert res["capacity"]["pool"].to_list() == ["(any)"]
     assert res["capacity"]["capacity_gpus"].to_list() == [float(installed)]

@@ -87,6 +87,12 @@ def smoothed(history: pl.DataFrame, forecast: pl.DataFrame, keys: list[str], win
 #: what the pool's demand can physically be: flagged in a note and drawn capped (issue #17).
 K_CEILING = 2.0
 
+#: Periods averaged before demand is compared with capacity, per frequency (`--window` overrides): the shortest
+#: cycle inside the data, so that neither a night nor a weekend decides (24 hours, 7 days). A week or a month is an
+#: average already, and its yearly cycle's peak is what capacity must meet: averaging 52 weeks or 12 months first
+#: put a pool growing past its target in April at "exhausted in September".
+SMOOTHING = {"hour": 24, "day": 7, "week": 1, "month": 1}
+
 
 def exhaustion(history: pl.DataFrame, forecast: pl.DataFrame, capacity: dict, keys: list[str],
                target_util: float = 0.85, band: str = "80", window: int = 7, per_hour: float = 24.0,
@@ -231,17 +237,17 @@ def forecast_warehouse(con: duckdb.DuckDBPyConnection, horizon: int, by=("pool",
     unit = "GPUs" if measure == "peak" else "GPU-hours"
     per_hour = 1.0 if measure == "peak" else demand.FREQS[freq]
     out = {"history": hist, "forecast": fc, "summary": summary, "keys": by, "capacity": None,
-           "notes": idle_notes(hist, by), "per_hour": per_hour, "unit": unit,
+           "notes": idle_notes(summary, by), "per_hour": per_hour, "unit": unit,
            "title": f"{measure} {unit} per {freq} by {', '.join(by) or 'total'}: {horizon}-{freq} forecast"}
     if fc.is_empty():
         return out
     multi = con.sql("SELECT count(DISTINCT cluster) FROM jobs").fetchall()[0][0] > 1
     pool_keys = ["cluster", "pool"] if multi else ["pool"]
     if by == pool_keys:
-        phist, pfc = hist, fc
+        phist, pfc, psummary = hist, fc, summary
     else:
         phist = demand.series(con, measure, freq, pool_keys, cluster)
-        pfc, _ = forecast.forecast_table(phist, pool_keys, freq, horizon, shifts=shifts, outliers=outliers)
+        pfc, psummary = forecast.forecast_table(phist, pool_keys, freq, horizon, shifts=shifts, outliers=outliers)
     if pfc.is_empty():
         return out
     overrides = overrides or {}
@@ -253,10 +259,10 @@ def forecast_warehouse(con: duckdb.DuckDBPyConnection, horizon: int, by=("pool",
     # served GPU-hours are allocations: never above what is installed, whatever was pending
     served = measure == "served"
     peaks = None if served else _peaks(con, phist if measure == "peak" else None, pool_keys, freq, cluster)
-    answers = exhaustion(phist, pfc, caps, pool_keys, target_util, band, window or forecast.SEASON[freq],
+    answers = exhaustion(phist, pfc, caps, pool_keys, target_util, band, window or SMOOTHING[freq],
                          per_hour, peaks=peaks, ceiling_k=1.0 if served else K_CEILING)
     known = answers.filter(pl.col("capacity_gpus").is_not_null())
-    out["notes"] = list(dict.fromkeys(out["notes"] + idle_notes(phist, pool_keys) + any_notes + [
+    out["notes"] = list(dict.fromkeys(out["notes"] + idle_notes(psummary, pool_keys) + any_notes + [
         f"{' / '.join(map(str, r[:len(pool_keys)]))}: no installed capacity known (pass --capacity "
         f"{r[len(pool_keys) - 1]}=GPUS): demand forecast only, no capacity answer"
         for r in answers.filter(pl.col("capacity_gpus").is_null()).select(pool_keys).iter_rows()]))
@@ -296,11 +302,20 @@ def any_pool_capacity(history: pl.DataFrame, installed: pl.DataFrame, keys: list
     return caps, notes
 
 
-def idle_notes(history: pl.DataFrame, keys: list[str]) -> list[str]:
-    """One note per series of ``history`` without any demand (all zero or missing): those are not forecast."""
-    idle = history.group_by(keys, maintain_order=True).agg((pl.col("value").fill_null(0) != 0).any().alias("any"))
-    return [f"{' / '.join(map(described, r[:-1])) or 'series'}: no demand in the history (all zero): not forecast"
-            for r in idle.filter(~pl.col("any")).iter_rows()]
+def idle_notes(summary: pl.DataFrame, keys: list[str]) -> list[str]:
+    """One note per series of a forecast ``summary`` that was not forecast for want of demand: none in its
+    history (all zero or missing), or none for the last `forecast.idle_periods` periods or more (``idle_since``,
+    UTC): a retired pool is not drawn as a forecast of its old demand."""
+    if summary.is_empty():
+        return []
+    idle = summary.filter(pl.col("model").is_in(["Zero", "none"]))
+    notes = []
+    for r in idle.select(*keys, "idle_since").iter_rows():
+        who = " / ".join(map(described, r[:-1])) or "series"
+        since = r[-1]
+        notes.append(f"{who}: no demand since {forecast.period_label(since)} UTC: not forecast" if since is not None
+                     else f"{who}: no demand in the history (all zero): not forecast")
+    return notes
 
 
 def _peaks(con, peak_hist: pl.DataFrame | None, keys: list[str], freq: str, cluster) -> dict:
@@ -331,9 +346,9 @@ def forecast_csv(path: str | Path, keys: list[str], freq: str | None, horizon: i
     fc, summary = forecast.forecast_table(hist, keys, freq, horizon, shifts=shifts, progress=progress,
                                           outliers=outliers)
     per_hour = demand.FREQS[freq] if unit == "gpu-hours" else 1.0
-    answer = (exhaustion(hist, fc, capacity, keys, target_util, band, window or forecast.SEASON[freq], per_hour)
+    answer = (exhaustion(hist, fc, capacity, keys, target_util, band, window or SMOOTHING[freq], per_hour)
               if capacity and fc.height else None)
     return {"history": hist, "forecast": cap_bands(fc, answer, keys, per_hour) if fc.height else fc,
-            "summary": summary, "capacity": answer, "keys": keys, "notes": notes + idle_notes(hist, keys),
+            "summary": summary, "capacity": answer, "keys": keys, "notes": notes + idle_notes(summary, keys),
             "per_hour": per_hour, "unit": unit,
             "title": f"{Path(path).name}: {freq} series, {horizon}-period forecast"}

@@ -913,14 +913,29 @@ def fill_gaps(y: np.ndarray, m: int) -> tuple[np.ndarray, int, int]:
 
 @dataclass
 class Prepared:
-    """The history a forecast is fitted on, and what was done to get it (``notes``)."""
+    """The history a forecast is fitted on, and what was done to get it (``notes``); ``idle_since``: the first
+    period (UTC bucket start) of a trailing run of zeros long enough to say the series has no demand now
+    (`idle_periods`), else None."""
     ts: np.ndarray
     y: np.ndarray
     freq: str
     notes: list[str]
+    idle_since: np.datetime64 | None = None
 
 
-def _day(t) -> str:
+#: Periods in four weeks, per frequency: a bound on how long a run of zeros must be to say "no demand now".
+FOUR_WEEKS = {"hour": 672, "day": 28, "week": 4, "month": 1}
+
+
+def idle_periods(freq: str) -> int:
+    """Trailing zero periods after which a series with earlier demand has none now: its longest season (a week of
+    hourly or daily data; a weekend or a night is not idle), but at most four weeks (weekly data: 4 weeks, not a
+    year) and at least 2 periods (monthly data)."""
+    return max(2, min(max(SEASONS.get(freq, (SEASON[freq],))), FOUR_WEEKS[freq]))
+
+
+def period_label(t) -> str:
+    """A period's start as the notes print it (UTC): the date, with the time unless it is midnight."""
     return str(np.datetime64(t, "m")).replace("T00:00", "").replace("T", " ")
 
 
@@ -989,7 +1004,7 @@ def _replace_outliers(ts: np.ndarray, y: np.ndarray, m: int, notes: list[str]) -
     clean = outlier_values(y, mask, usual, m)
     for kind, sel in (("burst", mask & (y > usual)), ("outage", mask & (y < usual))):
         if sel.any():
-            shown = ", ".join(f"{_day(t)} {v:.4g} → {u:.4g}" for t, v, u in
+            shown = ", ".join(f"{period_label(t)} {v:.4g} → {u:.4g}" for t, v, u in
                               zip(ts[sel][:3], y[sel][:3], clean[sel][:3]))
             notes.append(f"{int(sel.sum())} {kind}(s) replaced for fitting by their season position's usual value "
                          f"at the level around them: {shown}{', ...' if sel.sum() > 3 else ''}; forecasts and "
@@ -1012,9 +1027,14 @@ def prepare(ts: np.ndarray, y: np.ndarray, freq: str, shifts: bool = True, h: in
                      "or by interpolation")
     nz = np.flatnonzero(y != 0)
     if len(nz) and nz[0] > 0:
-        notes.append(f"history starts {_day(ts[nz[0]])}, the first non-zero period ({nz[0]} leading zero "
+        notes.append(f"history starts {period_label(ts[nz[0]])}, the first non-zero period ({nz[0]} leading zero "
                      "periods dropped)")
         ts, y = ts[nz[0]:], y[nz[0]:]
+    if len(nz) and len(y) - 1 - (nz[-1] - nz[0]) >= idle_periods(freq):
+        last = nz[-1] - nz[0]
+        notes.append(f"no demand since {period_label(ts[last + 1])} ({len(y) - 1 - last} periods of zeros; the last demand "
+                     f"{period_label(ts[last])}): a retired or idle series, not forecast until its demand returns")
+        return Prepared(ts[last + 1:], y[last + 1:], freq, notes, ts[last + 1])
     if outliers:
         y = _replace_outliers(ts, y, m, notes)
     cut = 0
@@ -1025,11 +1045,11 @@ def prepare(ts: np.ndarray, y: np.ndarray, freq: str, shifts: bool = True, h: in
         at, before, after = found
         since = len(y) - cut - at
         if since < min_after:
-            notes.append(f"level shift on {_day(ts[cut + at])} (median {before:.4g} → {after:.4g}), only {since} "
+            notes.append(f"level shift on {period_label(ts[cut + at])} (median {before:.4g} → {after:.4g}), only {since} "
                          f"periods since (< {min_after} to backtest on them): fitted on the whole history, which "
                          "the trend may follow, and intervals may be too narrow")
             break
-        notes.append(f"level shift on {_day(ts[cut + at])} (median {before:.4g} → {after:.4g}): fitted on the "
+        notes.append(f"level shift on {period_label(ts[cut + at])} (median {before:.4g} → {after:.4g}): fitted on the "
                      f"{since} periods since")
         cut += at
     ts, y = ts[cut:], y[cut:]
@@ -1071,7 +1091,8 @@ def _summary_row(key: dict, prep: Prepared, res: Result) -> dict:
            "coverage95": bt.coverage[c][95] if bt and c in bt.coverage else None,
            # how the 80/95 % bounds were set: backtest (calibrated), finite-sample, short-backtest, pooled,
            # cross-series, none
-           "interval": res.calibration}
+           "interval": res.calibration,
+           "idle_since": prep.idle_since.item() if prep.idle_since is not None else None}
     for cand in CANDIDATES:
         row[f"mase_{cand.lower()}"] = bt.mase.get(cand) if bt else None
     for cand in CANDIDATES:

@@ -3,8 +3,9 @@
 Columns are found by name (ts / timestamp / time / date / datetime, and value) or else by position (first =
 timestamp, second = value); ``keys`` names extra columns that split the file into several series. Timestamps:
 ISO dates or date-times (``2024-05-01``, ``2024-05-01 13:00``, ``2024-05-01T13:00:00Z``, offsets converted to
-UTC) or Unix epoch seconds. An empty value is a missing period; anything unreadable is an error naming the file,
-line and field, so a planner never forecasts a silently shortened series.
+UTC) or Unix epoch seconds. An empty value is a missing period; anything unreadable, negative or not finite (NaN,
+inf) is an error naming the file, line and field, so a planner never forecasts a silently shortened or corrupted
+series.
 """
 from __future__ import annotations
 
@@ -66,4 +67,11 @@ def read_series(path: str | Path, keys: list[str] | None = None) -> pl.DataFrame
     if bad_v.height:
         r = bad_v.row(0, named=True)
         raise InputError(path, f"{r['_v_raw']!r} is not a number", r["_line"], val_col)
+    # demand is GPUs or GPU-hours: a negative or non-finite value is a broken export, not a period to forecast
+    bad = out.filter(pl.col("value").is_nan() | pl.col("value").is_infinite() | (pl.col("value") < 0))
+    if bad.height:
+        r = bad.row(0, named=True)
+        why = "is negative (demand cannot be)" if r["value"] < 0 else "is not a finite number (leave a missing " \
+                                                                      "period empty)"
+        raise InputError(path, f"{r['_v_raw']!r} {why}", r["_line"], val_col)
     return out.select(*keys, "ts", "value")
