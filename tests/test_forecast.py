@@ -339,6 +339,17 @@ def test_no_level_shift_on_a_random_walk():
     assert F.detect_level_shift(y, 7) is None
 
 
+def test_no_level_shift_in_an_intermittent_pool_but_a_start_from_zero_is_one():
+    """A pool busy on 3 days in 10 at random: most weeks' medians are 0, so the median jump was 0 and any week
+    whose median rose passed as abrupt ("level shift on 2026-05-10 (median 0 → 16.84)"). A pool that starts from
+    zero and stays busy is still a shift."""
+    rng = np.random.default_rng(4)
+    y = (rng.random(180) < 0.3) * rng.gamma(2, 20, 180)
+    assert F.detect_level_shift(y, 7) is None
+    start = np.r_[np.zeros(60), 20 + rng.normal(0, 1, 90)]
+    assert F.detect_level_shift(start, 7)[0] == 60
+
+
 def test_a_burst_is_not_a_level_shift_but_a_step_is_found_where_it_starts():
     """One day at seven times the level (a sweep submitted at once) moved the week's mean by 43 and read as two
     level shifts ("mean 53 → 96.6", "96.6 → 55.7"), cutting 47 days of history; the medians do not move."""

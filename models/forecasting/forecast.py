@@ -859,9 +859,12 @@ def detect_level_shift(y: np.ndarray, m: int, ratio: float = 8.0, rel: float = 0
     t = np.arange(w, n - w + 1)
     windows = np.median(np.lib.stride_tricks.sliding_window_view(y, w), axis=1)    # windows[k] = y[k:k+w]
     before, after = windows[t - w], windows[t]
-    jump = np.minimum(np.abs((c[t + w] - 2 * c[t] + c[t - w]) / w), np.abs(after - before))
+    mean_jump = np.abs((c[t + w] - 2 * c[t] + c[t - w]) / w)
+    jump = np.minimum(mean_jump, np.abs(after - before))
     i = int(np.argmax(jump))
-    typical = float(np.median(jump))
+    # a series mostly at one value (an intermittent pool, zero on most days) has the same median in most windows:
+    # the median jump is 0 and any jump would pass as abrupt; the means' changes measure its usual variation
+    typical = float(np.median(jump)) or float(np.median(mean_jump))
     big = max(abs(before[i]), abs(after[i]))
     if big == 0 or jump[i] < rel * big or (typical > 0 and jump[i] < ratio * typical):
         return None
