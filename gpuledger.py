@@ -1114,7 +1114,9 @@ def cmd_forecast(args) -> int:
         if args.summary_out:
             emit(res["summary"], None, args.summary_out)
         # every series is idle: say which and since when, not "no history" (they have one)
-        _say(args, "forecast: no series has demand to forecast: " + "; ".join(res["notes"]))
+        skipped = [f for f in (args.out, args.plot) if f]
+        _say(args, "forecast: no series has demand to forecast: " + "; ".join(res["notes"])
+             + (f" (nothing written to {', '.join(skipped)})" if skipped else ""))
         return EXIT_OK
     _forecast_files(args, res)
     if args.format in ("csv", "json"):

@@ -262,9 +262,12 @@ def test_cli_says_which_series_are_idle_when_none_is_forecast(run_cli, tmp_path)
     rows = ["ts,value"] + [f"2024-01-{d:02d},{5 + d % 7 if d < 20 else 0}" for d in range(1, 29)]
     path = tmp_path / "retired.csv"
     path.write_text("\n".join(rows) + "\n")
-    code, stdout, err = run_cli("forecast", "--series", str(path), "--horizon", "7")
+    code, stdout, err = run_cli("forecast", "--series", str(path), "--horizon", "7", "--out", str(tmp_path / "f.csv"),
+                                "--summary-out", str(tmp_path / "s.csv"))
     assert code == 0, err
-    assert "no series has demand to forecast: series: no demand since 2024-01-20 UTC: not forecast" in stdout + err
+    assert ("no series has demand to forecast: series: no demand since 2024-01-20 UTC: not forecast (nothing written "
+            f"to {tmp_path / 'f.csv'})") in stdout + err
+    assert not (tmp_path / "f.csv").exists() and pl.read_csv(tmp_path / "s.csv")["model"].to_list() == ["Zero"]
 
 
 def test_cli_errors_name_the_file_line_and_field(run_cli, tmp_path):
