@@ -339,6 +339,17 @@ def test_no_level_shift_on_a_random_walk():
     assert F.detect_level_shift(y, 7) is None
 
 
+def test_a_series_is_idle_after_a_week_of_zeros_longer_than_any_earlier_pause():
+    steady = np.r_[np.full(60, 50.0), np.zeros(7)]
+    assert F.idle_start(steady, "day") == 60 and F.idle_start(steady[:-1], "day") is None      # 6 days: a pause
+    lumpy = np.zeros(70)
+    lumpy[::14] = 500.0                     # one big submission every other week: 13 quiet days are its habit
+    assert F.idle_start(lumpy[:67], "day") is None and F.idle_start(np.r_[lumpy[:57], np.zeros(14)], "day") == 57
+    assert F.idle_start(np.r_[np.full(400, 5.0), np.zeros(167)], "hour") is None
+    assert F.idle_start(np.r_[np.full(400, 5.0), np.zeros(168)], "hour") == 400
+    assert F.idle_start(np.r_[np.full(30, 5.0), np.zeros(2)], "month") == 30 and F.idle_start(np.zeros(9), "day") is None
+
+
 def test_no_level_shift_in_an_intermittent_pool_but_a_start_from_zero_is_one():
     """A pool busy on 3 days in 10 at random: most weeks' medians are 0, so the median jump was 0 and any week
     whose median rose passed as abrupt ("level shift on 2026-05-10 (median 0 → 16.84)"). A pool that starts from

@@ -937,6 +937,18 @@ def idle_periods(freq: str) -> int:
     return max(2, min(max(SEASONS.get(freq, (SEASON[freq],))), FOUR_WEEKS[freq]))
 
 
+def idle_start(y: np.ndarray, freq: str) -> int | None:
+    """Where the trailing run of zeros of y starts when it says the series has no demand now: at least
+    `idle_periods` long and longer than any run of zeros between its earlier demand (a pool that submits every
+    other week is not retired after one quiet week); None otherwise, or when y has no demand at all."""
+    nz = np.flatnonzero(y != 0)
+    if not len(nz):
+        return None
+    longest_gap = int((np.diff(nz) - 1).max()) if len(nz) > 1 else 0
+    trailing = len(y) - 1 - int(nz[-1])
+    return int(nz[-1]) + 1 if trailing >= max(idle_periods(freq), longest_gap + 1) else None
+
+
 def period_label(t) -> str:
     """A period's start as the notes print it (UTC): the date, with the time unless it is midnight."""
     return str(np.datetime64(t, "m")).replace("T00:00", "").replace("T", " ")
@@ -1033,11 +1045,11 @@ def prepare(ts: np.ndarray, y: np.ndarray, freq: str, shifts: bool = True, h: in
         notes.append(f"history starts {period_label(ts[nz[0]])}, the first non-zero period ({nz[0]} leading zero "
                      "periods dropped)")
         ts, y = ts[nz[0]:], y[nz[0]:]
-    if len(nz) and len(y) - 1 - (nz[-1] - nz[0]) >= idle_periods(freq):
-        last = nz[-1] - nz[0]
-        notes.append(f"no demand since {period_label(ts[last + 1])} ({len(y) - 1 - last} periods of zeros; the last demand "
-                     f"{period_label(ts[last])}): a retired or idle series, not forecast until its demand returns")
-        return Prepared(ts[last + 1:], y[last + 1:], freq, notes, ts[last + 1])
+    idle = idle_start(y, freq)
+    if idle is not None:
+        notes.append(f"no demand since {period_label(ts[idle])} ({len(y) - idle} periods of zeros; the last demand "
+                     f"{period_label(ts[idle - 1])}): a retired or idle series, not forecast until its demand returns")
+        return Prepared(ts[idle:], y[idle:], freq, notes, ts[idle])
     if outliers:
         y = _replace_outliers(ts, y, m, notes)
     cut = 0
@@ -1048,9 +1060,9 @@ def prepare(ts: np.ndarray, y: np.ndarray, freq: str, shifts: bool = True, h: in
         at, before, after = found
         since = len(y) - cut - at
         if since < min_after:
-            notes.append(f"level shift on {period_label(ts[cut + at])} (median {before:.4g} → {after:.4g}), only {since} "
-                         f"periods since (< {min_after} to backtest on them): fitted on the whole history, which "
-                         "the trend may follow, and intervals may be too narrow")
+            notes.append(f"level shift on {period_label(ts[cut + at])} (median {before:.4g} → {after:.4g}), only "
+                         f"{since} periods since (< {min_after} to backtest on them): fitted on the whole history, "
+                         "which the trend may follow, and intervals may be too narrow")
             break
         notes.append(f"level shift on {period_label(ts[cut + at])} (median {before:.4g} → {after:.4g}): fitted on the "
                      f"{since} periods since")
