@@ -13,7 +13,8 @@ $(PY):
 
 # uv installs in seconds; plain pip is the fallback when uv cannot be had. Every install builds pyspark's sdist
 # (the lake tests' Spark) into a new 1.4 GB revision of uv's cache: 40 of them filled 55 GB of the disk that CI
-# shares, so the revisions no install uses any more are pruned after each one.
+# shares, so the revisions no install uses any more are pruned after each one. The simulator's numba kernels are
+# compiled once here (about 35 s) rather than by the first what-if, or by every test worker that reaches one first.
 $(STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install -q --upgrade pip uv || true
 	if $(VENV)/bin/uv --version >/dev/null 2>&1; then \
@@ -22,6 +23,7 @@ $(STAMP): pyproject.toml | $(PY)
 	else \
 	  $(PY) -m pip install -q -e '.[dev]'; \
 	fi
+	$(PY) -m models.simulation.warm
 	touch $(STAMP)
 
 install: $(STAMP)
