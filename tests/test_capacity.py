@@ -282,6 +282,9 @@ def test_cli_errors_name_the_file_line_and_field(run_cli, tmp_path):
         assert code == 1 and f"{bad}:4: field value: '{value}' {why}" in err, err
     code, _, err = run_cli("forecast", "--series", str(bad), "--horizon", "0")
     assert code == 2 and "--horizon" in err
+    bad.write_text("date,value\n" + "".join(f"2024-01-{d:02d},{d}\n" for d in range(1, 29)))
+    code, _, err = run_cli("forecast", "--series", str(bad), "--freq", "hour")
+    assert code == 2 and "--freq hour is finer than bad.csv's own spacing (day): its periods would be invented" in err
     code, _, err = run_cli("forecast", "--by", "user")
     assert code == 2 and "unknown column 'user'" in err
     code, _, err = run_cli("forecast", "--series", str(tmp_path / "nope.csv"))

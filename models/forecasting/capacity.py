@@ -334,7 +334,13 @@ def forecast_csv(path: str | Path, keys: list[str], freq: str | None, horizon: i
     says the values are GPU-hours per period (compared with capacity per hour). Returns the dict of
     :func:`forecast_warehouse`; an unreadable file raises InputError naming file, line and field."""
     raw = series_csv.read_series(path, keys)
-    freq = freq or forecast.infer_freq(raw.get_column("ts").to_numpy())
+    spacing = forecast.infer_freq(raw.get_column("ts").to_numpy())
+    order = list(forecast.SEASON)                                      # hour, day, week, month
+    if freq and order.index(freq) < order.index(spacing):
+        # daily values spread over hours would be 23 invented periods in 24, "filled" and forecast as data
+        raise ValueError(f"--freq {freq} is finer than {Path(path).name}'s own spacing ({spacing}): its periods "
+                         f"would be invented; use --freq {spacing} or coarser")
+    freq = freq or spacing
     hist = forecast.regularise(raw, keys, freq, agg=agg)
     notes = []
     if unit == "gpu-hours" and freq not in demand.FREQS:
