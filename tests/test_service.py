@@ -369,9 +369,16 @@ def _sbatch(state: Path, user: str, *args: str) -> str:
 
 
 def _accounted(job_id: str) -> bool:
-    """True once `sacct` (slurmdbd) returns the job."""
-    return bool(subprocess.run(["sacct", "-n", "-X", "-P", "-j", job_id, "--format=JobID"], capture_output=True,
-                               text=True, timeout=30).stdout.split())
+    """True once accounting offers the job to a read by time window, the read the service makes (`sacct
+    --starttime/--endtime`). `sacct -j` returns a job seconds earlier: right after it ran, it showed the job
+    COMPLETED with its eligible time still Unknown while window reads left it out (2026-12-06, 0.8-1.6 s idle;
+    under load a window read 4 s after `-j` had the job still lacked it, and the service needed a third read)."""
+    now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
+    out = subprocess.run(["sacct", "--allusers", "--duplicates", "--allocations", "--parsable2", "--noheader",
+                          "--format=JobID", "--starttime", (now - dt.timedelta(hours=1)).strftime("%Y-%m-%dT%H:%M:%S"),
+                          "--endtime", now.strftime("%Y-%m-%dT%H:%M:%S")], capture_output=True, text=True,
+                         timeout=30, env=dict(os.environ, TZ="UTC")).stdout.split()
+    return job_id in out
 
 
 def _final(job_id: str) -> bool:
@@ -429,10 +436,11 @@ def test_real_slurm_new_job_within_two_cycles_and_downtime_loses_nothing(slurm, 
     try:
         _wait("the first cycle", lambda: run.cycles() >= 1, 60)
         first = _sbatch(slurm, "alice", "-A", "ml", "-p", "a100", "--gres=gpu:a100:1", "--wrap", "sleep 1")
-        # count from when accounting has the job: slurmctld hands it to slurmdbd asynchronously (seconds under
-        # load), and no `sacct` read can see it before; a read ending after it still counts, though it may have
-        # started before. Counted from the run log after the stop: a poll here, slowed by load, once saw a third read
-        _wait(f"job {first} in accounting", lambda: _accounted(first), 60, 0.2)
+        # count from when accounting offers the job to a time-window read: slurmctld hands it to slurmdbd
+        # asynchronously (seconds under load), and no read of the service can see it before; a read ending after
+        # it still counts, though it may have started before. Counted from the run log after the stop: a poll here,
+        # slowed by load, once saw a third read
+        _wait(f"job {first} in accounting's time window", lambda: _accounted(first), 60, 0.2)
         accounted_at = warehouse.utcnow()
 
         def published():
