@@ -347,7 +347,8 @@ def test_a_series_is_idle_after_a_week_of_zeros_longer_than_any_earlier_pause():
     assert F.idle_start(lumpy[:67], "day") is None and F.idle_start(np.r_[lumpy[:57], np.zeros(14)], "day") == 57
     assert F.idle_start(np.r_[np.full(400, 5.0), np.zeros(167)], "hour") is None
     assert F.idle_start(np.r_[np.full(400, 5.0), np.zeros(168)], "hour") == 400
-    assert F.idle_start(np.r_[np.full(30, 5.0), np.zeros(2)], "month") == 30 and F.idle_start(np.zeros(9), "day") is None
+    assert F.idle_start(np.r_[np.full(30, 5.0), np.zeros(2)], "month") == 30
+    assert F.idle_start(np.zeros(9), "day") is None
 
 
 def test_no_level_shift_in_an_intermittent_pool_but_a_start_from_zero_is_one():

@@ -1067,8 +1067,7 @@ def prepare(ts: np.ndarray, y: np.ndarray, freq: str, shifts: bool = True, h: in
         notes.append(f"level shift on {period_label(ts[cut + at])} (median {before:.4g} → {after:.4g}): fitted on the "
                      f"{since} periods since")
         cut += at
-    ts, y = ts[cut:], y[cut:]
-    return Prepared(ts, y, freq, notes)
+    return Prepared(ts[cut:], y[cut:], freq, notes)
 
 
 def forecast_series(ts: np.ndarray, y: np.ndarray, freq: str, h: int, shifts: bool = True,

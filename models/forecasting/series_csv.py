@@ -71,7 +71,7 @@ def read_series(path: str | Path, keys: list[str] | None = None) -> pl.DataFrame
     bad = out.filter(pl.col("value").is_nan() | pl.col("value").is_infinite() | (pl.col("value") < 0))
     if bad.height:
         r = bad.row(0, named=True)
-        why = "is negative (demand cannot be)" if r["value"] < 0 else "is not a finite number (leave a missing " \
-                                                                      "period empty)"
+        why = ("is negative (demand cannot be)" if r["value"] < 0
+               else "is not a finite number (leave a missing period empty)")
         raise InputError(path, f"{r['_v_raw']!r} {why}", r["_line"], val_col)
     return out.select(*keys, "ts", "value")
