@@ -191,7 +191,7 @@ def _after_ingest(args, con) -> None:
 
 def cmd_ingest_sacct(args) -> int:
     """Load sacct output files (or stdin), or run sacct itself from the watermark (--live)."""
-    from ingest import sacct
+    from ingest import sacct, sacct_live
     if args.live and args.files:
         raise UsageError("ingest sacct: give FILEs or --live, not both")
     if not args.live and not args.files:
@@ -203,12 +203,19 @@ def cmd_ingest_sacct(args) -> int:
     opts = sacct.SacctOptions(cluster=args.cluster, tz=args.tz, fields=args.fields, delimiter=args.delimiter,
                               strict=args.strict)
     if args.live:
-        summaries = [sacct.ingest_live(con, opts, since=since and f"{since:%Y-%m-%dT%H:%M:%S}",
-                                       sacct_cmd=args.sacct_cmd)]
+        summaries = [sacct_live.ingest_live(con, opts, since=since and f"{since:%Y-%m-%dT%H:%M:%S}",
+                                            sacct_cmd=args.sacct_cmd, sdiag_cmd=args.sdiag_cmd)]
         _print_ingest_summary(args, summaries[0])
         if summaries[0].get("transitions"):
             _say(args, "  state changes since the last run: " + ", ".join(
                 f"{k} {v}" for k, v in summaries[0]["transitions"].items()))
+        if summaries[0]["reread"]:
+            summaries.append(summaries[0]["reread"])
+            _print_ingest_summary(args, summaries[-1])
+            left = summaries[-1]["still_open"]
+            if left:
+                _say(args, f"  note: {len(left)} job(s) still open after their read by id (accounting has them open "
+                           f"outside any time window, or no longer has them): {', '.join(left[:10])}")
     else:
         summaries = []
         for f in args.files:   # each file's summary as soon as it is loaded: a long list shows progress
@@ -1507,6 +1514,9 @@ def _sacct_parser(ising) -> None:
     s.add_argument("--live", action="store_true", help="run sacct itself (TZ=UTC) from the last watermark")
     s.add_argument("--since", metavar="T", help=f"with --live: start time instead of the watermark ({TIME_HELP})")
     s.add_argument("--sacct-cmd", default=os.environ.get("GPULEDGER_SACCT", "sacct"), help=argparse.SUPPRESS)
+    s.add_argument("--sdiag-cmd", metavar="CMD", default=os.environ.get("GPULEDGER_SDIAG", "sdiag"),
+                   help="with --live: the sdiag whose 'DBD Agent queue size' says slurmctld still holds records "
+                        "for slurmdbd, so the watermark stays (default sdiag; '' not to ask)")
     _no_refresh(s)
 
 

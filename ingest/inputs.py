@@ -1,6 +1,8 @@
-"""Reading an ingestor's input: a file, or standard input for '-'."""
+"""Reading an ingestor's input: a file, standard input for '-', or the output of a Slurm client command."""
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -30,3 +32,21 @@ def read_input(path: str) -> tuple[bytes, str]:
         raise InputError(str(p), "is a directory, expected a file") from exc
     except PermissionError as exc:
         raise InputError(str(p), "permission denied") from exc
+
+
+def run_slurm(cmd: list[str], timeout_s: int, tool: str | None = None) -> bytes:
+    """stdout of a Slurm client command (``tool``, default ``cmd[0]``: the name its messages give) run with TZ=UTC
+    and standard time formats; a missing command, a timeout or a non-zero exit is an InputError naming the
+    command, with the first line of its stderr."""
+    tool = tool or cmd[0]
+    env = dict(os.environ, TZ="UTC", SLURM_TIME_FORMAT="standard")
+    try:
+        proc = subprocess.run(cmd, capture_output=True, env=env, timeout=timeout_s)
+    except FileNotFoundError as exc:
+        raise InputError(cmd[0], f"{tool} not found on PATH (is slurm-client installed?)") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise InputError(cmd[0], f"{tool} did not answer within {timeout_s} s") from exc
+    if proc.returncode != 0:
+        err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise InputError(cmd[0], f"{tool} exited {proc.returncode}: {err[0] if err else 'no message'}")
+    return proc.stdout

@@ -19,16 +19,14 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import os
 import re
-import subprocess
 
 import pyarrow as pa
 
 from ingest import plausible, reservations_json, warehouse
 from ingest.errors import InputError
 from ingest.hostlist import HostlistError, expand
-from ingest.inputs import read_input
+from ingest.inputs import read_input, run_slurm
 from ingest.lines import aligned_table, text_lines
 from ingest.slurm_json import looks_like_json
 from ingest.squeue import NULLS, gpu_count
@@ -227,21 +225,7 @@ LIVE_COMMANDS = (("scontrol", "show", "reservation", "-o"),
                   "format=Cluster,Name,TRES,TimeStart,TimeEnd,NodeNames,Flags"))
 
 
-def run_live(cmd: tuple[str, ...], timeout_s: int = 120) -> bytes:
-    env = dict(os.environ, TZ="UTC", SLURM_TIME_FORMAT="standard")
-    try:
-        proc = subprocess.run(list(cmd), capture_output=True, env=env, timeout=timeout_s)
-    except FileNotFoundError as exc:
-        raise InputError(cmd[0], f"{cmd[0]} not found on PATH (is slurm-client installed?)") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise InputError(cmd[0], f"{cmd[0]} did not answer within {timeout_s} s") from exc
-    if proc.returncode != 0:
-        err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise InputError(cmd[0], f"{cmd[0]} exited {proc.returncode}: {err[0] if err else 'no message'}")
-    return proc.stdout
-
-
 def ingest_live(con, cluster: str | None = None) -> list[dict]:
     """Both :data:`LIVE_COMMANDS`, each its own run (scontrol first, so sacctmgr's end wins for ended ones)."""
-    return [load(con, run_live(cmd), " ".join(cmd), cluster=cluster, tz="UTC") for cmd in LIVE_COMMANDS]
+    return [load(con, run_slurm(list(cmd), 120), " ".join(cmd), cluster=cluster, tz="UTC") for cmd in LIVE_COMMANDS]
 

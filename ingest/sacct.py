@@ -8,11 +8,8 @@ with its line number, the field at fault and why.
 """
 from __future__ import annotations
 
-import datetime as dt
 import hashlib
-import os
 import re
-import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -31,9 +28,6 @@ XDMOD_FIELDS = ("jobid,jobidraw,cluster,partition,qos,account,group,gid,user,uid
                 "elapsed,exitcode,state,nnodes,ncpus,reqcpus,reqmem,reqtres,alloctres,timelimit,nodelist,"
                 "jobname").split(",")
 
-#: What --live asks for: XDMoD's fields, then the reservation a job ran in and its (last) pending reason, which
-#: land in jobs.extra (models/metrics/reservations.py, pending.py read them).
-LIVE_FIELDS = [*XDMOD_FIELDS, "reservation", "reason"]
 
 #: Every field `sacct --helpformat` lists (Slurm 20.11-25.11), lower case: a line made of these is a header.
 SACCT_FIELDS = frozenset("""
@@ -542,50 +536,3 @@ def ingest_path(con, path: str, opts: SacctOptions) -> dict:
             return ingest_bytes(con, memoryview(buf)[: len(buf) - 16], path, opts, buf=buf)
     data, name = read_input(path)
     return ingest_bytes(con, data, name, opts)
-
-
-# ---------------------------------------------------------------- live
-
-#: Re-read this much before the watermark: slurmdbd commits records late.
-LIVE_OVERLAP_S = 600
-
-
-def ingest_live(con, opts: SacctOptions, since: str | None = None, sacct_cmd: str = "sacct",
-                timeout_s: int = 900) -> dict:
-    """Run ``sacct`` (TZ=UTC, :data:`LIVE_FIELDS`) from the watermark (or ``since``) to now, and load it.
-
-    The watermark is kept per cluster: ``--cluster``, else the cluster of the only live watermark so far,
-    else the cluster sacct itself reports in its output.
-    """
-    marks = [r[0] for r in con.execute("SELECT cluster FROM watermarks WHERE source = 'sacct-live'").fetchall()]
-    cluster = opts.cluster or (marks[0] if len(marks) == 1 else None)
-    now = warehouse.utcnow().replace(microsecond=0)
-    if since is None:
-        mark = warehouse.get_watermark(con, "sacct-live", cluster) if cluster else None
-        since = (mark - dt.timedelta(seconds=LIVE_OVERLAP_S)).strftime("%Y-%m-%dT%H:%M:%S") \
-            if mark else "1970-01-01T00:00:00"
-    cmd = [*sacct_cmd.split(), "--allusers", "--duplicates", "--allocations", "--parsable2", "--noheader",
-           "--format", ",".join(LIVE_FIELDS), "--starttime", since, "--endtime", now.strftime("%Y-%m-%dT%H:%M:%S")]
-    if opts.cluster:
-        cmd += ["--clusters", opts.cluster]
-    env = dict(os.environ, TZ="UTC", SLURM_TIME_FORMAT="standard")
-    try:
-        proc = subprocess.run(cmd, capture_output=True, env=env, timeout=timeout_s)
-    except FileNotFoundError as exc:
-        raise InputError(cmd[0], "sacct not found on PATH (is slurm-client installed?)") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise InputError(" ".join(cmd[:1]), f"sacct did not answer within {timeout_s} s") from exc
-    if proc.returncode != 0:
-        err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise InputError(cmd[0], f"sacct exited {proc.returncode}: {err[0] if err else 'no message'}")
-    live_opts = SacctOptions(cluster=opts.cluster, tz="UTC", fields=",".join(LIVE_FIELDS), delimiter="|",
-                             strict=opts.strict)
-    summary = ingest_bytes(con, proc.stdout, " ".join(cmd), live_opts, source="sacct-live")
-    if cluster is None:
-        seen = [r[0] for r in con.execute("SELECT DISTINCT cluster FROM jobs WHERE ingest_run_id = ? "
-                                          "OR updated_run_id = ?", [summary["run_id"]] * 2).fetchall()]
-        cluster = seen[0] if len(seen) == 1 else default_cluster(con, opts)
-    warehouse.set_watermark(con, "sacct-live", cluster, now)
-    summary["cluster"] = cluster
-    summary["since"] = since
-    return summary

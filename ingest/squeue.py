@@ -20,15 +20,13 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import os
 import re
-import subprocess
 
 import pyarrow as pa
 
 from ingest import plausible, squeue_json, warehouse
 from ingest.errors import InputError
-from ingest.inputs import read_input
+from ingest.inputs import read_input, run_slurm
 from ingest.lines import text_lines
 from ingest.slurm_json import looks_like_json
 
@@ -256,18 +254,8 @@ def run_live(squeue_cmd: str = "squeue", cluster: str | None = None, timeout_s: 
     cmd = [*squeue_cmd.split(), "--all", "--array", "--Format", LIVE_FORMAT]
     if cluster:
         cmd += ["--clusters", cluster]
-    env = dict(os.environ, TZ="UTC", SLURM_TIME_FORMAT="standard")
     at = warehouse.utcnow().replace(microsecond=0)
-    try:
-        proc = subprocess.run(cmd, capture_output=True, env=env, timeout=timeout_s)
-    except FileNotFoundError as exc:
-        raise InputError(cmd[0], "squeue not found on PATH (is slurm-client installed?)") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise InputError(cmd[0], f"squeue did not answer within {timeout_s} s") from exc
-    if proc.returncode != 0:
-        err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise InputError(cmd[0], f"squeue exited {proc.returncode}: {err[0] if err else 'no message'}")
-    return proc.stdout, at, " ".join(cmd)
+    return run_slurm(cmd, timeout_s, "squeue"), at, " ".join(cmd)
 
 
 def ingest_live(con, cluster: str | None = None, squeue_cmd: str = "squeue") -> dict:

@@ -8,7 +8,8 @@ the marts incrementally and publishes the serving snapshot.
   failing, Slurm down, Prometheus timing out, a bad file) is recorded for that source only, which then waits
   ``backoff_initial * 2^(failures-1)`` (at most ``backoff_max``) before its next try. Every attempt updates the
   source's row of ``source_status`` (last attempt, last success, consecutive failures, last error, line counters).
-- **Catch-up from watermarks.** sacct reads from its watermark minus sacct.LIVE_OVERLAP_S, Prometheus from its own
+- **Catch-up from watermarks.** sacct reads from its watermark minus sacct_live.LIVE_OVERLAP_S (the watermark waits
+  while slurmctld holds records for slurmdbd, and open jobs a read leaves out are read by id), Prometheus from its own
   watermark minus ``overlap`` in windows of at most ``max_window`` (a source still behind is due again at once);
   the merges are idempotent (jobs keep their most progressed version, readings one row per device-minute), so
   after downtime nothing is lost and nothing is counted twice.

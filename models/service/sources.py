@@ -29,8 +29,8 @@ from typing import Any, Callable
 
 import duckdb
 
-from ingest import governance, prometheus, reservations, sacct, slurm_events, slurm_nodes, squeue, telemetry_store
-from ingest import prometheus_pushdown
+from ingest import governance, prometheus, reservations, sacct, sacct_live, slurm_events, slurm_nodes, squeue
+from ingest import prometheus_pushdown, telemetry_store
 from ingest import warehouse
 from ingest.errors import InputError
 
@@ -92,10 +92,16 @@ TIMEOUT = Key("duration", 300, "seconds a command or request may take before the
 
 
 def collect_sacct(con, where: Where, opts: dict) -> dict:
-    """`ingest sacct --live`: sacct from the cluster's watermark (minus sacct.LIVE_OVERLAP_S) to now."""
+    """`ingest sacct --live`: sacct from the cluster's watermark (minus sacct_live.LIVE_OVERLAP_S) to now, then
+    the open jobs it left out by id; the counts are both reads' (the run is the window read's)."""
     cmd = " ".join(where.command(opts["command"]))      # ingest_live splits it at spaces
-    return sacct.ingest_live(con, sacct.SacctOptions(cluster=where.cluster), sacct_cmd=cmd,
-                             timeout_s=opts["timeout"])
+    sdiag = " ".join(where.command(opts["sdiag"])) if opts["sdiag"].strip() else None
+    summary = sacct_live.ingest_live(con, sacct.SacctOptions(cluster=where.cluster), sacct_cmd=cmd,
+                                     timeout_s=opts["timeout"], sdiag_cmd=sdiag)
+    reread = summary["reread"] or {}
+    for k in ("loaded", "skipped", "rejected"):
+        summary[k] += reread.get(k, 0)
+    return summary
 
 
 def collect_nodes(con, where: Where, opts: dict) -> dict:
@@ -176,6 +182,9 @@ def collect_governance(con, where: Where, opts: dict) -> dict:
 KINDS: dict[str, SourceKind] = {
     "sacct": SourceKind("sacct", collect_sacct, "5m", {
         "command": Key("str", "sacct", "the sacct command (gpuledger adds its own options)"),
+        "sdiag": Key("str", "sdiag", "the sdiag command: while its 'DBD Agent queue size' is not 0 (or it cannot "
+                     "say) the watermark stays, since slurmctld has records that slurmdbd will get late; \"\" not "
+                     "to ask"),
         "timeout": Key("duration", 900, TIMEOUT.help)}),
     "nodes": SourceKind("nodes", collect_nodes, "15m", {
         "command": Key("str", "scontrol show node -o", "`scontrol show node [-o]`, an sinfo command with Gres, or "
