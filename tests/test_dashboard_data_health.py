@@ -113,13 +113,14 @@ def test_sources_of_the_collector_service_with_lag_and_last_error(lab_copy, monk
     at = dfx.open_page(dfx.app(lab_copy, monkeypatch), "data_health")
     assert "Sources" in [s.value for s in at.subheader]
     shown = dfx.frame_with(at, "Cluster", "Source", "Last success (UTC)", "Lag (minutes)", "Failures in a row",
-                           "Last error")
+                           "Last error", "Complete to (UTC)")
     assert list(shown["Source"]) == ["events", "nodes"] and set(shown["Cluster"]) == {"lab"}
     events, nodes = shown.iloc[0], shown.iloc[1]
     assert events["Failures in a row"] == 0 and 0 <= events["Lag (minutes)"] < 5 and not isinstance(events["Last error"], str)
     assert nodes["Failures in a row"] == 1 and nodes["Last error"].endswith(
         "exited 1: slurm_load_node: Unable to contact slurm controller")
     assert str(nodes["Last success (UTC)"]) in ("NaT", "None")          # never succeeded
+    assert {str(events["Complete to (UTC)"]), str(nodes["Complete to (UTC)"])} <= {"NaT", "None"}   # snapshots: no mark
     assert any("1 source(s) failing: lab/nodes" in e.value for e in at.error)
 
 

@@ -135,6 +135,7 @@ def test_failing_sources_back_off_alone_and_are_recorded(tmp_path):
     text = health.metrics(snap)
     assert 'gpuledger_source_consecutive_failures{cluster="lab",source="sacct"} 4.0' in text
     assert 'gpuledger_source_up{cluster="*",source="governance"} 1.0' in text
+    assert "gpuledger_source_complete_to_age_seconds{" not in text     # sacct never read; the others keep no mark
     assert 'gpuledger_source_lines_total{cluster="*",source="governance",outcome="loaded"} 56.0' in text   # 2 loads x 28 records (4 [[access]], 2 [[budgets]])
     assert "gpuledger_cycles_total 4.0" in text
     size = int(float(re.search(r"^gpuledger_warehouse_size_bytes (\S+)$", text, re.M).group(1)))
@@ -308,6 +309,15 @@ def test_prometheus_outage_is_shown_then_the_gap_is_filled(tmp_path):
             rows = Snapshot(cfg.warehouse).frame("SELECT value FROM watermarks WHERE source = 'prometheus'").rows()
             return rows and rows[0][0] >= mark
         _wait("the catch-up to the present", caught_up, 60, 0.5)
+
+        def complete_to():     # the watermark is what the source's data is complete to, on Data health and /metrics
+            rows = Snapshot(cfg.warehouse).frame("SELECT complete_to FROM source_status "
+                                                 "WHERE source = 'prometheus'").rows()
+            return rows and rows[0][0] is not None and rows[0][0] >= mark
+        _wait("the source complete to the present", complete_to, 30, 0.5)
+        age = re.search(r'^gpuledger_source_complete_to_age_seconds\{cluster="lab",source="prometheus"\} (\S+)$',
+                        _get(f"http://127.0.0.1:{health_port}/metrics")[1], re.M)
+        assert age and 0 <= float(age.group(1)) < 600
         # the real Prometheus scraped /metrics: the failures counter reads back through its HTTP API
         series = _wait("gpuledger's series in Prometheus", lambda: _prom_query(
             prom.url, 'gpuledger_source_failures_total{cluster="lab",source="prometheus"}'), 30, 0.5)

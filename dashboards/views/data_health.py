@@ -17,6 +17,9 @@ f = ctx.filters
 ui.header("Data health", "Did every input line arrive, and is every job attributed to a team?", ctx, deltas=False)
 
 OUTCOME_COLOURS = {"Loaded": theme.GOOD, "Skipped": "#A0AEC0", "Rejected": theme.BAD}
+#: A source whose data is complete only to this many minutes before its last success is shown as behind (a
+#: Prometheus window ends on its step grid, a sacct read at its start: both within minutes when healthy).
+BEHIND_WARN_MIN = 60
 
 # ---------------------------------------------------------------- sources of the collector service
 sources = queries.source_status(ctx.version)
@@ -24,26 +27,39 @@ if sources.height:
     st.subheader("Sources")
     now = dt.datetime.now(dt.timezone.utc).replace(tzinfo=None)
     shown = sources.with_columns(
-        ((pl.lit(now) - pl.col("last_success")).dt.total_seconds() / 60).round(1).alias("lag_min"))
+        ((pl.lit(now) - pl.col("last_success")).dt.total_seconds() / 60).round(1).alias("lag_min"),
+        ((pl.col("last_success") - pl.col("complete_to")).dt.total_seconds() / 60).clip(0).round(1)
+        .alias("behind_min"))
     failing = shown.filter(pl.col("consecutive_failures") > 0)
+    behind = shown.filter(pl.col("behind_min") > BEHIND_WARN_MIN)
     if failing.height:
         st.error(f"{failing.height} source(s) failing: " + "; ".join(
             f"{r['cluster']}/{r['source']}: {r['last_error']}" for r in failing.head(5).iter_rows(named=True)),
             icon=":material/error:")
     else:
         st.success("Every source's last collection succeeded.", icon=":material/check_circle:")
-    ui.table(shown.select("cluster", "source", "last_success", "lag_min", "consecutive_failures", "last_error",
+    if behind.height:
+        st.warning(f"{behind.height} source(s) collected but complete only to an earlier time: " + "; ".join(
+            f"{r['cluster']}/{r['source']} to {r['complete_to']:%Y-%m-%d %H:%M} UTC ({r['behind_min']:.0f} minutes "
+            f"before its last collection)" for r in behind.head(5).iter_rows(named=True)) + ". For sacct, slurmctld "
+            "still holds records for slurmdbd, or sdiag cannot say (the service's log names which).",
+            icon=":material/schedule:")
+    ui.table(shown.select("cluster", "source", "last_success", "lag_min", "complete_to", "behind_min",
+                          "consecutive_failures", "last_error",
                           "last_attempt", "next_attempt", "lines_loaded", "lines_skipped", "lines_rejected"),
              key="sources", file_stem="source_status", ctx=ctx,
              columns={"cluster": "Cluster", "source": "Source", "last_success": "Last success (UTC)",
-                      "lag_min": "Lag (minutes)", "consecutive_failures": "Failures in a row",
+                      "lag_min": "Lag (minutes)", "complete_to": "Complete to (UTC)",
+                      "behind_min": "Behind its collection (minutes)", "consecutive_failures": "Failures in a row",
                       "last_error": "Last error", "last_attempt": "Last attempt (UTC)",
                       "next_attempt": "Next attempt (UTC)", "lines_loaded": "Lines loaded",
                       "lines_skipped": "Lines skipped", "lines_rejected": "Lines rejected"},
-             formats={"lag_min": "%.1f"},
+             formats={"lag_min": "%.1f", "behind_min": "%.1f"},
              caption="What `gpuledger serve` collects: lag is the time since a source's last successful "
                      "collection; a failing source is retried with backoff while the others go on "
-                     "(cluster * is the governance file). As of the dashboard's snapshot.")
+                     "(cluster * is the governance file). Complete to: the time up to which a source that reads "
+                     "from a watermark (sacct, prometheus) has every record; sacct's waits while slurmctld holds "
+                     "records for slurmdbd. As of the dashboard's snapshot.")
 
 # ---------------------------------------------------------------- alerts of the service (issue 19)
 fired = model_reads.alert_history(ctx.version)

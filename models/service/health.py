@@ -80,6 +80,10 @@ def metrics(snap: dict, now: float | None = None) -> str:
     _family(out, "gpuledger_source_last_success_age_seconds", "gauge",
             "Seconds since the last successful collection of the source started (its lag).",
             per(lambda s: round(now - _unix(s["last_success"]), 3) if s["last_success"] else None))
+    _family(out, "gpuledger_source_complete_to_age_seconds", "gauge",
+            "Seconds since the time up to which the source's data is complete (its watermark): grows while "
+            "collections succeed without moving it (sacct: slurmctld still holds records for slurmdbd).",
+            per(lambda s: round(now - _unix(s["complete_to"]), 3) if s.get("complete_to") else None))
     _family(out, "gpuledger_source_up", "gauge", "1 when the source's last collection succeeded, else 0.",
             per(lambda s: float(s["attempts"] > 0 and s["consecutive_failures"] == 0)))
     _family(out, "gpuledger_source_consecutive_failures", "gauge",

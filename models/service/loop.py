@@ -49,6 +49,7 @@ class SourceState:
     consecutive_failures: int = 0
     last_error: str | None = None
     last_run_id: int | None = None
+    complete_to: dt.datetime | None = None     # its watermark after the last success (sources that keep one)
     attempts: int = 0
     failures: int = 0
     lines: dict = field(default_factory=lambda: {"loaded": 0, "skipped": 0, "rejected": 0})
@@ -235,6 +236,8 @@ class Collector:
             error = summary.get("error")
         except Exception as exc:                # noqa: BLE001 -- one source's failure never stops the others
             summary, error = None, one_line(exc)
+        wm = KINDS[src.kind].watermark
+        mark = warehouse.get_watermark(con, wm, src.where.cluster) if wm and error is None else None
         with self.lock:
             st.attempts += 1
             st.last_attempt = started
@@ -244,6 +247,7 @@ class Collector:
                 st.last_run_id = summary.get("run_id") or st.last_run_id
             if error is None:
                 st.last_success, st.consecutive_failures, st.last_error = started, 0, None
+                st.complete_to = mark
                 st.next_due = m0 if summary.get("more") else m0 + src.interval_s
             else:
                 st.consecutive_failures += 1
@@ -264,22 +268,23 @@ class Collector:
     # ------------------------------------------------------------ source_status
 
     def _store_status(self, con, st: SourceState, next_attempt: dt.datetime) -> None:
-        con.execute("""INSERT OR REPLACE INTO source_status VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+        con.execute("""INSERT OR REPLACE INTO source_status VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
                     [*st.cfg.key, st.last_attempt, st.last_success, st.consecutive_failures, st.last_error,
                      st.last_run_id, next_attempt, st.attempts, st.failures, st.lines["loaded"],
-                     st.lines["skipped"], st.lines["rejected"], warehouse.utcnow()])
+                     st.lines["skipped"], st.lines["rejected"], warehouse.utcnow(), st.complete_to])
 
     def _load_status(self, con) -> None:
         """Counters and last success survive a restart (every source is due at once after one)."""
         rows = con.execute("""SELECT cluster, source, last_attempt, last_success, consecutive_failures, last_error,
-                                     last_run_id, attempts, failures, lines_loaded, lines_skipped, lines_rejected
+                                     last_run_id, attempts, failures, lines_loaded, lines_skipped, lines_rejected,
+                                     complete_to
                               FROM source_status""").fetchall()
         with self.lock:
-            for c, s, la, ls, cf, le, rid, att, fl, lo, sk, rj in rows:
+            for c, s, la, ls, cf, le, rid, att, fl, lo, sk, rj, ct in rows:
                 st = self.states.get((c, s))
                 if st:
                     st.last_attempt, st.last_success, st.consecutive_failures, st.last_error = la, ls, cf, le
-                    st.last_run_id, st.attempts, st.failures = rid, att, fl
+                    st.last_run_id, st.attempts, st.failures, st.complete_to = rid, att, fl, ct
                     st.lines = {"loaded": lo, "skipped": sk, "rejected": rj}
             self.loaded_status = True
 
@@ -294,6 +299,7 @@ class Collector:
                     "child_exit": self.child.poll() if self.child is not None else None,
                     "sources": [{"cluster": st.cfg.key[0], "source": st.cfg.key[1],
                                  "last_attempt": st.last_attempt, "last_success": st.last_success,
+                                 "complete_to": st.complete_to,
                                  "consecutive_failures": st.consecutive_failures, "last_error": st.last_error,
                                  "attempts": st.attempts, "failures": st.failures, "lines": dict(st.lines)}
                                 for st in self.states.values()]}

@@ -68,6 +68,7 @@ class SourceKind:
     interval: str                       # default interval between collections
     keys: dict[str, Key] = field(default_factory=dict)
     scope: str = "cluster"              # "cluster": under [[clusters]]; "global": a top-level table
+    watermark: str | None = None        # its ``watermarks.source``: the time up to which its data is complete
 
 
 def run_command(argv: list[str], timeout_s: int) -> tuple[bytes, str]:
@@ -185,7 +186,7 @@ KINDS: dict[str, SourceKind] = {
         "sdiag": Key("str", "sdiag", "the sdiag command: while its 'DBD Agent queue size' is not 0 (or it cannot "
                      "say) the watermark stays, since slurmctld has records that slurmdbd will get late; \"\" not "
                      "to ask"),
-        "timeout": Key("duration", 900, TIMEOUT.help)}),
+        "timeout": Key("duration", 900, TIMEOUT.help)}, watermark="sacct-live"),
     "nodes": SourceKind("nodes", collect_nodes, "15m", {
         "command": Key("str", "scontrol show node -o", "`scontrol show node [-o]`, an sinfo command with Gres, or "
                        "one printing a JSON node list (scontrol show nodes --json, slurmrestd /slurm/.../nodes)"),
@@ -213,7 +214,7 @@ KINDS: dict[str, SourceKind] = {
         "retries": Key("int", 1, "retries of a transient HTTP failure inside one collection"),
         "keep_raw_days": Key("int", 0, "prune raw rows older than N days after loading (0: keep)"),
         "aggregate": Key("duration", None, "push-down: per-GPU aggregates per this interval, e.g. 5m (unset: raw pull)"),
-        "timeout": Key("duration", 60, "seconds per HTTP request")}),
+        "timeout": Key("duration", 60, "seconds per HTTP request")}, watermark="prometheus"),
     "governance": SourceKind("governance", collect_governance, "1m", {
         "path": Key("path", None, "the governance TOML; reloaded when its content changes")}, scope="global"),
 }
