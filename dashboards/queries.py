@@ -208,7 +208,8 @@ def unmapped_accounts(version: str, f: Filters) -> pl.DataFrame:
 @st.cache_data(**CACHE)
 def source_status(version: str) -> pl.DataFrame:
     """Per (cluster, source) the collector service collects (`gpuledger serve`): last attempt and success (UTC),
-    the time its data is complete to (UTC, sources with a watermark), consecutive failures and the last error (its absolute paths cut to base names); empty without the service."""
+    the time its data is complete to (UTC, sources with a watermark), consecutive failures and the last error
+    (its absolute paths cut to base names); empty without the service."""
     if "source_status" not in _tables(version):
         return pl.DataFrame()
     return _frame(version, f"""SELECT cluster, source, last_attempt, last_success, complete_to, consecutive_failures,
