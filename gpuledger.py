@@ -203,19 +203,23 @@ def cmd_ingest_sacct(args) -> int:
     opts = sacct.SacctOptions(cluster=args.cluster, tz=args.tz, fields=args.fields, delimiter=args.delimiter,
                               strict=args.strict)
     if args.live:
-        summaries = [sacct_live.ingest_live(con, opts, since=since and f"{since:%Y-%m-%dT%H:%M:%S}",
-                                            sacct_cmd=args.sacct_cmd, sdiag_cmd=args.sdiag_cmd)]
-        _print_ingest_summary(args, summaries[0])
-        if summaries[0].get("transitions"):
-            _say(args, "  state changes since the last run: " + ", ".join(
-                f"{k} {v}" for k, v in summaries[0]["transitions"].items()))
-        if summaries[0]["reread"]:
-            summaries.append(summaries[0]["reread"])
-            _print_ingest_summary(args, summaries[-1])
-            left = summaries[-1]["still_open"]
-            if left:
-                _say(args, f"  note: {len(left)} job(s) still open after their read by id (accounting has them open "
-                           f"outside any time window, or no longer has them): {', '.join(left[:10])}")
+        live = sacct_live.ingest_live(con, opts, since=since and f"{since:%Y-%m-%dT%H:%M:%S}",
+                                      sacct_cmd=args.sacct_cmd, sdiag_cmd=args.sdiag_cmd)
+        summaries = live["runs"]
+        for s in summaries:
+            _print_ingest_summary(args, s)
+        changes: dict = {}
+        for s in summaries:
+            for k, v in s.get("transitions", {}).items():
+                changes[k] = changes.get(k, 0) + v
+        if changes:
+            _say(args, "  state changes since the last run: " + ", ".join(f"{k} {v}" for k, v in changes.items()))
+        for note in live["live_notes"]:
+            _say(args, f"  note: {note}")
+        left = live["reread"]["still_open"] if live["reread"] else []
+        if left:
+            _say(args, f"  note: {len(left)} job(s) still open after their read by id (accounting has them open "
+                       f"outside any time window, or no longer has them): {', '.join(left[:10])}")
     else:
         summaries = []
         for f in args.files:   # each file's summary as soon as it is loaded: a long list shows progress

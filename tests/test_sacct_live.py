@@ -157,3 +157,81 @@ def _alive(pid_file: Path) -> bool:
         return Path(f"/proc/{int(pid_file.read_text())}").exists()
     except (OSError, ValueError):
         return False
+
+
+def _jobs(db: Path) -> list[tuple]:
+    return _one(db, 'SELECT job_id_raw, submit, state, start, "end", elapsed_s, ngpus, nodelist FROM jobs ORDER BY 1, 2')
+
+
+def _lines_add_up(got: dict) -> None:
+    for r in got["runs"]:
+        assert r["read"] == r["loaded"] + r["skipped"] + r["rejected"] and r["rejected"] == 0, r
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_real_slurm_a_catch_up_in_windows_loads_what_one_read_does(slurm, tmp_path):   # noqa: F811
+    whole = tmp_path / "whole.duckdb"
+    got = _live(whole)                                         # the first read: all history at once
+    assert got["windows"] == 1 and len(_jobs(whole)) >= 2       # the earlier tests' jobs
+    first = min(r[1] for r in _jobs(whole))
+    windows = tmp_path / "windows.duckdb"
+    con = warehouse.connect(windows)
+    try:       # from a minute before the first job, in windows of 10 s that double while quiet
+        got = sacct_live.ingest_live(con, sacct.SacctOptions(cluster=CLUSTER), window_s=10,
+                                     since=f"{first - dt.timedelta(minutes=1):%Y-%m-%dT%H:%M:%S}")
+    finally:
+        con.close()
+    print(f"\n{got['windows']} windows, {len(got['runs'])} runs from {got['since']}")
+    assert got["windows"] >= 4 and not got["more"] and got["error"] is None
+    _lines_add_up(got)
+    assert _jobs(windows) == _jobs(whole)
+    assert _mark(windows) >= _mark(whole)
+
+
+def _dbd_conf(state: Path, extra: str) -> Path:
+    """A copy of the cluster's config directory whose slurmdbd.conf adds ``extra`` (slurmdbd reads the
+    slurmdbd.conf beside $SLURM_CONF)."""
+    etc = state / "etc-limited"
+    etc.mkdir(exist_ok=True)
+    for f in (state / "etc").iterdir():
+        if f.is_file():
+            (etc / f.name).write_bytes(f.read_bytes())
+    conf = etc / "slurmdbd.conf"
+    conf.write_text(conf.read_text() + extra + "\n")
+    subprocess.run(["chown", "slurm:slurm", str(conf)], check=True)
+    conf.chmod(0o600)
+    return etc / "slurm.conf"
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_real_slurm_a_span_slurmdbd_refuses_is_read_in_shorter_windows(slurm, tmp_path):   # noqa: F811
+    """slurmdbd's MaxQueryTimeRange (here 60 minutes) refuses a user's wider sacct: the read halves its window
+    until slurmdbd answers, and loads what root's unlimited read does."""
+    whole = tmp_path / "whole.duckdb"
+    _live(whole)
+    limited = _dbd_conf(slurm, "MaxQueryTimeRange=60")
+    db = tmp_path / "w.duckdb"
+    _dbd(slurm, up=False)
+    try:
+        subprocess.run(["slurmdbd"], cwd=slurm, check=True, timeout=30, env=dict(os.environ, SLURM_CONF=str(limited)))
+        _wait("slurmdbd answering", lambda: subprocess.run(["sacctmgr", "-n", "show", "cluster"], capture_output=True,
+                                                          timeout=30).returncode == 0, 60)
+        as_alice = f"runuser -u alice -- env SLURM_CONF={slurm}/etc/slurm.conf sacct"
+        refused = subprocess.run(as_alice.split() + ["-a", "-X", "-S", "now-3hours", "-E", "now"],
+                                 capture_output=True, text=True, timeout=30)
+        assert "Too wide of a date range in query" in refused.stderr       # the limit holds for alice
+        con = warehouse.connect(db)
+        try:
+            got = sacct_live.ingest_live(con, sacct.SacctOptions(cluster=CLUSTER), sacct_cmd=as_alice,
+                                         since=f"{warehouse.utcnow() - dt.timedelta(hours=3):%Y-%m-%dT%H:%M:%S}")
+        finally:
+            con.close()
+    finally:
+        _dbd(slurm, up=False)
+        _dbd(slurm, up=True)
+    print(f"\n{got['windows']} windows of at most 60 minutes over 3 hours")
+    assert got["windows"] >= 4 and got["error"] is None and not got["more"]
+    _lines_add_up(got)
+    assert _jobs(db) == _jobs(whole)

@@ -74,7 +74,7 @@ def test_defaults_and_unknown_tables_pass_through(tmp_path):
     cfg = _parse(tmp_path, MINIMAL + '\n[access]\nheader = "X-Auth-Request-User"\n[access.roles]\nadmin = ["ann"]\n')
     assert cfg.warehouse == tmp_path / "wh.duckdb" and cfg.cycle_s == 2
     assert [(s.key, s.interval_s, s.opts) for s in cfg.sources] == [
-        (("alpha", "sacct"), 3, {"command": "sacct", "sdiag": "sdiag", "timeout": 900})]
+        (("alpha", "sacct"), 3, {"command": "sacct", "sdiag": "sdiag", "window": 86400, "timeout": 900})]
     assert cfg.extra == {"access": {"header": "X-Auth-Request-User", "roles": {"admin": ["ann"]}}}
     assert cfg.health_listen == ("127.0.0.1", 9464) and cfg.max_cycle_age_s == 3 * 2 + 60
 

@@ -92,17 +92,19 @@ def run_command(argv: list[str], timeout_s: int) -> tuple[bytes, str]:
 TIMEOUT = Key("duration", 300, "seconds a command or request may take before the collection fails")
 
 
+#: Seconds of sacct windows per collection during a catch-up.
+SACCT_BUDGET_S = 120
+
+
 def collect_sacct(con, where: Where, opts: dict) -> dict:
-    """`ingest sacct --live`: sacct from the cluster's watermark (minus sacct_live.LIVE_OVERLAP_S) to now, then
-    the open jobs it left out by id; the counts are both reads' (the run is the window read's)."""
+    """`ingest sacct --live`: sacct from the cluster's watermark (minus sacct_live.LIVE_OVERLAP_S) to now in windows,
+    then the open jobs they left out by id; the counts are every run's. A catch-up longer than SACCT_BUDGET_S
+    goes on in the next collection (due at once), so the cycle refreshes and publishes what it has meanwhile."""
     cmd = " ".join(where.command(opts["command"]))      # ingest_live splits it at spaces
     sdiag = " ".join(where.command(opts["sdiag"])) if opts["sdiag"].strip() else None
-    summary = sacct_live.ingest_live(con, sacct.SacctOptions(cluster=where.cluster), sacct_cmd=cmd,
-                                     timeout_s=opts["timeout"], sdiag_cmd=sdiag)
-    reread = summary["reread"] or {}
-    for k in ("loaded", "skipped", "rejected"):
-        summary[k] += reread.get(k, 0)
-    return summary
+    return sacct_live.ingest_live(con, sacct.SacctOptions(cluster=where.cluster), sacct_cmd=cmd,
+                                  timeout_s=opts["timeout"], sdiag_cmd=sdiag, window_s=opts["window"],
+                                  budget_s=SACCT_BUDGET_S)
 
 
 def collect_nodes(con, where: Where, opts: dict) -> dict:
@@ -186,6 +188,8 @@ KINDS: dict[str, SourceKind] = {
         "sdiag": Key("str", "sdiag", "the sdiag command: while its 'DBD Agent queue size' is not 0 (or it cannot "
                      "say) the watermark stays, since slurmctld has records that slurmdbd will get late; \"\" not "
                      "to ask"),
+        "window": Key("duration", sacct_live.WINDOW_S, "the span of one sacct read (a catch-up or the first read "
+                      "goes in windows; halved by itself where slurmdbd's MaxQueryTimeRange refuses it)"),
         "timeout": Key("duration", 900, TIMEOUT.help)}, watermark="sacct-live"),
     "nodes": SourceKind("nodes", collect_nodes, "15m", {
         "command": Key("str", "scontrol show node -o", "`scontrol show node [-o]`, an sinfo command with Gres, or "
