@@ -160,7 +160,8 @@ def _alive(pid_file: Path) -> bool:
 
 
 def _jobs(db: Path) -> list[tuple]:
-    return _one(db, 'SELECT job_id_raw, submit, state, start, "end", elapsed_s, ngpus, nodelist FROM jobs ORDER BY 1, 2')
+    return _one(db, 'SELECT job_id_raw, submit, state, start, "end", elapsed_s, ngpus, nodelist FROM jobs '
+                    'ORDER BY 1, 2')
 
 
 def _lines_add_up(got: dict) -> None:
