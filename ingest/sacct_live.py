@@ -190,7 +190,7 @@ def ingest_live(con, opts: sacct.SacctOptions, since: str | None = None, sacct_c
     return {"runs": runs, "reread": reread, "more": end < now, "windows": windows, "dbd_queue": queued,
             "since": first, "cluster": cluster, "live_notes": notes,
             "notes": [n for r in runs for n in r.get("notes", [])] + notes,
-            "run_id": runs[-1]["run_id"], "error": next((r["error"] for r in runs if r.get("error")), None),
+            "run_id": runs[-1]["run_id"] if runs else None, "error": next((r["error"] for r in runs if r.get("error")), None),
             **{k: sum(r[k] for r in runs) for k in ("loaded", "skipped", "rejected")}}
 
 
