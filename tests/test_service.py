@@ -1,6 +1,8 @@
 """The collector service (models/service/, `gpuledger serve`): per-source backoff and source_status, /healthz and
 /metrics, SIGTERM in a real process with its dashboard child; against a real Prometheus (stopped and restarted
-mid-run, and scraping /metrics) and a real Slurm (a job submitted while the service runs; downtime and catch-up).
+mid-run, and scraping /metrics) and a real Slurm (a job submitted while the service runs; downtime and catch-up;
+then the live sacct read of ingest/sacct_live.py on the same cluster: late ends read by id, the watermark held while
+slurmctld queues records for slurmdbd, windows, a span slurmdbd refuses).
 """
 from __future__ import annotations
 
@@ -25,7 +27,8 @@ from hypothesis import strategies as st
 import prometheus_server
 from conftest import ROOT
 from dashboards.snapshot import Snapshot
-from ingest import reservations, squeue, warehouse
+from ingest import reservations, sacct, sacct_live, squeue, warehouse
+from ingest.errors import InputError
 from models.service import config, health, loop
 
 GOVERNANCE = ROOT / "data" / "governance.example.toml"
@@ -517,6 +520,195 @@ def test_real_slurm_new_job_within_two_cycles_and_downtime_loses_nothing(slurm, 
     assert gpu_s == sum(j[5] for j in served) > 0
     # every job was inserted once over all the service's overlapping reads; re-reads were updates or no-ops
     assert sum(r[0] for r in runs) == len(served) and len(runs) >= 3
+
+
+# ---------------------------------------------------------------- a real Slurm: the live sacct read (ingest/sacct_live.py)
+# Here rather than in tests/test_sacct_live.py so that they share this module's cluster: a second module would wait for
+# the Slurm lock and bring the cluster up again (50 s of a test worker in a clean-clone run).
+
+SLURM_CLUSTER = "glcluster"
+
+def _live(db: Path, since: str | None = None) -> dict:
+    con = warehouse.connect(db)
+    try:
+        return sacct_live.ingest_live(con, sacct.SacctOptions(cluster=SLURM_CLUSTER), since=since, timeout_s=60)
+    finally:
+        con.close()
+
+
+def _one(db: Path, sql: str, params=None):
+    con = warehouse.connect(db, read_only=True)
+    try:
+        return con.execute(sql, params or []).fetchall()
+    finally:
+        con.close()
+
+
+def _mark(db: Path) -> dt.datetime | None:
+    rows = _one(db, "SELECT value FROM watermarks WHERE source = 'sacct-live' AND cluster = ?", [SLURM_CLUSTER])
+    return rows[0][0] if rows else None
+
+
+def _sacct_end(job: str) -> dt.datetime:
+    out = subprocess.run(["sacct", "-n", "-X", "-P", "-j", job, "--format=End"], capture_output=True, text=True,
+                         timeout=30, env=dict(os.environ, TZ="UTC")).stdout.split()
+    return dt.datetime.fromisoformat(out[0])
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_real_slurm_an_open_job_the_window_leaves_out_is_read_by_id(slurm, tmp_path):
+    db = tmp_path / "w.duckdb"
+    job = _sbatch(slurm, "alice", "-A", "ml", "-p", "a100", "--gres=gpu:a100:1", "--wrap", "sleep 6")
+    state = lambda: _one(db, "SELECT state, \"end\" FROM jobs WHERE job_id_raw = ?", [job])  # noqa: E731
+    _wait(f"job {job} running in a live read", lambda: _live(db) and state() == [("RUNNING", None)], 60, 0.5)
+    _wait(f"job {job} to end", lambda: _final(job), 60, 0.5)
+    end = _sacct_end(job)
+    # the watermark past the job's end: where it is when the end reached accounting after the window had moved on
+    since = (end + dt.timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%S")
+    _wait("a second after it", lambda: warehouse.utcnow() > end + dt.timedelta(seconds=2), 10)
+    got = _live(db, since=since)
+    assert got["dbd_queue"] == 0 and got["reread"] is not None
+    assert got["reread"]["ids"] == [job] and got["reread"]["still_open"] == []
+    assert (got["reread"]["updated"], got["reread"]["rejected"]) == (1, 0)
+    assert state() == [("COMPLETED", end)]
+    assert _live(db)["reread"] is None                       # nothing open is left out any more
+
+
+def _dbd(state: Path, up: bool) -> None:
+    pid_file = state / "run" / "slurmdbd.pid"
+    if up:
+        subprocess.run(["slurmdbd"], cwd=state, check=True, timeout=30)
+        _wait("slurmdbd answering", lambda: subprocess.run(["sacctmgr", "-n", "show", "cluster"], capture_output=True,
+                                                          timeout=30).returncode == 0, 60)
+        return
+    pid = int(pid_file.read_text())
+    os.kill(pid, 15)
+    _wait("slurmdbd to stop", lambda: not Path(f"/proc/{pid}").exists(), 30)
+
+
+def _queue() -> int:
+    return sacct_live.dbd_queue("sdiag", None)
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_real_slurm_the_watermark_waits_while_slurmctld_holds_records(slurm, tmp_path):
+    db = tmp_path / "w.duckdb"
+    _live(db)
+    held = []
+    try:
+        for attempt in range(3):           # slurmctld hands its queue over seconds after slurmdbd is back: catch it
+            mark = _mark(db)
+            _dbd(slurm, up=False)
+            job = _sbatch(slurm, "bob", "-A", "vision", "-p", "a100", "--gres=gpu:a100:2", "--wrap", "sleep 1")
+            _wait(f"slurmctld to queue job {job}'s records for slurmdbd", lambda: _queue() > 0, 60)
+            with pytest.raises(InputError, match="sacct exited"):
+                _live(db)                  # accounting is down: the read fails and the watermark stays
+            assert _mark(db) == mark
+            _dbd(slurm, up=True)
+            got = _live(db)
+            if got["dbd_queue"]:
+                held.append(got["dbd_queue"])
+                assert _mark(db) == mark, "the watermark moved while slurmctld held records"
+                assert any("slurmctld held" in n for n in got["notes"])
+            _wait("slurmctld's queue to empty", lambda: _queue() == 0, 60)
+            got = _live(db)
+            assert got["dbd_queue"] == 0 and _mark(db) > mark
+            assert _one(db, "SELECT state FROM jobs WHERE job_id_raw = ?", [job]) == [("COMPLETED",)]
+            if held:
+                break
+    finally:
+        if not (slurm / "run" / "slurmdbd.pid").exists() or not _alive(slurm / "run" / "slurmdbd.pid"):
+            _dbd(slurm, up=True)
+    print(f"\nslurmctld held {held} record(s) for slurmdbd at a read after its restart ({attempt + 1} attempt(s))")
+    assert held, "no read after slurmdbd's restart found slurmctld's queue still full (3 attempts)"
+
+
+def _alive(pid_file: Path) -> bool:
+    try:
+        return Path(f"/proc/{int(pid_file.read_text())}").exists()
+    except (OSError, ValueError):
+        return False
+
+
+def _job_rows(db: Path) -> list[tuple]:
+    return _one(db, 'SELECT job_id_raw, submit, state, start, "end", elapsed_s, ngpus, nodelist FROM jobs '
+                    'ORDER BY 1, 2')
+
+
+def _lines_add_up(got: dict) -> None:
+    for r in got["runs"]:
+        assert r["read"] == r["loaded"] + r["skipped"] + r["rejected"] and r["rejected"] == 0, r
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_real_slurm_a_catch_up_in_windows_loads_what_one_read_does(slurm, tmp_path):
+    whole = tmp_path / "whole.duckdb"
+    got = _live(whole)                                         # the first read: all history at once
+    assert got["windows"] == 1 and len(_job_rows(whole)) >= 2       # the earlier tests' jobs
+    first = min(r[1] for r in _job_rows(whole))
+    windows = tmp_path / "windows.duckdb"
+    con = warehouse.connect(windows)
+    try:       # from a minute before the first job, in windows of 10 s that double while quiet
+        got = sacct_live.ingest_live(con, sacct.SacctOptions(cluster=SLURM_CLUSTER), window_s=10,
+                                     since=f"{first - dt.timedelta(minutes=1):%Y-%m-%dT%H:%M:%S}")
+    finally:
+        con.close()
+    print(f"\n{got['windows']} windows, {len(got['runs'])} runs from {got['since']}")
+    assert got["windows"] >= 4 and not got["more"] and got["error"] is None
+    _lines_add_up(got)
+    assert _job_rows(windows) == _job_rows(whole)
+    assert _mark(windows) >= _mark(whole)
+
+
+def _dbd_conf(state: Path, extra: str) -> Path:
+    """A copy of the cluster's config directory whose slurmdbd.conf adds ``extra`` (slurmdbd reads the
+    slurmdbd.conf beside $SLURM_CONF)."""
+    etc = state / "etc-limited"
+    etc.mkdir(exist_ok=True)
+    for f in (state / "etc").iterdir():
+        if f.is_file():
+            (etc / f.name).write_bytes(f.read_bytes())
+    conf = etc / "slurmdbd.conf"
+    conf.write_text(conf.read_text() + extra + "\n")
+    subprocess.run(["chown", "slurm:slurm", str(conf)], check=True)
+    conf.chmod(0o600)
+    return etc / "slurm.conf"
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_real_slurm_a_span_slurmdbd_refuses_is_read_in_shorter_windows(slurm, tmp_path):
+    """slurmdbd's MaxQueryTimeRange (here 60 minutes) refuses a user's wider sacct: the read halves its window
+    until slurmdbd answers, and loads what root's unlimited read does."""
+    whole = tmp_path / "whole.duckdb"
+    _live(whole)
+    limited = _dbd_conf(slurm, "MaxQueryTimeRange=60")
+    db = tmp_path / "w.duckdb"
+    _dbd(slurm, up=False)
+    try:
+        subprocess.run(["slurmdbd"], cwd=slurm, check=True, timeout=30, env=dict(os.environ, SLURM_CONF=str(limited)))
+        _wait("slurmdbd answering", lambda: subprocess.run(["sacctmgr", "-n", "show", "cluster"], capture_output=True,
+                                                          timeout=30).returncode == 0, 60)
+        as_alice = f"runuser -u alice -- env SLURM_CONF={slurm}/etc/slurm.conf sacct"
+        refused = subprocess.run(as_alice.split() + ["-a", "-X", "-S", "now-3hours", "-E", "now"],
+                                 capture_output=True, text=True, timeout=30)
+        assert "Too wide of a date range in query" in refused.stderr       # the limit holds for alice
+        con = warehouse.connect(db)
+        try:
+            got = sacct_live.ingest_live(con, sacct.SacctOptions(cluster=SLURM_CLUSTER), sacct_cmd=as_alice,
+                                         since=f"{warehouse.utcnow() - dt.timedelta(hours=3):%Y-%m-%dT%H:%M:%S}")
+        finally:
+            con.close()
+    finally:
+        _dbd(slurm, up=False)
+        _dbd(slurm, up=True)
+    print(f"\n{got['windows']} windows of at most 60 minutes over 3 hours")
+    assert got["windows"] >= 4 and got["error"] is None and not got["more"]
+    _lines_add_up(got)
+    assert _job_rows(db) == _job_rows(whole)
 
 
 def test_once_runs_one_cycle_and_exits_1_when_a_source_failed(tmp_path, caplog):
