@@ -522,7 +522,7 @@ def test_real_slurm_new_job_within_two_cycles_and_downtime_loses_nothing(slurm, 
     assert sum(r[0] for r in runs) == len(served) and len(runs) >= 3
 
 
-# ---------------------------------------------------------------- a real Slurm: the live sacct read (ingest/sacct_live.py)
+# ---------------------------------------------------------------- a real Slurm: the live sacct read (sacct_live.py)
 # Here rather than in tests/test_sacct_live.py so that they share this module's cluster: a second module would wait for
 # the Slurm lock and bring the cluster up again (50 s of a test worker in a clean-clone run).
 
