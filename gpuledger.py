@@ -216,10 +216,6 @@ def cmd_ingest_sacct(args) -> int:
             _say(args, "  state changes since the last run: " + ", ".join(f"{k} {v}" for k, v in changes.items()))
         for note in live["live_notes"]:
             _say(args, f"  note: {note}")
-        left = live["reread"]["still_open"] if live["reread"] else []
-        if left:
-            _say(args, f"  note: {len(left)} job(s) still open after their read by id (accounting has them open "
-                       f"outside any time window, or no longer has them): {', '.join(left[:10])}")
     else:
         summaries = []
         for f in args.files:   # each file's summary as soon as it is loaded: a long list shows progress

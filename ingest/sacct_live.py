@@ -156,7 +156,7 @@ def ingest_live(con, opts: sacct.SacctOptions, since: str | None = None, sacct_c
     else the cluster sacct itself reports in its output. Returns ``runs`` (the windows' summaries, then the read
     by id's), their counts (``loaded``, ``skipped``, ``rejected``; ``run_id`` the last), ``reread`` (the read by
     id's summary, or None), ``more``, ``windows`` (reads made), ``dbd_queue`` (None: unknown), ``since``,
-    ``cluster``, ``live_notes`` (the watermark's), ``notes`` (every run's and those) and ``error`` (the first).
+    ``cluster``, ``live_notes`` (the watermark's, jobs still open), ``notes`` (every run's and those) and ``error`` (the first).
     """
     marks = [r[0] for r in con.execute("SELECT cluster FROM watermarks WHERE source = 'sacct-live'").fetchall()]
     cluster = opts.cluster or (marks[0] if len(marks) == 1 else None)
@@ -186,11 +186,16 @@ def ingest_live(con, opts: sacct.SacctOptions, since: str | None = None, sacct_c
     reread = _reread_open(con, cluster, listed, base, live_opts, timeout_s) if end >= now else None
     if not moves and notes:
         notes[-1] += f" (the next read starts at {_fmt(_since(con, cluster, now))})"
+    if reread and reread["still_open"]:
+        left = reread["still_open"]
+        notes.append(f"{len(left)} job(s) still open after their read by id (accounting has them open outside any "
+                     f"time window, or no longer has them): {', '.join(left[:10])}")
     runs += [reread] if reread else []
     return {"runs": runs, "reread": reread, "more": end < now, "windows": windows, "dbd_queue": queued,
             "since": first, "cluster": cluster, "live_notes": notes,
             "notes": [n for r in runs for n in r.get("notes", [])] + notes,
-            "run_id": runs[-1]["run_id"] if runs else None, "error": next((r["error"] for r in runs if r.get("error")), None),
+            "run_id": runs[-1]["run_id"] if runs else None,
+            "error": next((r["error"] for r in runs if r.get("error")), None),
             **{k: sum(r[k] for r in runs) for k in ("loaded", "skipped", "rejected")}}
 
 

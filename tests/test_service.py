@@ -573,6 +573,22 @@ def test_real_slurm_an_open_job_the_window_leaves_out_is_read_by_id(slurm, tmp_p
     assert (got["reread"]["updated"], got["reread"]["rejected"]) == (1, 0)
     assert state() == [("COMPLETED", end)]
     assert _live(db)["reread"] is None                       # nothing open is left out any more
+    # a job stored running that accounting no longer has (purged; here from an old export of another cluster's
+    # life): read by id, still open, and said so in a note rather than dropped or ended at a guessed time
+    lines = (ROOT / "tests" / "fixtures" / "slurm_real" / "sacct-allocations.psv").read_text().splitlines()
+    gone = lines[1].split("|")
+    gone[0] = gone[1] = "999999"
+    gone[13], gone[14], gone[16] = "Unknown", "00:01:00", "RUNNING"
+    con = warehouse.connect(db)
+    try:
+        sacct.ingest_bytes(con, "\n".join([lines[0], "|".join(gone)]).encode(), "old.psv",
+                           sacct.SacctOptions(cluster=SLURM_CLUSTER))
+    finally:
+        con.close()
+    got = _live(db)
+    assert got["reread"]["ids"] == got["reread"]["still_open"] == ["999999"]
+    assert "1 job(s) still open after their read by id (accounting has them open outside any time window, or no " \
+           "longer has them): 999999" in got["live_notes"]
 
 
 def _dbd(state: Path, up: bool) -> None:
