@@ -156,7 +156,8 @@ def ingest_live(con, opts: sacct.SacctOptions, since: str | None = None, sacct_c
     else the cluster sacct itself reports in its output. Returns ``runs`` (the windows' summaries, then the read
     by id's), their counts (``loaded``, ``skipped``, ``rejected``; ``run_id`` the last), ``reread`` (the read by
     id's summary, or None), ``more``, ``windows`` (reads made), ``dbd_queue`` (None: unknown), ``since``,
-    ``cluster``, ``live_notes`` (the watermark's, jobs still open), ``notes`` (every run's and those) and ``error`` (the first).
+    ``cluster``, ``live_notes`` (the watermark's, jobs still open), ``notes`` (every run's and those) and
+    ``error`` (the first).
     """
     marks = [r[0] for r in con.execute("SELECT cluster FROM watermarks WHERE source = 'sacct-live'").fetchall()]
     cluster = opts.cluster or (marks[0] if len(marks) == 1 else None)
