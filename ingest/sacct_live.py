@@ -46,6 +46,8 @@ MIN_WINDOW_S = 600
 TARGET_LINES = 200_000
 #: The longest window (seconds): what the first window with records may hold on a busy site bounds memory.
 MAX_WINDOW_S = 30 * 86400
+#: Where a first read (no watermark) starts: all history.
+EPOCH = dt.datetime(1970, 1, 1)
 #: sdiag's line for the records slurmctld holds for slurmdbd (Slurm 2.x to 25.x).
 DBD_QUEUE = re.compile(rb"^\s*DBD Agent queue size:\s*([0-9]+)\s*$", re.M)
 
@@ -98,30 +100,14 @@ def _reread_open(con, cluster: str, listed: set[str], base: list[str], opts: sac
     return summary
 
 
-def _since(con, cluster: str | None, now: dt.datetime) -> dt.datetime:
-    """Where the next read starts: the watermark less the overlap, else the beginning (all history)."""
+def _since(con, cluster: str | None) -> dt.datetime:
+    """Where the next read starts: the watermark less the overlap, else :data:`EPOCH` (all history)."""
     mark = warehouse.get_watermark(con, "sacct-live", cluster) if cluster else None
-    return mark - dt.timedelta(seconds=LIVE_OVERLAP_S) if mark else min(now, dt.datetime(1970, 1, 1))
+    return mark - dt.timedelta(seconds=LIVE_OVERLAP_S) if mark else EPOCH
 
 
 def _fmt(t: dt.datetime) -> str:
     return t.strftime("%Y-%m-%dT%H:%M:%S")
-
-
-def _read_window(base: list[str], start: dt.datetime, now: dt.datetime, span: "_Span",
-                 timeout_s: int) -> tuple[bytes, list[str], dt.datetime]:
-    """(output, command, end) of one read from ``start`` over at most ``span.window_s``: halved (down to
-    :data:`MIN_WINDOW_S`, and never grown past it again) while slurmdbd refuses the span (its MaxQueryTimeRange)
-    or the size of the answer."""
-    while True:
-        end = min(now, start + dt.timedelta(seconds=span.window_s))
-        cmd = [*base, "--starttime", _fmt(start), "--endtime", _fmt(end)]
-        try:
-            return run_slurm(cmd, timeout_s, "sacct"), cmd, end
-        except InputError as exc:
-            if span.window_s <= MIN_WINDOW_S or not any(m in str(exc) for m in TOO_WIDE):
-                raise
-            span.limit_s = span.window_s = max(MIN_WINDOW_S, span.window_s // 2)
 
 
 class _Span:
@@ -140,6 +126,43 @@ class _Span:
             self.window_s = max(MIN_WINDOW_S, self.window_s // 2)
         if self.limit_s:
             self.window_s = min(self.window_s, self.limit_s)
+
+
+def _read_window(base: list[str], start: dt.datetime, now: dt.datetime, span: _Span,
+                 timeout_s: int) -> tuple[bytes, list[str], dt.datetime]:
+    """(output, command, end) of one read from ``start`` over at most ``span.window_s``: halved (down to
+    :data:`MIN_WINDOW_S`, and never grown past it again) while slurmdbd refuses the span (its MaxQueryTimeRange)
+    or the size of the answer."""
+    while True:
+        end = min(now, start + dt.timedelta(seconds=span.window_s))
+        cmd = [*base, "--starttime", _fmt(start), "--endtime", _fmt(end)]
+        try:
+            return run_slurm(cmd, timeout_s, "sacct"), cmd, end
+        except InputError as exc:
+            if span.window_s <= MIN_WINDOW_S or not any(m in str(exc) for m in TOO_WIDE):
+                raise
+            span.limit_s = span.window_s = max(MIN_WINDOW_S, span.window_s // 2)
+
+
+def _read_windows(con, base: list[str], start: dt.datetime, now: dt.datetime, span: _Span,
+                  live_opts: sacct.SacctOptions, cluster: str | None, moves: bool, timeout_s: int,
+                  budget_s: float | None) -> tuple[list[dict], set[str], dt.datetime, int, str]:
+    """Read and load windows from ``start`` until ``now`` (or past ``budget_s``), the watermark moved after each
+    when ``moves``. Returns (the runs, the job ids listed, the last window's end, windows read, the cluster)."""
+    runs, listed, t0, windows = [], set(), time.monotonic(), 0
+    while True:
+        out, cmd, end = _read_window(base, start, now, span, timeout_s)
+        windows += 1
+        if out.strip() or (end >= now and not runs):     # an empty stretch of the past leaves no run
+            runs.append(sacct.ingest_bytes(con, out, " ".join(cmd), live_opts, source="sacct-live"))
+            cluster = cluster or _cluster_of(con, runs[-1]["run_id"], live_opts)
+        listed |= _listed_ids(out)
+        if moves and cluster:
+            warehouse.set_watermark(con, "sacct-live", cluster, end)
+        span.after(out.count(b"\n"))
+        start = end
+        if end >= now or budget_s is not None and time.monotonic() - t0 > budget_s:
+            return runs, listed, end, windows, cluster
 
 
 def ingest_live(con, opts: sacct.SacctOptions, since: str | None = None, sacct_cmd: str = "sacct",
@@ -164,29 +187,17 @@ def ingest_live(con, opts: sacct.SacctOptions, since: str | None = None, sacct_c
     notes, queued = _queue_notes(sdiag_cmd, opts.cluster, timeout_s)
     moves = queued == 0 or not sdiag_cmd
     now = warehouse.utcnow().replace(microsecond=0)       # after sdiag: what was queued then is older than now
-    start = warehouse.parse_time(since) if since else _since(con, cluster, now)
-    whole = not since and start <= dt.datetime(1970, 1, 1)   # a first read asks for everything at once
+    start = warehouse.parse_time(since) if since else _since(con, cluster)
+    whole = not since and start == EPOCH           # a first read asks for everything at once
     base, first = _base_cmd(sacct_cmd, opts.cluster), _fmt(start)
     span = _Span(int((now - start).total_seconds()) + 1 if whole else window_s)
     live_opts = sacct.SacctOptions(cluster=opts.cluster, tz="UTC", fields=",".join(LIVE_FIELDS), delimiter="|",
                                    strict=opts.strict)
-    runs, listed, t0, windows = [], set(), time.monotonic(), 0
-    while True:
-        out, cmd, end = _read_window(base, start, now, span, timeout_s)
-        windows += 1
-        if out.strip() or (end >= now and not runs):     # an empty stretch of the past leaves no run
-            runs.append(sacct.ingest_bytes(con, out, " ".join(cmd), live_opts, source="sacct-live"))
-            cluster = cluster or _cluster_of(con, runs[-1]["run_id"], opts)
-        listed |= _listed_ids(out)
-        if moves and cluster:
-            warehouse.set_watermark(con, "sacct-live", cluster, end)
-        span.after(out.count(b"\n"))
-        start = end
-        if end >= now or budget_s is not None and time.monotonic() - t0 > budget_s:
-            break
+    runs, listed, end, windows, cluster = _read_windows(con, base, start, now, span, live_opts, cluster,
+                                                        moves, timeout_s, budget_s)
     reread = _reread_open(con, cluster, listed, base, live_opts, timeout_s) if end >= now else None
     if not moves and notes:
-        notes[-1] += f" (the next read starts at {_fmt(_since(con, cluster, now))})"
+        notes[-1] += f" (the next read starts at {_fmt(_since(con, cluster))})"
     if reread and reread["still_open"]:
         left = reread["still_open"]
         notes.append(f"{len(left)} job(s) still open after their read by id (accounting has them open outside any "
