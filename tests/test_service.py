@@ -591,10 +591,12 @@ def test_real_slurm_an_open_job_the_window_leaves_out_is_read_by_id(slurm, tmp_p
            "longer has them): 999999" in got["live_notes"]
 
 
-def _dbd(state: Path, up: bool) -> None:
+def _dbd(state: Path, up: bool, conf: Path | None = None) -> None:
+    """Stop slurmdbd, or start it (with the slurmdbd.conf beside ``conf``, a slurm.conf; default the cluster's)."""
     pid_file = state / "run" / "slurmdbd.pid"
     if up:
-        subprocess.run(["slurmdbd"], cwd=state, check=True, timeout=30)
+        env = dict(os.environ, SLURM_CONF=str(conf)) if conf else None
+        subprocess.run(["slurmdbd"], cwd=state, check=True, timeout=30, env=env)
         _wait("slurmdbd answering", lambda: subprocess.run(["sacctmgr", "-n", "show", "cluster"], capture_output=True,
                                                           timeout=30).returncode == 0, 60)
         return
@@ -658,18 +660,29 @@ def _lines_add_up(got: dict) -> None:
         assert r["read"] == r["loaded"] + r["skipped"] + r["rejected"] and r["rejected"] == 0, r
 
 
+def _two_finished_jobs(state: Path) -> None:
+    """Two short jobs of their own, ended and in accounting's time window: a test's reads compared at different
+    times must see them final (xdist may set the module's cluster up afresh between tests: no earlier jobs)."""
+    jobs = [_sbatch(state, "carol", "-A", "vision", "-p", "a100", "--gres=gpu:a100:1", "--wrap", "sleep 1")
+            for _ in range(2)]
+    for job in jobs:
+        _wait(f"job {job} to end", lambda job=job: _final(job), 60, 0.5)
+        _wait(f"job {job} in accounting's time window", lambda job=job: _accounted(job), 60, 0.2)
+
+
 @pytest.mark.slurm
 @pytest.mark.slow
 def test_real_slurm_a_catch_up_in_windows_loads_what_one_read_does(slurm, tmp_path):
+    _two_finished_jobs(slurm)
     whole = tmp_path / "whole.duckdb"
     got = _live(whole)                                         # the first read: all history at once
-    assert got["windows"] == 1 and len(_job_rows(whole)) >= 2       # the earlier tests' jobs
+    assert got["windows"] == 1 and len(_job_rows(whole)) >= 2
     first = min(r[1] for r in _job_rows(whole))
     windows = tmp_path / "windows.duckdb"
     con = warehouse.connect(windows)
-    try:       # from a minute before the first job, in windows of 10 s that double while quiet
+    try:       # from two minutes before the first job, in windows of 10 s that double while quiet
         got = sacct_live.ingest_live(con, sacct.SacctOptions(cluster=SLURM_CLUSTER), window_s=10,
-                                     since=f"{first - dt.timedelta(minutes=1):%Y-%m-%dT%H:%M:%S}")
+                                     since=f"{first - dt.timedelta(minutes=2):%Y-%m-%dT%H:%M:%S}")
     finally:
         con.close()
     print(f"\n{got['windows']} windows, {len(got['runs'])} runs from {got['since']}")
@@ -699,15 +712,15 @@ def _dbd_conf(state: Path, extra: str) -> Path:
 def test_real_slurm_a_span_slurmdbd_refuses_is_read_in_shorter_windows(slurm, tmp_path):
     """slurmdbd's MaxQueryTimeRange (here 60 minutes) refuses a user's wider sacct: the read halves its window
     until slurmdbd answers, and loads what root's unlimited read does."""
+    _two_finished_jobs(slurm)
     whole = tmp_path / "whole.duckdb"
     _live(whole)
+    assert len(_job_rows(whole)) >= 2
     limited = _dbd_conf(slurm, "MaxQueryTimeRange=60")
     db = tmp_path / "w.duckdb"
     _dbd(slurm, up=False)
     try:
-        subprocess.run(["slurmdbd"], cwd=slurm, check=True, timeout=30, env=dict(os.environ, SLURM_CONF=str(limited)))
-        _wait("slurmdbd answering", lambda: subprocess.run(["sacctmgr", "-n", "show", "cluster"], capture_output=True,
-                                                          timeout=30).returncode == 0, 60)
+        _dbd(slurm, up=True, conf=limited)
         as_alice = f"runuser -u alice -- env SLURM_CONF={slurm}/etc/slurm.conf sacct"
         refused = subprocess.run(as_alice.split() + ["-a", "-X", "-S", "now-3hours", "-E", "now"],
                                  capture_output=True, text=True, timeout=30)
