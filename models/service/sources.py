@@ -188,8 +188,8 @@ KINDS: dict[str, SourceKind] = {
         "sdiag": Key("str", "sdiag", "the sdiag command: while its 'DBD Agent queue size' is not 0 (or it cannot "
                      "say) the watermark stays, since slurmctld has records that slurmdbd will get late; \"\" not "
                      "to ask"),
-        "window": Key("duration", sacct_live.WINDOW_S, "the span of one sacct read (a catch-up or the first read "
-                      "goes in windows; halved by itself where slurmdbd's MaxQueryTimeRange refuses it)"),
+        "window": Key("duration", sacct_live.WINDOW_S, "the span of a catch-up's first sacct read (later ones sized "
+                      "by the lines read; a span slurmdbd's MaxQueryTimeRange refuses is halved by itself)"),
         "timeout": Key("duration", 900, TIMEOUT.help)}, watermark="sacct-live"),
     "nodes": SourceKind("nodes", collect_nodes, "15m", {
         "command": Key("str", "scontrol show node -o", "`scontrol show node [-o]`, an sinfo command with Gres, or "
