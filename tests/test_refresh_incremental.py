@@ -296,3 +296,34 @@ def test_an_open_job_without_placement_grows_with_the_horizon(tmp_path):
         assert _eff_marts(con) == incremental
     finally:
         con.close()
+
+
+def test_a_build_with_nothing_ingested_since_is_skipped_and_the_next_ingest_is_not(tmp_path):
+    """A second refresh, or the one after a period close, finds no ingest run newer than the efficiency marts:
+    they are left as they are (mart_state's refreshed_at too), not attributed again. The next batch is built,
+    and equals a full rebuild."""
+    con = warehouse.connect(str(tmp_path / "w.duckdb"))
+    try:
+        def state():
+            return con.sql("SELECT last_run_id, refreshed_at FROM mart_state WHERE mart = 'efficiency'").fetchall()
+
+        add_jobs(con, tmp_path, [dict(id=1, start=0, end=None, gpus=1, nodes="a1"),
+                                 dict(id=2, start=15, end=None, gpus=1, nodes="a2")], "j0.psv")
+        load_readings(con, readings({("a1", g): {m: 10 for m in range(0, 20)} for g in range(2)}), "r0.om")
+        efficiency_mart.build(con)
+        built, marts = state(), _eff_marts(con)
+        assert marts["job"]
+        efficiency_mart.build(con)
+        assert state() == built and _eff_marts(con) == marts
+        add_jobs(con, tmp_path, [dict(id=3, start=30, end=None, gpus=1, nodes="a2")], "j1.psv")
+        load_readings(con, readings({("a1", g): {m: 10 for m in range(20, 33)} for g in range(2)}), "r1.om")
+        efficiency_mart.build(con)
+        assert state()[0][0] > built[0][0]
+        assert con.sql("""SELECT window_end::VARCHAR, telemetry_gpu_s FROM gpu_efficiency_job
+                          WHERE job_uid = (SELECT job_uid FROM jobs WHERE job_id = '1')""").fetchall() == [
+            ("2026-07-14 10:30:00", 30 * 60.0)]
+        incremental = _eff_marts(con)
+        efficiency_mart.build(con, full=True)
+        assert _eff_marts(con) == incremental
+    finally:
+        con.close()
