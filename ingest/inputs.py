@@ -34,19 +34,27 @@ def read_input(path: str) -> tuple[bytes, str]:
         raise InputError(str(p), "permission denied") from exc
 
 
-def run_slurm(cmd: list[str], timeout_s: int, tool: str | None = None) -> bytes:
-    """stdout of a Slurm client command (``tool``, default ``cmd[0]``: the name its messages give) run with TZ=UTC
-    and standard time formats; a missing command, a timeout or a non-zero exit is an InputError naming the
-    command, with the first line of its stderr."""
-    tool = tool or cmd[0]
-    env = dict(os.environ, TZ="UTC", SLURM_TIME_FORMAT="standard")
+def run_command(cmd: list[str], timeout_s: int, source: str, tool: str = "", hint: str = "",
+                env: dict[str, str] | None = None) -> bytes:
+    """stdout of a command run with TZ=UTC (and ``env``); a missing command, a timeout or a non-zero exit is an
+    InputError of ``source`` (a missing command: of ``cmd[0]``) whose message starts with ``tool``, with the first
+    line of its stderr."""
+    lead = f"{tool} " if tool else ""
     try:
-        proc = subprocess.run(cmd, capture_output=True, env=env, timeout=timeout_s)
-    except FileNotFoundError as exc:
-        raise InputError(cmd[0], f"{tool} not found on PATH (is slurm-client installed?)") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise InputError(cmd[0], f"{tool} did not answer within {timeout_s} s") from exc
+        proc = subprocess.run(cmd, capture_output=True, env=dict(os.environ, TZ="UTC", **(env or {})),
+                              timeout=timeout_s)
+    except FileNotFoundError:
+        raise InputError(cmd[0], f"{lead}not found on PATH{hint}") from None
+    except subprocess.TimeoutExpired:
+        raise InputError(source, f"{lead}did not answer within {timeout_s} s") from None
     if proc.returncode != 0:
         err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise InputError(cmd[0], f"{tool} exited {proc.returncode}: {err[0] if err else 'no message'}")
+        raise InputError(source, f"{lead}exited {proc.returncode}: {err[0] if err else 'no message'}")
     return proc.stdout
+
+
+def run_slurm(cmd: list[str], timeout_s: int, tool: str | None = None) -> bytes:
+    """stdout of a Slurm client command (``tool``, default ``cmd[0]``: the name its messages give) run with TZ=UTC
+    and standard time formats; errors as :func:`run_command`'s, of ``cmd[0]``."""
+    return run_command(cmd, timeout_s, cmd[0], tool or cmd[0], " (is slurm-client installed?)",
+                       {"SLURM_TIME_FORMAT": "standard"})

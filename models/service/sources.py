@@ -20,16 +20,15 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-import os
 import shlex
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
 import duckdb
 
-from ingest import governance, prometheus, reservations, sacct, sacct_live, slurm_events, slurm_nodes, squeue
+from ingest import governance, inputs, prometheus, reservations, sacct, sacct_live, slurm_events, slurm_nodes
+from ingest import squeue
 from ingest import prometheus_pushdown, telemetry_store
 from ingest import warehouse
 from ingest.errors import InputError
@@ -73,18 +72,9 @@ class SourceKind:
 
 def run_command(argv: list[str], timeout_s: int) -> tuple[bytes, str]:
     """(stdout, the command line as a name) of a scheduler command; a missing command, a non-zero exit or a
-    timeout is an InputError in one line (its first stderr line)."""
+    timeout is an InputError in one line (its first stderr line) naming the command line."""
     name = " ".join(argv)
-    try:
-        proc = subprocess.run(argv, capture_output=True, timeout=timeout_s, env=dict(os.environ, TZ="UTC"))
-    except FileNotFoundError:
-        raise InputError(argv[0], "not found on PATH") from None
-    except subprocess.TimeoutExpired:
-        raise InputError(name, f"did not answer within {timeout_s} s") from None
-    if proc.returncode != 0:
-        err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise InputError(name, f"exited {proc.returncode}: {err[0] if err else 'no message'}")
-    return proc.stdout, name
+    return inputs.run_command(argv, timeout_s, name), name
 
 
 # ---------------------------------------------------------------- the kinds
