@@ -528,6 +528,7 @@ def test_real_slurm_new_job_within_two_cycles_and_downtime_loses_nothing(slurm, 
 
 SLURM_CLUSTER = "glcluster"
 
+
 def _live(db: Path, since: str | None = None) -> dict:
     con = warehouse.connect(db)
     try:
