@@ -66,6 +66,7 @@ def _who(who: access.Scope) -> None:
 
 def main() -> None:
     ui.load_chart_code()   # first: the browser loads the chart code while the reads below compute
+    ui.load_styles()
     state = queries.current().state()
     shown = prewarm.shown(state.version)   # the previous snapshot while the new one's views are computed
     who = identify(shown)

@@ -206,6 +206,21 @@ def load_chart_code() -> None:
         event.html(f'<script type="module" src="./static/js/{CHART_CHUNK}"></script>', unsafe_allow_javascript=True)
 
 
+#: KPI tiles: five in a row are 100-170 pixels wide on a 1024-1366 pixel screen, where Streamlit cut the values
+#: to "91,5…" and the labels to "Charged to…". The value's type shrinks with its tile (20 % of the tile's width
+#: fits ten characters, up to Streamlit's 2.25rem) and values and labels wrap at spaces instead of being cut.
+KPI_CSS = """<style>
+[data-testid="stMetric"] { container-type: inline-size; }
+[data-testid="stMetricValue"] { font-size: clamp(1.25rem, 20cqi, 2.25rem); }
+[data-testid="stMetricValue"] > div, [data-testid="stMetricLabel"] p { white-space: normal; }
+</style>"""
+
+
+def load_styles() -> None:
+    """The dashboards' own CSS; style-only HTML goes to Streamlit's event container and takes no space."""
+    st.html(KPI_CSS)
+
+
 _ZERO_CHANGE = re.compile(r"^[+-]?0(\.0*)?( |$)")
 
 

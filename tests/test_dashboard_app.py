@@ -10,7 +10,7 @@ import streamlit
 
 import dashboard_fixtures as dfx
 from dashboard_fixtures import lab_db  # noqa: F401 (fixture)
-from dashboards import page_shell, prewarm, server
+from dashboards import page_shell, prewarm, server, ui
 from ingest import warehouse
 
 PAGES = ["overview", "utilization", "efficiency", "fragmentation", "fairness", "waiting", "chargeback", "forecast",
@@ -117,14 +117,16 @@ def test_charts_are_drawn_as_built(lab_db, monkeypatch):
 
 def test_the_chart_code_is_sent_first_to_the_event_container(lab_db, monkeypatch):
     """Before any read, the browser is told to load Streamlit's chart code (an existing file of this release),
-    from the event container, so it takes no place on the page (the browser loads it: test_dashboard_browser)."""
+    from the event container, so it takes no place on the page (the browser loads it: test_dashboard_browser);
+    then the dashboards' CSS, without script rights (what it does to the tiles: test_dashboard_browser)."""
     at = dfx.open_page(dfx.app(lab_db, monkeypatch), "utilization")
     event = at._tree.children[2]                         # main, sidebar, event, bottom
     html = [e for e in event.children.values() if e.type == "html"]
-    assert len(html) == 1 and html[0].proto.unsafe_allow_javascript
+    assert len(html) == 2 and html[0].proto.unsafe_allow_javascript
     src = re.fullmatch(r'<script type="module" src="\./(static/js/PlotlyChart\.[\w-]+\.js)"></script>',
                        html[0].proto.body).group(1)
     assert (Path(streamlit.__file__).parent / "static" / src).is_file()
+    assert html[1].proto.body == ui.KPI_CSS and not html[1].proto.unsafe_allow_javascript
     assert not any(e.type == "html" for e in at.main.children.values())
 
 

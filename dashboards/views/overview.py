@@ -205,6 +205,8 @@ if rows:
              caption="—: not available for that period (no data, or no telemetry); never shown as zero. A change "
                      "of a percentage is in percentage points (pp). Each link opens its page with this window and "
                      "these filters.")
-    cols = st.columns(len(PAGE_PATHS))
-    for col, (title, path) in zip(cols, PAGE_PATHS.items()):
-        col.page_link(f"views/{path}.py", label=title, icon=":material/arrow_forward:", query_params=view)
+    # three to a row: six across cut "Forecast & capacity" to "Forecast & capacit" on a 1400-pixel screen
+    pages = list(PAGE_PATHS.items())
+    for start in range(0, len(pages), 3):
+        for col, (title, path) in zip(st.columns(3), pages[start:start + 3]):
+            col.page_link(f"views/{path}.py", label=title, icon=":material/arrow_forward:", query_params=view)
