@@ -207,12 +207,14 @@ def load_chart_code() -> None:
 
 
 #: KPI tiles: five in a row are 100-170 pixels wide on a 1024-1366 pixel screen, where Streamlit cut the values
-#: to "91,5…" and the labels to "Charged to…". The value's type shrinks with its tile (20 % of the tile's width
-#: fits ten characters, up to Streamlit's 2.25rem) and values and labels wrap at spaces instead of being cut.
+#: to "91,5…", the labels to "Charged to…" and the changes to "23 started a…". The value's type shrinks with its
+#: tile (20 % of the tile's width fits ten characters, up to Streamlit's 2.25rem), and values, labels and
+#: changes wrap at spaces instead of being cut.
 KPI_CSS = """<style>
 [data-testid="stMetric"] { container-type: inline-size; }
 [data-testid="stMetricValue"] { font-size: clamp(1.25rem, 20cqi, 2.25rem); }
-[data-testid="stMetricValue"] > div, [data-testid="stMetricLabel"] p { white-space: normal; }
+[data-testid="stMetricValue"] :is(div, p), [data-testid="stMetricLabel"] p,
+[data-testid="stMetricDelta"] :is(div, p) { white-space: normal; }
 </style>"""
 
 

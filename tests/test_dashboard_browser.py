@@ -169,7 +169,7 @@ def test_every_page_renders_charts_without_exception(server, browser, warehouse_
 #: where they do not fit ("91,5…" for a cluster cost of 91,586 USD on a 1024-pixel screen, before ui.KPI_CSS).
 _CUT_TEXT_JS = """() => [...document.querySelectorAll(
     "[data-testid='stMain'] :is([data-testid='stMetricValue'] > div, [data-testid='stMetricLabel'] p, "
-    + "[data-testid='stPageLink-NavLink'] p, button p)")]
+    + "[data-testid='stMetricDelta'] > div, [data-testid='stPageLink-NavLink'] p, button p)")]
   .filter(e => e.offsetParent !== null && e.scrollWidth > e.clientWidth + 1)
   .map(e => `${e.innerText} (${e.scrollWidth} px in ${e.clientWidth})`)"""
 
