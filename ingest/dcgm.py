@@ -19,7 +19,6 @@ import re
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 
 import duckdb
 import numpy as np
@@ -29,6 +28,7 @@ import pyarrow.compute as pc
 from ingest import telemetry_store as store
 from ingest import warehouse
 from ingest.errors import InputError
+from ingest.inputs import read_file
 from ingest.lines import arrow_lines
 
 _SERIES = re.compile(r"([A-Za-z_:][A-Za-z0-9_:]*)\s*(?:\{(.*)\})?")
@@ -41,18 +41,6 @@ def split_spec(spec: str) -> tuple[str, str | None]:
         path, when = spec.rsplit("@", 1)
         return path, when
     return spec, None
-
-
-def read_file(path: str, what: str = "metrics text") -> bytes:
-    p = Path(path)
-    try:
-        return p.read_bytes()
-    except FileNotFoundError as exc:
-        raise InputError(str(p), "no such file") from exc
-    except IsADirectoryError as exc:
-        raise InputError(str(p), f"is a directory, expected a {what} file") from exc
-    except PermissionError as exc:
-        raise InputError(str(p), "permission denied") from exc
 
 
 def split_lines(data: bytes) -> pa.Array:
@@ -212,7 +200,7 @@ def _parse_spec(spec: str, opts: store.TelemetryOptions, cluster: str, fmt: str,
     path, when = split_spec(spec)
     when = when or scrape_time
     t = store.parse_time(when, what=f"scrape time of {path}", tz=tz) if when else None
-    return parse_bytes(read_file(path), path, opts, cluster, fmt, t, cache)
+    return parse_bytes(read_file(path, "a metrics text file"), path, opts, cluster, fmt, t, cache)
 
 
 def ingest_path(con: duckdb.DuckDBPyConnection, spec: str, opts: store.TelemetryOptions, fmt: str = "auto",

@@ -23,13 +23,19 @@ def read_input(path: str) -> tuple[bytes, str]:
     """(bytes, display name) of a file or of stdin for '-'; a missing or unreadable file is an InputError."""
     if path == "-":
         return sys.stdin.buffer.read(), "<stdin>"
+    return read_file(path), str(Path(path))
+
+
+def read_file(path: str | Path, expected: str = "a file") -> bytes:
+    """The bytes of a file; a missing one, a directory (where ``expected`` was wanted) or one this user may not
+    read is an InputError naming it."""
     p = Path(path)
     try:
-        return p.read_bytes(), str(p)
+        return p.read_bytes()
     except FileNotFoundError as exc:
         raise InputError(str(p), "no such file") from exc
     except IsADirectoryError as exc:
-        raise InputError(str(p), "is a directory, expected a file") from exc
+        raise InputError(str(p), f"is a directory, expected {expected}") from exc
     except PermissionError as exc:
         raise InputError(str(p), "permission denied") from exc
 

@@ -20,9 +20,9 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from ingest import dcgm, lines, nvidia_smi_xml, plausible, telemetry_store as store, warehouse
+from ingest import lines, nvidia_smi_xml, plausible, telemetry_store as store, warehouse
 from ingest.errors import InputError
-from ingest.inputs import check_zone
+from ingest.inputs import check_zone, read_file
 
 #: stored column -> nvidia-smi field names, first present wins
 FIELDS = {"gpu_util": ("utilization.gpu",), "fb_used_mib": ("memory.used",),
@@ -217,4 +217,4 @@ def _stage(con: duckdb.DuckDBPyConnection, cluster: str) -> None:
 
 def ingest_path(con: duckdb.DuckDBPyConnection, path: str, opts: store.TelemetryOptions, fields: str | None = None,
                 tz: str | None = None) -> dict:
-    return ingest_bytes(con, dcgm.read_file(path, "nvidia-smi CSV"), path, opts, fields=fields, tz=tz)
+    return ingest_bytes(con, read_file(path, "an nvidia-smi CSV file"), path, opts, fields=fields, tz=tz)

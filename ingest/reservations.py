@@ -169,10 +169,7 @@ def load(con, text: str | bytes, source_name: str, cluster: str | None = None, t
                                                              if is_json else {})})
     with run:
         run.lines_read = len(lines)
-        for ln, reason in skips:
-            run.skip(reason, 1, ln)
-        for ln, fld, reason in rejects:
-            run.reject(ln, reason, lines[ln - 1], fld)
+        run.mark_lines(lines, skips, rejects)
         con.register("_rv_in", tbl)
         try:
             run.inserted, run.updated, run.unchanged = _merge(con, default, run.run_id)

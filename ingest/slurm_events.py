@@ -92,8 +92,7 @@ def ingest_bytes(con, data: bytes, name: str, cluster: str | None = None, tz: st
                               cluster=default_cluster, options={"tz": zone, "time_window": window.describe()})
     with run:
         run.lines_read = len(lines)
-        for ln, reason in skipped:
-            run.skip(reason, 1, ln)
+        run.mark_lines(lines, skipped)
         con.register("_events_in", tbl)
         try:
             con.execute("""CREATE OR REPLACE TEMP TABLE _ev AS
@@ -103,8 +102,7 @@ def ingest_bytes(con, data: bytes, name: str, cluster: str | None = None, tz: st
             con.unregister("_events_in")
         rejected += _implausible(con, window)
         bad_lines = {r[0] for r in rejected}
-        for ln, fld, reason in sorted(set(rejected)):
-            run.reject(ln, reason, lines[ln - 1], fld)
+        run.mark_lines(lines, rejected=sorted(set(rejected)))
         states = {s: normalise_state(s) for (s,) in con.sql("SELECT DISTINCT state_raw FROM _ev").fetchall()}
         con.register("_states", pa.table({"state_raw": list(states), "state": list(states.values())}))
         try:

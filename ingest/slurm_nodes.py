@@ -447,10 +447,7 @@ def ingest_bytes(con, data: bytes, name: str, fmt: str = "auto", cluster: str | 
                               cluster=default_cluster, options=options, stored_as="nodes")
     with run:
         run.lines_read = len(lines)
-        for ln, reason in skipped:
-            run.skip(reason, 1, ln)
-        for ln, fld, reason in rejected:
-            run.reject(ln, reason, lines[ln - 1] if ln <= len(lines) else None, fld)
+        run.mark_lines(lines, skipped, rejected)
         run.loaded = loaded_lines
         run.notes = _apply_snapshot(con, run, nodes, when, retire_missing) + mig_notes(nodes)
     summary = run.summary()

@@ -220,10 +220,7 @@ def load(con, text: str | bytes, captured_at: dt.datetime, source_name: str, clu
                                                             "read_as": "jobs and tasks"} if is_json else {})})
     with run:
         run.lines_read = len(lines)
-        for ln, reason in skips:
-            run.skip(reason, 1, ln)
-        for ln, fld, reason in rejects:
-            run.reject(ln, reason, lines[ln - 1], fld)
+        run.mark_lines(lines, skips, rejects)
         con.register("_sq_in", tbl)
         try:
             replaced = con.execute("""DELETE FROM squeue_snapshots WHERE captured_at = $at AND cluster IN

@@ -87,6 +87,21 @@ def test_accounting_that_does_not_add_up_is_never_committed(con):
     assert con.sql("SELECT status FROM ingest_runs").fetchall() == [("failed",)]
 
 
+def test_a_parsers_verdicts_are_counted_and_rejects_keep_their_line(con):
+    """mark_lines: skips count one line each under their reason, rejects are quarantined with the line's text (a
+    line number past the input, as a record's closing line can be, keeps no text), and the run adds up."""
+    lines = ["header", "gpu01 ok", "gpu02 Gres=gpu:a100:x", "gpu03 ok", "gpu04 State=???"]
+    with warehouse.IngestRun(con, "test", "nodes.txt") as run:
+        run.lines_read, run.loaded = 6, 2
+        run.mark_lines(lines, [(1, "header line")],
+                       [(3, "Gres", "cannot read GPU count"), (5, "State", "unknown state"), (6, None, "cut short")])
+    assert run.skipped == 1 and run.rejected == 3
+    assert con.sql("SELECT line_no, field, reason, raw FROM rejects ORDER BY line_no").fetchall() == [
+        (3, "Gres", "cannot read GPU count", "gpu02 Gres=gpu:a100:x"), (5, "State", "unknown state", "gpu04 State=???"),
+        (6, None, "cut short", None)]
+    assert con.sql("SELECT status, rejected FROM ingest_runs").fetchall() == [("ok", 3)]
+
+
 def test_memory_limit_is_bounded_inside_a_block_and_the_environment_wins(tmp_path, monkeypatch):
     from ingest import warehouse
 

@@ -13,23 +13,17 @@ import io
 from pathlib import Path
 
 import polars as pl
-import pyarrow as pa
 
 from ingest import jobs_store, plausible, warehouse
 from ingest.errors import InputError
+from ingest.inputs import read_file
 from ingest.lines import text_lines
 
 
 def read_bytes(path: str | Path) -> bytes:
+    """A trace file's bytes, decompressed when its name ends in .gz."""
     p = Path(path)
-    try:
-        data = p.read_bytes()
-    except FileNotFoundError as exc:
-        raise InputError(str(p), "no such file") from exc
-    except IsADirectoryError as exc:
-        raise InputError(str(p), "is a directory, expected a trace file") from exc
-    except PermissionError as exc:
-        raise InputError(str(p), "permission denied") from exc
+    data = read_file(p, "a trace file")
     if p.suffix == ".gz":
         try:
             data = gzip.decompress(data)
@@ -71,13 +65,7 @@ def ensure_cluster(con, cluster: str, description: str, tz: str = "UTC") -> None
 
 def reject(run: warehouse.IngestRun, rows: pl.DataFrame, lines: list[str]) -> None:
     """Quarantine rows of a frame with columns line_no, field, reason (raw text taken from ``lines``)."""
-    if rows.height == 0:
-        return
-    raw = [lines[n - 1] if 0 < n <= len(lines) else None for n in rows["line_no"].to_list()]
-    run.reject_rows(pa.table({"line_no": pa.array(rows["line_no"].to_list(), pa.int64()),
-                              "field": pa.array(rows["field"].to_list(), pa.string()),
-                              "reason": pa.array(rows["reason"].to_list(), pa.string()),
-                              "raw": pa.array(raw, pa.string())}))
+    run.mark_lines(lines, rejected=rows.select("line_no", "field", "reason").iter_rows())
 
 
 def split_bad(df: pl.DataFrame, checks: list[tuple[str, pl.Expr, pl.Expr]]) -> tuple[pl.DataFrame, pl.DataFrame]:

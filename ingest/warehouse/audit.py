@@ -90,6 +90,19 @@ class IngestRun:
         self.rejected += n
         return n
 
+    def mark_lines(self, lines: list[str], skipped=(), rejected=()) -> None:
+        """A line parser's verdicts: ``skipped`` (line_no, reason) count one line each; ``rejected`` (line_no,
+        field, reason) are quarantined with the line's text (line numbers 1-based), in one insert: one row at a
+        time took 0.8 ms a line, 8 s for a file of 10,000 bad lines."""
+        for ln, reason in skipped:
+            self.skip(reason, 1, ln)
+        rows = list(rejected)
+        if rows:
+            line_no, fields, reasons = zip(*rows)
+            raw = [lines[n - 1] if 0 < n <= len(lines) else None for n in line_no]
+            self.reject_rows(pa.table({"line_no": pa.array(line_no, pa.int64()), "field": pa.array(fields, pa.string()),
+                                       "reason": pa.array(reasons, pa.string()), "raw": pa.array(raw, pa.string())}))
+
     def reject(self, line_no: int, reason: str, raw: str | None, field_name: str | None = None) -> None:
         self.con.execute("INSERT INTO rejects VALUES (?, ?, ?, ?, ?)",
                          [self.run_id, line_no, field_name, reason, raw])
