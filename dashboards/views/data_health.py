@@ -80,13 +80,13 @@ runs = queries.ingest_runs(ctx.version, f)
 scope = "started in the window"
 if runs.height == 0:
     runs = queries.all_ingest_runs(ctx.version).head(100)
-    scope = "latest 100 (none started in the window)"
+    scope = "the latest 100: none started in the window"
 if runs.height == 0:
     ui.no_data("ingest runs", "Run `gpuledger ingest ...` to load data.")
 else:
     failed = runs.filter(pl.col("status") != "ok").height
     c1, c2, c3, c4 = st.columns(4)
-    ui.kpi(c1, "Runs", f"{runs.height:,}", help=f"Ingest runs {scope}.")
+    ui.kpi(c1, "Runs", f"{runs.height:,}", help=f"Ingest runs: {scope}.")
     ui.kpi(c2, "Failed runs", f"{failed:,}", help="A failed run changed nothing; its message says why.")
     read = int(runs["lines_read"].sum())
     rej = int(runs["rejected"].sum())
