@@ -86,6 +86,18 @@ def test_band_above_the_physical_ceiling_is_flagged_and_drawn_capped():
     assert capacity.physical_ceiling(None, None) is None and capacity.physical_ceiling(None, 7.0) == 7.0
 
 
+def test_a_forecast_without_an_interval_is_never_flagged_capped():
+    # NaN bounds (a history too short for intervals) sort above every number in polars: they are not "above the
+    # ceiling", stay NaN and are not capped (they were flagged `capped` = true)
+    hist, fc = _frames([5, 5], [5, 5], width=10.0)
+    fc = fc.with_columns(*(pl.lit(float("nan")).alias(c) for c in ("lo80", "hi80", "lo95", "hi95")))
+    answers = capacity.exhaustion(hist, fc, {"a100": 10.0}, ["pool"], window=1)
+    assert answers["above_ceiling_from"].to_list() == [None]
+    assert answers["note"].to_list() == ["history too short for intervals: upper-band answers unknown"]
+    capped = capacity.cap_bands(fc, answers, ["pool"], 24.0)
+    assert capped["capped"].to_list() == [False, False] and capped["hi95"].is_nan().all()
+
+
 def test_the_ceiling_is_never_below_what_the_history_shows_nor_a_capped_band_below_its_forecast():
     # a capacity given below today's demand (10 GPUs installed, 2 x 10 = 20) for a pool that ran 30-50 GPUs: the
     # ceiling was 20, under the forecast of 55, and the capped 80 % band ended at 20 GPUs, below its own median

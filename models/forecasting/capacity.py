@@ -188,7 +188,9 @@ def _capped(forecast: pl.DataFrame, keys: list[str], ceilings: dict, per_hour: f
         # NaN (no interval) stays NaN: min_horizontal would replace it with the limit
         part = part.with_columns(*(pl.when(pl.col(c).is_nan()).then(pl.col(c)).otherwise(pl.min_horizontal(c, limit))
                                    .alias(c) for c in ("hi80", "hi95")),
-                                 *([(pl.col("hi95") > lim).alias("capped")] if flag else []))
+                                 # polars orders NaN above every number: no interval is not "above the ceiling"
+                                 *([(pl.col("hi95").is_not_nan() & (pl.col("hi95") > lim)).alias("capped")]
+                                   if flag else []))
         out.append(part)
     return pl.concat(out) if out else forecast.with_columns(*([pl.lit(False).alias("capped")] if flag else []))
 
