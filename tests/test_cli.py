@@ -1,4 +1,5 @@
 """The CLI contract: every command of DESIGN.md exists, explains itself, and bad usage exits 2."""
+import json
 import subprocess
 import sys
 
@@ -188,3 +189,17 @@ def _run(capsys, db, *argv):
     code = gpuledger.main(["--db", str(db), *argv])
     out = capsys.readouterr()
     return code, out.out, out.err
+
+
+def test_json_output_is_strict_json_with_unknown_numbers_as_null(run_cli, tmp_path):
+    """A one-day history has no interval (NaN bounds in the frame): JSON has no NaN, so they are null, which a
+    browser's JSON.parse accepts (it refused the bare NaN that was written before)."""
+    series = tmp_path / "one.csv"
+    series.write_text("ts,value\n2026-01-01,5\n")
+
+    def refuse(token):
+        raise ValueError(f"not JSON: {token}")
+    code, out, err = run_cli("forecast", "--series", str(series), "--horizon", "2", "--format", "json")
+    assert code == 0, err
+    rows = json.loads(out, parse_constant=refuse)
+    assert [(r["forecast"], r["lo80"], r["hi95"]) for r in rows] == [(5.0, None, None)] * 2
