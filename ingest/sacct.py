@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from ingest import jobs_store, plausible, sacct_json, slurm_sql, textsplit, warehouse
-from ingest.lines import aligned_table
+from ingest.lines import aligned_table, text_lines
 from ingest.slurm_json import looks_like_json
 from ingest.errors import InputError
 from ingest.inputs import check_zone, read_input
@@ -428,6 +428,22 @@ def _reject(con, run, lines, line_nos, fields, reasons) -> None:
     run.reject_rows(tbl)
 
 
+#: `scontrol show ...` output (key=value records) and the command that reads it, by its first key.
+_SCONTROL = {"JobId=": ("`scontrol show job` output: the live state of jobs, not their accounting; run sacct "
+                        "--parsable2 (or --json) for it (docs/CLI.md, ingest sacct)"),
+             "NodeName=": "`scontrol show node` output: load it with `gpuledger ingest nodes`",
+             "ReservationName=": "`scontrol show reservation` output: load it with `gpuledger ingest reservations`"}
+
+
+def _refuse_scontrol(data, name: str) -> None:
+    """One clear error for scontrol's key=value records among the first 50 lines, not a reject per line: a line
+    that starts with one of their first keys and holds another ``Key=`` and no ``|`` (no sacct line does)."""
+    for line in text_lines(bytes(data[:1 << 16]))[:50]:
+        key = next((k for k in _SCONTROL if line.lstrip().startswith(k)), None)
+        if key and "|" not in line and re.search(r" [A-Za-z]+=", line):
+            raise InputError(name, f"this is {_SCONTROL[key]}")
+
+
 def ingest_bytes(con: duckdb.DuckDBPyConnection, data: bytes, input_name: str, opts: SacctOptions,
                  source: str = "sacct", buf: np.ndarray | None = None) -> dict:
     """Load one sacct output in one transaction; returns the run summary.
@@ -445,6 +461,7 @@ def ingest_bytes(con: duckdb.DuckDBPyConnection, data: bytes, input_name: str, o
         opts.fields, opts.delimiter, opts.tz = ",".join(sacct_json.FIELDS), "|", "UTC"
     if not json_input:
         aligned_table(data, input_name, "sacct --parsable2 (or --json); docs/CLI.md, ingest sacct")
+        _refuse_scontrol(data, input_name)
     data, bad_utf8 = textsplit.to_utf8(data)
     if bad_utf8:
         buf = None

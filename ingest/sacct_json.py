@@ -175,6 +175,9 @@ def to_sacct_text(data: bytes, name: str) -> bytes:
                 # a record we cannot read becomes a line the sacct checks reject, with its place kept
                 out.append(f"bad job record {n}: {type(exc).__name__} {exc}".replace("|", "/"))
     except KeyError:
+        if '"nodes"' in text[:1 << 16] and isinstance(doc := json.loads(text), dict) and "nodes" in doc:
+            raise InputError(name, "this is a node list (slurmrestd /slurm/.../nodes, `scontrol show nodes --json`): "
+                                   "load it with `gpuledger ingest nodes`") from None
         raise InputError(name, "JSON without a `jobs` list: not `sacct --json` or slurmrestd /slurmdb/.../jobs"
                          ) from None
     except ValueError as exc:     # json.JSONDecodeError included

@@ -3,12 +3,14 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from conftest import FIXTURES, shared_path
 from ingest import jobs_store, sacct, warehouse
+from ingest.errors import InputError
 
 XDMOD_HEADERLESS = "|".join(sacct.XDMOD_FIELDS)
 
@@ -362,6 +364,22 @@ def test_cli_reads_stdin_and_strict_exit(run_cli, monkeypatch, tmp_path):
 def test_cli_missing_file_is_one_line_error(run_cli):
     code, _, err = run_cli("ingest", "sacct", "/nonexistent/sacct.psv")
     assert code == 1 and err.strip() == "gpuledger: /nonexistent/sacct.psv: no such file"
+
+
+def test_scontrol_output_is_named_with_the_command_that_reads_it(con, fixtures, tmp_path):
+    """scontrol's key=value records given to `ingest sacct` were one reject per line ("expected 26 fields"): now
+    one line naming what the input is, and nothing is written."""
+    job = tmp_path / "job.txt"       # the shape of `scontrol show job` (Slurm 22.05), two of its lines
+    job.write_text("JobId=42 JobName=train\n   UserId=alice(1000) GroupId=alice(1000) MCS_label=N/A\n")
+    waiting = fixtures / "slurm_waiting"
+    for path, what in ((job, r"`scontrol show job` output: the live state of jobs, not their accounting"),
+                       (waiting / "scontrol-show-node-o.txt", r"`scontrol show node` output: load it with "
+                                                              r"`gpuledger ingest nodes`"),
+                       (waiting / "scontrol-show-reservation.txt", r"`scontrol show reservation` output: load it "
+                                                                   r"with `gpuledger ingest reservations`")):
+        with pytest.raises(InputError, match=f"^{re.escape(str(path))}: this is {what}"):
+            sacct.ingest_path(con, str(path), sacct.SacctOptions())
+    assert con.sql("SELECT count(*) FROM ingest_runs").fetchall() == [(0,)]
 
 
 # ---------------------------------------------------------------- invariants

@@ -106,8 +106,10 @@ def test_a_record_that_cannot_be_read_is_rejected_in_its_place(con):
 def test_other_json_is_named(con):
     with pytest.raises(InputError, match="slurmctld's live job list"):
         sacct.ingest_path(con, str(J / "slurmweb-25.11-v0.0.44-slurm-job-gpus-multi-types.json"), sacct.SacctOptions())
-    with pytest.raises(InputError, match="JSON without a `jobs` list"):
+    with pytest.raises(InputError, match=r"this is a node list .*: load it with `gpuledger ingest nodes`"):
         sacct.ingest_bytes(con, b'{"nodes": []}', "nodes.json", sacct.SacctOptions())
+    with pytest.raises(InputError, match="JSON without a `jobs` list"):
+        sacct.ingest_bytes(con, b'{"meta": {}}', "other.json", sacct.SacctOptions())
     with pytest.raises(InputError, match="not JSON"):
         sacct.ingest_bytes(con, b'{"jobs": [', "cut.json", sacct.SacctOptions())
     with pytest.raises(InputError, match="is JSON, whose records name their fields: drop --fields"):
