@@ -263,6 +263,9 @@ def _sinfo_records(lines: list[str], fields: list[str] | None) -> tuple[list, li
     skipped, rejected, recs = [], [], []
     cols = fields
     header = [h.strip().lower() for h in _split_sinfo(lines[first], delim)]
+    if "jobid" in header:      # sacct's header names NodeList and State too: jobs, not nodes
+        raise InputError("sinfo", f"line {first + 1} heads sacct output (a JobID column): load it with "
+                                  "`gpuledger ingest sacct`")
     if sum(h in SINFO_HEADERS for h in header) >= 2:
         cols = [SINFO_HEADERS.get(h, "_" + h) for h in header]
         if fields is not None and fields != cols:
@@ -295,6 +298,9 @@ def _sinfo_records(lines: list[str], fields: list[str] | None) -> tuple[list, li
             hosts = expand(row["node"])
         except HostlistError as exc:
             rejected.append((i, "node", str(exc)))
+            continue
+        if not hosts:
+            rejected.append((i, "node", "no node name"))
             continue
         try:
             gpus, gtype = parse_gres(row.get("gres"))
