@@ -103,3 +103,41 @@ def aligned_table(data, name: str, command: str) -> None:
         if _RULE.fullmatch(line) and head[i - 1].strip() and "|" not in head[i - 1]:
             raise InputError(name, f"line {i} heads a space-aligned table (titles over a rule of dashes), whose "
                                    f"values are cut to the column width; run {command}")
+
+
+#: What printed a '|'-separated header line, by its titles (lower case, spaces removed), first match wins:
+#: (test, what it is, the `gpuledger ingest` reader that loads it). Job outputs name JobID and titles only sacct
+#: or only squeue prints (a JobID header with neither is left to the reader), sacctmgr's event and reservation
+#: listings TimeStart (reservations also Name), sinfo two of its titles.
+_SINFO_TITLES = {"nodelist", "nodehost", "hostnames", "partition", "state", "statelong", "gres", "gresused",
+                 "cpus(a/i/o/t)", "memory"}
+_SACCT_TITLES = {"jobidraw", "elapsed", "submit", "eligible", "start", "end", "exitcode", "alloctres", "reqtres",
+                 "ncpus", "nnodes", "timelimit"}
+_SQUEUE_TITLES = {"st", "nodelist(reason)", "submit_time", "start_time", "time_left", "tres_per_job",
+                  "tres_per_node", "tres_alloc"}
+_PRINTED_BY = (
+    (lambda t: "jobid" in t and bool(t & _SACCT_TITLES), "sacct output", "sacct"),
+    (lambda t: "jobid" in t and bool(t & _SQUEUE_TITLES), "squeue output", "squeue"),
+    (lambda t: "timestart" in t and "name" in t, "`sacctmgr show reservation` output", "reservations"),
+    (lambda t: "timestart" in t, "`sacctmgr show event` output", "events"),
+    (lambda t: len(t & _SINFO_TITLES) >= 2, "sinfo output", "nodes"),
+)
+
+
+def other_output(line: str, name: str, line_no: int, reader: str) -> None:
+    """Refuse, in one line, a '|'-separated header printed by another Slurm command than the one ``reader``
+    (`gpuledger ingest READER`) loads, naming the reader that does: such a file was rejected line by line
+    ("no header line before the data"), or, given to `ingest nodes`, loaded as nodes without GPUs."""
+    if "|" not in line:
+        return
+    titles = {re.sub(r"\s+", "", t).lower() for t in line.split("|")} - {""}
+    for test, what, by in _PRINTED_BY:
+        if test(titles):
+            if by != reader:
+                raise InputError(name, f"line {line_no} heads {what}: load it with `gpuledger ingest {by}`")
+            return
+
+
+def first_text_line(lines: list[str]) -> int | None:
+    """Index of the first line that is not blank, among the first 50."""
+    return next((i for i, line in enumerate(lines[:50]) if line.strip()), None)

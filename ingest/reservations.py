@@ -27,7 +27,7 @@ from ingest import plausible, reservations_json, warehouse
 from ingest.errors import InputError
 from ingest.hostlist import HostlistError, expand
 from ingest.inputs import read_input, run_slurm
-from ingest.lines import aligned_table, text_lines
+from ingest.lines import aligned_table, first_text_line, other_output, text_lines
 from ingest.slurm_json import looks_like_json
 from ingest.squeue import NULLS, gpu_count
 
@@ -158,6 +158,8 @@ def load(con, text: str | bytes, source_name: str, cluster: str | None = None, t
         aligned_table(data, source_name, "sacctmgr -P show reservation, or scontrol show reservation -o "
                                          "(docs/CLI.md, ingest reservations)")
         lines = text_lines(data)
+        if (first := first_text_line(lines)) is not None:
+            other_output(lines[first], source_name, first + 1, "reservations")
     default = cluster or json_cluster or warehouse.only_cluster(con) or "default"
     rows, skips, rejects = _parse(lines, tz, plausible.window())
     schema = pa.schema([(c, pa.timestamp("us") if c in ("start", "end") else pa.float64() if c == "gpus"

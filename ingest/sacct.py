@@ -18,7 +18,7 @@ import numpy as np
 import pyarrow as pa
 
 from ingest import jobs_store, plausible, sacct_json, slurm_sql, textsplit, warehouse
-from ingest.lines import aligned_table, text_lines
+from ingest.lines import aligned_table, first_text_line, other_output, text_lines
 from ingest.slurm_json import looks_like_json
 from ingest.errors import InputError
 from ingest.inputs import check_zone, read_input
@@ -462,6 +462,9 @@ def ingest_bytes(con: duckdb.DuckDBPyConnection, data: bytes, input_name: str, o
     if not json_input:
         aligned_table(data, input_name, "sacct --parsable2 (or --json); docs/CLI.md, ingest sacct")
         _refuse_scontrol(data, input_name)
+        head = text_lines(bytes(data[:1 << 16]))
+        if (first := first_text_line(head)) is not None:
+            other_output(head[first], input_name, first + 1, "sacct")
     data, bad_utf8 = textsplit.to_utf8(data)
     if bad_utf8:
         buf = None

@@ -16,7 +16,7 @@ import pyarrow as pa
 from ingest import plausible, slurm_sql, warehouse
 from ingest.hostlist import HostlistError, expand
 from ingest.inputs import check_zone, read_input
-from ingest.lines import aligned_table, text_lines
+from ingest.lines import aligned_table, first_text_line, other_output, text_lines
 from ingest.slurm_nodes import normalise_state
 
 #: header title (spaces removed, lower case) -> our field
@@ -59,6 +59,8 @@ def ingest_bytes(con, data: bytes, name: str, cluster: str | None = None, tz: st
     """Load one sacctmgr event listing in one transaction; returns the run summary."""
     aligned_table(data, name, "sacctmgr -P show event All_Time (docs/CLI.md, ingest events)")
     lines = text_lines(data)
+    if (first := first_text_line(lines)) is not None:
+        other_output(lines[first], name, first + 1, "events")
     default_cluster = cluster or warehouse.only_cluster(con) or "default"
     zone = tz or _cluster_tz(con, default_cluster) or "UTC"
     check_zone(con, zone)

@@ -23,7 +23,7 @@ from ingest import plausible, slurm_nodes_json, warehouse
 from ingest.errors import InputError
 from ingest.hostlist import HostlistError, expand
 from ingest.inputs import read_input
-from ingest.lines import text_lines
+from ingest.lines import other_output, text_lines
 from ingest.slurm_json import looks_like_json
 
 #: Suffix characters sinfo appends to a state: * not responding, ~ powered off, # powering up, ! pending
@@ -263,9 +263,7 @@ def _sinfo_records(lines: list[str], fields: list[str] | None) -> tuple[list, li
     skipped, rejected, recs = [], [], []
     cols = fields
     header = [h.strip().lower() for h in _split_sinfo(lines[first], delim)]
-    if "jobid" in header:      # sacct's header names NodeList and State too: jobs, not nodes
-        raise InputError("sinfo", f"line {first + 1} heads sacct output (a JobID column): load it with "
-                                  "`gpuledger ingest sacct`")
+    other_output(lines[first], "sinfo", first + 1, "nodes")     # sacct's names NodeList and State too
     if sum(h in SINFO_HEADERS for h in header) >= 2:
         cols = [SINFO_HEADERS.get(h, "_" + h) for h in header]
         if fields is not None and fields != cols:

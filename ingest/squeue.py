@@ -27,7 +27,7 @@ import pyarrow as pa
 from ingest import plausible, squeue_json, warehouse
 from ingest.errors import InputError
 from ingest.inputs import read_input, run_slurm
-from ingest.lines import text_lines
+from ingest.lines import other_output, text_lines
 from ingest.slurm_json import looks_like_json
 
 #: The fixed format of ``--live`` (and of the tests' captures): one `|`-separated line per job (or array task).
@@ -177,6 +177,8 @@ def _refuse_other_tables(lines: list[str], name: str) -> None:
                                "output with '|' separators (the command: docs/CLI.md, ingest squeue)")
     first = next((i for i, line in enumerate(lines[:50])
                   if line.strip() and not re.fullmatch(r"CLUSTER: \S+", line.strip())), None)
+    if first is not None:
+        other_output(lines[first], name, first + 1, "squeue")
     if first is not None and "|" not in lines[first] and _header(lines[first].split()) is not None:
         raise InputError(name, f"line {first + 1} heads squeue's space-aligned table, whose job names may hold "
                                "spaces and which prints no GPUs; run squeue with '|' separators: squeue --all "

@@ -72,3 +72,34 @@ def test_a_rule_needs_titles_above_it_without_the_delimiter():
     lines.aligned_table(b"\n-----\n", "x", "y")
     with pytest.raises(InputError, match="x: line 2 heads a space-aligned table"):
         lines.aligned_table(b"\n  Cluster   Name\n---------- -------\n c1 r1\n", "x", "y")
+
+
+#: Real outputs of one of each command (Slurm 22.05, captured: tests/fixtures/*/PROVENANCE.md) and what loads them.
+PRINTED = {"sacct": REAL / "sacct-allocations.psv", "squeue": REAL / "squeue-midrun.psv",
+           "events": REAL / "sacctmgr-event-format.psv",
+           "reservations": FIXTURES / "slurm_waiting" / "sacctmgr-reservation.psv"}
+WHAT = {"sacct": "sacct output", "squeue": "squeue output", "events": "`sacctmgr show event` output",
+        "reservations": "`sacctmgr show reservation` output"}
+
+
+@pytest.mark.parametrize("reader", ["sacct", "squeue", "events", "reservations", "nodes"])
+@pytest.mark.parametrize("printed", sorted(PRINTED))
+def test_another_commands_output_is_named_with_its_reader(reader, printed, run_cli):
+    """Each `ingest` reader given another command's '|'-separated output says in one line what it is and which
+    reader loads it, and writes nothing: sacctmgr's events given to `ingest nodes` were loaded as two nodes
+    without GPUs, and the others rejected every line ("no header line before the data")."""
+    if reader == printed:
+        return
+    path = PRINTED[printed]
+    extra = ("--captured-at", "2026-12-02T11:00") if reader == "squeue" else ()
+    code, _, err = run_cli("ingest", reader, "--cluster", "c", "--no-refresh", *extra, str(path))
+    assert (code, err) == (1, f"gpuledger: {path}: line 1 heads {WHAT[printed]}: load it with `gpuledger ingest "
+                              f"{printed}`\n")
+
+
+def test_a_header_names_its_command_only_by_titles_no_other_prints():
+    lines.other_output("JobID|JobName|State", "x", 1, "nodes")            # neither sacct's nor squeue's alone
+    lines.other_output("1|1|alice|ml|a100|normal|COMPLETED", "x", 1, "nodes")   # a data line
+    lines.other_output("NodeList Partition State Gres", "x", 1, "sacct")  # not '|'-separated: the reader decides
+    with pytest.raises(InputError, match=r"^x: line 3 heads sinfo output: load it with `gpuledger ingest nodes`$"):
+        lines.other_output("NODELIST|PARTITION|STATE|GRES", "x", 3, "sacct")

@@ -139,7 +139,7 @@ def test_sinfo_without_header_is_a_clear_error(con, fixtures):
 def test_sacct_output_is_named_and_a_row_without_a_node_is_rejected(con, fixtures):
     """sacct's header names NodeList and State, so it passed for sinfo's, and its first job without a node list
     crashed the reader (IndexError): sacct output is now named, and any row without a node name is rejected."""
-    with pytest.raises(InputError, match=r"sacct-allocations.psv: line 1 heads sacct output \(a JobID column\): "
+    with pytest.raises(InputError, match=r"sacct-allocations.psv: line 1 heads sacct output: "
                                          r"load it with `gpuledger ingest sacct`"):
         slurm_nodes.ingest_path(con, str(fixtures / "realbox" / "sacct-allocations.psv"), cluster="c")
     text = b"NODELIST|PARTITION|STATE|GRES\n|gpu|idle|gpu:a100:4\ngpu01|gpu|idle|gpu:a100:4\n"
