@@ -162,6 +162,10 @@ def parse_bytes(data: bytes, name: str, opts: store.TelemetryOptions, cluster: s
                 scrape_time: dt.datetime | None = None, cache: dict | None = None) -> Parsed:
     """Parse one scrape file (no warehouse access, so it can run beside the store of the previous file)."""
     lines = split_lines(data)
+    first = next((t.strip() for t in lines[:50].to_pylist() if t and t.strip()), "")
+    if first.startswith("timestamp,") or "utilization.gpu" in first:   # every line was "not a metric name"
+        raise InputError(name, "this is an `nvidia-smi --query-gpu ... --format=csv` log: load it with "
+                               "`gpuledger ingest nvidia-smi`")
     points, series, skips, bad, has_eof = parse(lines, opts, cluster, cache)
     if scrape_time is None and points.num_rows and points.column("ts").null_count:
         first = pc.filter(points.column("line_no"), pc.is_null(points.column("ts")))[0].as_py()

@@ -90,15 +90,18 @@ def _segment_sql(cols: list[str]) -> str:
 
 #: what other nvidia-smi outputs look like (their first non-blank line), so a wrong file is named, not told it
 #: lacks a header: (test, what it is)
-XML_OUTPUT = "`nvidia-smi -q -x` (XML)"
+XML_OUTPUT = "`nvidia-smi -q -x` (XML) output"
 _OTHER_OUTPUTS = (
     (lambda l: l.startswith("<?xml") or l.startswith("<nvidia_smi_log"), XML_OUTPUT),
-    (lambda l: l.startswith("==============NVSMI LOG"), "`nvidia-smi -q`"),
-    (lambda l: l.startswith("# gpu"), "`nvidia-smi dmon`"),
-    (lambda l: re.match(r"GPU \d+: .*\(UUID: ", l) is not None, "`nvidia-smi -L`"),
+    (lambda l: l.startswith("==============NVSMI LOG"), "`nvidia-smi -q` output"),
+    (lambda l: l.startswith("# gpu"), "`nvidia-smi dmon` output"),
+    (lambda l: re.match(r"GPU \d+: .*\(UUID: ", l) is not None, "`nvidia-smi -L` output"),
     (lambda l: l.startswith("+---") or "NVIDIA-SMI" in l or re.match(r"\w{3} \w{3} [ \d]\d \d\d:", l) is not None,
      "the `nvidia-smi` summary table"),
-    (lambda l: "pid" in _names(l) and "process_name" in _names(l), "`--query-compute-apps` (one line per process)"),
+    (lambda l: "pid" in _names(l) and "process_name" in _names(l),
+     "`--query-compute-apps` output (one line per process)"),
+    (lambda l: l.startswith(("# HELP ", "# TYPE ")) or re.match(r"DCGM_FI_\w+[{ ]", l) is not None,
+     "a DCGM exporter's Prometheus text (load it with `gpuledger ingest dcgm`)"),
 )
 
 
@@ -111,7 +114,7 @@ def _layouts(lines: list[str], fields: str | None, name: str) -> list[tuple[int,
     """(after_line, before_line, columns) per layout; header lines are the boundaries."""
     other = _other_output(lines)
     if other:
-        raise InputError(name, f"this is {other} output; `ingest nvidia-smi` reads `nvidia-smi --query-gpu="
+        raise InputError(name, f"this is {other}; `ingest nvidia-smi` reads `nvidia-smi --query-gpu="
                                "timestamp,index,utilization.gpu,... --format=csv` logs (docs/CLI.md)")
     heads = [i + 1 for i, line in enumerate(lines) if line.strip() and _is_header(line)]
     segs = []

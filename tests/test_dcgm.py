@@ -123,6 +123,15 @@ def test_missing_timestamp_without_scrape_time_is_a_clear_error(con):
         dcgm.ingest_path(con, str(TEL / "datadog-dcgm-metrics-t4.prom"), telemetry_store.TelemetryOptions())
 
 
+def test_an_nvidia_smi_csv_log_is_named_with_its_reader(con):
+    """Every line of it was rejected as "not a metric name"; now one line names the reader, and nothing is written."""
+    log = TEL / "utkuozdemir-h200-query-gpu-load.csv"
+    with pytest.raises(InputError, match=r"load.csv: this is an `nvidia-smi --query-gpu \.\.\. --format=csv` log: "
+                                         r"load it with `gpuledger ingest nvidia-smi`$"):
+        dcgm.ingest_path(con, f"{log}@{SCRAPE}", telemetry_store.TelemetryOptions())
+    assert con.sql("SELECT count(*) FROM ingest_runs").fetchall() == [(0,)]
+
+
 def test_file_at_time_and_missing_files(con):
     s = dcgm.ingest_path(con, f"{TEL / 'datadog-dcgm-metrics-t4.prom'}@2026-07-14T10:00:00+02:00",
                          telemetry_store.TelemetryOptions())

@@ -80,16 +80,19 @@ def test_small_query_log_with_na_bad_cells_and_repeated_headers(con, tmp_path):
 
 
 @pytest.mark.parametrize("first,what", [
-    ("\n==============NVSMI LOG==============\n\nTimestamp : Tue Jul 14 08:12:53 2026", "`nvidia-smi -q`"),
-    ("# gpu    pwr  gtemp     sm\n# Idx      W      C      %\n    0    631     63    100", "`nvidia-smi dmon`"),
-    ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0000)", "`nvidia-smi -L`"),
+    ("\n==============NVSMI LOG==============\n\nTimestamp : Tue Jul 14 08:12:53 2026", "`nvidia-smi -q` output"),
+    ("# gpu    pwr  gtemp     sm\n# Idx      W      C      %\n    0    631     63    100", "`nvidia-smi dmon` output"),
+    ("GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0000)", "`nvidia-smi -L` output"),
     ("Tue Jul 14 08:12:53 2026\n+-----------------+\n| NVIDIA-SMI 590.48.01 |", "the `nvidia-smi` summary table"),
     ("timestamp, gpu_name, gpu_bus_id, pid, process_name, used_gpu_memory [MiB]\n2026/07/14 08:12:53.500, H100, "
-     "00:09.0, 11327, ./gpu_burn, 2566 MiB", "`--query-compute-apps` (one line per process)")])
+     "00:09.0, 11327, ./gpu_burn, 2566 MiB", "`--query-compute-apps` output (one line per process)"),
+    ("# HELP DCGM_FI_DEV_GPU_UTIL GPU utilization (in %).\n# TYPE DCGM_FI_DEV_GPU_UTIL gauge\n"
+     'DCGM_FI_DEV_GPU_UTIL{gpu="0"} 97', "a DCGM exporter's Prometheus text (load it with `gpuledger ingest dcgm`)"),
+    ('DCGM_FI_DEV_GPU_UTIL{gpu="0"} 97', "a DCGM exporter's Prometheus text (load it with `gpuledger ingest dcgm`)")])
 def test_other_nvidia_smi_outputs_are_named_not_told_they_lack_a_header(con, tmp_path, first, what):
     f = tmp_path / "smi.txt"
     f.write_text(first + "\n")
-    with pytest.raises(InputError, match=re.escape(f"this is {what} output; `ingest nvidia-smi` reads")):
+    with pytest.raises(InputError, match=re.escape(f"this is {what}; `ingest nvidia-smi` reads")):
         nvidia_smi.ingest_path(con, str(f), _opts())
 
 
