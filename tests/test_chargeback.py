@@ -24,7 +24,7 @@ import polars as pl
 import pytest
 
 from cost_helpers import Job, T, add_jobs, build, clone, load_governance, refresh, template
-from models.metrics import chargeback
+from models.metrics import chargeback, cost
 from models.definitions.policy import CostError
 from models.pipeline import close
 
@@ -305,6 +305,22 @@ def test_a_provisional_period_cannot_be_closed(cluster):
     with pytest.raises(CostError, match="cannot close 2026-04: the accounting does not reach the end"):
         close.close_period(con, "2026-04")
     assert chargeback.compute(con, "2026-04").status == "provisional"
+
+
+def test_the_status_says_whether_the_accounting_covers_the_period(make):
+    """'covers the whole period' was printed for a month before any accounting (a typo of the year gave an
+    all-zero statement that said so) and for the month the accounting starts in. The accounting here starts
+    2026-02-28 12:00 UTC: March in UTC is covered whole; March at UTC+14 (Kiritimati: from 2026-02-28 10:00 UTC)
+    is not."""
+    con = make()
+    assert [s for s, _ in cost.data_spans(con).values()] == [dt.datetime(2026, 2, 28, 12)]
+    assert dict(chargeback.compute(con, "2020-01").header)["Status"] == (
+        "open (no accounting in this period: nothing to charge or to close)")
+    assert dict(chargeback.compute(con, "2026-03").header)["Status"] == (
+        "open (the accounting covers the whole period; not closed)")
+    east = make(gov().replace('currency = "EUR"', 'currency = "EUR"\nperiod_timezone = "Pacific/Kiritimati"'))
+    assert dict(chargeback.compute(east, "2026-03").header)["Status"] == (
+        "open (the accounting starts inside the period, 2026-02-28 12:00 UTC; not closed)")
 
 
 def test_tampering_with_a_closed_statement_is_detected(cluster):

@@ -499,7 +499,10 @@ def _header(st: Statement, start: dt.datetime, end: dt.datetime, spans: pl.DataF
     adj = st.lines.filter(pl.col("kind") == "adjustment")
     covered = "; ".join(f"{r['cluster']}: {r['t0']:%Y-%m-%d %H:%M} to {r['t1']:%Y-%m-%d %H:%M}"
                         for r in spans.sort("cluster").iter_rows(named=True)) or "no accounting in this period"
-    status = {"open": "open (the accounting covers the whole period; not closed)",
+    first = spans["t0"].min() if spans.height else None
+    status = {"open": "open (no accounting in this period: nothing to charge or to close)" if first is None else
+                      f"open (the accounting starts inside the period, {first:%Y-%m-%d %H:%M} UTC; not closed)"
+                      if first > start else "open (the accounting covers the whole period; not closed)",
               "provisional": "provisional (the accounting does not reach the end of the period yet)"}[st.status]
     return [
         ("Statement", f"GPU chargeback {st.period}"),
