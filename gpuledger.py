@@ -584,11 +584,17 @@ def _window_or_windows(args) -> tuple:
 
 def _governance_windows(args, con, default_days, lo, hi):
     """--from/--to as one window, else --windows (default: the governance's, 7 and 30 days) ending at the horizon."""
+    from models.definitions.times import check_window
     from models.metrics import fairness, timeline
     if lo or hi:
         hi = hi or timeline.horizon(con)
-        if hi is None or lo is None or lo >= hi:
-            raise UsageError("give --from before --to (or before the data horizon)")
+        if lo is None or hi is None:
+            raise UsageError(f"report {args.report}: give --from with --to (a window needs its start)" if lo is None
+                             else f"report {args.report}: no accounting loaded: --from has no data horizon to end at")
+        try:
+            check_window(lo, hi)           # the message every report gives for a window that ends before it starts
+        except ValueError as exc:
+            raise UsageError(f"report {args.report}: {exc}") from exc
         return [(f"{lo:%Y-%m-%d}..{hi:%Y-%m-%d}", lo, hi)]
     try:
         days = [int(d) for d in args.windows.split(",")] if args.windows else list(default_days)

@@ -203,3 +203,18 @@ def test_json_output_is_strict_json_with_unknown_numbers_as_null(run_cli, tmp_pa
     assert code == 0, err
     rows = json.loads(out, parse_constant=refuse)
     assert [(r["forecast"], r["lo80"], r["hi95"]) for r in rows] == [(5.0, None, None)] * 2
+
+
+@pytest.mark.parametrize("report", ["queue"])
+def test_governance_windows_say_what_is_wrong_with_them_as_every_report_does(report, run_cli, con):
+    """The same words as the other reports for a window that ends before it starts (it was 'give --from before
+    --to (or before the data horizon)' for every case), and what is missing otherwise. `report fairness` reads
+    its windows the same way (gpuledger.py _governance_windows), once a governance file is loaded."""
+    code, _, err = run_cli("report", report, "--from", "2026-05-01", "--to", "2026-04-01")
+    assert (code, err) == (2, f"gpuledger: report {report}: empty window: --from 2026-05-01 00:00:00 is not before "
+                              "--to 2026-04-01 00:00:00\n")
+    code, _, err = run_cli("report", report, "--to", "2026-04-01")
+    assert (code, err) == (2, f"gpuledger: report {report}: give --from with --to (a window needs its start)\n")
+    code, _, err = run_cli("report", report, "--from", "2026-04-01")      # an empty warehouse: no horizon
+    assert (code, err) == (2, f"gpuledger: report {report}: no accounting loaded: --from has no data horizon to "
+                              "end at\n")
