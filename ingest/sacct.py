@@ -435,10 +435,14 @@ _SCONTROL = {"JobId=": ("`scontrol show job` output: the live state of jobs, not
              "ReservationName=": "`scontrol show reservation` output: load it with `gpuledger ingest reservations`"}
 
 
-def _refuse_scontrol(data, name: str) -> None:
-    """One clear error for scontrol's key=value records among the first 50 lines, not a reject per line: a line
-    that starts with one of their first keys and holds another ``Key=`` and no ``|`` (no sacct line does)."""
-    for line in text_lines(bytes(data[:1 << 16]))[:50]:
+def _refuse_other_outputs(data, name: str) -> None:
+    """One clear error for another command's output, not a reject per line: scontrol's key=value records among
+    the first 50 lines (a line that starts with one of their first keys and holds another ``Key=`` and no ``|``,
+    which no sacct line does), or another Slurm command's header (`lines.other_output`)."""
+    head = text_lines(bytes(data[:1 << 16]))
+    if (first := first_text_line(head)) is not None:
+        other_output(head[first], name, first + 1, "sacct")
+    for line in head[:50]:
         key = next((k for k in _SCONTROL if line.lstrip().startswith(k)), None)
         if key and "|" not in line and re.search(r" [A-Za-z]+=", line):
             raise InputError(name, f"this is {_SCONTROL[key]}")
@@ -461,10 +465,7 @@ def ingest_bytes(con: duckdb.DuckDBPyConnection, data: bytes, input_name: str, o
         opts.fields, opts.delimiter, opts.tz = ",".join(sacct_json.FIELDS), "|", "UTC"
     if not json_input:
         aligned_table(data, input_name, "sacct --parsable2 (or --json); docs/CLI.md, ingest sacct")
-        _refuse_scontrol(data, input_name)
-        head = text_lines(bytes(data[:1 << 16]))
-        if (first := first_text_line(head)) is not None:
-            other_output(head[first], input_name, first + 1, "sacct")
+        _refuse_other_outputs(data, input_name)
     data, bad_utf8 = textsplit.to_utf8(data)
     if bad_utf8:
         buf = None

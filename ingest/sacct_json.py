@@ -155,6 +155,18 @@ def _iter_jobs(text: str):
         raise KeyError("jobs")
 
 
+def _not_jobs(text: str) -> str:
+    """What a JSON document without a `jobs` list is, as far as we can tell."""
+    try:
+        doc = json.loads(text) if '"nodes"' in text[:1 << 16] else None
+    except ValueError:
+        doc = None
+    if isinstance(doc, dict) and "nodes" in doc:
+        return ("this is a node list (slurmrestd /slurm/.../nodes, `scontrol show nodes --json`): load it with "
+                "`gpuledger ingest nodes`")
+    return "JSON without a `jobs` list: not `sacct --json` or slurmrestd /slurmdb/.../jobs"
+
+
 def to_sacct_text(data: bytes, name: str) -> bytes:
     """The jobs of a `sacct --json` / slurmdbd jobs document as ``|``-separated lines in :data:`FIELDS`, one per
     job in the document's order; an error names what the input is when it is not that."""
@@ -175,11 +187,7 @@ def to_sacct_text(data: bytes, name: str) -> bytes:
                 # a record we cannot read becomes a line the sacct checks reject, with its place kept
                 out.append(f"bad job record {n}: {type(exc).__name__} {exc}".replace("|", "/"))
     except KeyError:
-        if '"nodes"' in text[:1 << 16] and isinstance(doc := json.loads(text), dict) and "nodes" in doc:
-            raise InputError(name, "this is a node list (slurmrestd /slurm/.../nodes, `scontrol show nodes --json`): "
-                                   "load it with `gpuledger ingest nodes`") from None
-        raise InputError(name, "JSON without a `jobs` list: not `sacct --json` or slurmrestd /slurmdb/.../jobs"
-                         ) from None
+        raise InputError(name, _not_jobs(text)) from None
     except ValueError as exc:     # json.JSONDecodeError included
         raise InputError(name, f"not JSON: {exc}") from exc
     return ("\n".join(out) + ("\n" if out else "")).encode()
