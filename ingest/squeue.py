@@ -177,9 +177,10 @@ def _refuse_other_tables(lines: list[str], name: str) -> None:
                                "output with '|' separators (the command: docs/CLI.md, ingest squeue)")
     first = next((i for i, line in enumerate(lines[:50])
                   if line.strip() and not re.fullmatch(r"CLUSTER: \S+", line.strip())), None)
-    if first is not None:
-        other_output(lines[first], name, first + 1, "squeue")
-    if first is not None and "|" not in lines[first] and _header(lines[first].split()) is not None:
+    if first is None:
+        return
+    other_output(lines[first], name, first + 1, "squeue")
+    if "|" not in lines[first] and _header(lines[first].split()) is not None:
         raise InputError(name, f"line {first + 1} heads squeue's space-aligned table, whose job names may hold "
                                "spaces and which prints no GPUs; run squeue with '|' separators: squeue --all "
                                f"--array --Format '{LIVE_FORMAT}'")

@@ -28,8 +28,7 @@ from typing import Any, Callable
 import duckdb
 
 from ingest import governance, inputs, prometheus, reservations, sacct, sacct_live, slurm_events, slurm_nodes
-from ingest import squeue
-from ingest import prometheus_pushdown, telemetry_store
+from ingest import prometheus_pushdown, squeue, telemetry_store
 from ingest import warehouse
 from ingest.errors import InputError
 
