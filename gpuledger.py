@@ -121,8 +121,6 @@ def emit(df, fmt: str | None, out: str | None) -> None:
 
     The format defaults to the extension of ``out`` (.csv, .json, .parquet), else a text table. CSV text cells
     are neutralised (dashboards/exports.py); on a terminal, control characters in data print escaped."""
-    import polars as pl
-
     from dashboards import exports, terminal
     if fmt is None:
         ext = Path(out).suffix.lower() if out else ""
@@ -133,12 +131,10 @@ def emit(df, fmt: str | None, out: str | None) -> None:
         df.write_parquet(out)
         return
     if fmt == "csv":
-        text = exports.neutralise(df).write_csv()
+        text = exports.neutralise(exports.finite(df)).write_csv()
     elif fmt == "json":
         # NaN and infinity are not JSON (a browser's JSON.parse refuses the file): they are null, as missing is
-        finite = df.with_columns(pl.when(pl.col(c).is_finite()).then(pl.col(c)).alias(c)
-                                 for c, t in df.schema.items() if t.is_float())
-        text = json.dumps(finite.to_dicts(), default=_json_value, indent=1) + "\n"   # escapes control characters
+        text = json.dumps(exports.finite(df).to_dicts(), default=_json_value, indent=1) + "\n"   # escapes controls
     else:
         text = terminal.format_table(df, None if out else terminal.terminal_width(sys.stdout))
     if out:

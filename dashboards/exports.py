@@ -62,6 +62,13 @@ def neutralise(df: pl.DataFrame) -> pl.DataFrame:
     return df.with_columns([neutralised(pl.col(c).cast(pl.String)).alias(c) for c in text])
 
 
+def finite(df: pl.DataFrame) -> pl.DataFrame:
+    """``df`` with NaN and infinite floats as nulls: the one rule for unknown numbers in files that leave the
+    product (a spreadsheet reads CSV's "NaN" as text and JSON has no NaN; XLSX writes such a cell empty too)."""
+    return df.with_columns(pl.when(pl.col(c).is_finite()).then(pl.col(c)).alias(c)
+                           for c, t in df.schema.items() if t.is_float())
+
+
 def fmt_of(path: str | Path, fmt: str | None = None) -> str:
     f = fmt or Path(path).suffix.lower().lstrip(".")
     if f not in FORMATS:
@@ -74,8 +81,8 @@ def slug(name: str) -> str:
 
 
 def csv_bytes(df: pl.DataFrame) -> bytes:
-    """CSV (UTF-8, header row, ISO timestamps), text cells neutralised."""
-    return neutralise(df).write_csv(datetime_format="%Y-%m-%d %H:%M:%S").encode("utf-8")
+    """CSV (UTF-8, header row, ISO timestamps), text cells neutralised, unknown numbers (NaN, inf) empty."""
+    return neutralise(finite(df)).write_csv(datetime_format="%Y-%m-%d %H:%M:%S").encode("utf-8")
 
 
 def parquet_bytes(df: pl.DataFrame) -> bytes:

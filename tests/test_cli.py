@@ -203,6 +203,9 @@ def test_json_output_is_strict_json_with_unknown_numbers_as_null(run_cli, tmp_pa
     assert code == 0, err
     rows = json.loads(out, parse_constant=refuse)
     assert [(r["forecast"], r["lo80"], r["hi95"]) for r in rows] == [(5.0, None, None)] * 2
+    code, out, err = run_cli("forecast", "--series", str(series), "--horizon", "2", "--format", "csv")
+    assert code == 0 and "NaN" not in out, out                  # a spreadsheet would read "NaN" as text
+    assert out.splitlines()[1].split(",")[1:6] == ["5.0", "", "", "", ""]
 
 
 @pytest.mark.parametrize("report", ["queue"])

@@ -38,6 +38,13 @@ def test_csv_is_neutralised_and_parquet_keeps_values():
     assert back["name"][0] == "=cmd|' /C calc'!A0" and back["money"].dtype == pl.Decimal(18, 2)
 
 
+def test_csv_writes_unknown_numbers_as_empty_cells_not_text():
+    """A spreadsheet reads CSV's "NaN" or "inf" as text in a number column: unknown numbers are empty, as XLSX's."""
+    rows = pl.read_csv(io.BytesIO(exports.csv_bytes(frame())))["x"].to_list()
+    assert rows == [1.5, None, 2.25, None, 1e-7, -3.0, 0.0, None]
+    assert "NaN" not in exports.csv_bytes(frame()).decode() and "inf" not in exports.csv_bytes(frame()).decode()
+
+
 def test_xlsx_cells_keep_types_formats_and_positions(tmp_path):
     p = tmp_path / "t.xlsx"
     p.write_bytes(exports.xlsx_bytes({"data": frame(), "empty": frame().head(0)}, title="T & <x>",
