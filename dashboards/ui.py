@@ -7,6 +7,7 @@ may quote data) goes only to the server's log, under the same reference, for the
 from __future__ import annotations
 
 import datetime as dt
+import html
 import logging
 import re
 import secrets
@@ -182,8 +183,21 @@ def _grid(df: pl.DataFrame, key: str, ctx: Context, columns: dict[str, str] | No
 def chart(where, fig, *, key: str) -> None:
     """Draw a plotly figure in ``where`` (``st`` or a column). ``theme=None``: the figure is drawn as built
     (dashboards.theme.plotly_layout over Streamlit's plotly template, which Streamlit makes the default), not
-    re-themed in the browser, which costs each page 0.05-0.2 s (docs/BENCHMARKS.md, 2026-12-05 evening)."""
-    where.plotly_chart(fig, key=key, theme=None)
+    re-themed in the browser, which costs each page 0.05-0.2 s (docs/BENCHMARKS.md, 2026-12-05 evening).
+
+    The figure's title is drawn above it as HTML, which wraps: a plotly title is one SVG line, cut at the chart's
+    edge in a half-width column on a laptop ("Free GPUs a request of eac" at 1024 px). The figure itself keeps
+    its title (PDF and image exports draw it): it is taken out only while the chart is sent."""
+    title, top = fig.layout.title.text, fig.layout.margin.t
+    if not title:
+        where.plotly_chart(fig, key=key, theme=None)
+        return
+    where.html(f'<div class="gl-chart-title">{html.escape(title)}</div>')
+    fig.layout.title.text, fig.layout.margin.t = None, max(10, (top or 0) - CHART_TITLE_PX)
+    try:
+        where.plotly_chart(fig, key=key, theme=None)
+    finally:   # the figure may be a cached object that other reruns draw again
+        fig.layout.title.text, fig.layout.margin.t = title, top
 
 
 #: Streamlit's chart code (plotly.js inside, 4.7 MB): a content-hashed chunk of its frontend, found once per
@@ -206,21 +220,27 @@ def load_chart_code() -> None:
         event.html(f'<script type="module" src="./static/js/{CHART_CHUNK}"></script>', unsafe_allow_javascript=True)
 
 
-#: KPI tiles: five in a row are 100-170 pixels wide on a 1024-1366 pixel screen, where Streamlit cut the values
-#: to "91,5…", the labels to "Charged to…" and the changes to "23 started a…". The value's type shrinks with its
-#: tile (20 % of the tile's width fits ten characters, up to Streamlit's 2.25rem), and values, labels and
-#: changes wrap at spaces instead of being cut.
-KPI_CSS = """<style>
+#: the height a plotly title takes at the top of a figure (theme.plotly_layout: 12 px pad, a 15 px line)
+CHART_TITLE_PX = 30
+
+#: The dashboards' only CSS. KPI tiles: five in a row are 100-170 pixels wide on a 1024-1366 pixel screen, where
+#: Streamlit cut the values to "91,5…", the labels to "Charged to…" and the changes to "23 started a…". The
+#: value's type shrinks with its tile (20 % of the tile's width fits ten characters, up to Streamlit's 2.25rem),
+#: a label's too (to 0.75rem: "Fragmentation" had been broken as "Fragmentati/on"), and values, labels and
+#: changes wrap at spaces, never inside a word. Chart titles (ui.chart) look like plotly's and wrap.
+STYLES = """<style>
 [data-testid="stMetric"] { container-type: inline-size; }
 [data-testid="stMetricValue"] { font-size: clamp(1.25rem, 20cqi, 2.25rem); }
+[data-testid="stMetricLabel"] p { font-size: clamp(0.75rem, 11cqi, 0.875rem); }
 [data-testid="stMetricValue"] :is(div, p), [data-testid="stMetricLabel"] p,
-[data-testid="stMetricDelta"] :is(div, p) { white-space: normal; }
+[data-testid="stMetricDelta"] :is(div, p) { white-space: normal; overflow-wrap: normal; word-break: normal; }
+.gl-chart-title { font-size: 15px; color: #1F2933; padding: 4px 10px 0; line-height: 1.3; }
 </style>"""
 
 
 def load_styles() -> None:
     """The dashboards' own CSS; style-only HTML goes to Streamlit's event container and takes no space."""
-    st.html(KPI_CSS)
+    st.html(STYLES)
 
 
 _ZERO_CHANGE = re.compile(r"^[+-]?0(\.0*)?( |$)")

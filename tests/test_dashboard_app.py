@@ -126,8 +126,10 @@ def test_the_chart_code_is_sent_first_to_the_event_container(lab_db, monkeypatch
     src = re.fullmatch(r'<script type="module" src="\./(static/js/PlotlyChart\.[\w-]+\.js)"></script>',
                        html[0].proto.body).group(1)
     assert (Path(streamlit.__file__).parent / "static" / src).is_file()
-    assert html[1].proto.body == ui.KPI_CSS and not html[1].proto.unsafe_allow_javascript
-    assert not any(e.type == "html" for e in at.main.children.values())
+    assert html[1].proto.body == ui.STYLES and not html[1].proto.unsafe_allow_javascript
+    # the page's own HTML is chart titles only (ui.chart)
+    assert all(e.proto.body.startswith('<div class="gl-chart-title">')
+               for e in at.main.children.values() if e.type == "html")
 
 
 def test_only_the_dashboards_server_warms_up_their_views_and_preloads_their_code(tmp_path):

@@ -79,3 +79,30 @@ def test_a_failing_page_shows_one_line_and_a_reference_the_log_has_the_traceback
     assert all(r.levelno == logging.ERROR and r.exc_info for r in logged.values())
     detail = logging.Formatter().format(logged[page_ref])
     assert "Traceback" in detail and "tl_hourly" in detail and "views/overview.py" in detail
+
+
+def _chart_page():
+    import plotly.graph_objects as go
+    import streamlit as st
+
+    from dashboards import ui as page_ui
+    fig = go.Figure(go.Bar(x=[1, 2], y=[3, 4]))
+    fig.update_layout(title_text="Free GPUs a request of each size could not use <b>&</b>", margin=dict(t=84))
+    page_ui.chart(st, fig, key="c")
+    st.session_state["kept"] = (fig.layout.title.text, fig.layout.margin.t)
+
+
+def test_a_chart_title_is_drawn_above_the_figure_as_text_that_wraps_and_the_figure_keeps_it():
+    """A plotly title is one SVG line cut at a half-width chart's edge on a laptop: ui.chart draws it as HTML
+    (escaped) above the figure, sends the figure without it (30 px less top margin), and leaves the figure as it
+    was (a cached figure is drawn again on the next rerun; PDF and image exports draw its title)."""
+    from streamlit.testing.v1 import AppTest
+    at = AppTest.from_function(_chart_page)
+    at.run()
+    assert not at.exception
+    html = [e for e in at.get("html")]
+    assert [h.proto.body for h in html] == [
+        '<div class="gl-chart-title">Free GPUs a request of each size could not use &lt;b&gt;&amp;&lt;/b&gt;</div>']
+    sent = json.loads(at.get("plotly_chart")[0].proto.spec)
+    assert "text" not in sent["layout"].get("title", {}) and sent["layout"]["margin"]["t"] == 54
+    assert at.session_state["kept"] == ("Free GPUs a request of each size could not use <b>&</b>", 84)
