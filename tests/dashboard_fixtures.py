@@ -3,8 +3,10 @@ governance file), loaded through the real CLI ingestors and refreshed, so its se
 site's would be. Built once per test process and shared read-only (the dashboard never writes)."""
 from __future__ import annotations
 
+import html
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -109,9 +111,31 @@ def open_page(at, page: str, **state):
     return at
 
 
+_CHART_TITLE = re.compile(r'<div class="gl-chart-title">(.*)</div>', re.S)
+
+
 def figures(at) -> list[dict]:
-    """Every plotly figure on the page, as plotly JSON."""
-    return [json.loads(el.proto.spec) for el in at.get("plotly_chart")]
+    """Every plotly figure on the page, as plotly JSON, in page order, each with the title ui.chart drew above it
+    as HTML put back as its layout's title (as the figure was built)."""
+    out: list[dict] = []
+    title = None
+
+    def walk(node) -> None:
+        nonlocal title
+        for child in node.children.values():
+            if child.type == "html" and (m := _CHART_TITLE.fullmatch(child.proto.body)):
+                title = html.unescape(m.group(1))
+            elif child.type == "plotly_chart":
+                fig = json.loads(child.proto.spec)
+                if title is not None:
+                    fig["layout"].setdefault("title", {})["text"] = title
+                out.append(fig)
+                title = None
+            elif hasattr(child, "children"):
+                walk(child)
+    walk(at._tree)
+    assert len(out) == len(at.get("plotly_chart"))
+    return out
 
 
 def metric(at, label: str):
