@@ -81,6 +81,19 @@ def top_categories(df: pl.DataFrame, category: str, values: Sequence[str], n: in
 LEGEND_ROW_MAX = 6
 
 
+#: A horizontal axis title longer than this is set on two lines: plotly draws it as one SVG line centred on the
+#: plot, cut at the figure's edge in a half-width chart on a laptop ("Usage share / entitlement s" at 1024 px).
+AXIS_TITLE_CHARS = 20
+
+
+def axis_title(text: str | None) -> str | None:
+    """``text`` broken at the space nearest its middle when longer than AXIS_TITLE_CHARS (plotly's ``<br>``)."""
+    if not text or len(text) <= AXIS_TITLE_CHARS or " " not in text:
+        return text
+    cut = min((i for i, c in enumerate(text) if c == " "), key=lambda i: abs(i - len(text) / 2))
+    return f"{text[:cut]}<br>{text[cut + 1:]}"
+
+
 def _finish(fig: go.Figure, title: str | None, x_title: str | None, y_title: str,
             height: int = 380, y_format: str | None = None) -> go.Figure:
     fig.update_layout(**theme.plotly_layout(height))
@@ -93,7 +106,7 @@ def _finish(fig: go.Figure, title: str | None, x_title: str | None, y_title: str
         # A legend row wraps in a half-width chart (~60 characters at 1400 px): make room for every row.
         rows = max(1, math.ceil(sum(len(n) + 6 for n in names) / 60))
         fig.update_layout(margin=dict(t=62 + 22 * rows))
-    fig.update_xaxes(title_text=x_title)
+    fig.update_xaxes(title_text=axis_title(x_title))
     fig.update_yaxes(title_text=y_title, tickformat=y_format)
     return fig
 
@@ -144,7 +157,7 @@ def bars(df: pl.DataFrame, x: str, y: str, *, color: str | None = None, colours:
     (fig.update_yaxes if horizontal else fig.update_xaxes)(**cats)
     if horizontal:
         fig = _finish(fig, title, y_title, x_title or "", height=height)
-        fig.update_xaxes(title_text=y_title, tickformat=y_format, showgrid=True, gridcolor="#EEF1F4")
+        fig.update_xaxes(title_text=axis_title(y_title), tickformat=y_format, showgrid=True, gridcolor="#EEF1F4")
         fig.update_yaxes(title_text=x_title, autorange="reversed", showgrid=False)
         fig.update_layout(hovermode="closest")
         return fig

@@ -168,13 +168,20 @@ def test_every_page_renders_charts_without_exception(server, browser, warehouse_
 #: Text the viewer must read whole: KPI values and labels, page links, buttons, chart titles. Streamlit cuts them
 #: with an ellipsis where they do not fit ("91,5…" for a cluster cost of 91,586 USD on a 1024-pixel screen, before
 #: ui.STYLES); a word too long for its tile overflows it; a plotly title (one SVG line, class gtitle) is cut at the
-#: chart's edge ("Free GPUs a request of eac" in a half-width chart at 1024 px, before ui.chart drew titles as HTML).
+#: chart's edge ("Free GPUs a request of eac" in a half-width chart at 1024 px, before ui.chart drew titles as HTML),
+#: and so is a horizontal axis title ("Usage share / entitlement s", before charts.axis_title).
 _CUT_TEXT_JS = """() => [...document.querySelectorAll(
     "[data-testid='stMain'] :is([data-testid='stMetricValue'] > div, [data-testid='stMetricLabel'] p, "
     + "[data-testid='stMetricDelta'] > div, [data-testid='stPageLink-NavLink'] p, button p, .gl-chart-title)")]
   .filter(e => e.offsetParent !== null && e.scrollWidth > e.clientWidth + 1)
   .map(e => `${e.innerText} (${e.scrollWidth} px in ${e.clientWidth})`)
-  .concat([...document.querySelectorAll("[data-testid='stMain'] .gtitle")].map(e => `plotly title ${e.textContent}`))"""
+  .concat([...document.querySelectorAll("[data-testid='stMain'] .gtitle")].map(e => `plotly title ${e.textContent}`))
+  .concat([...document.querySelectorAll("[data-testid='stMain'] .js-plotly-plot")].flatMap(p => {
+    const box = p.querySelector("svg.main-svg").getBoundingClientRect();
+    return [...p.querySelectorAll(".g-xtitle text")].filter(t => {
+      const b = t.getBoundingClientRect(); return b.width && (b.left < box.left - 1 || b.right > box.right + 1); })
+      .map(t => `axis title ${t.textContent} (${Math.round(t.getBoundingClientRect().right - box.left)} px in `
+                + `${Math.round(box.width)})`); }))"""
 
 
 def _no_tile_or_link_text_is_cut(page, name: str) -> None:

@@ -40,9 +40,23 @@ def test_horizontal_bars_put_units_on_the_value_axis_and_draw_a_reference():
     df = pl.DataFrame({"team": ["a", "b"], "ratio": [0.5, 1.5]})
     fig = charts.bars(df, "team", "ratio", horizontal=True, y_title="Usage share / entitlement share",
                       x_title="Team", reference=1.0, reference_text="fair")
-    assert fig.layout.xaxis.title.text == "Usage share / entitlement share"
+    assert fig.layout.xaxis.title.text == "Usage share /<br>entitlement share"   # two lines: see below
     assert fig.layout.yaxis.title.text == "Team"
     assert any(s.x0 == 1.0 for s in fig.layout.shapes)
+
+
+def test_a_long_horizontal_axis_title_is_set_on_two_lines_at_the_space_nearest_its_middle():
+    """plotly draws an axis title as one line centred on the plot: in a half-width chart on a 1024-pixel screen
+    "Usage share / entitlement share" was cut to "Usage share / entitlement s" (tests/test_dashboard_browser.py)."""
+    assert charts.axis_title("Queue wait (GPU-hours)") == "Queue wait<br>(GPU-hours)"
+    assert charts.axis_title("Request size (GPUs)") == "Request size (GPUs)"          # 19 characters: one line
+    assert charts.axis_title("Share of GPU-hours (%)") == "Share of<br>GPU-hours (%)"
+    assert charts.axis_title("arrived_GPU_demand_of_capacity") == "arrived_GPU_demand_of_capacity"   # no space
+    assert charts.axis_title(None) is None and charts.axis_title("") == ""
+    fig = charts.bars(pl.DataFrame({"k": ["a"], "v": [1.0]}), "k", "v", y_title="GPU-hours",
+                      x_title="Requested GPUs per job (count)")
+    assert fig.layout.xaxis.title.text == "Requested GPUs<br>per job (count)"
+    assert fig.layout.yaxis.title.text == "GPU-hours"
 
 
 def test_forecast_band_draws_intervals_capacity_and_exhaustion():
