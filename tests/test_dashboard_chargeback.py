@@ -41,7 +41,14 @@ def test_statement_kpis_reconciliation_and_lines(lab_db, october, monkeypatch):
                                  + t["rounding_residue"])
     # the export stops at 2026-10-20 12:00: October's statement is open and provisional, and says so
     assert stmt.status == "provisional"
-    assert "provisional" in " ".join(c.value for c in at.caption)
+    captions = " ".join(c.value for c in at.caption)
+    assert "The accounting does not reach the end of the period yet" in captions
+    # and it cannot be closed yet: the close's own refusal is said, and its button is not offered
+    refusal = chargeback.close_refusal(stmt)
+    assert refusal == ("the accounting does not reach the end of the period yet (lab: 2026-10-01 00:00 to "
+                       "2026-10-20 11:45); ingest the rest of the month first")
+    assert f"2026-10 cannot be closed yet: {refusal}." in captions
+    assert at.button(key="cb_close").disabled
     recon = [s.value for s in at.success if s.value.startswith("Cluster cost")]
     assert recon and recon[0].endswith("reconciles to the cent.")
     m = lambda x: f"{float(x):,.2f}"     # noqa: E731

@@ -1,6 +1,8 @@
 """Chargeback: what each team and cost centre owes for a month, reconciled to the cent, with the exports."""
 from __future__ import annotations
 
+import re
+
 import polars as pl
 import streamlit as st
 
@@ -32,8 +34,10 @@ with top[1]:
     badge = {"closed": ("Closed", "green", ":material/lock:"), "open": ("Open", "blue", ":material/lock_open:"),
              "provisional": ("Open, provisional", "orange", ":material/hourglass_top:")}[stmt.status]
     st.badge(badge[0], color=badge[1], icon=badge[2])
-    status_text = ui.statement_status(stmt.status) + " · " + dict(stmt.header).get("Status", stmt.status)
-    st.caption(status_text + (f" · content hash {stmt.content_hash[:12]}" if stmt.content_hash else ""))
+    # the badge says open, provisional or closed: the caption gives the statement's own reason once
+    detail = re.sub(r"^(open|provisional) \((.*)\)$", r"\2", dict(stmt.header).get("Status", stmt.status))
+    st.caption(detail[:1].upper() + detail[1:]
+               + (f" · content hash {stmt.content_hash[:12]}" if stmt.content_hash else ""))
 
 # ---------------------------------------------------------------- period close (finance, managers, admins)
 def _close(viewer: access.Scope, period: str) -> None:
@@ -53,10 +57,13 @@ shown_period, done = st.session_state.get("cb_close_outcome", (None, None))
 if shown_period == period:
     (st.success if done.ok else st.error)(done.message, icon=":material/lock:" if done.ok else ":material/block:")
 if stmt.status != "closed":
+    refusal = chargeback.close_refusal(stmt)   # the close's own refusal: the button is not offered for it
     with st.expander(f"Close {period}", icon=":material/lock:"):
         st.markdown(f"Closing freezes this statement as it stands: later jobs of {period} reach the books only as "
                     "adjustments of the next open period. It cannot be undone.")
-        if not viewer.may("close"):
+        if refusal:
+            st.caption(f"{period} cannot be closed yet: {refusal}.")
+        elif not viewer.may("close"):
             st.caption("Only finance, managers and admins may close a period; the server refuses it for "
                        f"your role ({viewer.role.replace('_', ' ')}).")
         # The close runs in the button's callback, at the start of the run the click causes, not in the page body
@@ -64,7 +71,7 @@ if stmt.status != "closed":
         # reaches the button (Streamlit resets trigger values of an interrupted run), and a load test once saw a
         # click shown nothing for 90 s. The page then draws the outcome (above) and the statement after the close.
         st.button(f"Close {period} now", key="cb_close", icon=":material/lock:", type="primary",
-                  on_click=_close, args=(viewer, period))
+                  on_click=_close, args=(viewer, period), disabled=refusal is not None)
 
 t = stmt.total_row
 money = lambda x: f"{float(x):,.{minor}f} {cur}"   # noqa: E731 (display only; sums stay Decimal)

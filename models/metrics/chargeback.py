@@ -493,14 +493,18 @@ def _reserved_header(st: Statement) -> list[tuple[str, str]]:
                               "owners (within the idle shares)")]
 
 
+#: the header's "Accounting covered (UTC)" for a period no accounting reaches
+NO_ACCOUNTING = "no accounting in this period"
+
+
 def _header(st: Statement, start: dt.datetime, end: dt.datetime, spans: pl.DataFrame,
             have_waste: bool, n_jobs: int) -> list[tuple[str, str]]:
     p, t, a = st.policy, st.total_row, _amounts(st)
     adj = st.lines.filter(pl.col("kind") == "adjustment")
     covered = "; ".join(f"{r['cluster']}: {r['t0']:%Y-%m-%d %H:%M} to {r['t1']:%Y-%m-%d %H:%M}"
-                        for r in spans.sort("cluster").iter_rows(named=True)) or "no accounting in this period"
+                        for r in spans.sort("cluster").iter_rows(named=True)) or NO_ACCOUNTING
     first = spans["t0"].min() if spans.height else None
-    status = {"open": "open (no accounting in this period: nothing to charge or to close)" if first is None else
+    status = {"open": f"open ({NO_ACCOUNTING}: nothing to charge or to close)" if first is None else
                       f"open (the accounting starts inside the period, {first:%Y-%m-%d %H:%M} UTC; not closed)"
                       if first > start else "open (the accounting covers the whole period; not closed)",
               "provisional": "provisional (the accounting does not reach the end of the period yet)"}[st.status]
@@ -629,6 +633,19 @@ def _adjustment_lines(con, here: str, period: str, restated: Statement, jobs: pl
 PARTS = {"lines": ("statement_lines", "line_no", LINE_SCHEMA), "recon": ("statement_recon", "row_no", RECON_SCHEMA),
          "rates": ("statement_rates", "cluster, gpu_type, team, account, partition, t0", RATES_SCHEMA),
          "jobs": ("statement_jobs", "kind, adjusts_period, cluster, job_uid, gpu_type", JOBS_SCHEMA)}
+
+
+def close_refusal(st: Statement) -> str | None:
+    """Why the statement ``st`` cannot be closed now, in words that follow "cannot close PERIOD: "; None when
+    it can. The close (models/pipeline/close.py) and the Chargeback page's close button say the same."""
+    covered = dict(st.header).get("Accounting covered (UTC)", "")
+    if st.status == "closed":
+        return "it is closed already"
+    if covered == NO_ACCOUNTING:
+        return "no accounting covers it"
+    if st.status == "provisional":
+        return f"the accounting does not reach the end of the period yet ({covered}); ingest the rest of the month first"
+    return None
 
 
 def content_hash(header: list, policy_document: str, parts: dict[str, pl.DataFrame]) -> str:

@@ -35,9 +35,8 @@ def close_period(con: duckdb.DuckDBPyConnection, period: str, now: dt.datetime |
         what = (f"the accounting covers {min(s for s, _ in spans.values()):%Y-%m-%d} to "
                 f"{max(h for _, h in spans.values()):%Y-%m-%d %H:%M} UTC" if spans else "the warehouse has no accounting")
         raise CostError(f"cannot close {period}: no accounting covers it ({what})")
-    if st.status == "provisional":
-        raise CostError(f"cannot close {period}: the accounting does not reach the end of the period yet "
-                        f"({dict(st.header).get('Accounting covered (UTC)', '')}); ingest the rest of the month first")
+    if refusal := chargeback.close_refusal(st):
+        raise CostError(f"cannot close {period}: {refusal}")
     closed_at = (now or warehouse.utcnow()).replace(microsecond=0)
     parts = {"lines": st.lines, "recon": st.recon, "rates": st.rates, "jobs": st.jobs}
     with warehouse.transaction(con):
