@@ -119,8 +119,9 @@ def _none_of(cmd: str, args, flags: dict[str, str], because: str) -> None:
 def emit(df, fmt: str | None, out: str | None) -> None:
     """Write a Polars DataFrame as an aligned text table, CSV, JSON or Parquet, to stdout or ``out``.
 
-    The format defaults to the extension of ``out`` (.csv, .json, .parquet), else a text table. CSV text cells
-    are neutralised (dashboards/exports.py); on a terminal, control characters in data print escaped."""
+    The format defaults to the extension of ``out`` (.csv, .json, .parquet), else a text table. CSV is the
+    finance exports' and the dashboards' downloads' (exports.csv_bytes: text cells neutralised, unknown numbers
+    empty, times as YYYY-MM-DD HH:MM:SS UTC); on a terminal, control characters in data print escaped."""
     from dashboards import exports, terminal
     if fmt is None:
         ext = Path(out).suffix.lower() if out else ""
@@ -131,7 +132,7 @@ def emit(df, fmt: str | None, out: str | None) -> None:
         df.write_parquet(out)
         return
     if fmt == "csv":
-        text = exports.neutralise(exports.finite(df)).write_csv()
+        text = exports.csv_bytes(df).decode("utf-8")     # the one CSV of every file that leaves the product
     elif fmt == "json":
         # NaN and infinity are not JSON (a browser's JSON.parse refuses the file): they are null, as missing is
         text = json.dumps(exports.finite(df).to_dicts(), default=_json_value, indent=1) + "\n"   # escapes controls

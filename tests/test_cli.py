@@ -206,6 +206,8 @@ def test_json_output_is_strict_json_with_unknown_numbers_as_null(run_cli, tmp_pa
     code, out, err = run_cli("forecast", "--series", str(series), "--horizon", "2", "--format", "csv")
     assert code == 0 and "NaN" not in out, out                  # a spreadsheet would read "NaN" as text
     assert out.splitlines()[1].split(",")[1:6] == ["5.0", "", "", "", ""]
+    # the finance exports' and the dashboards' CSV (exports.csv_bytes): times without the ISO "T" and microseconds
+    assert out.splitlines()[1].split(",")[0] == "2026-01-02 00:00:00"
 
 
 @pytest.mark.parametrize("report", ["queue"])
