@@ -14,6 +14,8 @@ from decimal import Decimal
 
 import polars as pl
 
+from dashboards import exports
+
 #: C0 and C1 controls, DEL, line/paragraph separators and the bidirectional embeddings, overrides and isolates
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _CONTROL_BUT_NEWLINE = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
@@ -76,6 +78,7 @@ def format_table(df, width: int | None = None) -> str:
     prints a wide data frame; nothing is cut, and a block says which of the columns it holds."""
     if df.height == 0:
         return "(no rows)\n"
+    df = exports.finite(df)   # unknown numbers print empty, as CSV and JSON write them: never "nan" or "inf"
     cols = [escape(c) for c in df.columns]
     cells = [_cells(df.get_column(c)) for c in df.columns]
     numeric = [df.get_column(c).dtype.is_numeric() for c in df.columns]

@@ -135,3 +135,10 @@ def test_each_column_has_one_format_so_its_decimal_points_line_up():
                      "4,392", "12345"],
                     ["2026-02-01", "2026-02-01", "00:00:00", "0.74", "0.7000", "0.00", "0.00", "12.50", "218", "12",
                      "7"]]
+
+
+def test_unknown_numbers_print_empty_as_csv_and_json_write_them():
+    """NaN and infinity are unknown numbers: the table prints them as it prints a null (CSV writes an empty cell,
+    JSON null), not "nan" or "inf"."""
+    df = pl.DataFrame({"team": ["a", "b", "c"], "eff": [50.0, float("nan"), None], "gpu_h": [1.0, float("inf"), 2.0]})
+    assert format_table(df).splitlines()[2:] == ["a     50.00   1.00", "b", "c             2.00"]
