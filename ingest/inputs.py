@@ -1,6 +1,9 @@
 """Reading an ingestor's input: a file, standard input for '-', or the output of a Slurm client command."""
 from __future__ import annotations
 
+import bz2
+import gzip
+import lzma
 import os
 import subprocess
 import sys
@@ -19,19 +22,52 @@ def check_zone(con, tz: str, option: str = "--tz") -> None:
         raise InputError(option, f"unknown time zone {tz!r} (use an IANA name like Europe/Berlin)") from None
 
 
+#: Compressed inputs (sites keep their sacct dumps, scrapes and traces as ``sacct ... | gzip`` archives): the
+#: format's name, file suffix, first bytes, and how to decompress it (None: refused, naming the tool that does).
+COMPRESSED = (("gzip", ".gz", b"\x1f\x8b", gzip.decompress), ("bzip2", ".bz2", b"BZh", bz2.decompress),
+              ("xz", ".xz", b"\xfd7zXZ\x00", lzma.decompress), ("zstd", ".zst", b"\x28\xb5\x2f\xfd", None),
+              ("zip", ".zip", b"PK\x03\x04", None))
+_UNPACK = {"zstd": "zstd -dc FILE", "zip": "unzip -p FILE"}
+
+
+def compressed(head: bytes, name: str | Path) -> bool:
+    """Whether an input that starts with ``head`` (its first 8 bytes suffice) or is named ``name`` is compressed."""
+    suffix = Path(name).suffix.lower()
+    return any(head.startswith(magic) or suffix == ext for _, ext, magic, _ in COMPRESSED)
+
+
+def decompressed(data: bytes, name: str) -> bytes:
+    """``data`` itself, or decompressed when its first bytes are gzip, bzip2 or xz, whatever its name (standard
+    input too). A name ending in one of those suffixes whose data is not that format, damaged data, and zstd or zip
+    (which need their own tool) are an InputError naming ``name``. Line numbers count the decompressed lines."""
+    suffix = Path(name).suffix.lower()
+    for kind, ext, magic, unpack in COMPRESSED:
+        if data.startswith(magic):
+            if unpack is None:
+                raise InputError(name, f"{kind} data: unpack it first (`{_UNPACK[kind]} | gpuledger ingest ... -`)")
+            try:
+                return unpack(data)
+            except (OSError, EOFError, ValueError, lzma.LZMAError) as exc:
+                raise InputError(name, f"not a readable {kind} file: {exc}") from exc
+        if suffix == ext:
+            raise InputError(name, f"not a readable {kind} file: its data does not start as {kind} data does")
+    return data
+
+
 def read_input(path: str) -> tuple[bytes, str]:
-    """(bytes, display name) of a file or of stdin for '-'; a missing or unreadable file is an InputError."""
+    """(bytes, display name) of a file or of stdin for '-', decompressed (:func:`decompressed`); a missing or
+    unreadable file is an InputError."""
     if path == "-":
-        return sys.stdin.buffer.read(), "<stdin>"
+        return decompressed(sys.stdin.buffer.read(), "<stdin>"), "<stdin>"
     return read_file(path), str(Path(path))
 
 
 def read_file(path: str | Path, expected: str = "a file") -> bytes:
-    """The bytes of a file; a missing one, a directory (where ``expected`` was wanted) or one this user may not
-    read is an InputError naming it."""
+    """The bytes of a file, decompressed (:func:`decompressed`); a missing one, a directory (where ``expected``
+    was wanted) or one this user may not read is an InputError naming it."""
     p = Path(path)
     try:
-        return p.read_bytes()
+        return decompressed(p.read_bytes(), str(p))
     except FileNotFoundError as exc:
         raise InputError(str(p), "no such file") from exc
     except IsADirectoryError as exc:

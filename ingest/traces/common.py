@@ -7,7 +7,6 @@ merges it. Every input row is loaded, skipped with a reason, or rejected with a 
 """
 from __future__ import annotations
 
-import gzip
 import hashlib
 import io
 from pathlib import Path
@@ -21,15 +20,8 @@ from ingest.lines import text_lines
 
 
 def read_bytes(path: str | Path) -> bytes:
-    """A trace file's bytes, decompressed when its name ends in .gz."""
-    p = Path(path)
-    data = read_file(p, "a trace file")
-    if p.suffix == ".gz":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError) as exc:
-            raise InputError(str(p), f"not a readable gzip file: {exc}") from exc
-    return data
+    """A trace file's bytes, decompressed when compressed (gzip, bzip2, xz: ingest/inputs.py)."""
+    return read_file(path, "a trace file")
 
 
 def read_csv(path: str | Path, data: bytes, columns: list[str] | None = None,
