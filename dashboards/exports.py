@@ -81,7 +81,8 @@ def slug(name: str) -> str:
 
 
 def csv_bytes(df: pl.DataFrame) -> bytes:
-    """CSV (UTF-8, header row, ISO timestamps), text cells neutralised, unknown numbers (NaN, inf) empty."""
+    """CSV (UTF-8, header row, times as YYYY-MM-DD HH:MM:SS), text cells neutralised, unknown numbers (NaN, inf)
+    empty: every CSV the product writes (CLI reports, finance exports, the dashboards' downloads)."""
     return neutralise(finite(df)).write_csv(datetime_format="%Y-%m-%d %H:%M:%S").encode("utf-8")
 
 

@@ -644,7 +644,8 @@ def close_refusal(st: Statement) -> str | None:
     if covered == NO_ACCOUNTING:
         return "no accounting covers it"
     if st.status == "provisional":
-        return f"the accounting does not reach the end of the period yet ({covered}); ingest the rest of the month first"
+        return (f"the accounting does not reach the end of the period yet ({covered}); "
+                "ingest the rest of the month first")
     return None
 
 
