@@ -243,6 +243,22 @@ def load_styles() -> None:
     st.html(STYLES)
 
 
+def css_class(key: str) -> str:
+    """The CSS class Streamlit gives an element or widget with ``key`` (its front end's rule: ``st-key-`` and the
+    key, trimmed, with every character but letters, digits, ``_`` and ``-`` made ``-``)."""
+    return "st-key-" + re.sub(r"[^a-zA-Z0-9_-]", "-", key.strip())
+
+
+def control_row(key: str, min_rem: dict[str, float]):
+    """A row of input widgets that wraps onto another line rather than cut a value or a label: widget ``k`` (by
+    its key) is never narrower than ``min_rem[k]`` rem, and a widget that does not fit beside the others starts
+    a new line (a narrow window, a sidebar open at 1024 px, a cluster with many pools). Add the widgets to the
+    returned container, in order; they share the row's width."""
+    rules = "".join(f".{css_class(k)} {{ min-width: {w}rem; }}" for k, w in min_rem.items())
+    st.html(f"<style>{rules}</style>")
+    return st.container(horizontal=True, key=key)
+
+
 _ZERO_CHANGE = re.compile(r"^[+-]?0(\.0*)?( |$)")
 
 

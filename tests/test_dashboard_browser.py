@@ -172,9 +172,10 @@ def test_every_page_renders_charts_without_exception(server, browser, warehouse_
 #: and so is a horizontal axis title ("Usage share / entitlement s", before charts.axis_title).
 _CUT_TEXT_JS = """() => [...document.querySelectorAll(
     "[data-testid='stMain'] :is([data-testid='stMetricValue'] > div, [data-testid='stMetricLabel'] p, "
-    + "[data-testid='stMetricDelta'] > div, [data-testid='stPageLink-NavLink'] p, button p, .gl-chart-title)")]
+    + "[data-testid='stMetricDelta'] > div, [data-testid='stPageLink-NavLink'] p, button p, .gl-chart-title), "
+    + ":is([data-testid='stMain'], [data-testid='stSidebar']) input:not([type='hidden'])")]
   .filter(e => e.offsetParent !== null && e.scrollWidth > e.clientWidth + 1)
-  .map(e => `${e.innerText} (${e.scrollWidth} px in ${e.clientWidth})`)
+  .map(e => `${e.innerText || e.value} (${e.scrollWidth} px in ${e.clientWidth})`)
   .concat([...document.querySelectorAll("[data-testid='stMain'] .gtitle")].map(e => `plotly title ${e.textContent}`))
   .concat([...document.querySelectorAll("[data-testid='stMain'] .js-plotly-plot")].flatMap(p => {
     const box = p.querySelector("svg.main-svg").getBoundingClientRect();
@@ -185,7 +186,8 @@ _CUT_TEXT_JS = """() => [...document.querySelectorAll(
 
 
 def _no_tile_or_link_text_is_cut(page, name: str) -> None:
-    """At the test's width and on a 1024-pixel laptop screen (sidebar open), no figure or link is cut short."""
+    """At the test's width and on a 1024-pixel laptop screen (sidebar open), no figure, link or input's value
+    (a selectbox shows its choice in an input) is cut short."""
     for width in (VIEWPORT["width"], 1024):
         page.set_viewport_size({"width": width, "height": VIEWPORT["height"]})
         page.wait_for_timeout(300)   # a relayout, no rerun

@@ -106,3 +106,26 @@ def test_a_chart_title_is_drawn_above_the_figure_as_text_that_wraps_and_the_figu
     sent = json.loads(at.get("plotly_chart")[0].proto.spec)
     assert "text" not in sent["layout"].get("title", {}) and sent["layout"]["margin"]["t"] == 54
     assert at.session_state["kept"] == ("Free GPUs a request of each size could not use <b>&</b>", 84)
+
+
+def _control_row_page():
+    import streamlit as st
+    from dashboards import ui as page_ui
+    with page_ui.control_row("row", {"pick": 12.5, "add rtx.6000": 9}):
+        st.selectbox("Pick", ["a", "b"], key="pick")
+        st.number_input("Add", 0, 9, 0, key="add rtx.6000")
+
+
+def test_a_control_row_gives_each_widget_its_minimum_width_by_the_class_streamlit_gives_its_key():
+    """Streamlit names a keyed widget's element ``st-key-`` + its key with every character but letters, digits,
+    ``_`` and ``-`` made ``-`` (a pool called "rtx.6000" in a what-if key): the row's rules must use that name,
+    or the widget shrinks until its value is cut (the browser test checks the pages)."""
+    from streamlit.testing.v1 import AppTest
+    assert ui.css_class(" add rtx.6000 ") == "st-key-add-rtx-6000"
+    assert ui.css_class("fc_measure-2") == "st-key-fc_measure-2"
+    at = AppTest.from_function(_control_row_page)
+    at.run()
+    assert not at.exception
+    assert [h.proto.body for h in at.get("html")] == [
+        "<style>.st-key-pick { min-width: 12.5rem; }.st-key-add-rtx-6000 { min-width: 9rem; }</style>"]
+    assert at.selectbox(key="pick").value == "a" and at.number_input(key="add rtx.6000").value == 0

@@ -18,14 +18,16 @@ MEASURE_HELP = ("Demanded: GPU-hours of work submitted each day, which a full cl
                 "series for buying). Served: allocated GPU-hours, capped by capacity, so it understates demand "
                 "when queues are long. Peak: the most GPUs running + pending at any instant of the day.")
 
-c = st.columns([3, 2, 2, 2])
-measure_label = c[0].selectbox("Series", list(MEASURES), index=0, key="fc_measure", help=MEASURE_HELP)
-measure = MEASURES[measure_label]
-horizon = c[1].selectbox("Horizon (days)", [30, 60, 90, 180], index=2, key="fc_horizon")
-target = c[2].slider("Target utilization (%)", 50, 100, 85, 5, key="fc_target",
-                     help="A pool is exhausted when smoothed forecast demand exceeds capacity x this.")
-band = c[3].selectbox("Plan for", ["median", "upper 80 %"], index=1, key="fc_band",
-                      help="Which forecast the GPUs-needed figures use.")
+# The slider last: where the four do not fit on one line (1024 px with the sidebar open) it is the one that
+# wraps, and a slider reads well across a whole line.
+with ui.control_row("fc_controls", {"fc_measure": 12.5, "fc_horizon": 6.5, "fc_band": 8.5, "fc_target": 11}):
+    measure_label = st.selectbox("Series", list(MEASURES), index=0, key="fc_measure", help=MEASURE_HELP)
+    measure = MEASURES[measure_label]
+    horizon = st.selectbox("Horizon (days)", [30, 60, 90, 180], index=2, key="fc_horizon")
+    band = st.selectbox("Plan for", ["median", "upper 80 %"], index=1, key="fc_band",
+                        help="Which forecast the GPUs-needed figures use.")
+    target = st.slider("Target utilization (%)", 50, 100, 85, 5, key="fc_target",
+                       help="A pool is exhausted when smoothed forecast demand exceeds capacity x this.")
 cluster = f.clusters[0] if len(f.clusters) == 1 else None
 by = ctx.cat.pool_keys     # pools per cluster when there are several: each has its own capacity and forecast
 with st.spinner("Fitting and backtesting the forecast models..."):
@@ -140,17 +142,18 @@ st.markdown("Replay the window's workload through the scheduler simulator with m
 cluster = f.clusters[0] if len(f.clusters) == 1 else None
 with st.form("whatif"):
     pools_sim = [p for p in ctx.cat.pools if not f.pools or p in f.pools]
-    cols = st.columns(len(pools_sim) + 2)
     add = {}
     per_node = dict(ctx.cat.node_gpus)
-    for col, p in zip(cols, pools_sim):
-        add[p] = col.number_input(f"Add {p} nodes" + (f" ({per_node[p]} GPUs each)" if p in per_node else ""),
-                                  0, 256, 0, 1, key=f"wi_add_{p}", help="Copies of the pool's most common node shape.")
-    growth = cols[-2].slider("Demand growth (%)", -50, 200, 0, 10, key="wi_growth",
-                             help="Whole days of the window's workload are resampled to this much more demand.")
-    policy = cols[-1].selectbox("Policy", ["fifo-backfill", "priority-backfill", "fifo", "priority"], key="wi_policy",
-                                help="Queue order (FIFO or Slurm-like multifactor priority), with or without EASY "
-                                     "backfill.")
+    widths = {f"wi_add_{p}": 13 for p in pools_sim} | {"wi_growth": 10, "wi_policy": 10}
+    with ui.control_row("wi_controls", widths):     # one line per few pools on a cluster with many
+        for p in pools_sim:
+            add[p] = st.number_input(f"Add {p} nodes" + (f" ({per_node[p]} GPUs each)" if p in per_node else ""),
+                                     0, 256, 0, 1, key=f"wi_add_{p}", help="Copies of the pool's most common node shape.")
+        growth = st.slider("Demand growth (%)", -50, 200, 0, 10, key="wi_growth",
+                           help="Whole days of the window's workload are resampled to this much more demand.")
+        policy = st.selectbox("Policy", ["fifo-backfill", "priority-backfill", "fifo", "priority"], key="wi_policy",
+                              help="Queue order (FIFO or Slurm-like multifactor priority), with or without EASY "
+                                   "backfill.")
     reps = st.select_slider("Replications (more: narrower intervals, slower)", [3, 5, 10], value=5, key="wi_reps")
     go = st.form_submit_button("Run simulation", type="primary", icon=":material/play_arrow:")
 scenario = (tuple(sorted((p, int(n)) for p, n in add.items() if n)), round(1 + growth / 100, 4), policy, int(reps))
