@@ -85,3 +85,48 @@ def test_the_parser_reads_prefixes_groups_and_plain_rows():
             "## Other\n| table.column | meaning |\n|---|---|\n| c.q | |\n| d.* | as `c` |\n")
     assert _documented(text, {"a", "b", "c", "d"}) == {"a": {"x", "y"}, "b": {"x", "y", "z", "w"}, "c": {"q"},
                                                        "d": {"q"}}
+
+
+def _typed_rows(text: str, tables: set[str]):
+    """(table, column, documented type) for every row of a column table with a `type` column whose type cell
+    is not empty: one type for all the row's columns, or one per column."""
+    for section in re.split(r"^(?=#{2,3} )", text, flags=re.M):
+        heading, _, body = section.partition("\n")
+        named = [n for n in re.findall(r"`([^`]+)`", heading) if n in tables]
+        header = None
+        for line in body.splitlines():
+            if not line.startswith("|"):
+                header = None if not line.strip() else header
+                continue
+            cells = [c.strip() for c in line.strip().strip("|").split("|")]
+            if cells[0].lower() in ("column", "table.column"):
+                header = [c.lower() for c in cells]
+                continue
+            if header is None or "type" not in header or set(cells[0]) <= set("-: ") or cells[0].endswith(".*"):
+                continue
+            types = [t.strip() for t in re.split(r",\s*(?![^()]*\))", cells[header.index("type")]) if t.strip()]
+            owner, names = None, []
+            for item in (x.strip() for x in cells[0].replace("`", "").split(",")):
+                if "." in item:
+                    owner, item = item.split(".", 1)
+                names.append((owner, item))
+            if not types:
+                continue
+            assert len(types) in (1, len(names)), f"SCHEMA.md row {cells[0]!r}: {len(types)} types for {len(names)}"
+            for (owner, name), ty in zip(names, types * len(names) if len(types) == 1 else types):
+                for t in [owner] if owner else named:
+                    yield t, name, ty
+
+
+def test_documented_types_are_the_columns_types():
+    con = warehouse.connect(":memory:")
+    try:
+        actual = {(t, c): ty for t, c, ty in con.sql("""SELECT table_name, column_name, data_type FROM duckdb_columns()
+                                                        WHERE NOT internal AND schema_name = 'main'""").fetchall()}
+    finally:
+        con.close()
+    rows = list(_typed_rows(SCHEMA_MD.read_text(encoding="utf-8"), {t for t, _ in actual}))
+    assert len(rows) > 300
+    wrong = [(t, c, ty, actual[t, c]) for t, c, ty in rows
+             if (t, c) in actual and ty.replace(" ", "").upper() != actual[t, c].replace(" ", "").upper()]
+    assert wrong == []
