@@ -391,7 +391,7 @@ def cmd_ingest_governance(args) -> int:
     from models.metrics import cost
     try:
         if args.check:
-            gov = governance.parse(Path(args.file).read_text(encoding="utf-8"), args.file)
+            gov = governance.parse(governance.read(args.file)[0], args.file)
             _say(args, f"{args.file}: valid: {len(gov.teams)} teams, {len(gov.team_map)} mappings, "
                        f"{len(gov.entitlements)} entitlements, {len(gov.rates)} rates")
             return EXIT_OK
@@ -1091,6 +1091,7 @@ def _export_statement(args, st, views, units: dict) -> int:
 
 def _forecast_run(args, progress) -> dict:
     """The forecast of a --series CSV or of the warehouse's demand (read-only)."""
+    from ingest import series_csv
     from models.forecasting import capacity
     from models.metrics import demand
     caps = capacity.parse_capacity(args.capacity, bare=True)
@@ -1099,8 +1100,9 @@ def _forecast_run(args, progress) -> dict:
     if args.series:
         _none_of("forecast", args, {"measure": "--measure", "cluster": "--cluster"},
                  "with --series (they choose a warehouse series)")
-        return capacity.forecast_csv(args.series, _names(args.by), args.freq, args.horizon, agg=args.agg or "mean",
-                                     unit=args.unit or "gpus", **common)
+        by = _names(args.by)
+        return capacity.forecast_csv(series_csv.read_series(args.series, by), args.series, by, args.freq,
+                                     args.horizon, agg=args.agg or "mean", unit=args.unit or "gpus", **common)
     _none_of("forecast", args, {"unit": "--unit", "agg": "--agg"}, "without --series (they describe a CSV)")
     by, overrides = demand.parse_by(args.by or "pool"), common.pop("capacity")
     con = _open(args, read_only=True)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ingest.errors import InputError, load_toml
-from ingest.lines import BOM
+from ingest import inputs
 from ingest.jobs_store import assign_teams
 from ingest.warehouse import IngestRun, utcnow
 
@@ -643,16 +643,20 @@ def _insert(con, table: str, rows: list[tuple]) -> None:
         con.executemany(f"INSERT INTO {table} VALUES ({marks})", [list(r) for r in rows])
 
 
-def ingest_path(con, path: str | Path) -> dict:
-    """Parse and load one governance file; raises InputError (and writes nothing) for a bad file."""
+def read(path: str | Path) -> tuple[str, bytes]:
+    """(text, bytes as stored) of a governance file: read as every input is (ingest/inputs.py: compressed, UTF-16
+    as Windows editors save "Unicode", a byte-order mark), so checking a file and loading it read the same text.
+    The stored bytes are what is hashed: the service reloads the file when they change."""
     p = Path(path)
     try:
         data = p.read_bytes()
     except OSError as exc:
         raise InputError(str(p), f"cannot read: {exc.strerror or exc}") from None
-    try:
-        text = data.removeprefix(BOM).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise InputError(str(p), f"not UTF-8 text (byte {exc.start})") from None
-    gov = parse(text, str(p))
-    return load(con, gov, str(p), hashlib.sha256(data).hexdigest(), len(data))
+    return inputs.text(inputs.decoded(data, str(p)), str(p)), data
+
+
+def ingest_path(con, path: str | Path) -> dict:
+    """Parse and load one governance file; raises InputError (and writes nothing) for a bad file."""
+    text, data = read(path)
+    gov = parse(text, str(path))
+    return load(con, gov, str(path), hashlib.sha256(data).hexdigest(), len(data))

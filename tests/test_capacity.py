@@ -12,7 +12,7 @@ import pytest
 
 import timeline_fixtures as tf
 from conftest import FIXTURES
-from ingest import traces
+from ingest import series_csv, traces
 from models.forecasting import capacity, forecast
 from models.marts import timeline as timeline_mart
 
@@ -320,7 +320,7 @@ def test_forecast_csv_gives_the_shape_of_forecast_warehouse(tmp_path):
     """The CSV path is a library function now; a flat 100-GPU series against 110 installed GPUs at 85 %: over
     the 93.5-GPU target from the first forecast day, ceil(100 / 0.85) = 118 GPUs needed, 8 short."""
     p = _csv(tmp_path, [100.0] * 56)
-    res = capacity.forecast_csv(p, [], None, 30, capacity={"*": 110.0}, band="median")
+    res = capacity.forecast_csv(series_csv.read_series(p), p.name, [], None, 30, capacity={"*": 110.0}, band="median")
     assert set(res) == {"history", "forecast", "summary", "capacity", "keys", "notes", "per_hour", "unit", "title"}
     assert res["title"] == "series.csv: day series, 30-period forecast" and res["unit"] == "gpus"
     assert res["forecast"].height == 30 and res["forecast"]["forecast"].to_list() == pytest.approx([100.0] * 30)
@@ -339,7 +339,7 @@ def test_monthly_gpu_hours_are_divided_by_each_months_hours(tmp_path):
     assert hours[:4] == [744, 696, 744, 720] and hours[13] == 672
     p = tmp_path / "monthly.csv"
     p.write_text("month,gpu_hours\n" + "".join(f"{d},{h}\n" for d, h in zip(months, hours)))
-    res = capacity.forecast_csv(p, [], None, 6, unit="gpu-hours", capacity={"*": 2.0})
+    res = capacity.forecast_csv(series_csv.read_series(p), p.name, [], None, 6, unit="gpu-hours", capacity={"*": 2.0})
     assert res["history"]["value"].to_list() == pytest.approx([1.0] * 30) and res["unit"] == "gpus"
     assert res["per_hour"] == 1.0 and "calendar-adjusted" in res["notes"][0]
     assert res["forecast"]["forecast"].to_list() == pytest.approx([1.0] * 6)
@@ -356,10 +356,10 @@ def test_monthly_demand_meets_capacity_month_by_month_not_as_a_yearly_average(tm
     months = [dt.date(2023 + i // 12, i % 12 + 1, 1) for i in range(36)]
     p = tmp_path / "monthly.csv"
     p.write_text("month,gpus\n" + "".join(f"{d},{300 + 10 * i}\n" for i, d in enumerate(months)))
-    row = capacity.forecast_csv(p, [], None, 12, capacity={"*": 806.0}).get("capacity").row(0, named=True)
+    row = capacity.forecast_csv(series_csv.read_series(p), p.name, [], None, 12, capacity={"*": 806.0}).get("capacity").row(0, named=True)
     assert row["target_gpus"] == pytest.approx(685.1) and row["recent_gpus"] == pytest.approx(650.0)
     assert row["exhausted_median"] == dt.datetime(2026, 4, 1)
-    yearly = capacity.forecast_csv(p, [], None, 12, capacity={"*": 806.0}, window=12)["capacity"].row(0, named=True)
+    yearly = capacity.forecast_csv(series_csv.read_series(p), p.name, [], None, 12, capacity={"*": 806.0}, window=12)["capacity"].row(0, named=True)
     assert yearly["exhausted_median"] > dt.datetime(2026, 8, 1) and yearly["recent_gpus"] == pytest.approx(595.0)
 
 

@@ -178,3 +178,22 @@ def test_cli_loads_prints_the_rate_card_and_check_writes_nothing(run_cli, tmp_pa
     bad.write_text(EXAMPLE.read_text().replace('policy = "proportional_usage"', 'policy = "evenly"'))
     code, out, err = run_cli("ingest", "governance", str(bad))
     assert code == 1 and err.count("\n") == 1 and "key idle.policy: must be one of" in err
+
+
+def test_check_and_load_read_a_saved_as_unicode_file_alike(run_cli, tmp_path):
+    """A governance file saved by a Windows editor: with a UTF-8 byte-order mark (before, `--check` called it
+    "not valid TOML: Invalid statement" at line 1 while loading it worked), or as UTF-16 ("Unicode"). Both are
+    valid for `--check` and load; bytes that are not UTF-8 are one error naming the line."""
+    text = EXAMPLE.read_text(encoding="utf-8")
+    for name, data in (("bom.toml", b"\xef\xbb\xbf" + text.encode()),
+                       ("unicode.toml", b"\xff\xfe" + text.replace("\n", "\r\n").encode("utf-16-le"))):
+        f = tmp_path / name
+        f.write_bytes(data)
+        code, _, err = run_cli("ingest", "governance", "--check", str(f))
+        assert code == 0 and "valid: 3 teams" in err, err
+        code, out, err = run_cli("ingest", "governance", "--no-refresh", str(f))
+        assert code == 0 and "capital 18000" in out, err
+    latin = tmp_path / "latin1.toml"
+    latin.write_bytes(text.encode() + b'\n# Z\xfcrich\n')
+    code, _, err = run_cli("ingest", "governance", "--check", str(latin))
+    assert code == 1 and err.startswith(f"gpuledger: {latin}:{text.count(chr(10)) + 2}: not UTF-8 text (byte ")

@@ -79,19 +79,34 @@ def test_compressed_inputs_it_cannot_read_are_one_line_errors_naming_the_file(tm
         assert str(err.value) == f"{tmp_path / name}: {why}"
 
 
-def test_a_gzipped_sacct_dump_loads_as_the_plain_one(tmp_path):
-    """End to end through the CLI (sacct's own fast path reads a plain file without copying: a compressed one
-    takes the decompressing reader): the same lines loaded, nothing rejected."""
+def test_gzipped_and_utf16_sacct_dumps_load_as_the_plain_one(tmp_path):
+    """End to end through the CLI (sacct's own fast path reads a plain file without copying: a compressed or
+    UTF-16 one takes the decoding reader): the same lines loaded, nothing rejected. UTF-16 with CRLF is what
+    Windows PowerShell 5's `ssh login sacct ... > dump.txt` writes; before, its every line was quarantined."""
     plain = Path(__file__).parent / "fixtures" / "dashboard" / "sacct.psv"
-    packed = tmp_path / "sacct.psv.gz"
+    packed, wide = tmp_path / "sacct.psv.gz", tmp_path / "sacct-utf16.txt"
     packed.write_bytes(gzip.compress(plain.read_bytes()))
-    for src, db in ((plain, "plain.duckdb"), (packed, "packed.duckdb")):
-        assert gpuledger.main(["-q", "--db", str(tmp_path / db), "ingest", "sacct", str(src), "--no-refresh"]) == 0
+    wide.write_bytes(b"\xff\xfe" + plain.read_text(encoding="utf-8").replace("\n", "\r\n").encode("utf-16-le"))
     counts = []
-    for db in ("plain.duckdb", "packed.duckdb"):
-        with duckdb.connect(str(tmp_path / db), read_only=True) as con:
+    for src in (plain, packed, wide):
+        db = tmp_path / f"{src.name}.duckdb"
+        assert gpuledger.main(["-q", "--db", str(db), "ingest", "sacct", str(src), "--no-refresh"]) == 0
+        with duckdb.connect(str(db), read_only=True) as con:
             counts.append(con.sql("SELECT count(*), sum(ngpus), (SELECT count(*) FROM rejects) FROM jobs").fetchall())
-    assert counts[0] == counts[1] and counts[0][0][0] > 700 and counts[0][0][2] == 0
+    assert counts[0] == counts[1] == counts[2] and counts[0][0][0] > 700 and counts[0][0][2] == 0
+
+
+@pytest.mark.parametrize("bom, codec", [(b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"),
+                                        (b"\xff\xfe\x00\x00", "utf-32-le"), (b"\x00\x00\xfe\xff", "utf-32-be")])
+def test_utf16_and_utf32_text_is_read_as_utf8_without_its_mark(tmp_path, monkeypatch, bom, codec):
+    text = "JobID|User\n1|zoë\n"
+    f = tmp_path / "wide.psv"
+    f.write_bytes(bom + text.encode(codec))
+    assert inputs.read_file(f) == text.encode("utf-8")
+    f.write_bytes(gzip.compress(bom + text.encode(codec)))          # decompressed first, then decoded
+    assert inputs.read_file(f) == text.encode("utf-8") and inputs.compressed(bom, "x.psv")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(bom + text.encode(codec))))
+    assert inputs.read_input("-") == (text.encode("utf-8"), "<stdin>")
 
 
 def test_an_unreadable_file_is_a_permission_error(tmp_path, monkeypatch):

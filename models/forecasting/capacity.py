@@ -21,7 +21,7 @@ import polars as pl
 
 from models.definitions.labels import ANY_POOL, described
 from models.metrics import demand, timeline
-from models.forecasting import forecast, series_csv
+from models.forecasting import forecast
 
 BANDS = {"median": "forecast", "80": "hi80", "95": "hi95"}
 
@@ -326,21 +326,21 @@ def _peaks(con, peak_hist: pl.DataFrame | None, keys: list[str], freq: str, clus
     return {tuple(r[:-1]): r[-1] for r in hist.group_by(keys).agg(pl.col("value").max()).iter_rows()}
 
 
-def forecast_csv(path: str | Path, keys: list[str], freq: str | None, horizon: int, agg: str = "mean",
+def forecast_csv(raw: pl.DataFrame, name: str, keys: list[str], freq: str | None, horizon: int, agg: str = "mean",
                  unit: str = "gpus", capacity: dict | None = None, target_util: float = 0.85, band: str = "80",
                  window: int | None = None, shifts: bool = True, progress=None, outliers: bool = True) -> dict:
-    """Forecasts of a planner's timestamp,value CSV (``keys``: columns that split it into series), and the
-    capacity answers when ``capacity`` gives installed GPUs (a pool → GPUs, or '*' for every series).
+    """Forecasts of a planner's timestamp,value series (``raw``: the (keys..., ts, value) rows
+    ingest/series_csv.py reads from the file ``name``; ``keys`` split it into series), and the capacity answers
+    when ``capacity`` gives installed GPUs (a pool → GPUs, or '*' for every series).
 
     ``freq`` None infers it from the timestamps; ``agg`` combines values within a period; ``unit`` 'gpu-hours'
     says the values are GPU-hours per period (compared with capacity per hour). Returns the dict of
-    :func:`forecast_warehouse`; an unreadable file raises InputError naming file, line and field."""
-    raw = series_csv.read_series(path, keys)
+    :func:`forecast_warehouse`."""
     spacing = forecast.infer_freq(raw.get_column("ts").to_numpy())
     order = list(forecast.SEASON)                                      # hour, day, week, month
     if freq and order.index(freq) < order.index(spacing):
         # daily values spread over hours would be 23 invented periods in 24, "filled" and forecast as data
-        raise ValueError(f"--freq {freq} is finer than {Path(path).name}'s own spacing ({spacing}): its periods "
+        raise ValueError(f"--freq {freq} is finer than {Path(name).name}'s own spacing ({spacing}): its periods "
                          f"would be invented; use --freq {spacing} or coarser")
     freq = freq or spacing
     hist = forecast.regularise(raw, keys, freq, agg=agg)
@@ -359,4 +359,4 @@ def forecast_csv(path: str | Path, keys: list[str], freq: str | None, horizon: i
     return {"history": hist, "forecast": cap_bands(fc, answer, keys, per_hour) if fc.height else fc,
             "summary": summary, "capacity": answer, "keys": keys, "notes": notes + idle_notes(summary, keys),
             "per_hour": per_hour, "unit": unit,
-            "title": f"{Path(path).name}: {freq} series, {horizon}-period forecast"}
+            "title": f"{Path(name).name}: {freq} series, {horizon}-period forecast"}

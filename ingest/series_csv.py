@@ -6,14 +6,21 @@ ISO dates or date-times (``2024-05-01``, ``2024-05-01 13:00``, ``2024-05-01T13:0
 UTC) or Unix epoch seconds. An empty value is a missing period; anything unreadable, negative or not finite (NaN,
 inf) is an error naming the file, line and field, so a planner never forecasts a silently shortened or corrupted
 series.
+
+The file is read as every input is (ingest/inputs.py: gzip, bzip2 or xz; UTF-16 or UTF-32 with a byte-order
+mark, as spreadsheets save "Unicode text"). Its delimiter is the header's: a comma, a semicolon or a tab (a
+spreadsheet in a locale whose decimal mark is a comma saves semicolons, and there a value ``10,5`` is 10.5).
 """
 from __future__ import annotations
 
+import io
+import re
 from pathlib import Path
 
 import polars as pl
 
 from ingest.errors import InputError
+from ingest.inputs import read_file
 
 TS_NAMES = ("ts", "timestamp", "time", "date", "datetime")
 FORMATS = ("%Y-%m-%dT%H:%M:%S%.f%z", "%Y-%m-%d %H:%M:%S%.f%z", "%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f",
@@ -39,14 +46,23 @@ def _parse_ts(col: pl.Expr) -> pl.Expr:
     return pl.coalesce(*tries, epoch)
 
 
+def delimiter(data: bytes) -> str:
+    """The header line's delimiter: whichever of comma, semicolon and tab it holds most of (outside quotes);
+    a comma when it holds none (one column)."""
+    header = re.sub(rb'"[^"]*"', b"", data.split(b"\n", 1)[0])
+    counts = {sep: header.count(sep.encode()) for sep in (",", ";", "\t")}
+    best = max(counts, key=counts.get)
+    return best if counts[best] else ","
+
+
 def read_series(path: str | Path, keys: list[str] | None = None) -> pl.DataFrame:
     """(keys..., ts, value) with ts naive UTC and value Float64 (null = missing)."""
     path = str(path)
     keys = keys or []
-    if not Path(path).is_file():
-        raise InputError(path, "no such file")
+    data = read_file(path, "a CSV file").removeprefix(b"\xef\xbb\xbf")
+    sep = delimiter(data)
     try:
-        raw = pl.read_csv(path, infer_schema=False, truncate_ragged_lines=False)
+        raw = pl.read_csv(io.BytesIO(data), separator=sep, infer_schema=False, truncate_ragged_lines=False)
     except Exception as exc:  # polars names the problem but not always the line; keep its words
         raise InputError(path, f"not a readable CSV ({str(exc).splitlines()[0]})") from None
     if raw.height == 0:
@@ -55,8 +71,11 @@ def read_series(path: str | Path, keys: list[str] | None = None) -> pl.DataFrame
     missing = [k for k in keys if k not in raw.columns]
     if missing:
         raise InputError(path, f"--by column {missing[0]!r} is not in the header ({', '.join(raw.columns)})", 1)
+    value = pl.col(val_col).str.strip_chars()
+    if sep != ",":          # a decimal comma: one comma between digits, no point (10,5 but not 1,234.5)
+        value = value.str.replace(r"^(-?\d+),(\d+)$", "$1.$2")
     out = raw.select(*[pl.col(k) for k in keys], _parse_ts(pl.col(ts_col)).alias("ts"),
-                     pl.col(val_col).str.strip_chars().cast(pl.Float64, strict=False).alias("value"),
+                     value.cast(pl.Float64, strict=False).alias("value"),
                      pl.col(ts_col).alias("_ts_raw"), pl.col(val_col).alias("_v_raw"))
     out = out.with_row_index("_line", offset=2)
     bad_ts = out.filter(pl.col("ts").is_null())
