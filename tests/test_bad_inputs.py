@@ -12,7 +12,7 @@ import pytest
 
 import gpuledger
 from conftest import FIXTURES
-from ingest import lines, plausible, warehouse
+from ingest import inputs, lines, plausible, warehouse
 
 CORPUS = FIXTURES / "bad_inputs"
 COMMAND = {"nvidia_smi": "nvidia-smi"}
@@ -66,7 +66,7 @@ def test_bad_input_case(ingestor, case, tmp_path, capsys, empty_warehouse):
         assert len(runs) == 1 and list(runs[0][1:]) == case["counts"]
         run_id, read, _, skipped, rejected = runs[0]
         if ingestor != "governance":   # governance counts records, not lines
-            assert read == lines.count(path.read_bytes())
+            assert read == lines.count(inputs.read_file(path))    # the text read: UTF-16 decoded
         assert con.execute("SELECT coalesce(sum(lines), 0) FROM ingest_skips WHERE run_id = ?", [run_id]).fetchall() == [(skipped,)]
         got = con.execute("SELECT line_no, coalesce(field, '-'), reason FROM rejects WHERE run_id = ? ORDER BY line_no",
                           [run_id]).fetchall()
