@@ -70,3 +70,17 @@ def test_reingest_counts_add_up_new_updated_unchanged(con, tmp_path):
     assert counts() == [(4, 1, 1, 2), (2, 0, 0, 2)]
     assert con.sql("SELECT active_nodes FROM trace_node_occupancy ORDER BY ts").fetchall() == [(312,), (310,), (309,),
                                                                                              (305,)]
+
+
+def test_a_job_log_time_that_is_not_one_is_rejected_naming_its_field(con, tmp_path):
+    """A record whose time cannot be read is quarantined with the field's name and the value, not as a
+    "malformed record" quoting strptime; the other records load."""
+    log = tmp_path / "cluster_job_log.json"
+    log.write_text('[{"jobid": "a_1", "status": "Pass", "user": "u", "vc": "v", "submitted_time": "2017-10-07 01:11:39",'
+                   ' "attempts": [{"start_time": "07/10/2017 01:12", "end_time": "2017-10-07 01:13:23", "detail": []}]},'
+                   ' {"jobid": "a_2", "status": "Pass", "user": "u", "vc": "v", "submitted_time": "2017-10-07 01:11:39",'
+                   ' "attempts": []}]')
+    out = traces.ingest(con, "philly", log)
+    assert [(s["read"], s["loaded"], s["rejected"]) for s in out] == [(2, 1, 1)]
+    assert con.sql("SELECT line_no, field, reason FROM rejects").fetchall() == [
+        (1, "start_time", "job 1: cannot read time '07/10/2017 01:12' (expected YYYY-MM-DD HH:MM:SS)")]

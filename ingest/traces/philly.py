@@ -138,17 +138,21 @@ def ingest_machines(con, path: Path, cluster: str, zone: str) -> dict:
     return run.summary()
 
 
-def _utc(text: str | None, zone: ZoneInfo) -> dt.datetime | None:
+def _utc(text: str | None, zone: ZoneInfo, field: str) -> dt.datetime | None:
+    """A job log's local time as naive UTC; one that is not ``TIME_FMT`` is a ValueError (field, reason)."""
     if not text or text == "None":
         return None
-    local = dt.datetime.strptime(text.strip(), TIME_FMT).replace(tzinfo=zone)
+    try:
+        local = dt.datetime.strptime(str(text).strip(), TIME_FMT).replace(tzinfo=zone)
+    except ValueError:
+        raise ValueError(field, f"cannot read time {text!r} (expected YYYY-MM-DD HH:MM:SS)") from None
     return local.astimezone(dt.timezone.utc).replace(tzinfo=None)
 
 
 def _attempt_rows(rec: dict, line_no: int, cluster: str, zone: ZoneInfo) -> list[dict]:
     """One staged row per attempt (or one row for a job that never ran)."""
     jobid, status = rec["jobid"], rec.get("status")
-    submit = _utc(rec.get("submitted_time"), zone)
+    submit = _utc(rec.get("submitted_time"), zone, "submitted_time")
     base = {"line_no": line_no, "cluster": cluster, "job_id": jobid, "job_id_raw": jobid, "user": rec.get("user"),
             "account": rec.get("vc"), "partition": rec.get("vc"), "state_raw": status,
             "source": f"trace:{KIND}"}
@@ -157,7 +161,7 @@ def _attempt_rows(rec: dict, line_no: int, cluster: str, zone: ZoneInfo) -> list
         return [dict(base, submit=submit, eligible=submit, state=STATUS[status], ngpus=0.0)]
     rows, prev_end = [], None
     for k, a in enumerate(attempts):
-        start, end = _utc(a.get("start_time"), zone), _utc(a.get("end_time"), zone)
+        start, end = _utc(a.get("start_time"), zone, "start_time"), _utc(a.get("end_time"), zone, "end_time")
         last = k == len(attempts) - 1
         hosts = [d["ip"] for d in a.get("detail") or []]
         gpus = sum(len(d.get("gpus") or []) for d in a.get("detail") or [])
