@@ -12,6 +12,7 @@ from pathlib import Path
 import duckdb
 
 from ingest.errors import InputError
+from ingest.lines import BOM
 
 
 def check_zone(con, tz: str, option: str = "--tz") -> None:
@@ -64,7 +65,7 @@ def text(data: bytes, name: str) -> str:
     """An input's text (for formats read whole, like TOML): ``data`` (already :func:`decoded`) without a UTF-8
     byte-order mark, as UTF-8; bytes that are not UTF-8 are an InputError naming ``name``, the line and the byte."""
     try:
-        return data.removeprefix(b"\xef\xbb\xbf").decode("utf-8")
+        return data.removeprefix(BOM).decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data[:exc.start].count(b"\n") + 1
         raise InputError(name, f"not UTF-8 text (byte {exc.start}: {exc.reason})", line) from None

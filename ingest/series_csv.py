@@ -21,6 +21,7 @@ import polars as pl
 
 from ingest.errors import InputError
 from ingest.inputs import read_file
+from ingest.lines import BOM
 
 TS_NAMES = ("ts", "timestamp", "time", "date", "datetime")
 FORMATS = ("%Y-%m-%dT%H:%M:%S%.f%z", "%Y-%m-%d %H:%M:%S%.f%z", "%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f",
@@ -59,7 +60,7 @@ def read_series(path: str | Path, keys: list[str] | None = None) -> pl.DataFrame
     """(keys..., ts, value) with ts naive UTC and value Float64 (null = missing)."""
     path = str(path)
     keys = keys or []
-    data = read_file(path, "a CSV file").removeprefix(b"\xef\xbb\xbf")
+    data = read_file(path, "a CSV file").removeprefix(BOM)
     sep = delimiter(data)
     try:
         raw = pl.read_csv(io.BytesIO(data), separator=sep, infer_schema=False, truncate_ragged_lines=False)

@@ -148,7 +148,8 @@ with st.form("whatif"):
     with ui.control_row("wi_controls", widths):     # one line per few pools on a cluster with many
         for p in pools_sim:
             add[p] = st.number_input(f"Add {p} nodes" + (f" ({per_node[p]} GPUs each)" if p in per_node else ""),
-                                     0, 256, 0, 1, key=f"wi_add_{p}", help="Copies of the pool's most common node shape.")
+                                     0, 256, 0, 1, key=f"wi_add_{p}",
+                                     help="Copies of the pool's most common node shape.")
         growth = st.slider("Demand growth (%)", -50, 200, 0, 10, key="wi_growth",
                            help="Whole days of the window's workload are resampled to this much more demand.")
         policy = st.selectbox("Policy", ["fifo-backfill", "priority-backfill", "fifo", "priority"], key="wi_policy",
