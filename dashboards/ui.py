@@ -259,6 +259,18 @@ def control_row(key: str, min_rem: dict[str, float]):
     return st.container(horizontal=True, key=key)
 
 
+#: KPI tiles a row holds at most: at 1024 px with the sidebar open a fifth tile breaks a date inside it
+#: ("2026-07-" / "11"); four fit "2026-07-11" whole.
+TILES_PER_ROW = 4
+
+
+def tile_columns(n: int) -> list:
+    """Columns for ``n`` KPI tiles (one per pool, per cluster: as many as a site has), in rows of at most
+    :data:`TILES_PER_ROW`, every row as wide as the first so the tiles line up."""
+    width = max(1, min(n, TILES_PER_ROW))
+    return [c for _ in range(0, max(n, 1), width) for c in st.columns(width)][:max(n, 1)]
+
+
 _ZERO_CHANGE = re.compile(r"^[+-]?0(\.0*)?( |$)")
 
 

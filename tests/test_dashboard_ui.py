@@ -10,6 +10,7 @@ import re
 
 import duckdb
 import polars as pl
+import pytest
 
 import dashboard_fixtures as dfx
 from dashboard_fixtures import lab_copy, lab_db  # noqa: F401 (fixtures)
@@ -129,3 +130,22 @@ def test_a_control_row_gives_each_widget_its_minimum_width_by_the_class_streamli
     assert [h.proto.body for h in at.get("html")] == [
         "<style>.st-key-pick { min-width: 12.5rem; }.st-key-add-rtx-6000 { min-width: 9rem; }</style>"]
     assert at.selectbox(key="pick").value == "a" and at.number_input(key="add rtx.6000").value == 0
+
+
+def _tiles_page():
+    import streamlit as st
+    from dashboards import ui as page_ui
+    for i, col in enumerate(page_ui.tile_columns(st.session_state.get("n", 6))):
+        col.metric(f"pool {i}: capacity reached", "2026-07-11")
+
+
+@pytest.mark.parametrize("n, rows", [(6, [4, 4]), (2, [2]), (4, [4]), (9, [4, 4, 4]), (1, [1])])
+def test_kpi_tiles_come_in_rows_of_at_most_four_lined_up(n, rows):
+    """One capacity tile per pool and cluster: six in one row broke their dates at 1024 px ("2026-07-" / "11")."""
+    from streamlit.testing.v1 import AppTest
+    at = AppTest.from_function(_tiles_page)
+    at.session_state["n"] = n
+    at.run()
+    assert not at.exception
+    assert [m.label for m in at.metric] == [f"pool {i}: capacity reached" for i in range(n)]
+    assert len(at.columns) == sum(rows)

@@ -72,8 +72,7 @@ if not series:
     ui.no_data("forecastable pools")
 else:
     y_title = f"{'GPUs' if measure == 'peak' else 'GPU-hours per day'}"
-    k = st.columns(max(1, len(series)))
-    for col, s in zip(k, series):
+    for col, s in zip(ui.tile_columns(len(series)), series):
         row = _answer(s)
         ex = row.get("exhausted_upper80" if band != "median" else "exhausted_median")
         ui.kpi(col, f"{_name(s)}: capacity reached",
