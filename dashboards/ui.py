@@ -259,7 +259,7 @@ def control_row(key: str, min_rem: dict[str, float]):
     return st.container(horizontal=True, key=key)
 
 
-#: KPI tiles a row holds at most: at 1024 px with the sidebar open a fifth tile breaks a date inside it
+#: KPI tiles a row holds at most: at 1024 px with the sidebar open, six in a row broke a date inside it
 #: ("2026-07-" / "11"); four fit "2026-07-11" whole.
 TILES_PER_ROW = 4
 
