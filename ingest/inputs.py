@@ -37,7 +37,7 @@ _WIDE_BOMS = ((b"\xff\xfe\x00\x00", "utf-32-le"), (b"\x00\x00\xfe\xff", "utf-32-
               (b"\xfe\xff", "utf-16-be"))
 
 
-def compressed(head: bytes, name: str | Path) -> bool:
+def needs_decoding(head: bytes, name: str | Path) -> bool:
     """Whether an input that starts with ``head`` (its first 8 bytes suffice) or is named ``name`` is compressed,
     or is UTF-16 or UTF-32 text: either way not the bytes a reader takes as they are (:func:`decoded`)."""
     suffix = Path(name).suffix.lower()
@@ -45,7 +45,7 @@ def compressed(head: bytes, name: str | Path) -> bool:
             or any(head.startswith(bom) for bom, _ in _WIDE_BOMS))
 
 
-def utf8(data: bytes, name: str) -> bytes:
+def from_wide(data: bytes, name: str) -> bytes:
     """``data`` itself, or as UTF-8 (without the mark) when it starts with a UTF-16 or UTF-32 byte-order mark;
     text that does not decode as its mark says is an InputError naming ``name`` and the line."""
     codec = next((c for bom, c in _WIDE_BOMS if data.startswith(bom)), None)
@@ -72,8 +72,8 @@ def text(data: bytes, name: str) -> str:
 
 
 def decoded(data: bytes, name: str) -> bytes:
-    """An input's bytes as every reader takes them: decompressed (:func:`decompressed`), then UTF-8 (:func:`utf8`)."""
-    return utf8(decompressed(data, name), name)
+    """An input's bytes as every reader takes them: decompressed (:func:`decompressed`), then UTF-8 (:func:`from_wide`)."""
+    return from_wide(decompressed(data, name), name)
 
 
 def decompressed(data: bytes, name: str) -> bytes:

@@ -21,7 +21,7 @@ from ingest import jobs_store, plausible, sacct_json, slurm_sql, textsplit, ware
 from ingest.lines import aligned_table, first_text_line, other_output, text_lines
 from ingest.slurm_json import looks_like_json
 from ingest.errors import InputError
-from ingest.inputs import check_zone, compressed, read_input
+from ingest.inputs import check_zone, needs_decoding, read_input
 
 #: Open XDMoD's field list: the default column order of headerless input and what --live asks for.
 XDMOD_FIELDS = ("jobid,jobidraw,cluster,partition,qos,account,group,gid,user,uid,submit,eligible,start,end,"
@@ -553,7 +553,7 @@ def ingest_path(con, path: str, opts: SacctOptions) -> dict:
             buf = textsplit.read_padded(path)
         except OSError:
             buf = None   # read_input names the problem
-        if buf is not None and not compressed(bytes(buf[:8]), path):
+        if buf is not None and not needs_decoding(bytes(buf[:8]), path):
             return ingest_bytes(con, memoryview(buf)[: len(buf) - 16], path, opts, buf=buf)
     data, name = read_input(path)
     return ingest_bytes(con, data, name, opts)

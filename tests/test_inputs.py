@@ -104,7 +104,7 @@ def test_utf16_and_utf32_text_is_read_as_utf8_without_its_mark(tmp_path, monkeyp
     f.write_bytes(bom + text.encode(codec))
     assert inputs.read_file(f) == text.encode("utf-8")
     f.write_bytes(gzip.compress(bom + text.encode(codec)))          # decompressed first, then decoded
-    assert inputs.read_file(f) == text.encode("utf-8") and inputs.compressed(bom, "x.psv")
+    assert inputs.read_file(f) == text.encode("utf-8") and inputs.needs_decoding(bom, "x.psv")
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(bom + text.encode(codec))))
     assert inputs.read_input("-") == (text.encode("utf-8"), "<stdin>")
 
