@@ -1420,10 +1420,11 @@ def _scheduled_reports(cfg) -> tuple:
     dashboards render (reading the snapshot of the service's warehouse), models/service/reports.py schedules,
     sends and stores the runs."""
     from dashboards import reports as rendering
+    from ingest import encoding
     from ingest.errors import InputError
     from models.service import reports
     try:
-        rcfg = reports.parse(cfg, cfg.path.read_text(encoding="utf-8-sig"))
+        rcfg = reports.parse(cfg, encoding.read_text(cfg.path))
     except InputError as exc:
         raise CliError(str(exc)) from exc
     if not rcfg.reports:

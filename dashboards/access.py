@@ -33,6 +33,7 @@ from typing import Iterable, Mapping
 
 import streamlit as st
 
+from ingest import encoding
 from ingest.errors import InputError, load_toml
 
 #: the environment variable that names the service configuration file for the dashboard process
@@ -136,13 +137,7 @@ def parse_config(text: str, source: str = "<config>") -> DashboardConfig:
 def read_config(path: str | os.PathLike) -> DashboardConfig:
     """:func:`parse_config` of a file, its [service] warehouse made absolute (relative to the file's directory)."""
     p = Path(path)
-    try:
-        text = p.read_bytes().decode("utf-8-sig")
-    except OSError as exc:
-        raise InputError(str(p), f"cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise InputError(str(p), f"not UTF-8 text (byte {exc.start})") from None
-    cfg = parse_config(text, str(p))
+    cfg = parse_config(encoding.read_text(p), str(p))
     if cfg.warehouse:
         cfg = DashboardConfig(cfg.host, cfg.port, cfg.access, str((p.resolve().parent / cfg.warehouse).resolve()))
     return cfg

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ingest.errors import InputError, load_toml
-from ingest import inputs
+from ingest import encoding, inputs
 from ingest.jobs_store import assign_teams
 from ingest.warehouse import IngestRun, utcnow
 
@@ -652,7 +652,7 @@ def read(path: str | Path) -> tuple[str, bytes]:
         data = p.read_bytes()
     except OSError as exc:
         raise InputError(str(p), f"cannot read: {exc.strerror or exc}") from None
-    return inputs.text(inputs.decoded(data, str(p)), str(p)), data
+    return encoding.text(inputs.decoded(data, str(p)), str(p)), data
 
 
 def ingest_path(con, path: str | Path) -> dict:

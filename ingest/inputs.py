@@ -12,7 +12,7 @@ from pathlib import Path
 import duckdb
 
 from ingest.errors import InputError
-from ingest.lines import BOM
+from ingest.encoding import from_wide, is_wide
 
 
 def check_zone(con, tz: str, option: str = "--tz") -> None:
@@ -31,48 +31,16 @@ COMPRESSED = (("gzip", ".gz", b"\x1f\x8b", gzip.decompress), ("bzip2", ".bz2", b
 _UNPACK = {"zstd": "zstd -dc FILE", "zip": "unzip -p FILE"}
 
 
-#: Text that is not UTF-8, by its byte-order mark (longest first: UTF-32 LE's starts as UTF-16 LE's does). Excel's
-#: "Unicode text" and PowerShell 5's `>` write UTF-16 LE; every reader takes UTF-8, so these are transcoded.
-_WIDE_BOMS = ((b"\xff\xfe\x00\x00", "utf-32-le"), (b"\x00\x00\xfe\xff", "utf-32-be"), (b"\xff\xfe", "utf-16-le"),
-              (b"\xfe\xff", "utf-16-be"))
-
-
 def needs_decoding(head: bytes, name: str | Path) -> bool:
     """Whether an input that starts with ``head`` (its first 8 bytes suffice) or is named ``name`` is compressed,
     or is UTF-16 or UTF-32 text: either way not the bytes a reader takes as they are (:func:`decoded`)."""
     suffix = Path(name).suffix.lower()
-    return (any(head.startswith(magic) or suffix == ext for _, ext, magic, _ in COMPRESSED)
-            or any(head.startswith(bom) for bom, _ in _WIDE_BOMS))
-
-
-def from_wide(data: bytes, name: str) -> bytes:
-    """``data`` itself, or as UTF-8 (without the mark) when it starts with a UTF-16 or UTF-32 byte-order mark;
-    text that does not decode as its mark says is an InputError naming ``name`` and the line."""
-    codec = next((c for bom, c in _WIDE_BOMS if data.startswith(bom)), None)
-    if codec is None:
-        return data
-    width = 4 if "32" in codec else 2
-    body = data[width:]
-    try:
-        return body.decode(codec).encode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = body[:exc.start - exc.start % width].decode(codec, "replace").count("\n") + 1
-        raise InputError(name, f"not readable {codec.upper()[:6]} text (its byte-order mark says it is): "
-                               f"{exc.reason}", line) from None
-
-
-def text(data: bytes, name: str) -> str:
-    """An input's text (for formats read whole, like TOML): ``data`` (already :func:`decoded`) without a UTF-8
-    byte-order mark, as UTF-8; bytes that are not UTF-8 are an InputError naming ``name``, the line and the byte."""
-    try:
-        return data.removeprefix(BOM).decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data[:exc.start].count(b"\n") + 1
-        raise InputError(name, f"not UTF-8 text (byte {exc.start}: {exc.reason})", line) from None
+    return any(head.startswith(magic) or suffix == ext for _, ext, magic, _ in COMPRESSED) or is_wide(head)
 
 
 def decoded(data: bytes, name: str) -> bytes:
-    """An input's bytes as every reader takes them: decompressed (:func:`decompressed`), then UTF-8 (:func:`from_wide`)."""
+    """An input's bytes as every reader takes them: decompressed (:func:`decompressed`), then as UTF-8
+    (:func:`ingest.encoding.from_wide`)."""
     return from_wide(decompressed(data, name), name)
 
 

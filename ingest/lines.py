@@ -19,9 +19,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ingest.encoding import BOM
 from ingest.errors import InputError
-
-BOM = b"\xef\xbb\xbf"
 #: Newlines are searched block by block: a mask of the whole input would be one more input-sized allocation.
 _BLOCK = 1 << 24
 

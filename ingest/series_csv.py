@@ -19,9 +19,9 @@ from pathlib import Path
 
 import polars as pl
 
+from ingest.encoding import BOM
 from ingest.errors import InputError
 from ingest.inputs import read_file
-from ingest.lines import BOM
 
 TS_NAMES = ("ts", "timestamp", "time", "date", "datetime")
 FORMATS = ("%Y-%m-%dT%H:%M:%S%.f%z", "%Y-%m-%d %H:%M:%S%.f%z", "%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f",

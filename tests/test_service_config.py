@@ -2,11 +2,14 @@
 kind of mistake is one line naming the file, the line and the key."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from conftest import ROOT
+from dashboards import access
+from ingest import encoding
 from ingest.errors import InputError
 from models.service import config
 from models.service.sources import KINDS
@@ -60,6 +63,19 @@ def test_the_example_parses_as_documented():
     assert beta.where.command("sacct") == ["env", "SLURM_CONF=/etc/slurm-beta/slurm.conf", "sacct"]
     gov = cfg.sources[0].opts["path"]
     assert gov == str(ROOT / "data" / "governance.example.toml") and Path(gov).exists()
+
+
+def test_a_config_saved_as_utf16_is_read_by_the_service_and_its_dashboard(tmp_path):
+    """Notepad's "Unicode" (UTF-16 with its mark): the collector, its scheduled reports and the dashboard's access
+    rules read the same text from it as from the UTF-8 file (all through ingest/encoding.py)."""
+    text = EXAMPLE.read_text(encoding="utf-8") + '\n[access]\ntrusted_proxies = ["127.0.0.1"]\ncontact = "zoë"\n'
+    (tmp_path / "utf8.toml").write_text(text, encoding="utf-8")
+    (tmp_path / "utf16.toml").write_bytes(b"\xff\xfe" + text.encode("utf-16-le"))
+    assert encoding.read_text(tmp_path / "utf16.toml") == text
+    got, want = config.load(tmp_path / "utf16.toml"), config.load(tmp_path / "utf8.toml")
+    assert replace(got, path=want.path) == want and got.path == tmp_path / "utf16.toml"
+    got, want = access.read_config(tmp_path / "utf16.toml"), access.read_config(tmp_path / "utf8.toml")
+    assert got.access.contact == "zoë" and (got.host, got.port, got.warehouse) == (want.host, want.port, want.warehouse)
 
 
 def test_every_key_of_every_section_is_documented_in_the_example():

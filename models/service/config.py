@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ingest import warehouse
+from ingest import encoding, warehouse
 from ingest.errors import InputError, load_toml
 from models.definitions.times import parse_duration
 from models.service.delivery import SHAPES, SmtpSettings, Webhook
@@ -242,15 +242,8 @@ def _listen(chk: _Where, text: str) -> tuple[str, int] | None:
 
 
 def load(path: str | Path) -> ServiceConfig:
-    """Read and validate the config file at ``path``."""
-    p = Path(path)
-    try:
-        text = p.read_bytes().removeprefix(b"\xef\xbb\xbf").decode("utf-8")
-    except OSError as exc:
-        raise InputError(str(p), f"cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        raise InputError(str(p), f"not UTF-8 text (byte {exc.start})") from None
-    return parse(text, str(p))
+    """Read (UTF-8, or UTF-16 with its mark: ingest/encoding.py) and validate the config file at ``path``."""
+    return parse(encoding.read_text(path), str(Path(path)))
 
 
 # ---------------------------------------------------------------- alerts and delivery (issue 19)
