@@ -48,6 +48,19 @@ def test_page_figures_equal_the_cli_report(lab_db, monkeypatch, tmp_path):
     nodes = [r for r in _cli(lab_db, tmp_path, "reliability", "--view", "nodes") if r["outages"] > 0]
     table = dfx.frame_with(at, "Node", "Outages", "MTBF (hours)")
     assert list(table["Node"]) == [r["node"] for r in nodes]
+    assert any(m.value.startswith("**Node outages**: unplanned") for m in at.markdown)   # titled as its neighbours
+
+
+def test_a_window_without_node_outages_says_so_instead_of_an_empty_table(lab_db, monkeypatch, tmp_path):
+    dates = (dt.date(2026, 10, 12), dt.date(2026, 10, 13))
+    out = tmp_path / "nodes.json"
+    assert gpuledger.main(["-q", "--db", str(lab_db), "report", "reliability", "--view", "nodes", "--from",
+                           "2026-10-12", "--to", "2026-10-14", "--format", "json", "--out", str(out)]) == 0
+    assert not [r for r in json.loads(out.read_text()) if r["outages"] > 0]
+    at = dfx.open_page(dfx.app(lab_db, monkeypatch), "reliability", f_dates=dates)
+    assert "No unplanned node outage started in this window." in [c.value for c in at.caption]
+    dfx.open_tables(at)
+    assert not any("Outages" in el.value.columns for el in at.dataframe)
 
 
 def test_one_team_filter_matches_its_cli_row(lab_db, monkeypatch, tmp_path):

@@ -133,12 +133,18 @@ with c:
                           "multi_node_jobs": "Multi-node jobs", "minutes_below": "Minutes below",
                           "activity_gap_pct": "Activity gap (points)", "power_gap_w": "Power gap (W)",
                           "held_back_gpu_h": "Held back (GPU-hours)", "metric": "Metric"})
+st.markdown("**Node outages**: unplanned outages (DOWN, DRAIN, FAIL ...) starting in the window, the most first")
 nodes = rr.nodes(ctx.version, f).filter(pl.col("outages") > 0)
-ui.table(nodes.head(50), key="rel_nodes", file_stem="node_outages", ctx=ctx,
-         columns={"node": "Node", "gpu_type": "Pool", "outages": "Outages", "down_h": "Down (hours)",
-                  "mttr_h": "MTTR (hours)", "mtbf_h": "MTBF (hours)", "jobs_killed": "Jobs killed",
-                  "lost_gpu_h": "Lost (GPU-hours)"},
-         caption="Unplanned outages (DOWN, DRAIN, FAIL ...) starting in the window; MTBF = node-hours / outages.")
+if nodes.is_empty():
+    st.caption("No unplanned node outage started in this window.")
+else:
+    ui.table(nodes.head(50), key="rel_nodes", file_stem="node_outages", ctx=ctx,
+             columns={"node": "Node", "gpu_type": "Pool", "outages": "Outages", "down_h": "Down (hours)",
+                      "mttr_h": "MTTR (hours)", "mtbf_h": "MTBF (hours)", "jobs_killed": "Jobs killed",
+                      "lost_gpu_h": "Lost (GPU-hours)"},
+             caption="MTTR: mean hours to repair, over the outages that ended; MTBF: node-hours in the window / "
+                     "outages."
+                     + (f" The first 50 of {nodes.height} nodes." if nodes.height > 50 else ""))
 if slow is not None:
     x = rr.xid_gpus(ctx.version, f)
     if x.height:
