@@ -17,6 +17,8 @@ def test_waiting_figures_match_the_models_and_say_where_reasons_come_from(lab_db
     classes = pending.by_class(cur, dt.datetime(2026, 9, 21), end)
     assert dfx.metric(at, "Waiting (GPU-hours)").value == f"{classes['wait_gpu_h'].sum():,.1f}"
     assert any("No squeue snapshots" in i.value for i in at.info)            # the lab export has none
+    assert dfx.metric(at, "Explained by squeue snapshots").value == "—"       # not "0.0 %": none were taken
+    assert "not known: no squeue snapshots loaded (`gpuledger ingest squeue`)" in [c.value for c in at.caption]
     shown = dfx.frame_with(at, "Team", "Waiting (GPU-h)")
     assert sorted(shown["Team"]) == sorted(classes["team"].to_list())
     assert "Not yet evaluated (GPU-h)" in shown.columns                     # every class has its column ...
@@ -37,3 +39,7 @@ def test_reserved_idle_is_the_reservation_report_once_reservations_are_loaded(tm
     m = dfx.metric(at, "Reserved but idle (GPU-hours)")
     assert (m.value, m.delta) == (f"{rep['reserved_idle_gpu_h'].sum():,.1f}",
                                   f"of {rep['reserved_gpu_h'].sum():,.1f} reserved")
+    classes = pending.by_class(cur, dt.datetime(2026, 12, 1), timeline.horizon(cur))    # this capture has snapshots
+    explained = (classes["wait_gpu_h"] * classes["from_snapshots_share"].fill_null(0)).sum()
+    want = 100 * explained / classes["wait_gpu_h"].sum()
+    assert dfx.metric(at, "Explained by squeue snapshots").value == f"{want:.1f} %"

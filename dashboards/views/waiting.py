@@ -22,11 +22,13 @@ wait = float(classes["wait_gpu_h"].sum()) if classes.height else None
 ui.kpi(k[0], "Waiting (GPU-hours)", f"{wait:,.1f}" if wait is not None else None,
        help="Requested GPUs x time from submit until the job started (or left the queue), inside the window.",
        missing="no GPU job waited in the window")
+# no snapshot ever loaded: "0.0 %" would read as snapshots that explained nothing
 share = (float((classes["wait_gpu_h"] * classes["from_snapshots_share"].fill_null(0)).sum()) / wait
-         if wait else None)
+         if wait and cov.get("snapshots") else None)
 ui.kpi(k[1], "Explained by squeue snapshots", ui.pct(share), help="The share of the wait whose Slurm reason a "
        "queue snapshot recorded; the rest comes from sacct's last reason or is unknown.",
-       missing="no wait to explain")
+       missing="no wait to explain" if not wait else "not known: no squeue snapshots loaded (`gpuledger ingest "
+       "squeue`)")
 ui.kpi(k[2], "Preempted (GPU-hours)",
        f"{pre_victims['preempted_gpu_h'].sum():,.1f}" if pre_victims.height else "0",
        f"{int(pre_victims['requeues'].sum()):,} requeues" if pre_victims.height else None, delta_color="off",
