@@ -8,6 +8,7 @@ Every text printed from data (names, file names, rejected lines) goes through ``
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import json
 import os
 import sys
@@ -866,15 +867,20 @@ def _report_snapshot(args):
 def _report_week(args, version: str):
     """--week's window, else the last complete ISO week before the snapshot's data horizon."""
     from dashboards import reports, queries
-    if args.week:
-        try:
-            return reports.week_window(args.week)
-        except ValueError as exc:
-            raise UsageError(f"report: --week: not an ISO week such as 2026-W42: {args.week!r}") from exc
-    horizon = queries.catalogue(version).horizon
-    if horizon is None:
+    cat = queries.catalogue(version)
+    if cat.horizon is None:
         raise CliError("report: the warehouse has no jobs yet")
-    return reports.last_complete_week(horizon)
+    if not args.week:
+        return reports.last_complete_week(cat.horizon)
+    try:
+        f = reports.week_window(args.week)
+    except ValueError as exc:
+        raise UsageError(f"report: --week: not an ISO week such as 2026-W42: {args.week!r}") from exc
+    # a week the accounting does not reach would be a report of dashes, its cost 0.00
+    if f.t0 >= cat.horizon or f.end <= cat.first_day:
+        raise CliError(f"report: --week {args.week} ({f.start} to {f.end - dt.timedelta(days=1)}) is outside the "
+                       f"data ({cat.first_day} to {cat.horizon:%Y-%m-%d %H:%M} UTC): nothing to report")
+    return f
 
 
 def _write_report(args, r) -> int:

@@ -241,3 +241,20 @@ def test_the_cli_writes_the_report_and_leaves_the_warehouse_as_it_was(lab_db, tm
     assert gpuledger.main(["--db", str(lab_db), "report", "finance-pack"]) == 1
     assert "no period is closed yet" in capsys.readouterr().err
     assert gpuledger.main(["--db", str(lab_db), "report", "weekly", "--week", "42"]) == 2
+
+
+@pytest.mark.parametrize("week", ["2026-W44", "2026-W38"])
+def test_a_week_the_accounting_does_not_reach_is_refused_not_a_report_of_dashes(lab_db, capsys, week):
+    """The lab's accounting runs from 2026-09-21 into 2026-10-20: a later or an earlier week has nothing to report
+    (it printed every figure as "—" and the month's cost as 0.00); the weeks at the data's edges still report."""
+    import gpuledger
+    cat = queries.catalogue(Snapshot(lab_db).version)
+    assert str(cat.first_day) == "2026-09-21" and cat.horizon.date() == dt.date(2026, 10, 20)
+    for cmd in (["weekly"], ["team-note", "--team", "nlp"]):
+        assert gpuledger.main(["--db", str(lab_db), "report", *cmd, "--week", week]) == 1
+        err = capsys.readouterr().err
+        assert err == (f"gpuledger: report: --week {week} ({reports.week_window(week).start} to "
+                       f"{reports.week_window(week).end - dt.timedelta(days=1)}) is outside the data (2026-09-21 "
+                       f"to {cat.horizon:%Y-%m-%d %H:%M} UTC): nothing to report\n")
+    for edge in ("2026-W39", "2026-W43"):         # 09-21 to 09-27, and 10-19 to 10-25 (the horizon's day)
+        assert gpuledger.main(["-q", "--db", str(lab_db), "report", "weekly", "--week", edge]) == 0
