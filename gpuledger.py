@@ -58,12 +58,15 @@ def _print(msg: str) -> None:
     print(escape(msg, multiline=True))
 
 
-def _freshness(args, con) -> None:
-    """Say when the marts a report read are older than the accounting (reads never rebuild them)."""
+def _freshness(args, con, window: bool = True) -> None:
+    """Say when the marts a report read are older than the accounting (reads never rebuild them), and (``window``)
+    when its --from/--to window lies wholly outside the accounting."""
+    from models.definitions.times import parse_window
     from models.metrics import freshness
-    note = freshness.note(con)
-    if note:
-        _say(args, note)
+    lo, hi = parse_window(getattr(args, "date_from", None), getattr(args, "date_to", None))   # checked by _window
+    for note in (freshness.note(con), freshness.window_note(con, lo, hi) if window else None):
+        if note:
+            _say(args, note)
 
 
 def _progress(args, what: str):
@@ -454,7 +457,10 @@ def cmd_report_utilization(args) -> int:
     except ValueError as exc:
         raise UsageError(f"report utilization: {exc}") from exc
     if df.is_empty():
-        _say(args, "report utilization: no accounting in the warehouse yet (run `gpuledger ingest sacct ...`)")
+        if timeline.resolve_window(con) is None:
+            _say(args, "report utilization: no accounting in the warehouse yet (run `gpuledger ingest sacct ...`)")
+        else:
+            _freshness(args, con)          # a window the accounting does not reach says so
         return EXIT_OK
     beyond = df.get_column("beyond_capacity_gpu_h").drop_nulls().sum()
     if beyond > 1e-9 and not df.get_column("capacity_gpu_h").drop_nulls().sum():
@@ -501,6 +507,7 @@ def cmd_report_fragmentation(args) -> int:
         raise UsageError(f"report fragmentation: {exc}") from exc
     if df.is_empty():
         _say(args, "report fragmentation: nothing to report in this window (no accounting, or no pending jobs)")
+        _freshness(args, con)
         return EXIT_OK
     lost = timeline.unplaced(con, lo, hi)
     if lost["jobs"]:
@@ -824,7 +831,7 @@ def cmd_report_reservations(args) -> int:
         _say(args, "report reservations: no reservations in the window (run `gpuledger ingest reservations ...`)")
         return EXIT_OK
     emit(df, args.format, args.out)
-    _freshness(args, con)
+    _freshness(args, con, window=False)        # reservations are known ahead of the accounting
     return EXIT_OK
 
 
@@ -844,6 +851,7 @@ def cmd_report_pending(args) -> int:
                    "Reason column where the export had it (Slurm keeps only a job's last reason), else 'unknown'")
     if views["classes"].is_empty():
         _say(args, "report pending: no GPU job waited in the window")
+        _freshness(args, con)
         return EXIT_OK
     _print_views(args, views, "classes")
     _freshness(args, con)
@@ -1028,7 +1036,8 @@ def _budgets_parser(isrep) -> None:
 def cmd_chargeback(args) -> int:
     """Compute (or, for a closed period, re-read) the month's statement; export it; --close freezes it."""
     from models.definitions.policy import CostError
-    from models.metrics import chargeback
+    from models.definitions.times import period_bounds
+    from models.metrics import chargeback, freshness
     if args.out or args.format in ("xlsx", "parquet"):
         _none_of("chargeback", args, {"view": "--view"}, "with an export (it holds every view)")
     if args.out and args.format in ("table", "json"):
@@ -1040,6 +1049,10 @@ def cmd_chargeback(args) -> int:
         raise CliError(str(exc)) from exc
     if not args.close:
         _freshness(args, con)
+    if dict(st.header).get("Accounting covered (UTC)") == chargeback.NO_ACCOUNTING:   # a month of zeros, said why
+        note = freshness.window_note(con, *period_bounds(st.period, st.policy.period_timezone))
+        if note:
+            _say(args, note.replace("the window", f"the period {st.period}"))
     _say(args, _reconciliation_line(st))
     views = chargeback.views(st)
     if args.out or args.format in ("xlsx", "parquet"):
