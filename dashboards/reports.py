@@ -171,7 +171,7 @@ def _env(template_dir: str | Path | None = None) -> jinja2.Environment:
 def _render(kind: str, period: str, subject: str, context: dict, facts: dict, template_dir=None,
             attachments: tuple = ()) -> Report:
     env = _env(template_dir)
-    ctx = {"subject": subject, **context}
+    ctx = {"subject": subject, "coverage": None, **context}
     return Report(kind, period, subject, env.get_template(f"{kind}.html.j2").render(ctx),
                   env.get_template(f"{kind}.txt.j2").render(ctx), facts, attachments)
 
@@ -179,6 +179,17 @@ def _render(kind: str, period: str, subject: str, context: dict, facts: dict, te
 def _published(version: str) -> str:
     at = queries.published_at(version)
     return f"{at:%Y-%m-%d %H:%M} UTC" if at else "unknown"
+
+
+def coverage(version: str, f: Filters) -> str | None:
+    """A line when the accounting stops before the window ends (the collector or slurmdbd behind, a report sent on
+    schedule all the same): the figures after it are missing, not zero. None when it reaches the end."""
+    horizon = queries.catalogue(version).horizon
+    if horizon is None or horizon >= f.t1:
+        return None
+    return (f"The accounting reaches only {horizon:%Y-%m-%d %H:%M} UTC, before this week ends "
+            f"({f.t1:%Y-%m-%d %H:%M} UTC): what happened after it is missing from these figures, not zero (the "
+            "collector or slurmdbd may be behind).")
 
 
 def weekly(version: str, f: Filters, template_dir=None) -> Report:
@@ -198,7 +209,7 @@ def weekly(version: str, f: Filters, template_dir=None) -> Report:
     label = week_label(f)
     subject = f"GPU cluster weekly report {label}: {f.span_text()}"
     facts = {"period": label, "window": f.describe(), "figures": {r["metric"]: r["now"] for r in rows}}
-    return _render("weekly", label, subject, {"f": f, "rows": rows, "charts": charts,
+    return _render("weekly", label, subject, {"f": f, "rows": rows, "charts": charts, "coverage": coverage(version, f),
                                               "published": _published(version)}, facts, template_dir)
 
 
@@ -229,7 +240,8 @@ def team_note(version: str, f: Filters, team: str, template_dir=None) -> Report:
     label = week_label(f)
     subject = f"GPU usage of team {team}, {label}: {f.span_text()}"
     return _render("team_note", label, subject, {"f": tf, "team": team, "x": facts, "jobs": jobs,
-                                                 "published": _published(version)}, {**facts, "period": label},
+                                                 "coverage": coverage(version, f), "published": _published(version)},
+                   {**facts, "period": label},
                    template_dir)
 
 

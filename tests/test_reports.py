@@ -243,6 +243,21 @@ def test_the_cli_writes_the_report_and_leaves_the_warehouse_as_it_was(lab_db, tm
     assert gpuledger.main(["--db", str(lab_db), "report", "weekly", "--week", "42"]) == 2
 
 
+def test_a_week_the_accounting_stops_in_says_its_figures_after_that_are_missing(lab):
+    """The lab's accounting stops on 2026-10-20: the week 2026-W43 (10-19 to 10-25), as the service would send it
+    on 10-26 with the collector behind, says where the figures stop, in both forms; a covered week says nothing."""
+    horizon = queries.catalogue(lab).horizon
+    line = (f"The accounting reaches only {horizon:%Y-%m-%d %H:%M} UTC, before this week ends (2026-10-26 00:00 "
+            "UTC): what happened after it is missing from these figures, not zero (the collector or slurmdbd may be "
+            "behind).")
+    for r in (reports.weekly(lab, reports.week_window("2026-W43")),
+              reports.team_note(lab, reports.week_window("2026-W43"), "nlp")):
+        assert r.text.splitlines()[2] == line
+        assert f'<p class="warn" id="coverage">{line}</p>' in r.html
+    for r in (reports.weekly(lab, reports.week_window(WEEK)), reports.team_note(lab, reports.week_window(WEEK), "nlp")):
+        assert "The accounting reaches only" not in r.text and 'id="coverage"' not in r.html
+
+
 @pytest.mark.parametrize("week", ["2026-W44", "2026-W38"])
 def test_a_week_the_accounting_does_not_reach_is_refused_not_a_report_of_dashes(lab_db, capsys, week):
     """The lab's accounting runs from 2026-09-21 into 2026-10-20: a later or an earlier week has nothing to report
