@@ -80,7 +80,6 @@ class Statement:
     closed_at: dt.datetime | None = None
     detail: bool = True                  # False: computed without the job-level detail (totals only)
     content_hash: str | None = None
-    notes: list[str] = field(default_factory=list)
 
     @property
     def total_row(self) -> dict:
