@@ -453,7 +453,7 @@ def ingest_bytes(con, data: bytes, name: str, fmt: str = "auto", cluster: str | 
         run.lines_read = len(lines)
         run.mark_lines(lines, skipped, rejected)
         run.loaded = loaded_lines
-        run.notes = _apply_snapshot(con, run, nodes, when, retire_missing) + mig_notes(nodes)
+        run.notes = _apply_snapshot(con, run, nodes, when, retire_missing) + mig_notes(nodes) + shared_gpu_notes(nodes)
     summary = run.summary()
     summary["reject_examples"] = [f"{name}:{ln}: " + (f"field {f}: " if f else "") + r for ln, f, r in rejected[:10]]
     return summary
@@ -473,6 +473,23 @@ def mig_notes(nodes: list[NodeRecord]) -> list[str]:
     return [f"{len(mig)} nodes carry MIG slices ({', '.join(types)}): as in Slurm, each slice counts as one GPU of "
             "its pool, so those pools' capacity, utilization and charges are in slices, not physical GPUs (give "
             "them per-slice rates in the governance file)"]
+
+
+#: A GRES that shares a GPU among jobs: Slurm's GPU sharding and CUDA MPS (``shard:20``, ``mps:400``)
+SHARED_GRES = re.compile(r"(?:^|,)(shard|mps)(?::[^,:()]+)*:\d+", re.IGNORECASE)
+
+
+def shared_gpu_notes(nodes: list[NodeRecord]) -> list[str]:
+    """What a reader must know when nodes offer GPU shards or MPS shares: a job holding only those allocates no
+    whole GPU in Slurm's accounting and counts 0 GPUs here (`ingest sacct` counts such jobs), so the GPUs they
+    share read as idle."""
+    shared = [n for n in nodes if n.gres and SHARED_GRES.search(n.gres)]
+    if not shared:
+        return []
+    kinds = sorted({m.group(1).lower() for n in shared for m in SHARED_GRES.finditer(n.gres)})
+    return [f"{len(shared)} node{'s' if len(shared) > 1 else ''} offer{'' if len(shared) > 1 else 's'} GPUs "
+            f"shared among jobs ({', '.join(kinds)}): a job holding only {' or '.join(kinds)} counts 0 GPUs, as in "
+            "Slurm's gres/gpu accounting, so the GPUs it shares read as idle in utilization, fragmentation and cost"]
 
 
 def _apply_snapshot(con, run, nodes: list[NodeRecord], when: dt.datetime, retire_missing: bool) -> list[str]:
