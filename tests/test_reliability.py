@@ -7,6 +7,7 @@ import datetime as dt
 import math
 
 import numpy as np
+import polars as pl
 import pytest
 
 from models.metrics import reliability
@@ -47,21 +48,42 @@ def cluster(tmp_path_factory):
 
 
 def test_outages_mtbf_mttr(cluster):
+    """The window runs to 03-03 00:00, but the last thing known of the cluster is gpu04's MAINT ending 03-02 11:00
+    (jobs end 03-01 22:50): node-hours stop there, 35 per node, not 48 (13 hours nobody observed)."""
     w = (T("03-01 00:00"), T("03-03 00:00"))
     nodes = {r["node"]: r for r in reliability.nodes(cluster, *w).iter_rows(named=True)}
     g1 = nodes["gpu01"]
-    assert (g1["outages"], g1["node_h"], g1["down_h"]) == (2, 48.0, 3.5)
-    assert g1["mttr_h"] == pytest.approx(1.75) and g1["mtbf_h"] == pytest.approx(24.0)
+    assert (g1["outages"], g1["node_h"], g1["down_h"]) == (2, 35.0, 3.5)
+    assert g1["mttr_h"] == pytest.approx(1.75) and g1["mtbf_h"] == pytest.approx(17.5)
     assert (g1["jobs_killed"], g1["lost_gpu_h"] * 3600) == (1, pytest.approx(8 * (2 * 3600 + 47 * 60 + 30)))
     assert nodes["gpu02"]["outages"] == 0 and nodes["gpu02"]["mtbf_h"] is None
     assert nodes["gpu04"]["outages"] == 0          # MAINT is planned: not a failure
     pools = {r["gpu_type"]: r for r in reliability.nodes(cluster, *w, by="gpu_type").iter_rows(named=True)}
-    assert (pools["a100"]["nodes"], pools["a100"]["outages"], pools["a100"]["mtbf_h"]) == (3, 2, pytest.approx(72.0))
+    assert (pools["a100"]["nodes"], pools["a100"]["outages"], pools["a100"]["mtbf_h"]) == (3, 2, pytest.approx(52.5))
     out = reliability.outages(cluster, *w)
     assert out.height == 3
     first = out.row(0, named=True)
     assert (first["node"], first["class"], first["jobs_killed"], first["hours"]) == ("gpu01", "down", 1, 2.5)
     assert out.filter(out["node"] == "gpu04")["class"].to_list() == ["planned_down"]
+
+
+def test_an_outage_open_at_the_end_of_the_data_counts_its_hours_to_there_not_to_the_window_end(tmp_path):
+    """gpu01 goes DOWN at 03-01 20:00 and is still down in the last snapshot (03-02 06:30); a month-long window
+    counts 10.5 down hours and 30.5 node-hours (03-01 00:00 to the snapshot), not 724 and 744."""
+    from ingest import warehouse
+    path = tmp_path / "w.duckdb"
+    con = warehouse.connect(path)
+    jobs = [Job(1, "a", "ml", "a100", 8, ["gpu01"], start=T("03-01 07:13:00"), end=T("03-01 20:00:30"),
+                state="NODE_FAIL"),
+            Job(2, "a", "ml", "a100", 8, ["gpu02"], start=T("03-01 09:00:00"), end=T("03-01 18:00:00"))]
+    load(con, "tc", jobs, NODES, [("gpu01", T("03-01 20:00"), None, "DOWN", "Not responding")],
+         as_of="2024-03-02T06:30:00", refresh=False)
+    refresh.run(con, path, publish=False)
+    w = (T("03-01 00:00"), T("04-01 00:00"))
+    g1 = reliability.nodes(con, *w).filter(pl.col("node") == "gpu01").row(0, named=True)
+    assert (g1["outages"], g1["down_h"], g1["node_h"], g1["mtbf_h"]) == (1, 10.5, 30.5, 30.5)
+    assert reliability.outages(con, *w)["hours"].to_list() == [10.5]
+    con.close()
 
 
 def test_repeat_offender_is_significant_not_counted(cluster):

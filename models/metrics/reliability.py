@@ -33,17 +33,27 @@ def _params(con, start, end) -> dict | None:
     return None if win is None else {"s": win[0], "e": win[1]}
 
 
+#: Per cluster, where the window's observations end (``oe``): its end, or the last time anything of the cluster is
+#: known when that is earlier (the accounting's horizon, a node event's start or end, a node snapshot). Node-hours
+#: and open outages stop there: after it nothing is known of the nodes, up or down.
+_OBSERVED = """obs AS (SELECT cluster, least($e, max(t)) AS oe FROM (
+        SELECT cluster, horizon AS t FROM tl_clusters UNION ALL SELECT cluster, greatest(start, "end") FROM node_events
+        UNION ALL SELECT cluster, observed_at FROM node_states) GROUP BY cluster)"""
+
+
 def outages(con: duckdb.DuckDBPyConnection, start=None, end=None) -> pl.DataFrame:
     """Every outage (node_events with an outage class) starting in the window: node, pool, class, state, reason,
-    hours (to its end, or the window's end while open), the jobs it killed and their lost GPU-hours."""
+    hours (to its end, or while open to the window's end or the data horizon, whichever is first), the jobs it
+    killed and their lost GPU-hours."""
     p = _params(con, start, end)
     if p is None:
         return pl.DataFrame()
     return con.sql(f"""
-        WITH e AS (SELECT e.*, {event_class_sql('e')} AS class FROM node_events e
-                   WHERE e.start >= $s AND e.start < $e)
+        WITH {_OBSERVED},
+        e AS (SELECT e.*, {event_class_sql('e')} AS class, b.oe FROM node_events e JOIN obs b USING (cluster)
+              WHERE e.start >= $s AND e.start < $e)
         SELECT e.cluster, e.node, coalesce(p.gpu_type, '{UNTYPED}') AS gpu_type, e.class, e.state, e.reason, e.start,
-               e."end", epoch(coalesce(e."end", $e) - e.start) / 3600 AS hours,
+               e."end", greatest(0, epoch(coalesce(e."end", e.oe) - e.start)) / 3600 AS hours,
                count(l.job_uid) AS jobs_killed, coalesce(sum(l.lost_gpu_s), 0) / 3600 AS lost_gpu_h
         FROM e LEFT JOIN {_POOL} p USING (cluster, node)
         LEFT JOIN loss_jobs l ON l.cluster = e.cluster AND l.event_node = e.node AND l.event_start = e.start
@@ -53,7 +63,8 @@ def outages(con: duckdb.DuckDBPyConnection, start=None, end=None) -> pl.DataFram
 def nodes(con: duckdb.DuckDBPyConnection, start=None, end=None, by: str = "node") -> pl.DataFrame:
     """Per node (``by='node'``) or pool (``by='gpu_type'``): unplanned outages (class 'down') starting in the
     window, down hours, MTTR (mean hours of the closed ones), MTBF (node-hours in the window divided by
-    outages; NULL without one), jobs killed by hardware causes and their lost GPU-hours."""
+    outages; NULL without one), jobs killed by hardware causes and their lost GPU-hours. Node-hours and open
+    outages' down hours stop at the data horizon when the window reaches past it."""
     if by not in ("node", "gpu_type"):
         raise ValueError("by must be node or gpu_type (pool)")
     p = _params(con, start, end)
@@ -61,14 +72,16 @@ def nodes(con: duckdb.DuckDBPyConnection, start=None, end=None, by: str = "node"
         return pl.DataFrame()
     keys = "cluster, node, gpu_type" if by == "node" else "cluster, gpu_type"
     df = con.sql(f"""
-        WITH inv AS (   -- node-hours each node existed in the window (its inventory validity)
-            SELECT cluster, node, sum(greatest(0, epoch(least(coalesce(valid_to, $e), $e)
+        WITH {_OBSERVED},
+        inv AS (   -- node-hours each node existed in the window (its inventory validity), up to the horizon
+            SELECT cluster, node, sum(greatest(0, epoch(least(coalesce(valid_to, b.oe), b.oe)
                                                        - greatest(coalesce(valid_from, $s), $s)))) / 3600 AS node_h
-            FROM nodes GROUP BY ALL),
+            FROM nodes LEFT JOIN (SELECT cluster, coalesce(oe, $e) AS oe FROM obs) b USING (cluster) GROUP BY ALL),
         o AS (SELECT cluster, node, count(*) AS outages,
-                     sum(epoch(least(coalesce("end", $e), $e) - start)) / 3600 AS down_h,
+                     sum(greatest(0, epoch(least(coalesce("end", b.oe), b.oe) - start))) / 3600 AS down_h,
                      avg(epoch("end" - start)) FILTER (WHERE "end" IS NOT NULL) / 3600 AS mttr_h
-              FROM node_events e WHERE start >= $s AND start < $e AND {event_class_sql('e')} = 'down' GROUP BY ALL),
+              FROM node_events e JOIN obs b USING (cluster)
+              WHERE start >= $s AND start < $e AND {event_class_sql('e')} = 'down' GROUP BY ALL),
         k AS (SELECT cluster, event_node AS node, count(*) AS jobs_killed, sum(lost_gpu_s) / 3600 AS lost_gpu_h
               FROM loss_jobs WHERE "end" >= $s AND "end" < $e AND cause IN {sql_list(HARDWARE_CAUSES)}
                 AND event_node IS NOT NULL GROUP BY ALL),
