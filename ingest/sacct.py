@@ -557,9 +557,9 @@ def shared_gpu_notes(con, table: str) -> list[str]:
           AND (strpos(alloc_tres, 'gres/shard') > 0 OR strpos(alloc_tres, 'gres/mps') > 0)""").fetchall()[0]
     if not n:
         return []
-    return [f"{n:,} job{'s' if n > 1 else ''} (first: {first}) hold{'' if n > 1 else 's'} GPU shards or MPS shares (gres/shard, "
-            "gres/mps) and no whole GPU: counted as 0 GPUs, so the GPUs they share read as idle in utilization, "
-            "fragmentation and cost"]
+    jobs, hold = (f"{n:,} jobs", "hold") if n > 1 else ("1 job", "holds")
+    return [f"{jobs} (first: {first}) {hold} GPU shards or MPS shares (gres/shard, gres/mps) and no whole GPU: "
+            "counted as 0 GPUs, so the GPUs they share read as idle in utilization, fragmentation and cost"]
 
 
 def ingest_path(con, path: str, opts: SacctOptions) -> dict:

@@ -43,8 +43,8 @@ _OBSERVED = """obs AS (SELECT cluster, least($e, max(t)) AS oe FROM (
 
 def outages(con: duckdb.DuckDBPyConnection, start=None, end=None) -> pl.DataFrame:
     """Every outage (node_events with an outage class) starting in the window: node, pool, class, state, reason,
-    hours (to its end, or while open to the window's end or the data horizon, whichever is first), the jobs it
-    killed and their lost GPU-hours."""
+    hours (to its end, or while open to the window's end or the last time anything of the cluster is known,
+    whichever is first), the jobs it killed and their lost GPU-hours."""
     p = _params(con, start, end)
     if p is None:
         return pl.DataFrame()
@@ -64,7 +64,8 @@ def nodes(con: duckdb.DuckDBPyConnection, start=None, end=None, by: str = "node"
     """Per node (``by='node'``) or pool (``by='gpu_type'``): unplanned outages (class 'down') starting in the
     window, down hours, MTTR (mean hours of the closed ones), MTBF (node-hours in the window divided by
     outages; NULL without one), jobs killed by hardware causes and their lost GPU-hours. Node-hours and open
-    outages' down hours stop at the data horizon when the window reaches past it."""
+    outages' down hours stop at the last time anything of the cluster is known (``_OBSERVED``) when the window
+    reaches past it."""
     if by not in ("node", "gpu_type"):
         raise ValueError("by must be node or gpu_type (pool)")
     p = _params(con, start, end)
@@ -73,7 +74,7 @@ def nodes(con: duckdb.DuckDBPyConnection, start=None, end=None, by: str = "node"
     keys = "cluster, node, gpu_type" if by == "node" else "cluster, gpu_type"
     df = con.sql(f"""
         WITH {_OBSERVED},
-        inv AS (   -- node-hours each node existed in the window (its inventory validity), up to the horizon
+        inv AS (   -- node-hours each node existed in the window (its inventory validity), up to what is known
             SELECT cluster, node, sum(greatest(0, epoch(least(coalesce(valid_to, b.oe), b.oe)
                                                        - greatest(coalesce(valid_from, $s), $s)))) / 3600 AS node_h
             FROM nodes LEFT JOIN (SELECT cluster, coalesce(oe, $e) AS oe FROM obs) b USING (cluster) GROUP BY ALL),
