@@ -784,6 +784,10 @@ def cmd_report_reliability(args) -> int:
         _say(args, f"report reliability: nothing to report for --view {args.view} in this window")
     else:
         emit(df, args.format, args.out)
+    until = reliability.observed_until(con, lo, hi) if args.view in ("nodes", "pools", "outages") else {}
+    if until and not df.is_empty():
+        _say(args, "note: node-hours and open outages stop at the last time anything of the cluster is known, "
+                   "before the window's end: " + ", ".join(f"{c} {t:%Y-%m-%d %H:%M} UTC" for c, t in until.items()))
     if args.view == "offenders" and not df.is_empty():
         _say(args, f"offenders: one-sided binomial test of each node's failed jobs (NODE_FAIL, BOOT_FAIL, FAILED) "
                    f"against its pool's rate, Benjamini-Hochberg q <= {args.fdr or reliability.FDR} per pool; "

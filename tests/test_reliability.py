@@ -83,6 +83,8 @@ def test_an_outage_open_at_the_end_of_the_data_counts_its_hours_to_there_not_to_
     g1 = reliability.nodes(con, *w).filter(pl.col("node") == "gpu01").row(0, named=True)
     assert (g1["outages"], g1["down_h"], g1["node_h"], g1["mtbf_h"]) == (1, 10.5, 30.5, 30.5)
     assert reliability.outages(con, *w)["hours"].to_list() == [10.5]
+    assert reliability.observed_until(con, *w) == {"tc": T("03-02 06:30")}       # what `report reliability` notes
+    assert reliability.observed_until(con, T("03-01 00:00"), T("03-02 00:00")) == {}   # whole days, all known
     con.close()
 
 

@@ -5,6 +5,7 @@ back. Reads ``node_events``, ``gpu_events``, ``nodes`` and the marts (``loss_job
 """
 from __future__ import annotations
 
+import datetime as dt
 import duckdb
 import numpy as np
 import polars as pl
@@ -39,6 +40,16 @@ def _params(con, start, end) -> dict | None:
 _OBSERVED = """obs AS (SELECT cluster, least($e, max(t)) AS oe FROM (
         SELECT cluster, horizon AS t FROM tl_clusters UNION ALL SELECT cluster, greatest(start, "end") FROM node_events
         UNION ALL SELECT cluster, observed_at FROM node_states) GROUP BY cluster)"""
+
+
+def observed_until(con: duckdb.DuckDBPyConnection, start=None, end=None) -> dict[str, dt.datetime]:
+    """Per cluster, where node-hours and open outages of the window stop (``_OBSERVED``) when that is before the
+    window's end: the figures' last known time, for a note. Empty when the window ends within what is known."""
+    p = _params(con, start, end)
+    if p is None:
+        return {}
+    return dict(con.sql(f"WITH {_OBSERVED} SELECT cluster, oe FROM obs WHERE oe < $e ORDER BY cluster",
+                        params={"e": p["e"]}).fetchall())
 
 
 def outages(con: duckdb.DuckDBPyConnection, start=None, end=None) -> pl.DataFrame:
