@@ -53,6 +53,12 @@ def nodes(version: str, f: Filters) -> pl.DataFrame:
 
 
 @st.cache_data(**CACHE)
+def observed_until(version: str, f: Filters) -> dict:
+    """Per cluster, where the window's node-hours and open outages stop, when before its end (the CLI's note)."""
+    return reliability_mod.observed_until(_cursor(version), f.t0, f.t1)
+
+
+@st.cache_data(**CACHE)
 def offenders(version: str, f: Filters) -> pl.DataFrame:
     return f.apply(reliability_mod.offenders(_cursor(version), f.t0, f.t1))
 

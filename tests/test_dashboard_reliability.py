@@ -54,7 +54,7 @@ def test_page_figures_equal_the_cli_report(lab_db, monkeypatch, tmp_path):
 def test_a_window_without_node_outages_says_so_instead_of_an_empty_table(lab_db, monkeypatch, tmp_path):
     dates = (dt.date(2026, 10, 12), dt.date(2026, 10, 13))
     out = tmp_path / "nodes.json"
-    assert gpuledger.main(["-q", "--db", str(lab_db), "report", "reliability", "--view", "nodes", "--from",
+    assert gpuledger.main(["--db", str(lab_db), "report", "reliability", "--view", "nodes", "--from",
                            "2026-10-12", "--to", "2026-10-14", "--format", "json", "--out", str(out)]) == 0
     assert not [r for r in json.loads(out.read_text()) if r["outages"] > 0]
     at = dfx.open_page(dfx.app(lab_db, monkeypatch), "reliability", f_dates=dates)
@@ -69,6 +69,20 @@ def test_one_team_filter_matches_its_cli_row(lab_db, monkeypatch, tmp_path):
     at = dfx.open_page(dfx.app(lab_db, monkeypatch), "reliability", f_teams=[top["team"]], **WINDOW)
     assert dfx.metric(at, "Lost GPU-hours").value == f"{top['lost_gpu_h']:,.0f}"
     assert dfx.metric(at, "Goodput").value == f"{100 * top['goodput_share']:.1f} %"
+
+
+def test_where_node_hours_stop_is_said_as_the_cli_says_it(lab_db, monkeypatch, capsys):
+    """A window through the data's last day (2026-10-20; outages in it): node-hours stop at the last time
+    anything of the cluster is known, and the outage table's caption names that time as `report reliability`
+    does."""
+    assert gpuledger.main(["--db", str(lab_db), "report", "reliability", "--view", "nodes", "--from",
+                           "2026-09-21", "--to", "2026-10-21", "--format", "json"]) == 0
+    note = next(line for line in capsys.readouterr().err.splitlines() if "node-hours and open outages stop" in line)
+    when = note.split("before the window's end: ")[1]
+    assert when.startswith("lab ") and when.endswith(" UTC")
+    at = dfx.open_page(dfx.app(lab_db, monkeypatch), "reliability",
+                       f_dates=(dt.date(2026, 9, 21), dt.date(2026, 10, 20)))
+    assert any(f"stop at the last time anything of the cluster is known: {when}." in c.value for c in at.caption)
 
 
 @pytest.fixture(scope="module")

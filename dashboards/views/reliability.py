@@ -108,6 +108,12 @@ ui.table(teams.with_columns(pl.col("goodput_share") * 100), key="rel_team_table"
                   "goodput_share": "Goodput (%)", "jobs": "Jobs that lost work"},
          formats={"goodput_share": "%.1f", "allocated_gpu_h": "%.1f", "lost_gpu_h": "%.1f"})
 
+def _stops(until: dict) -> str:
+    """Where node-hours and open outages stop, as `report reliability` notes it, when before the window's end."""
+    return (" Node-hours and open outages stop at the last time anything of the cluster is known: "
+            + ", ".join(f"{c} {t:%Y-%m-%d %H:%M} UTC" for c, t in until.items()) + ".") if until else ""
+
+
 st.subheader("Nodes to pull")
 slow = rr.slow_nodes(ctx.version, f) if rr.telemetry(ctx.version) else None
 a, c = st.columns(2)
@@ -143,7 +149,7 @@ else:
                       "mttr_h": "MTTR (hours)", "mtbf_h": "MTBF (hours)", "jobs_killed": "Jobs killed",
                       "lost_gpu_h": "Lost (GPU-hours)"},
              caption="MTTR: mean hours to repair, over the outages that ended; MTBF: node-hours in the window / "
-                     "outages."
+                     "outages." + _stops(rr.observed_until(ctx.version, f))
                      + (f" The first 50 of {nodes.height} nodes." if nodes.height > 50 else ""))
 if slow is not None:
     x = rr.xid_gpus(ctx.version, f)
