@@ -1054,9 +1054,10 @@ def cmd_chargeback(args) -> int:
     if not args.close:
         _freshness(args, con)
     if dict(st.header).get("Accounting covered (UTC)") == chargeback.NO_ACCOUNTING:   # a month of zeros, said why
-        note = freshness.window_note(con, *period_bounds(st.period, st.policy.period_timezone))
+        note = freshness.window_note(con, *period_bounds(st.period, st.policy.period_timezone),
+                                     what=f"the period {st.period}")
         if note:
-            _say(args, note.replace("the window", f"the period {st.period}"))
+            _say(args, note)
     _say(args, _reconciliation_line(st))
     views = chargeback.views(st)
     if args.out or args.format in ("xlsx", "parquet"):

@@ -75,13 +75,14 @@ def note(con: duckdb.DuckDBPyConnection) -> str | None:
             "run `gpuledger refresh` to include the rest")
 
 
-def window_note(con: duckdb.DuckDBPyConnection, start: dt.datetime | None, end: dt.datetime | None) -> str | None:
-    """One line when the window [start, end) (naive UTC; None: open) lies wholly outside what the accounting
-    covers, before the first data start or from the last horizon on: its figures are then empty, or zero, for
-    want of data, and a reader must not take them for a quiet month (node hours still count from the inventory)."""
+def window_note(con: duckdb.DuckDBPyConnection, start: dt.datetime | None, end: dt.datetime | None,
+                what: str = "the window") -> str | None:
+    """One line when the window [start, end) (naive UTC; None: open), called ``what`` ("the period 2030-01"),
+    lies wholly outside what the accounting covers, before the first data start or from the last horizon on: its
+    figures are then empty, or zero, for want of data, and a reader must not take them for a quiet month."""
     lo, hi = con.sql("SELECT min(data_start), max(horizon) FROM tl_clusters").fetchall()[0]
     if lo is None or hi is None or not ((start is not None and start >= hi) or (end is not None and end <= lo)):
         return None
     shown = " to ".join(f"{t:%Y-%m-%d %H:%M}" if t is not None else "open" for t in (start, end))
-    return (f"note: the window ({shown}) lies outside what the accounting covers ({lo:%Y-%m-%d %H:%M} to "
+    return (f"note: {what} ({shown}) lies outside what the accounting covers ({lo:%Y-%m-%d %H:%M} to "
             f"{hi:%Y-%m-%d %H:%M} UTC): its figures are empty or zero for want of data, not a quiet period")
