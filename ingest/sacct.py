@@ -17,7 +17,7 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from ingest import jobs_store, plausible, sacct_json, slurm_sql, textsplit, warehouse
+from ingest import gpu_shares, jobs_store, plausible, sacct_json, slurm_sql, textsplit, warehouse
 from ingest.lines import aligned_table, first_text_line, other_output, text_lines
 from ingest.slurm_json import looks_like_json
 from ingest.errors import InputError
@@ -543,23 +543,11 @@ def _load_staged(con, run, lines, staged: list[str]) -> None:
             con.execute(f"UPDATE {t} SET verdict = 'reject' WHERE verdict IS NULL AND list_contains($bad, nodelist)",
                         {"bad": list(bad)})
     run.loaded = con.sql("SELECT count(*) FROM stg_jobs").fetchall()[0][0]
-    run.notes += shared_gpu_notes(con, "stg_jobs")
-    jobs_store.merge_jobs(con, run, "stg_jobs")
+    table, notes = gpu_shares.resolve_staged(con, "stg_jobs")
+    run.notes += notes
+    jobs_store.merge_jobs(con, run, table)
     jobs_store.assign_teams(con, run.run_id)
-
-
-def shared_gpu_notes(con, table: str) -> list[str]:
-    """A note when jobs hold GPU shards or MPS shares (``gres/shard=N``, ``gres/mps=N`` in AllocTRES) and no whole
-    GPU: how many a share of a GPU is depends on the node's shard or MPS count, which accounting does not carry,
-    so such a job counts 0 GPUs, and the GPUs it shares read as idle. Said, not silently dropped."""
-    n, first = con.sql(f"""
-        SELECT count(*), arg_min(job_id, line_no) FROM {table} WHERE ngpus = 0 AND alloc_tres IS NOT NULL
-          AND (strpos(alloc_tres, 'gres/shard') > 0 OR strpos(alloc_tres, 'gres/mps') > 0)""").fetchall()[0]
-    if not n:
-        return []
-    jobs, hold = (f"{n:,} jobs", "hold") if n > 1 else ("1 job", "holds")
-    return [f"{jobs} (first: {first}) {hold} GPU shards or MPS shares (gres/shard, gres/mps) and no whole GPU: "
-            "counted as 0 GPUs, so the GPUs they share read as idle in utilization, fragmentation and cost"]
+    gpu_shares.drop_staged(con)
 
 
 def ingest_path(con, path: str, opts: SacctOptions) -> dict:

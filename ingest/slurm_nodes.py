@@ -19,7 +19,7 @@ import re
 import pyarrow as pa
 from dataclasses import dataclass, field
 
-from ingest import plausible, slurm_nodes_json, warehouse
+from ingest import gpu_shares, plausible, slurm_nodes_json, warehouse
 from ingest.errors import InputError
 from ingest.hostlist import HostlistError, expand
 from ingest.inputs import read_input
@@ -453,7 +453,8 @@ def ingest_bytes(con, data: bytes, name: str, fmt: str = "auto", cluster: str | 
         run.lines_read = len(lines)
         run.mark_lines(lines, skipped, rejected)
         run.loaded = loaded_lines
-        run.notes = _apply_snapshot(con, run, nodes, when, retire_missing) + mig_notes(nodes) + shared_gpu_notes(nodes)
+        run.notes = _apply_snapshot(con, run, nodes, when, retire_missing) + mig_notes(nodes)
+        run.notes += shared_gpu_notes(nodes, gpu_shares.resolve_stored(con, run.run_id))
     summary = run.summary()
     summary["reject_examples"] = [f"{name}:{ln}: " + (f"field {f}: " if f else "") + r for ln, f, r in rejected[:10]]
     return summary
@@ -479,18 +480,18 @@ def mig_notes(nodes: list[NodeRecord]) -> list[str]:
 SHARED_GRES = re.compile(r"(?:^|,)(shard|mps)(?::[^,:()]+)*:\d+", re.IGNORECASE)
 
 
-def shared_gpu_notes(nodes: list[NodeRecord]) -> list[str]:
-    """What a reader must know when nodes offer GPU shards or MPS shares: a job holding only those allocates no
-    whole GPU in Slurm's accounting and counts 0 GPUs here (`ingest sacct` counts such jobs), so the GPUs they
-    share read as idle."""
+def shared_gpu_notes(nodes: list[NodeRecord], resolved: int) -> list[str]:
+    """What a reader must know when nodes offer GPU shards or MPS shares: a job holding only those counts the part
+    of a GPU they are on its node (ingest/gpu_shares.py), where Slurm's gres/gpu accounting counts none; and how
+    many stored jobs this inventory resolved (loaded before their nodes were)."""
     shared = [n for n in nodes if n.gres and SHARED_GRES.search(n.gres)]
     if not shared:
-        return []
+        return [f"{resolved:,} stored jobs on GPU shards or MPS shares resolved from the inventory"] if resolved else []
     kinds = sorted({m.group(1).lower() for n in shared for m in SHARED_GRES.finditer(n.gres)})
+    done = f"; {resolved:,} stored job{'s' if resolved > 1 else ''} on them resolved" if resolved else ""
     return [f"{len(shared)} node{'s' if len(shared) > 1 else ''} offer{'' if len(shared) > 1 else 's'} GPUs "
-            f"shared among jobs ({', '.join(kinds)}): a job holding only {' or '.join(kinds)} counts 0 GPUs, as in "
-            "Slurm's gres/gpu accounting, so the GPUs it shares read as idle in utilization, fragmentation and cost"]
-
+            f"shared among jobs ({', '.join(kinds)}): a job holding only {' or '.join(kinds)} counts its shares "
+            f"over the node's shares per GPU (sreport's gres/gpu counts it as 0){done}"]
 
 def _apply_snapshot(con, run, nodes: list[NodeRecord], when: dt.datetime, retire_missing: bool) -> list[str]:
     """Apply one snapshot to ``nodes`` (validity periods) and ``node_states``; returns notes for the summary."""

@@ -174,22 +174,6 @@ def test_tres_counts_gpus_once_and_types_from_typed_entries(con):
                    "ORDER BY node").fetchall() == [("gpu01", 2.0), ("gpu02", 2.0)]
 
 
-def test_jobs_on_gpu_shards_or_mps_shares_are_named_in_a_note_not_silently_gpu_free(con):
-    """A GPU shard (gres/shard=N) or MPS share (gres/mps=N) is a part of a GPU whose size the node's own count sets,
-    which accounting does not carry: such a job loads with 0 GPUs, and the run says how many there are."""
-    s = ingest_text(con, "\n".join([
-        line("7", alloctres="billing=2,cpu=2,gres/gpu:a100=1,gres/gpu=1,gres/shard=4,mem=8G,node=1"),  # a whole GPU too
-        line("8", alloctres="billing=1,cpu=1,gres/shard=2,mem=8G,node=1"),
-        line("9", alloctres="billing=1,cpu=1,gres/mps:a100=50,mem=8G,node=1"),
-        line("10", alloctres="billing=1,cpu=1,mem=8G,node=1")]))
-    assert s["loaded"] == 4 and dict(con.sql("SELECT job_id, ngpus FROM jobs").fetchall()) == {
-        "7": 1.0, "8": 0.0, "9": 0.0, "10": 0.0}
-    assert s["notes"] == ["2 jobs (first: 8) hold GPU shards or MPS shares (gres/shard, gres/mps) and no whole GPU: "
-                          "counted as 0 GPUs, so the GPUs they share read as idle in utilization, fragmentation and "
-                          "cost"]
-    assert not ingest_text(con, line("11"))["notes"]
-
-
 @pytest.mark.parametrize("reqmem, total", [("3000Mc", 3000 * 1024 ** 2 * 8), ("48000Mn", 48000 * 1024 ** 2 * 2),
                                            ("32G", 32 * 1024 ** 3), ("0n", 0), ("512K", 512 * 1024)])
 def test_reqmem_per_cpu_and_per_node(con, reqmem, total):

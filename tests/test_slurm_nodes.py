@@ -124,7 +124,7 @@ def test_mig_slices_count_as_gpus_of_their_pool_and_the_summary_says_so(con, run
 
 def test_nodes_offering_gpu_shards_or_mps_are_named_in_a_note(con):
     """Slurm's GPU sharding (gres.html: `Gres=gpu:4,shard:64`) and CUDA MPS (`mps:400`): the node's GPUs count
-    whole, and the summary says that jobs on shards or MPS shares count none (as `ingest sacct` says of them)."""
+    whole, and the summary says how a job on shards or MPS shares counts (tests/test_gpu_shares.py: the counting)."""
     text = ("NODELIST|PARTITION|STATE|CPUS(A/I/O/T)|MEMORY|GRES|GRES_USED|REASON\n"
             "inf01|inf|mixed|8/56/0/64|512000|gpu:l4:4(S:0),shard:l4:64(S:0)|gpu:l4:0(IDX:N/A),shard:l4:12(0/16)|none\n"
             "inf02|inf|idle|0/64/0/64|512000|gpu:a100:4(S:0-1),mps:400(S:0-1)|gpu:a100:0(IDX:N/A)|none\n"
@@ -133,8 +133,7 @@ def test_nodes_offering_gpu_shards_or_mps_are_named_in_a_note(con):
     assert con.sql("SELECT node, gpu_type, gpus FROM nodes ORDER BY node").fetchall() == [
         ("gpu01", "a100", 8), ("inf01", "l4", 4), ("inf02", "a100", 4)]
     assert s["notes"] == ["2 nodes offer GPUs shared among jobs (mps, shard): a job holding only mps or shard counts "
-                          "0 GPUs, as in Slurm's gres/gpu accounting, so the GPUs it shares read as idle in "
-                          "utilization, fragmentation and cost"]
+                          "its shares over the node's shares per GPU (sreport's gres/gpu counts it as 0)"]
     header, _, _, whole = text.splitlines()
     assert slurm_nodes.ingest_bytes(con, f"{header}\n{whole}\n".encode(), "whole.psv")["notes"] == []
 
