@@ -7,6 +7,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ingest import sacct, slurm_nodes, warehouse
 from models.pipeline import refresh
+from conftest import FIXTURES
 from test_sacct import line
 
 # inf01/inf03: 4 L4 in 64 shards (16 to a GPU); inf02: 4 A100 with 400 MPS units (100 to a GPU); gpu01: whole GPUs
@@ -102,6 +103,33 @@ def test_the_timeline_counts_the_part_of_the_gpu(con, db_path):
     got = con.sql("""SELECT node, sum(gpus * epoch(t1 - t0)) / 3600, any_value(whole_gpus), any_value(frac_milli)
                      FROM tl_job_alloc GROUP BY node""").fetchall()
     assert got == [("inf01", pytest.approx(0.5), 0, 250)]
+
+
+REAL = FIXTURES / "slurm_shards"
+
+
+@pytest.mark.parametrize("nodes_first", [True, False])
+def test_real_slurm_shard_jobs_count_their_part_of_an_h100(con, nodes_first):
+    """A real Slurm 22.05 offering gpu03's 4 H100 as 32 shards (tests/fixtures/slurm_shards/README.md): 8 shards
+    to a GPU, so 4 shards are 0.5 GPU; the sinfo listing first, or sacct first and then `scontrol show node`."""
+    def nodes():
+        if nodes_first:
+            return slurm_nodes.ingest_bytes(con, (REAL / "sinfo-gres.psv").read_bytes(), "sinfo-gres.psv",
+                                            cluster="glcluster")
+        return slurm_nodes.ingest_bytes(con, (REAL / "scontrol-show-node.txt").read_bytes(), "show-node.txt",
+                                        cluster="glcluster")
+    first = nodes() if nodes_first else None
+    s = sacct.ingest_bytes(con, (REAL / "sacct-allocations.psv").read_bytes(), "sacct.psv", sacct.SacctOptions())
+    n = first or nodes()
+    assert _stored(con) == {"1": (0.5, 500, {"gpu03": 0.5}), "2": (0.0, None, {}), "3": (4.0, None, {"gpu03": 4.0}),
+                            "4": (0.25, 250, {"gpu03": 0.25}), "5": (0.75, 750, {"gpu03": 0.75}),
+                            "6": (1.0, None, {"gpu03": 1.0})}
+    # GPU-seconds: 0.5 x 6 + 0.25 x 8 + 0.75 x 5 + 1 x 5 on shards (sreport's gres/gpu: none), 4 x 3 whole
+    assert con.sql("SELECT sum(ngpus * elapsed_s) FROM jobs").fetchall()[0][0] == pytest.approx(13.75 + 12)
+    resolved = "1 node offers GPUs shared among jobs (shard): a job holding only shard counts its shares over the "
+    assert n["notes"][-1] == resolved + ("node's shares per GPU (sreport's gres/gpu counts it as 0)" + (
+        "" if nodes_first else "; 4 stored jobs on them resolved"))
+    assert s["notes"][0].startswith("4 jobs on GPU shards" if nodes_first else "4 jobs (first: 1) on GPU shards")
 
 
 _node = st.tuples(st.integers(1, 8), st.sampled_from(["shard", "mps", None]), st.integers(1, 16))
