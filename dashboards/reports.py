@@ -157,6 +157,13 @@ def fmt_value(x) -> str:
     return f"{x:,.2f}" if isinstance(x, (int, float)) else str(x)
 
 
+def fmt_gpus(x) -> str:
+    """A job's GPUs: whole as a count, a part of a GPU (shards, MPS shares, shared trace pods) to 3 decimals."""
+    if x is None:
+        return "—"
+    return f"{x:,.0f}" if x == int(x) else f"{x:,.3f}".rstrip("0")
+
+
 # ---------------------------------------------------------------- rendering
 
 def _env(template_dir: str | Path | None = None) -> jinja2.Environment:
@@ -164,7 +171,8 @@ def _env(template_dir: str | Path | None = None) -> jinja2.Environment:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader([*dirs, str(TEMPLATES)]), undefined=jinja2.StrictUndefined,
                              autoescape=jinja2.select_autoescape(["html.j2"]), trim_blocks=True, lstrip_blocks=True)
     env.filters["v"] = fmt_value
-    env.filters["n"] = lambda x: "—" if x is None else f"{int(x):,}"   # counts: jobs, GPUs
+    env.filters["n"] = lambda x: "—" if x is None else f"{int(x):,}"   # counts: jobs
+    env.filters["gpus"] = fmt_gpus
     return env
 
 

@@ -273,3 +273,9 @@ def test_a_week_the_accounting_does_not_reach_is_refused_not_a_report_of_dashes(
                        f"to {cat.horizon:%Y-%m-%d %H:%M} UTC): nothing to report\n")
     for edge in ("2026-W39", "2026-W43"):         # 09-21 to 09-27, and 10-19 to 10-25 (the horizon's day)
         assert gpuledger.main(["-q", "--db", str(lab_db), "report", "weekly", "--week", edge]) == 0
+
+
+def test_a_jobs_gpus_show_a_part_of_a_gpu_as_it_is():
+    """The team note's job table: a job on GPU shards holds 0.25 GPU, not "0" (tests/test_gpu_shares.py)."""
+    assert [reports.fmt_gpus(x) for x in (0.25, 4.0, 1234.0, 1 / 3, 2.5, None)] == [
+        "0.25", "4", "1,234", "0.333", "2.5", "—"]
