@@ -578,6 +578,15 @@ def capacity_reached(version: str, f: Filters) -> dict | None:
     return {"date": h["exhausted_upper80"], "pool": pool, "capacity_gpus": h["capacity_gpus"]}
 
 
+def capacity_since(version: str, f: Filters):
+    """The first day of the forecast behind :func:`capacity_reached` (UTC): it is made from all the accounting
+    before that day, whatever window ``f`` selects; None without a forecast."""
+    keys = queries.catalogue(version).pool_keys
+    cluster = f.clusters[0] if len(f.clusters) == 1 else None
+    fc = forecast(version, "demanded", 90, CAPACITY_TARGET, CAPACITY_BAND, keys, cluster)["forecast"]
+    return fc["ts"].min() if fc is not None and fc.height else None
+
+
 @st.cache_data(**CACHE)
 def unplaced(version: str, f: Filters) -> dict:
     """Jobs that held GPUs in the window by their records but name no node (timeline.unplaced): {jobs, gpu_h}."""

@@ -179,7 +179,7 @@ def _env(template_dir: str | Path | None = None) -> jinja2.Environment:
 def _render(kind: str, period: str, subject: str, context: dict, facts: dict, template_dir=None,
             attachments: tuple = ()) -> Report:
     env = _env(template_dir)
-    ctx = {"subject": subject, "coverage": None, **context}
+    ctx = {"subject": subject, "coverage": None, "outlook": None, **context}
     return Report(kind, period, subject, env.get_template(f"{kind}.html.j2").render(ctx),
                   env.get_template(f"{kind}.txt.j2").render(ctx), facts, attachments)
 
@@ -200,6 +200,17 @@ def coverage(version: str, f: Filters) -> str | None:
             "collector or slurmdbd may be behind).")
 
 
+def outlook(version: str, f: Filters, rows: list[dict]) -> str | None:
+    """A line when the report is on a week that ended well before the accounting does (a past week asked for):
+    its capacity date is the forecast from all the accounting, today's outlook, not the one of that week."""
+    since = mr.capacity_since(version, f)
+    if since is None or since <= f.t1 + dt.timedelta(days=1) or not any(
+            r["metric"].startswith("Capacity reached") for r in rows):
+        return None
+    return (f"Capacity reached is the outlook of the forecast from the accounting before {since:%Y-%m-%d}, after "
+            "this week: a report on a past week gives the latest outlook, not the one it had then.")
+
+
 def weekly(version: str, f: Filters, template_dir=None) -> Report:
     """The weekly manager report for window ``f`` in the scope ``version`` carries (dashboards/access.py): the
     Overview's headline figures and its two charts (allocation ratio by pool, cost per team)."""
@@ -218,7 +229,8 @@ def weekly(version: str, f: Filters, template_dir=None) -> Report:
     subject = f"GPU cluster weekly report {label}: {f.span_text()}"
     facts = {"period": label, "window": f.describe(), "figures": {r["metric"]: r["now"] for r in rows}}
     return _render("weekly", label, subject, {"f": f, "rows": rows, "charts": charts, "coverage": coverage(version, f),
-                                              "published": _published(version)}, facts, template_dir)
+                                              "outlook": outlook(version, f, rows), "published": _published(version)},
+                   facts, template_dir)
 
 
 def team_note(version: str, f: Filters, team: str, template_dir=None) -> Report:

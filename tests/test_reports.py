@@ -23,7 +23,7 @@ from PIL import Image
 
 import dashboard_fixtures as dfx
 from dashboard_fixtures import lab_copy, lab_db  # noqa: F401 (fixtures)
-from dashboards import access, pdf, queries, reports
+from dashboards import access, model_reads as mr, pdf, queries, reports
 from dashboards.snapshot import Snapshot
 from mail_servers import MailBox, smtp_server
 from models.service.delivery import Message, send_email
@@ -279,3 +279,16 @@ def test_a_jobs_gpus_show_a_part_of_a_gpu_as_it_is():
     """The team note's job table: a job on GPU shards holds 0.25 GPU, not "0" (tests/test_gpu_shares.py)."""
     assert [reports.fmt_gpus(x) for x in (0.25, 4.0, 1234.0, 1 / 3, 2.5, None)] == [
         "0.25", "4", "1,234", "0.333", "2.5", "—"]
+
+
+def test_a_past_weeks_capacity_date_is_said_to_be_todays_outlook(lab):
+    """The capacity date is the forecast from all the accounting (to 2026-10-20 in the lab; it forecasts from the horizon's day on): the report on week
+    2026-W40 (09-28 to 10-04) says so under its figures; on the last complete week (W42) it is that week's outlook."""
+    since = mr.capacity_since(lab, reports.week_window(WEEK))
+    line = (f"Capacity reached is the outlook of the forecast from the accounting before {since:%Y-%m-%d}, after "
+            "this week: a report on a past week gives the latest outlook, not the one it had then.")
+    past = reports.weekly(lab, reports.week_window("2026-W40"))
+    assert any(m.startswith("Capacity reached") for m in past.facts["figures"])
+    assert line in past.text.splitlines() and f'<p class="warn" id="outlook">{line}</p>' in past.html
+    last = reports.weekly(lab, reports.week_window(WEEK))
+    assert "outlook of the forecast" not in last.text and 'id="outlook"' not in last.html
