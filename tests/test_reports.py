@@ -282,8 +282,9 @@ def test_a_jobs_gpus_show_a_part_of_a_gpu_as_it_is():
 
 
 def test_a_past_weeks_capacity_date_is_said_to_be_todays_outlook(lab):
-    """The capacity date is the forecast from all the accounting (to 2026-10-20 in the lab; it forecasts from the horizon's day on): the report on week
-    2026-W40 (09-28 to 10-04) says so under its figures; on the last complete week (W42) it is that week's outlook."""
+    """The capacity date is the forecast from all the accounting (to 2026-10-20 in the lab; it forecasts from the
+    horizon's day on): the report on week 2026-W40 (09-28 to 10-04) says so under its figures; on the last complete
+    week (W42) it is that week's outlook."""
     since = mr.capacity_since(lab, reports.week_window(WEEK))
     line = (f"Capacity reached is the outlook of the forecast from the accounting before {since:%Y-%m-%d}, after "
             "this week: a report on a past week gives the latest outlook, not the one it had then.")
