@@ -493,6 +493,7 @@ def shared_gpu_notes(nodes: list[NodeRecord], resolved: int) -> list[str]:
             f"shared among jobs ({', '.join(kinds)}): a job holding only {' or '.join(kinds)} counts its shares "
             f"over the node's shares per GPU (sreport's gres/gpu counts it as 0){done}"]
 
+
 def _apply_snapshot(con, run, nodes: list[NodeRecord], when: dt.datetime, retire_missing: bool) -> list[str]:
     """Apply one snapshot to ``nodes`` (validity periods) and ``node_states``; returns notes for the summary."""
     for cl in {n.cluster for n in nodes}:
