@@ -300,6 +300,22 @@ def cmd_ingest_reservations(args) -> int:
     return _ingest_status(args, summaries)
 
 
+def cmd_ingest_job_gpus(args) -> int:
+    """The GPUs each job holds: `scontrol -d show job` files, or run it (--live)."""
+    from ingest import job_gpus
+    if args.live == bool(args.files):
+        raise UsageError("ingest job-gpus: give FILEs ('-' for stdin) or --live")
+    con = _open(args)
+    summaries = [job_gpus.ingest_live(con, cluster=args.cluster)] if args.live else []
+    for s in summaries:
+        _print_ingest_summary(args, s)
+    for f in args.files:
+        summaries.append(job_gpus.ingest_path(con, f, cluster=args.cluster, tz=args.tz))
+        _print_ingest_summary(args, summaries[-1])
+    _after_ingest(args, con)
+    return _ingest_status(args, summaries)
+
+
 def _telemetry_options(args):
     from ingest import telemetry_store
     interval = getattr(args, "interval", None)
@@ -1578,7 +1594,7 @@ def _slurm_parsers(ising) -> None:
 
 
 def _queue_source_parsers(ising) -> None:
-    """`ingest squeue|reservations`: why jobs wait, who holds reserved GPUs."""
+    """`ingest squeue|reservations|job-gpus`: why jobs wait, who holds reserved GPUs, which GPUs a job holds."""
     s = _command(ising, "squeue", cmd_ingest_squeue, "queue snapshots: squeue output in our --Format, or run it (--live)",
                  "Load squeue snapshots (one '|'-separated line per job with a header; the format --live runs: "
                  "docs/CLI.md). Each pending job's reason holds from its snapshot until the next one.")
@@ -1597,6 +1613,17 @@ def _queue_source_parsers(ising) -> None:
     s.add_argument("files", nargs="*", metavar="FILE", help="'-' for stdin")
     s.add_argument("--live", action="store_true", help="run scontrol and sacctmgr (TZ=UTC) now")
     s.add_argument("--cluster", help="cluster name when the input has none (default: the only cluster known)")
+    s.add_argument("--tz", help="zone of times printed without an offset (default UTC)")
+    s.add_argument("--strict", action="store_true", help="exit 1 if any line is rejected")
+    _no_refresh(s)
+    s = _command(ising, "job-gpus", cmd_ingest_job_gpus,
+                 "the GPUs (device indices) each job holds: `scontrol -d show job [-o]`",
+                 "Load which GPUs each running job holds (GRES=gpu:2(IDX:0-1)), so its telemetry is attributed "
+                 "exactly. Slurm keeps them only while it remembers the job: collect them live (--live, or the "
+                 "service's job-gpus source). The jobs must be loaded first (ingest sacct).")
+    s.add_argument("files", nargs="*", metavar="FILE", help="'-' for stdin")
+    s.add_argument("--live", action="store_true", help="run `scontrol -d -o show job` (TZ=UTC) now")
+    s.add_argument("--cluster", help="cluster of the jobs (default: the only cluster known)")
     s.add_argument("--tz", help="zone of times printed without an offset (default UTC)")
     s.add_argument("--strict", action="store_true", help="exit 1 if any line is rejected")
     _no_refresh(s)

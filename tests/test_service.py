@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 import prometheus_server
 from conftest import ROOT
 from dashboards.snapshot import Snapshot
-from ingest import reservations, sacct, sacct_live, squeue, warehouse
+from ingest import job_gpus, reservations, sacct, sacct_live, squeue, warehouse
 from ingest.errors import InputError
 from models.service import config, health, loop
 
@@ -590,6 +590,46 @@ def test_real_slurm_an_open_job_the_window_leaves_out_is_read_by_id(slurm, tmp_p
     assert got["reread"]["ids"] == got["reread"]["still_open"] == ["999999"]
     assert "1 job(s) still open after their read by id (accounting has them open outside any time window, or no " \
            "longer has them): 999999" in got["live_notes"]
+
+
+def test_real_slurm_the_gpus_a_running_job_holds_are_read_live(slurm, tmp_path):
+    """`ingest job-gpus --live` while a 2-GPU job runs: two distinct devices of the node accounting placed it on,
+    the indices `scontrol -d show job` prints for it (Slurm keeps them only while it remembers the job)."""
+    db = tmp_path / "w.duckdb"
+    job = _sbatch(slurm, "bob", "-A", "ml", "-p", "a100", "--gres=gpu:a100:2", "--wrap", "sleep 8")
+    _wait(f"job {job} running in a live read", lambda: _live(db) and _one(
+        db, "SELECT state FROM jobs WHERE job_id_raw = ?", [job]) == [("RUNNING",)], 60, 0.5)
+    detail = subprocess.run(["scontrol", "-d", "show", "job", job], capture_output=True, text=True, timeout=30).stdout
+    node, idx = re.search(r"Nodes=(\S+) CPU_IDs=\S+ Mem=\S+ GRES=gpu:a100:2\(IDX:([^)]*)\)", detail).groups()
+    con = warehouse.connect(db)
+    try:
+        got = job_gpus.ingest_live(con, cluster=SLURM_CLUSTER)
+        held = con.execute("""SELECT j.nodelist, g.node, g.gpu FROM job_gpu_indices g JOIN jobs j USING (job_uid)
+                              WHERE j.job_id_raw = ? ORDER BY g.gpu""", [job]).fetchall()
+    finally:
+        con.close()
+    assert got["loaded"] >= 1 and got["rejected"] == 0
+    assert held == [(node, node, str(i)) for i in job_gpus.indices(idx)] and len(held) == 2
+
+
+def test_job_gpus_are_collected_like_the_cli_loads_them(tmp_path):
+    """`[clusters.job-gpus]` runs `ingest job-gpus` on what its command prints (the jobs loaded before)."""
+    fx = ROOT / "tests" / "fixtures" / "slurm_shards"
+    cfg = _config(tmp_path, '[[clusters]]\nname = "glcluster"\n'
+                            f'[clusters.job-gpus]\ncommand = "cat {fx}/scontrol-show-job-d-o.txt"\n')
+    con = warehouse.connect(cfg.warehouse)
+    try:
+        sacct.ingest_bytes(con, (fx / "sacct-allocations-gpu-map.psv").read_bytes(), "sacct.psv", sacct.SacctOptions())
+    finally:
+        con.close()
+    assert loop.Collector(cfg).cycle(threading.Event())
+    con = warehouse.connect(cfg.warehouse, read_only=True)
+    try:
+        status = con.execute("SELECT source, consecutive_failures, lines_loaded FROM source_status").fetchall()
+        held = con.execute("SELECT count(*), count(DISTINCT job_uid) FROM job_gpu_indices").fetchall()
+    finally:
+        con.close()
+    assert status == [("job-gpus", 0, 4)] and held == [(8, 4)]
 
 
 def _dbd(state: Path, up: bool, conf: Path | None = None) -> None:

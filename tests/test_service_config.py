@@ -53,7 +53,7 @@ def test_the_example_parses_as_documented():
     got = [(s.where.cluster, s.kind, s.interval_s) for s in cfg.sources]
     assert got == [("*", "governance", 60), ("alpha", "sacct", 300), ("alpha", "nodes", 900),
                    ("alpha", "events", 900), ("alpha", "squeue", 300), ("alpha", "reservations", 900),
-                   ("alpha", "prometheus", 300), ("beta", "sacct", 600)]   # beta nodes: off
+                   ("alpha", "job-gpus", 300), ("alpha", "prometheus", 300), ("beta", "sacct", 600)]   # beta nodes: off
     prom = next(s for s in cfg.sources if s.kind == "prometheus").opts
     assert prom == {"url": "http://prometheus:9090", "metrics": [], "match": '{cluster="alpha"}', "step": 60,
                     "lookback": 3600, "overlap": 300, "max_window": 21600, "retries": 1, "keep_raw_days": 0,
@@ -108,8 +108,9 @@ def test_errors_name_file_line_and_key(tmp_path):
         ":11: key health.listen: expected HOST:PORT (e.g. 127.0.0.1:9464), got 'localhost'"
     assert _error(tmp_path, MINIMAL + '\n[[clusters]]\nname = "alpha"\n[clusters.sacct]\n') == \
         ":12: key clusters[1].name: cluster 'alpha' is configured twice"
-    assert _error(tmp_path, MINIMAL.replace("[clusters.sacct]", "[clusters.sacc]")) == \
-        ":8: key clusters[0].sacc: unknown key (allowed: events, name, nodes, prometheus, reservations, sacct, slurm_conf, squeue)"
+    assert _error(tmp_path, MINIMAL.replace("[clusters.sacct]", "[clusters.sacc]")) == (
+        ":8: key clusters[0].sacc: unknown key (allowed: events, job-gpus, name, nodes, prometheus, reservations, "
+        "sacct, slurm_conf, squeue)")
     assert _error(tmp_path, MINIMAL + "[dashboard]\nport = \"8501\"\n") == \
         ":11: key dashboard.port: must be a TCP port 1-65535, got '8501'"
     assert _error(tmp_path, "[service]\ncycle = 5\n") .startswith(":1: key clusters: nothing to collect")

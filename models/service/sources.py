@@ -27,8 +27,8 @@ from typing import Any, Callable
 
 import duckdb
 
-from ingest import governance, inputs, prometheus, reservations, sacct, sacct_live, slurm_events, slurm_nodes
-from ingest import prometheus_pushdown, squeue, telemetry_store
+from ingest import governance, inputs, job_gpus, prometheus, reservations, sacct, sacct_live, slurm_events
+from ingest import prometheus_pushdown, slurm_nodes, squeue, telemetry_store
 from ingest import warehouse
 from ingest.errors import InputError
 
@@ -126,6 +126,14 @@ def collect_reservations(con, where: Where, opts: dict) -> dict:
     return reservations.load(con, data, name, cluster=where.cluster, tz="UTC")
 
 
+def collect_job_gpus(con, where: Where, opts: dict) -> dict:
+    """`ingest job-gpus`: the GPUs each job slurmctld remembers holds (`scontrol -d -o show job`); a job the
+    warehouse does not hold yet is rejected and read again at the next collection (collect sacct first)."""
+    data, name = run_command(["env", "SLURM_TIME_FORMAT=standard", *where.command(opts["command"])],
+                             opts["timeout"])
+    return job_gpus.load(con, data, name, cluster=where.cluster, tz="UTC")
+
+
 def prometheus_window(mark: dt.datetime | None, now: dt.datetime, opts: dict) -> tuple[dt.datetime, dt.datetime]:
     """The next pull [start, end], both on the step grid: from the watermark minus ``overlap`` (the first time:
     ``lookback`` before now) to the last step boundary before now, but at most ``max_window`` (at least one step)
@@ -194,6 +202,9 @@ KINDS: dict[str, SourceKind] = {
         "timeout": Key("duration", 120, TIMEOUT.help)}),
     "reservations": SourceKind("reservations", collect_reservations, "15m", {
         "command": Key("str", "scontrol show reservation -o", "`scontrol show reservation [-o]`"),
+        "timeout": TIMEOUT}),
+    "job-gpus": SourceKind("job-gpus", collect_job_gpus, "5m", {
+        "command": Key("str", "scontrol -d -o show job", "`scontrol -d show job [-o]` (-d prints the GPU indices)"),
         "timeout": TIMEOUT}),
     "prometheus": SourceKind("prometheus", collect_prometheus, "5m", {
         "url": Key("str", None, "Prometheus base URL (credentials from $GPULEDGER_PROM_TOKEN or "

@@ -1,0 +1,92 @@
+"""`gpuledger ingest job-gpus`: the GPU indices of jobs from a real `scontrol -d show job`, matched with their jobs,
+every line accounted for, and the attribution they make exact."""
+from __future__ import annotations
+
+import pytest
+
+from conftest import FIXTURES
+from ingest import job_gpus, sacct, slurm_nodes
+from telemetry_fixtures import add_jobs, busy, load_readings, readings
+from test_attribution import _eff
+
+REAL = FIXTURES / "slurm_shards"     # README.md there: how the jobs ran and what scontrol printed
+#: by hand from scontrol-show-job-d.txt: train2 on GPUs 0-1 of gpu01, ddp on 2-3 of gpu01 and 0-1 of gpu02, the
+#: shard job on GPU 0 of gpu03 and eval on GPU 1 there (the shards had GPU 0); cpuonly and the pending job: none
+HELD = [("1", "gpu01", "0"), ("1", "gpu01", "1"), ("2", "gpu01", "2"), ("2", "gpu01", "3"), ("2", "gpu02", "0"),
+        ("2", "gpu02", "1"), ("3", "gpu03", "0"), ("4", "gpu03", "1")]
+
+
+def _held(con):
+    return con.sql("""SELECT j.job_id, g.node, g.gpu FROM job_gpu_indices g JOIN jobs j USING (job_uid)
+                      ORDER BY ALL""").fetchall()
+
+
+def _accounting(con):
+    slurm_nodes.ingest_bytes(con, (REAL / "sinfo-gres.psv").read_bytes(), "sinfo.psv", cluster="glcluster")
+    return sacct.ingest_bytes(con, (REAL / "sacct-allocations-gpu-map.psv").read_bytes(), "sacct.psv",
+                              sacct.SacctOptions())
+
+
+@pytest.mark.parametrize("name", ["scontrol-show-job-d.txt", "scontrol-show-job-d-o.txt"])
+def test_real_scontrol_output_in_both_forms(con, name):
+    _accounting(con)
+    s = job_gpus.load(con, (REAL / name).read_bytes(), name)
+    assert _held(con) == HELD
+    assert (s["loaded"], s["rejected"], s["inserted"], s["read"]) == (4, 0, 4, s["loaded"] + s["skipped"])
+    assert s["skip_reasons"]["no GPU indices (pending, no GPUs, or printed without -d)"] == (
+        59 if name == "scontrol-show-job-d.txt" else 2)          # cpuonly and waits: every line of theirs
+    again = job_gpus.load(con, (REAL / name).read_bytes(), name)
+    assert (again["inserted"], again["updated"], again["unchanged"]) == (0, 0, 4) and _held(con) == HELD
+
+
+def test_a_job_not_loaded_yet_is_rejected_by_name_then_loads_after_its_accounting(con):
+    text = (REAL / "scontrol-show-job-d-o.txt").read_bytes()
+    slurm_nodes.ingest_bytes(con, (REAL / "sinfo-gres.psv").read_bytes(), "sinfo.psv", cluster="glcluster")
+    s = job_gpus.load(con, text, "jobs.txt")
+    assert (s["loaded"], s["rejected"], s["skipped"]) == (0, 4, 2) and _held(con) == []
+    assert s["reject_examples"][0] == ("jobs.txt:1: field JobId: job 1 submitted 2026-12-07 09:46:08 is not in the "
+                                       "warehouse (cluster glcluster): load its accounting first (ingest sacct, or "
+                                       "sacct --live)")
+    _accounting(con)
+    assert job_gpus.load(con, text, "jobs.txt")["inserted"] == 4 and _held(con) == HELD
+
+
+def test_a_requeue_onto_other_gpus_replaces_the_indices_and_bad_lines_are_rejected(con):
+    _accounting(con)
+    job_gpus.load(con, (REAL / "scontrol-show-job-d-o.txt").read_bytes(), "a.txt")
+    lines = (REAL / "scontrol-show-job-d-o.txt").read_text().splitlines()
+    moved = lines[0].replace("GRES=gpu:a100:2(IDX:0-1)", "GRES=gpu:a100:2(IDX:2,3)")
+    bad_idx = lines[3].replace("GRES=gpu:h100:1(IDX:1)", "GRES=gpu:h100:1(IDX:one)")
+    no_submit = lines[2].replace("SubmitTime=2026-12-07T09:46:08", "SubmitTime=Unknown")
+    s = job_gpus.load(con, "\n".join([moved, bad_idx, no_submit, "slurm_load_jobs error: x", ""]).encode(), "b.txt")
+    assert (s["read"], s["loaded"], s["rejected"], s["skipped"]) == (4, 1, 3, 0)
+    assert (s["inserted"], s["updated"], s["unchanged"]) == (0, 1, 0)
+    assert [e.split(": ", 2)[1] for e in s["reject_examples"]] == ["field GRES", "field SubmitTime", "not part of a "
+                                                                   "JobId= record of `scontrol -d show job`"]
+    assert [h for h in _held(con) if h[0] == "1"] == [("1", "gpu01", "2"), ("1", "gpu01", "3")]
+    assert [h for h in _held(con) if h[0] == "4"] == [("4", "gpu03", "1")]          # its bad line changed nothing
+
+
+def test_the_indices_make_attribution_exact(con, tmp_path):
+    """gpu01: GPU0 busy 100 %, GPU1 idle, GPU2 busy 50 %, GPU3 idle (unallocated), for 30 minutes. Job 100 holds
+    GPUs 1-2 and job 101 GPU 0 (scontrol). Shared by node, job 100 would get 2/3 of the busiest three (GPU0, GPU2,
+    GPU1) and look 50 % busy (30 of 60 GPU-minutes); by its indices it has 15 of 60 GPU-minutes active and 30
+    idle (GPU1), and job 101 30 of 30."""
+    add_jobs(con, tmp_path, [dict(id=100, start=0, end=30, gpus=2, nodes="gpu01"),
+                             dict(id=101, start=0, end=30, gpus=1, nodes="gpu01")])
+    load_readings(con, readings({("gpu01", 0): busy(range(30), 100), ("gpu01", 1): busy(range(30), 0),
+                                 ("gpu01", 2): busy(range(30), 50), ("gpu01", 3): busy(range(30), 0)}))
+    assert _eff(con)["100"][:3] == ("node-share", 60, pytest.approx(30))
+    text = "".join(f"JobId={j} JobName=train\n   SubmitTime=2026-07-14T09:55:00 EligibleTime=2026-07-14T09:55:00\n"
+                   f"   JOB_GRES=gpu:{n}\n     Nodes=gpu01 CPU_IDs=0-3 Mem=0 GRES=gpu:{n}(IDX:{idx})\n   \n\n"
+                   for j, n, idx in ((100, 2, "1-2"), (101, 1, "0")))
+    assert job_gpus.load(con, text.encode(), "jobs.txt", cluster="c1")["inserted"] == 2
+    eff = _eff(con)
+    assert eff["100"][:7] == ("gpu-index", 60, pytest.approx(15), pytest.approx(30), 0, 60, 0)
+    assert eff["101"][:7] == ("gpu-index", 30, pytest.approx(30), 0, 0, 30, 0)
+
+
+@pytest.mark.parametrize("spec, want", [("0-1", [0, 1]), ("0,2", [0, 2]), ("0-1,3", [0, 1, 3]), ("N/A", []),
+                                        ("7", [7])])
+def test_index_lists(spec, want):
+    assert job_gpus.indices(spec) == want
