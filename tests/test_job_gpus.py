@@ -90,3 +90,20 @@ def test_the_indices_make_attribution_exact(con, tmp_path):
                                         ("7", [7])])
 def test_index_lists(spec, want):
     assert job_gpus.indices(spec) == want
+
+
+def test_a_job_holding_part_of_a_gpu_by_index_is_covered_for_that_part(con, tmp_path):
+    """A job on half a GPU (shards: 0.5 GPU, scontrol IDX:0) alone on GPU0 for 30 minutes, busy 100 %: 15 of the
+    30 device-minutes are its (covered never exceeds allocated); two such jobs on one GPU split it."""
+    add_jobs(con, tmp_path, [dict(id=300, start=0, end=30, gpus=0.5, nodes="gpu01"),
+                             dict(id=301, start=0, end=30, gpus=0.5, nodes="gpu01"),
+                             dict(id=302, start=0, end=30, gpus=0.25, nodes="gpu01")])
+    load_readings(con, readings({("gpu01", 0): busy(range(30), 100), ("gpu01", 1): busy(range(30), 100)}))
+    text = "".join(f"JobId={j} JobName=infer\n   SubmitTime=2026-07-14T09:55:00\n"
+                   f"     Nodes=gpu01 CPU_IDs=0 Mem=0 GRES=shard:{n}(IDX:{idx})\n\n"
+                   for j, n, idx in ((300, 4, "0"), (301, 4, "1"), (302, 2, "1")))
+    job_gpus.load(con, text.encode(), "jobs.txt", cluster="c1")
+    eff = _eff(con)
+    assert eff["300"][:7] == ("gpu-index", 15, pytest.approx(15), 0, 0, 15, 0)
+    # GPU1: 301 (0.5) and 302 (0.25) hold 0.75 of it; each is covered for its part
+    assert eff["301"][:2] == ("gpu-index", 15) and eff["302"][:2] == ("gpu-index", pytest.approx(7.5))

@@ -7,7 +7,8 @@ applies, and the rule is recorded:
 1. ``exporter-label`` (exact): the reading carries the exporter's job label (``hpc_job``). It belongs to the
    named job(s) running on that node in that minute; a label naming a job the warehouse does not know keeps the
    device-minute from everyone else too.
-2. ``gpu-index`` (exact): ``job_gpu_indices`` says the job held that device (``scontrol -d`` IDX, ...).
+2. ``gpu-index`` (exact): ``job_gpu_indices`` says the job held that device (``scontrol -d`` IDX). A job holding
+   less than a whole GPU per device (shards, MPS: 0.5 GPU on IDX 0) gets that part of the device-minute.
 3. ``node-share``: otherwise the node's remaining device-minutes are shared by the node's remaining jobs in
    proportion to their GPUs (``gpus_on_node``) and their overlap with the minute. When those jobs hold fewer
    GPUs (A) than the node has reporting devices, the pool is the A busiest devices of that minute, because
@@ -219,11 +220,12 @@ def _owned(con: duckdb.DuckDBPyConnection) -> None:
         FROM _lab l JOIN _jnm j ON j.nid = l.nid AND j.mi = l.mi
              JOIN _jn n ON n.job_uid = j.job_uid AND n.nid = j.nid AND (l.lbl = n.job_id OR l.lbl = n.job_id_raw)
         UNION ALL
-        SELECT d.dev, j.mi, j.job_uid, j.ov,
-               j.ov / 60.0 / greatest(1.0, sum(j.ov / 60.0) OVER (PARTITION BY d.dev, j.mi)), 2::TINYINT
-        FROM job_gpu_indices x JOIN _dev d ON d.cluster = x.cluster AND d.node = x.node AND d.gpu = x.gpu
-             JOIN _jnm j ON j.job_uid = x.job_uid AND j.nid = d.nid
-        WHERE NOT EXISTS (SELECT 1 FROM _lab l WHERE l.dev = d.dev AND l.mi = j.mi)""")
+        SELECT dev, mi, job_uid, ov, w / greatest(1.0, sum(w) OVER (PARTITION BY dev, mi)), 2::TINYINT
+        FROM (SELECT d.dev, j.mi, j.job_uid, j.ov, j.ov / 60.0 * least(1.0, j.g / x.held) AS w
+              FROM (SELECT *, count(*) OVER (PARTITION BY job_uid, node) AS held FROM job_gpu_indices) x
+                   JOIN _dev d ON d.cluster = x.cluster AND d.node = x.node AND d.gpu = x.gpu
+                   JOIN _jnm j ON j.job_uid = x.job_uid AND j.nid = d.nid
+              WHERE NOT EXISTS (SELECT 1 FROM _lab l WHERE l.dev = d.dev AND l.mi = j.mi))""")
     con.execute("""
         CREATE OR REPLACE TEMP TABLE _exact_jobs AS
         SELECT DISTINCT o.job_uid, d.nid FROM _own o JOIN _dev d USING (dev)
