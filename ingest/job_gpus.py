@@ -12,7 +12,8 @@ of the node's telemetry (``gpu_samples.gpu``: DCGM's and nvidia-smi's index, whi
 lists the devices in that order, as AutoDetect=nvml does). A record is matched with the stored job by (cluster,
 JobId = ``job_id_raw``, SubmitTime = ``submit``). Every line is loaded (a record's first line), skipped (the
 rest of a record, blank lines, a record without GPU indices: pending, or no GPUs) or rejected (a job the
-warehouse does not hold yet: load its accounting first; an unreadable field). Key: (cluster, job_uid, node,
+warehouse does not hold yet: load its accounting first; an unreadable field). A live collection, repeated every
+few minutes, skips a job not loaded yet instead (the next one reads it again). Key: (cluster, job_uid, node,
 gpu): loading the same output again changes nothing.
 """
 from __future__ import annotations
@@ -124,8 +125,11 @@ _SCHEMA = pa.schema([("line_no", pa.int64()), ("job_id_raw", pa.string()), ("sub
                      ("node", pa.string()), ("gpu", pa.string())])
 
 
-def load(con, data: bytes, source_name: str, cluster: str | None = None, tz: str | None = None) -> dict:
-    """Load one ``scontrol -d show job`` listing in one transaction; returns the run summary."""
+def load(con, data: bytes, source_name: str, cluster: str | None = None, tz: str | None = None,
+         live: bool = False) -> dict:
+    """Load one ``scontrol -d show job`` listing in one transaction; returns the run summary. ``live``: a
+    collection repeated every few minutes, where a job whose accounting is not loaded yet is skipped (the next
+    collection reads it again) rather than quarantined at every collection."""
     lines = text_lines(data)
     default = cluster or warehouse.only_cluster(con) or "default"
     rows, skips, rejects = _parse(lines, tz, plausible.window())
@@ -136,7 +140,12 @@ def load(con, data: bytes, source_name: str, cluster: str | None = None, tz: str
         run.lines_read = len(lines)
         con.register("_jg_in", tbl)
         try:
-            rejects += _match(con, default)
+            missing = _match(con, default)
+            if live:
+                skips += [(ln, "job not in the warehouse yet (its accounting comes later; read again at the next "
+                               "collection)") for ln, _, _ in missing]
+            else:
+                rejects += missing
             run.inserted, run.updated, run.unchanged = _store(con, default, run.run_id)
         finally:
             con.unregister("_jg_in")
@@ -191,4 +200,5 @@ def ingest_path(con, path: str, cluster: str | None = None, tz: str | None = Non
 
 def ingest_live(con, cluster: str | None = None) -> dict:
     """Run :data:`LIVE_COMMAND` (TZ=UTC) and load what it prints."""
-    return load(con, run_slurm(list(LIVE_COMMAND), 120), " ".join(LIVE_COMMAND), cluster=cluster, tz="UTC")
+    return load(con, run_slurm(list(LIVE_COMMAND), 120), " ".join(LIVE_COMMAND), cluster=cluster, tz="UTC",
+                live=True)

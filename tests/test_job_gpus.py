@@ -107,3 +107,14 @@ def test_a_job_holding_part_of_a_gpu_by_index_is_covered_for_that_part(con, tmp_
     assert eff["300"][:7] == ("gpu-index", 15, pytest.approx(15), 0, 0, 15, 0)
     # GPU1: 301 (0.5) and 302 (0.25) hold 0.75 of it; each is covered for its part
     assert eff["301"][:2] == ("gpu-index", 15) and eff["302"][:2] == ("gpu-index", pytest.approx(7.5))
+
+
+def test_a_live_collection_skips_a_job_not_loaded_yet_instead_of_quarantining_it(con):
+    """Every 5 minutes the service reads every job slurmctld holds; one that started since the last sacct
+    collection is skipped with its reason (and read again next time), not stored in `rejects` each time."""
+    slurm_nodes.ingest_bytes(con, (REAL / "sinfo-gres.psv").read_bytes(), "sinfo.psv", cluster="glcluster")
+    s = job_gpus.load(con, (REAL / "scontrol-show-job-d-o.txt").read_bytes(), "live", live=True)
+    assert (s["loaded"], s["rejected"], s["skipped"]) == (0, 0, 6)
+    assert s["skip_reasons"]["job not in the warehouse yet (its accounting comes later; read again at the next "
+                             "collection)"] == 4
+    assert con.sql("SELECT count(*) FROM rejects").fetchall()[0][0] == 0

@@ -127,11 +127,11 @@ def collect_reservations(con, where: Where, opts: dict) -> dict:
 
 
 def collect_job_gpus(con, where: Where, opts: dict) -> dict:
-    """`ingest job-gpus`: the GPUs each job slurmctld remembers holds (`scontrol -d -o show job`); a job the
-    warehouse does not hold yet is rejected and read again at the next collection (collect sacct first)."""
+    """`ingest job-gpus --live`: the GPUs each job slurmctld remembers holds (`scontrol -d -o show job`); a job
+    the warehouse does not hold yet is skipped and read again at the next collection (collect sacct first)."""
     data, name = run_command(["env", "SLURM_TIME_FORMAT=standard", *where.command(opts["command"])],
                              opts["timeout"])
-    return job_gpus.load(con, data, name, cluster=where.cluster, tz="UTC")
+    return job_gpus.load(con, data, name, cluster=where.cluster, tz="UTC", live=True)
 
 
 def prometheus_window(mark: dt.datetime | None, now: dt.datetime, opts: dict) -> tuple[dt.datetime, dt.datetime]:
