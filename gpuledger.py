@@ -588,7 +588,9 @@ def _efficiency_footer(args, con, s: dict, lo, hi) -> None:
                         ("GR_ENGINE_ACTIVE", "gr_engine_active_gpu_h"), ("GPU_UTIL", "gpu_util_gpu_h")) if s[k])
     _say(args, f"activity metric: {metrics or 'none (no telemetry)'} of {tel:,.2f} telemetry GPU-h; "
                f"attribution: exact by exporter label {pct(s['exporter_label_gpu_h'])}, exact by GPU index "
-               f"{pct(s['gpu_index_gpu_h'])}, node share {pct(s['node_share_gpu_h'])}")
+               f"{pct(s['gpu_index_gpu_h'])}, node share {pct(s['node_share_gpu_h'])}"
+               + (" (exact needs the jobs' GPU indices: `ingest job-gpus --live`, or dcgm-exporter's HPC job mapping)"
+                  if tel and not s['exporter_label_gpu_h'] and not s['gpu_index_gpu_h'] else ""))
     _say(args, f"{s['jobs_without_telemetry']} of {s['jobs']} GPU jobs had no telemetry "
                f"({s['gpu_h_without_telemetry']:,.2f} of {s['alloc_gpu_h']:,.2f} allocated GPU-h): shown as "
                "'no telemetry', not as idle")

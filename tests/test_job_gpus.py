@@ -118,3 +118,22 @@ def test_a_live_collection_skips_a_job_not_loaded_yet_instead_of_quarantining_it
     assert s["skip_reasons"]["job not in the warehouse yet (its accounting comes later; read again at the next "
                              "collection)"] == 4
     assert con.sql("SELECT count(*) FROM rejects").fetchall()[0][0] == 0
+
+
+def test_the_efficiency_report_says_how_attribution_becomes_exact(con, tmp_path, run_cli):
+    """Readings attributed only by node share: `report efficiency` names what would make them exact; once the
+    indices are loaded it does not."""
+    add_jobs(con, tmp_path, [dict(id=100, start=0, end=30, gpus=2, nodes="gpu01"),
+                             dict(id=101, start=0, end=30, gpus=1, nodes="gpu01")])
+    load_readings(con, readings({("gpu01", g): busy(range(30), 50) for g in range(3)}))
+    hint = "(exact needs the jobs' GPU indices: `ingest job-gpus --live`, or dcgm-exporter's HPC job mapping)"
+    assert run_cli("refresh")[0] == 0
+    code, _, err = run_cli("report", "efficiency")
+    assert code == 0 and "exact by GPU index 0.0%, node share 100.0% " + hint in err
+    text = "".join(f"JobId={j} JobName=t\n   SubmitTime=2026-07-14T09:55:00\n"
+                   f"     Nodes=gpu01 CPU_IDs=0 Mem=0 GRES=gpu:{n}(IDX:{idx})\n" for j, n, idx in ((100, 2, "0-1"),
+                                                                                              (101, 1, "2")))
+    (tmp_path / "jobs.txt").write_text(text)
+    assert run_cli("ingest", "job-gpus", str(tmp_path / "jobs.txt"), "--cluster", "c1")[0] == 0
+    code, _, err = run_cli("report", "efficiency")
+    assert code == 0 and "exact by GPU index 100.0%, node share 0.0%" in err and hint not in err

@@ -146,5 +146,6 @@ if methods is not None and methods.height:
              key="eff_methods", file_stem="efficiency_attribution", ctx=ctx,
              columns={"method": "Method", "gpu_h": "Telemetry GPU-hours", "pct": "Share (%)"},
              formats={"gpu_h": "%.1f", "pct": "%.1f"},
-             caption="Exact: the exporter named the job, or the job's GPU indices are known. Node share: "
+             caption="Exact: the exporter named the job, or the job's GPU indices are known (collected while jobs "
+                     "run: `gpuledger ingest job-gpus --live`, the service's job-gpus source). Node share: "
                      "readings of a node shared among its jobs in proportion to their GPUs.")
