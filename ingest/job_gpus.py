@@ -73,6 +73,8 @@ def _rows(text: str, tz: str | None, window: plausible.Window) -> list[tuple]:
     def fail(f, why):
         raise ValueError(f"{f}\x1f{why}")
     job = re.match(r"JobId=(\d+)", text)
+    if job is None:
+        fail("JobId", "no numeric JobId")
     raw = re.search(r"(?:^|\s)SubmitTime=(\S+)", text)
     if raw is None or raw.group(1) in NULLS:
         fail("SubmitTime", "no submit time")
@@ -89,9 +91,7 @@ def _rows(text: str, tz: str | None, window: plausible.Window) -> list[tuple]:
             devs = [d for m in GRES_IDX.finditer(gres) for d in indices(m.group(1))]
         except (HostlistError, ValueError) as exc:
             fail("Nodes" if isinstance(exc, HostlistError) else "GRES", f"cannot read {nodes} GRES={gres}: {exc}")
-        out += [(job.group(1) if job else None, submit, h, str(d)) for h in hosts for d in sorted(set(devs))]
-    if job is None:
-        fail("JobId", "no numeric JobId")
+        out += [(job.group(1), submit, h, str(d)) for h in hosts for d in sorted(set(devs))]
     return out
 
 
