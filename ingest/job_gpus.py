@@ -1,5 +1,5 @@
 """`gpuledger ingest job-gpus`: which GPUs (device indices) each job holds, from ``scontrol -d show job`` (the
-multi-line form or ``-o``), into ``job_gpu_indices``, so that telemetry attribution is exact by GPU index
+multi-line form or ``-o``) or slurmrestd's ``/slurm/v0.0.XX/jobs`` (``gres_detail``), into ``job_gpu_indices``, so that telemetry attribution is exact by GPU index
 (models/kernels/attribution.py) where it would otherwise share a node's devices among the jobs on it.
 
 Slurm keeps the indices only while slurmctld remembers a job (running, or ended within MinJobAge); accounting
@@ -27,6 +27,7 @@ from ingest import plausible, warehouse
 from ingest.hostlist import HostlistError, expand
 from ingest.inputs import read_input, run_slurm
 from ingest.lines import text_lines
+from ingest.slurm_json import looks_like_json, meta_cluster, records, utc_text
 from ingest.squeue import NULLS
 
 #: One node group of a job's detail: its hosts and GRES (scontrol -d prints CPU_IDs and Mem between them)
@@ -121,6 +122,28 @@ def _parse(lines: list[str], tz: str | None, window: plausible.Window):
     return rows, skips, rejects
 
 
+def _json_line(job: dict) -> str:
+    """One job of slurmrestd's ``/slurm/v0.0.XX/jobs`` as the one-line record `scontrol -d -o show job` prints:
+    ``gres_detail`` holds one GRES text per node of its allocation, in the allocation's order."""
+    alloc = ((job.get("job_resources") or {}).get("nodes") or {}).get("allocation") or []
+    hosts = [a["name"] for a in alloc] if alloc else expand(job["nodes"]) if job.get("nodes") else []
+    groups = " ".join(f"Nodes={h} CPU_IDs= Mem= GRES={g}" for h, g in zip(hosts, job.get("gres_detail") or []))
+    return f"JobId={job['job_id']} SubmitTime={utc_text(job.get('submit_time'))} {groups}".rstrip()
+
+
+def _json_lines(data: bytes, name: str) -> tuple[list[str], str | None]:
+    """slurmrestd's job list as `scontrol -d -o show job` lines (times in UTC; a job we cannot read becomes a line
+    the checks reject, its place kept), and the cluster its ``meta`` names."""
+    doc, items = records(data, name, "jobs", "slurmrestd /slurm/.../jobs (the live jobs, with gres_detail)")
+    lines = []
+    for n, job in enumerate(items, start=1):
+        try:
+            lines.append(_json_line(job))
+        except (KeyError, TypeError, AttributeError, ValueError, HostlistError) as exc:
+            lines.append(f"JobId=unreadable-record-{n}:{type(exc).__name__}")
+    return lines, meta_cluster(doc)
+
+
 _SCHEMA = pa.schema([("line_no", pa.int64()), ("job_id_raw", pa.string()), ("submit", pa.timestamp("us")),
                      ("node", pa.string()), ("gpu", pa.string())])
 
@@ -130,12 +153,18 @@ def load(con, data: bytes, source_name: str, cluster: str | None = None, tz: str
     """Load one ``scontrol -d show job`` listing in one transaction; returns the run summary. ``live``: a
     collection repeated every few minutes, where a job whose accounting is not loaded yet is skipped (the next
     collection reads it again) rather than quarantined at every collection."""
-    lines = text_lines(data)
-    default = cluster or warehouse.only_cluster(con) or "default"
+    is_json, json_cluster = looks_like_json(data), None
+    if is_json:
+        lines, json_cluster = _json_lines(data, source_name)
+        tz = "UTC"
+    else:
+        lines = text_lines(data)
+    default = cluster or json_cluster or warehouse.only_cluster(con) or "default"
     rows, skips, rejects = _parse(lines, tz, plausible.window())
     tbl = pa.table(list(zip(*rows)) if rows else [[] for _ in _SCHEMA], schema=_SCHEMA)
     run = warehouse.IngestRun(con, "job-gpus", source_name, sha256=hashlib.sha256(data).hexdigest(),
-                              nbytes=len(data), cluster=default, options={"tz": tz or "UTC"})
+                              nbytes=len(data), cluster=default, options={
+                                  "tz": tz or "UTC", **({"format": "json", "read_as": "job records"} if is_json else {})})
     with run:
         run.lines_read = len(lines)
         con.register("_jg_in", tbl)

@@ -7,6 +7,7 @@ import pytest
 from conftest import FIXTURES
 from ingest import job_gpus, sacct, slurm_nodes
 from telemetry_fixtures import add_jobs, busy, load_readings, readings
+from test_sacct import line
 from test_attribution import _eff
 
 REAL = FIXTURES / "slurm_shards"     # README.md there: how the jobs ran and what scontrol printed
@@ -137,3 +138,17 @@ def test_the_efficiency_report_says_how_attribution_becomes_exact(con, tmp_path,
     assert run_cli("ingest", "job-gpus", str(tmp_path / "jobs.txt"), "--cluster", "c1")[0] == 0
     code, _, err = run_cli("report", "efficiency")
     assert code == 0 and "exact by GPU index 100.0%, node share 0.0%" in err and hint not in err
+
+
+def test_slurmrestd_job_list_gives_the_same_indices(con):
+    """slurmrestd 25.11 `/slurm/v0.0.44/jobs` (Slurm-web's fixture, MIT): job 4716 holds h100 GPU 0 of gpu1
+    (`gres_detail`, one entry per node of its allocation); the cluster is the answer's `meta`, times are UTC."""
+    data = (FIXTURES / "sacct_json" / "slurmweb-25.11-v0.0.44-slurm-job-gpus-multi-types.json").read_bytes()
+    s = job_gpus.load(con, data, "jobs.json")
+    assert (s["read"], s["rejected"]) == (1, 1) and "job 4716 submitted 2025-11-10 14:06:53" in s["reject_examples"][0]
+    sacct.ingest_bytes(con, line("4716", cluster="hpc", partition="normal", submit="2025-11-10T14:06:53",
+                                 start="2025-11-10T14:06:54", end="Unknown", elapsed="00:10:00", state="RUNNING",
+                                 alloctres="billing=1,cpu=1,gres/gpu:h100=1,gres/gpu=1,mem=512M,node=1",
+                                 nodelist="gpu1").encode(), "j.psv", sacct.SacctOptions())
+    s = job_gpus.load(con, data, "jobs.json")
+    assert (s["read"], s["loaded"], s["inserted"]) == (1, 1, 1) and _held(con) == [("4716", "gpu1", "0")]
