@@ -1,6 +1,7 @@
 """`gpuledger ingest job-gpus`: which GPUs (device indices) each job holds, from ``scontrol -d show job`` (the
-multi-line form or ``-o``) or slurmrestd's ``/slurm/v0.0.XX/jobs`` (``gres_detail``), into ``job_gpu_indices``, so that telemetry attribution is exact by GPU index
-(models/kernels/attribution.py) where it would otherwise share a node's devices among the jobs on it.
+multi-line form or ``-o``) or slurmrestd's ``/slurm/v0.0.XX/jobs`` (``gres_detail``), into ``job_gpu_indices``, so
+that telemetry attribution is exact by GPU index (models/kernels/attribution.py) where it would otherwise share a
+node's devices among the jobs on it.
 
 Slurm keeps the indices only while slurmctld remembers a job (running, or ended within MinJobAge); accounting
 does not store them. So they are collected live (``--live``, or the service's ``job-gpus`` source every few
@@ -162,9 +163,9 @@ def load(con, data: bytes, source_name: str, cluster: str | None = None, tz: str
     default = cluster or json_cluster or warehouse.only_cluster(con) or "default"
     rows, skips, rejects = _parse(lines, tz, plausible.window())
     tbl = pa.table(list(zip(*rows)) if rows else [[] for _ in _SCHEMA], schema=_SCHEMA)
+    options = {"tz": tz or "UTC", **({"format": "json", "read_as": "job records"} if is_json else {})}
     run = warehouse.IngestRun(con, "job-gpus", source_name, sha256=hashlib.sha256(data).hexdigest(),
-                              nbytes=len(data), cluster=default, options={
-                                  "tz": tz or "UTC", **({"format": "json", "read_as": "job records"} if is_json else {})})
+                              nbytes=len(data), cluster=default, options=options)
     with run:
         run.lines_read = len(lines)
         con.register("_jg_in", tbl)
