@@ -287,30 +287,26 @@ def cmd_ingest_squeue(args) -> int:
 def cmd_ingest_reservations(args) -> int:
     """Reservations: `scontrol show reservation` / `sacctmgr -P show reservation` files, or both run (--live)."""
     from ingest import reservations
-    if args.live == bool(args.files):
-        raise UsageError("ingest reservations: give FILEs ('-' for stdin) or --live")
-    con = _open(args)
-    summaries = reservations.ingest_live(con, cluster=args.cluster) if args.live else []
-    for s in summaries:
-        _print_ingest_summary(args, s)
-    for f in args.files:
-        summaries.append(reservations.ingest_path(con, f, cluster=args.cluster, tz=args.tz))
-        _print_ingest_summary(args, summaries[-1])
-    _after_ingest(args, con)
-    return _ingest_status(args, summaries)
+    return _ingest_files_or_live(args, "reservations", reservations.ingest_live, reservations.ingest_path)
 
 
 def cmd_ingest_job_gpus(args) -> int:
     """The GPUs each job holds: `scontrol -d show job` files, or run it (--live)."""
     from ingest import job_gpus
+    return _ingest_files_or_live(args, "job-gpus", lambda con, cluster: [job_gpus.ingest_live(con, cluster)],
+                                 job_gpus.ingest_path)
+
+
+def _ingest_files_or_live(args, name: str, live, path) -> int:
+    """Run ``live(con, cluster)`` (its run summaries) with --live, else ``path(con, file, cluster, tz)`` per FILE."""
     if args.live == bool(args.files):
-        raise UsageError("ingest job-gpus: give FILEs ('-' for stdin) or --live")
+        raise UsageError(f"ingest {name}: give FILEs ('-' for stdin) or --live")
     con = _open(args)
-    summaries = [job_gpus.ingest_live(con, cluster=args.cluster)] if args.live else []
+    summaries = live(con, args.cluster) if args.live else []
     for s in summaries:
         _print_ingest_summary(args, s)
     for f in args.files:
-        summaries.append(job_gpus.ingest_path(con, f, cluster=args.cluster, tz=args.tz))
+        summaries.append(path(con, f, cluster=args.cluster, tz=args.tz))
         _print_ingest_summary(args, summaries[-1])
     _after_ingest(args, con)
     return _ingest_status(args, summaries)
@@ -1612,20 +1608,22 @@ def _queue_source_parsers(ising) -> None:
                  "advance reservations: `scontrol show reservation [-o]` or `sacctmgr -P show reservation`",
                  "Load reservations (name, start, end, nodes, TRES, users, accounts, flags). --live runs `scontrol show "
                  "reservation -o` (owners) and then `sacctmgr -P show reservation` (history, real ends).")
-    s.add_argument("files", nargs="*", metavar="FILE", help="'-' for stdin")
-    s.add_argument("--live", action="store_true", help="run scontrol and sacctmgr (TZ=UTC) now")
-    s.add_argument("--cluster", help="cluster name when the input has none (default: the only cluster known)")
-    s.add_argument("--tz", help="zone of times printed without an offset (default UTC)")
-    s.add_argument("--strict", action="store_true", help="exit 1 if any line is rejected")
-    _no_refresh(s)
+    _files_or_live(s, "run scontrol and sacctmgr (TZ=UTC) now",
+                   "cluster name when the input has none (default: the only cluster known)")
     s = _command(ising, "job-gpus", cmd_ingest_job_gpus,
                  "the GPUs (device indices) each job holds: `scontrol -d show job [-o]`",
                  "Load which GPUs each running job holds (GRES=gpu:2(IDX:0-1)), so its telemetry is attributed "
                  "exactly. Slurm keeps them only while it remembers the job: collect them live (--live, or the "
                  "service's job-gpus source). The jobs must be loaded first (ingest sacct).")
+    _files_or_live(s, "run `scontrol -d -o show job` (TZ=UTC) now",
+                   "cluster of the jobs (default: the only cluster known)")
+
+
+def _files_or_live(s, live_help: str, cluster_help: str) -> None:
+    """The arguments of an ingest that reads FILEs or runs its Slurm command (--live)."""
     s.add_argument("files", nargs="*", metavar="FILE", help="'-' for stdin")
-    s.add_argument("--live", action="store_true", help="run `scontrol -d -o show job` (TZ=UTC) now")
-    s.add_argument("--cluster", help="cluster of the jobs (default: the only cluster known)")
+    s.add_argument("--live", action="store_true", help=live_help)
+    s.add_argument("--cluster", help=cluster_help)
     s.add_argument("--tz", help="zone of times printed without an offset (default UTC)")
     s.add_argument("--strict", action="store_true", help="exit 1 if any line is rejected")
     _no_refresh(s)

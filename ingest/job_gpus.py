@@ -28,7 +28,7 @@ from ingest import plausible, warehouse
 from ingest.hostlist import HostlistError, expand
 from ingest.inputs import read_input, run_slurm
 from ingest.lines import text_lines
-from ingest.slurm_json import looks_like_json, meta_cluster, records, utc_text
+from ingest.slurm_json import looks_like_json, meta_cluster, record_lines, records, utc_text
 from ingest.squeue import NULLS
 
 #: One node group of a job's detail: its hosts and GRES (scontrol -d prints CPU_IDs and Mem between them)
@@ -136,13 +136,12 @@ def _json_lines(data: bytes, name: str) -> tuple[list[str], str | None]:
     """slurmrestd's job list as `scontrol -d -o show job` lines (times in UTC; a job we cannot read becomes a line
     the checks reject, its place kept), and the cluster its ``meta`` names."""
     doc, items = records(data, name, "jobs", "slurmrestd /slurm/.../jobs (the live jobs, with gres_detail)")
-    lines = []
-    for n, job in enumerate(items, start=1):
-        try:
-            lines.append(_json_line(job))
-        except (KeyError, TypeError, AttributeError, ValueError, HostlistError) as exc:
-            lines.append(f"JobId=unreadable-record-{n}:{type(exc).__name__}")
-    return lines, meta_cluster(doc)
+    return record_lines(items, _json_line, _unreadable), meta_cluster(doc)
+
+
+def _unreadable(n: int, job, exc: Exception) -> str:
+    """A record the checks reject (no numeric JobId), naming its place and what went wrong."""
+    return f"JobId=unreadable-record-{n}:{type(exc).__name__}"
 
 
 _SCHEMA = pa.schema([("line_no", pa.int64()), ("job_id_raw", pa.string()), ("submit", pa.timestamp("us")),

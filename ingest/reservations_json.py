@@ -10,7 +10,7 @@ scontrol listing: the same checks, merge and rejects. A reservation's line numbe
 """
 from __future__ import annotations
 
-from ingest.slurm_json import list_text, meta_cluster, number, records, utc_text
+from ingest.slurm_json import list_text, meta_cluster, number, record_lines, records, utc_text
 
 
 def _text(v) -> str:
@@ -36,12 +36,10 @@ def to_scontrol_lines(data: bytes, name: str) -> tuple[list[str], str | None]:
     order (an object we cannot read becomes a line the checks reject, its place kept), and the cluster its
     ``meta`` names or None. An error names what the input is when it is not such a list."""
     doc, items = records(data, name, "reservations", "slurmrestd /slurm/.../reservations")
-    lines = []
-    for n, res in enumerate(items, start=1):
-        try:
-            lines.append(_line(res))
-        except (KeyError, TypeError, AttributeError, ValueError, OverflowError) as exc:
-            # a record the checks reject: no name (what a KeyError here means), else a start no one can read
-            named = _text(res.get("name")) if isinstance(res, dict) else ""
-            lines.append(f"ReservationName={named} StartTime=unreadable-record-{n}:{type(exc).__name__}")
-    return lines, meta_cluster(doc)
+    return record_lines(items, _line, _unreadable), meta_cluster(doc)
+
+
+def _unreadable(n: int, res, exc: Exception) -> str:
+    """A record the checks reject: no name (what a KeyError means here), else a start no one can read."""
+    named = _text(res.get("name")) if isinstance(res, dict) else ""
+    return f"ReservationName={named} StartTime=unreadable-record-{n}:{type(exc).__name__}"

@@ -66,3 +66,15 @@ def list_text(v) -> str:
     if isinstance(v, list):
         return ",".join(str(x) for x in v)
     return "" if v is None else str(v)
+
+
+def record_lines(items: list, line, unreadable) -> list[str]:
+    """``line(item)`` for each record of a JSON list, in order; a record it cannot read (a missing key, a value of
+    the wrong kind) becomes ``unreadable(n, item, exc)``, a line the text checks reject, its place kept."""
+    out = []
+    for n, item in enumerate(items, start=1):
+        try:
+            out.append(line(item))
+        except (KeyError, TypeError, AttributeError, ValueError, OverflowError) as exc:
+            out.append(unreadable(n, item, exc))
+    return out
