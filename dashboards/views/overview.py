@@ -120,8 +120,8 @@ def _capacity(col) -> None:
     ui.kpi(col, "Capacity reached (forecast)", f"{hit['date']:%Y-%m-%d}",
            f"{hit['pool']}, {hit['capacity_gpus']:,.0f} GPUs", delta_color="off", arrow=False,
            help=f"First day on which a pool's demand, as its upper {mr.CAPACITY_BAND} % forecast, exceeds "
-                f"{mr.CAPACITY_TARGET * 100:.0f} % of its capacity; the Forecast page also gives the median's date. "
-                f"Forecast from all the accounting before {since:%Y-%m-%d}, whatever the window.")
+                f"{mr.CAPACITY_TARGET * 100:.0f} % of its capacity; the Forecast page also gives the median's date."
+                + (f" Forecast from all the accounting before {since:%Y-%m-%d}, whatever the window." if since else ""))
     _row(f"Capacity reached ({hit['pool']}; {mr.CAPACITY_BASIS})", "date", f"{hit['date']:%Y-%m-%d}", None,
          "Forecast & capacity")
 
