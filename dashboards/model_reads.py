@@ -562,9 +562,8 @@ def capacity_reached(version: str, f: Filters) -> dict | None:
     within 90 days (``gpuledger forecast --horizon 90``; the Forecast page's defaults, the same call): {date,
     pool, capacity_gpus}, the pool named "cluster / pool" when there are several clusters; {} when none
     reaches it; None without a forecast."""
-    keys = queries.catalogue(version).pool_keys   # each cluster's pool has its own capacity and forecast
-    cluster = f.clusters[0] if len(f.clusters) == 1 else None
-    cap = forecast(version, "demanded", 90, CAPACITY_TARGET, CAPACITY_BAND, keys, cluster)["capacity"]
+    keys = queries.catalogue(version).pool_keys
+    cap = _capacity_forecast(version, f)["capacity"]
     if cap is None or cap.height == 0:
         return None
     cap = cap.filter(pl.col("pool").is_in(f.pools) if f.pools else pl.col("capacity_gpus").is_not_null())
@@ -581,10 +580,16 @@ def capacity_reached(version: str, f: Filters) -> dict | None:
 def capacity_since(version: str, f: Filters):
     """The first day of the forecast behind :func:`capacity_reached` (UTC): it is made from all the accounting
     before that day, whatever window ``f`` selects; None without a forecast."""
+    fc = _capacity_forecast(version, f)["forecast"]
+    return fc["ts"].min() if fc is not None and fc.height else None
+
+
+def _capacity_forecast(version: str, f: Filters) -> dict:
+    """The forecast "Capacity reached" rests on: per pool (each cluster's pool has its own capacity and forecast),
+    the Forecast page's defaults, of the one cluster the filters keep, else of all."""
     keys = queries.catalogue(version).pool_keys
     cluster = f.clusters[0] if len(f.clusters) == 1 else None
-    fc = forecast(version, "demanded", 90, CAPACITY_TARGET, CAPACITY_BAND, keys, cluster)["forecast"]
-    return fc["ts"].min() if fc is not None and fc.height else None
+    return forecast(version, "demanded", 90, CAPACITY_TARGET, CAPACITY_BAND, keys, cluster)
 
 
 @st.cache_data(**CACHE)

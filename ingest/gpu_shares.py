@@ -92,7 +92,7 @@ def resolve_stored(con, run_id: int) -> int:
     if not con.sql(f"SELECT count(*) FROM ({want})").fetchall()[0][0]:
         return 0
     con.execute("CREATE OR REPLACE TEMP TABLE _shares AS " + _resolve_sql(
-        want, "SELECT job_uid AS id, node FROM job_nodes WHERE job_uid IN (SELECT id FROM w)"))
+        want, "SELECT job_uid AS id, node FROM job_nodes"))
     n, first = con.sql("SELECT count(*), min(id) FROM _shares").fetchall()[0]
     if n:
         con.execute("""UPDATE jobs SET ngpus = r.ngpus, gpu_milli = r.gpu_milli, updated_run_id = $run
