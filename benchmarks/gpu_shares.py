@@ -1,7 +1,8 @@
 """What resolving GPU shards and MPS shares (ingest/gpu_shares.py) adds to `ingest sacct` and `ingest nodes`.
 
 In one process, on a fresh warehouse with 512 nodes (half offering shards): N staged sacct rows (default
-2,000,000) with 30 % CPU-only jobs and 0 % or 1 % share jobs, each measured --repeat times (medians):
+2,000,000) with 30 % CPU-only jobs and 0 % or 1 % share jobs (a quarter of them never started: resolved from
+their partition's nodes), each measured --repeat times (medians):
   baseline  one scan of the staged rows' TRES strings (the shared-GPU note's query before share jobs were resolved),
   staged    resolve_staged, its notes and one read of the view it gives the merge, as `ingest sacct` runs them,
   stored    resolve_stored over a jobs table of the same rows, as `ingest nodes` runs it after a listing.
@@ -36,28 +37,35 @@ def _setup(con, rows: int, share_pct: float) -> None:
                     FROM range({NODES}) t(i)""")
     every = int(round(100 / share_pct)) if share_pct else 0
     share = f"i % {every} = 0" if every else "false"
+    pend = f"{share} AND i % {4 * every} = 0" if every else "false"
     con.execute(f"""CREATE OR REPLACE TEMP TABLE stg AS
-        SELECT i AS line_no, i::VARCHAR AS job_id, 'c' AS cluster, TIMESTAMP '2026-03-01' + to_seconds(i) AS start,
-               CASE WHEN {share} OR i % 10 < 3 THEN 0.0 ELSE 2.0 END AS ngpus, NULL::INTEGER AS gpu_milli,
-               CASE WHEN {share} THEN 'billing=1,cpu=1,gres/shard=' || (1 + i % 16) || ',mem=8G,node=1'
-                    WHEN i % 10 < 3 THEN 'billing=8,cpu=8,mem=64G,node=1'
-                    ELSE 'billing=8,cpu=8,gres/gpu:l4=2,gres/gpu=2,mem=64G,node=1' END AS alloc_tres,
-               printf('n%03d', (i * 2) % {NODES}) AS nodelist
-        FROM range({rows}) t(i)""")
+        SELECT line_no, job_id, cluster, submit, CASE WHEN NOT pend THEN submit END AS start, 'p' AS "partition",
+               ngpus, gpu_milli, CASE WHEN NOT pend THEN tres END AS alloc_tres, tres AS req_tres,
+               nullif(ngpus, 0) AS req_gpus, CASE WHEN NOT pend THEN nodelist END AS nodelist
+        FROM (SELECT i AS line_no, i::VARCHAR AS job_id, 'c' AS cluster,
+                     TIMESTAMP '2026-03-01' + to_seconds(i) AS submit, {pend} AS pend,
+                     CASE WHEN {share} OR i % 10 < 3 THEN 0.0 ELSE 2.0 END AS ngpus, NULL::INTEGER AS gpu_milli,
+                     CASE WHEN {share} THEN 'billing=1,cpu=1,gres/shard=' || (1 + i % 16) || ',mem=8G,node=1'
+                          WHEN i % 10 < 3 THEN 'billing=8,cpu=8,mem=64G,node=1'
+                          ELSE 'billing=8,cpu=8,gres/gpu:l4=2,gres/gpu=2,mem=64G,node=1' END AS tres,
+                     printf('n%03d', (i * 2) % {NODES}) AS nodelist
+              FROM range({rows}) t(i))""")
     con.execute("""CREATE OR REPLACE TEMP TABLE _nodelist_map AS
-                   SELECT DISTINCT nodelist, nodelist AS node, 0 AS idx, 1 AS n FROM stg""")
+                   SELECT DISTINCT nodelist, nodelist AS node, 0 AS idx, 1 AS n FROM stg
+                   WHERE nodelist IS NOT NULL""")
 
 
 def _stored(con) -> None:
     con.execute("DELETE FROM job_nodes")
     con.execute("DELETE FROM jobs")
-    con.execute("""INSERT INTO jobs (job_uid, cluster, job_id, job_id_raw, submit, start, state, source, ngpus,
-                                     gpu_milli, alloc_tres, nodelist, ingest_run_id)
-                   SELECT line_no, cluster, job_id, job_id, start, start, 'COMPLETED', 'sacct', ngpus, gpu_milli,
-                          alloc_tres, nodelist, 1
+    con.execute("""INSERT INTO jobs (job_uid, cluster, job_id, job_id_raw, submit, start, state, source, "partition",
+                                     ngpus, gpu_milli, req_gpus, alloc_tres, req_tres, nodelist, ingest_run_id)
+                   SELECT line_no, cluster, job_id, job_id, submit, start,
+                          CASE WHEN start IS NULL THEN 'PENDING' ELSE 'COMPLETED' END, 'sacct', "partition", ngpus,
+                          gpu_milli, req_gpus, alloc_tres, req_tres, nodelist, 1
                    FROM stg""")
     con.execute("""INSERT INTO job_nodes (job_uid, cluster, job_id_raw, submit, node, gpus_on_node)
-                   SELECT line_no, cluster, job_id, start, nodelist, ngpus FROM stg""")
+                   SELECT line_no, cluster, job_id, submit, nodelist, ngpus FROM stg WHERE nodelist IS NOT NULL""")
 
 
 #: one scan of every staged row's TRES (what the shared-GPU note before this module cost: 58 ms per 2M rows)
@@ -94,9 +102,12 @@ def main() -> None:
             base = _time(lambda: con.sql(SCAN).fetchall(), a.repeat)
             staged = _time(lambda: _staged(con), a.repeat)
             stored = _time(lambda: gpu_shares.resolve_stored(con, 2), a.repeat, before=lambda: _stored(con))
-            resolved = con.sql("SELECT count(*) FROM jobs WHERE ngpus > 0 AND gpu_milli IS NOT NULL").fetchall()[0][0]
+            resolved, asks = con.sql("""
+                SELECT count(*) FILTER (ngpus > 0 AND gpu_milli IS NOT NULL),
+                       count(*) FILTER (start IS NULL AND req_gpus > 0) FROM jobs""").fetchall()[0]
             con.close()
-        print(f"{a.rows:,} rows, {pct:g} % share jobs ({resolved:,} resolved): baseline {base:.1f} ms, "
+        print(f"{a.rows:,} rows, {pct:g} % share jobs ({resolved:,} started and {asks:,} not, resolved): "
+              f"baseline {base:.1f} ms, "
               f"staged {staged:.1f} ms ({staged / base:.1f}x), stored {stored:.1f} ms ({stored / base:.1f}x)")
 
 

@@ -50,6 +50,21 @@ def test_exporter_label_is_exact_and_keeps_labelled_gpus_from_others(con, tmp_pa
     assert eff["201"][:5] == ("node-share", 30, 0, 30, 0)
 
 
+def test_exporter_label_gives_a_job_on_part_of_a_gpu_its_part(con, tmp_path):
+    """gpu06, 30 minutes, every GPU 80 % busy. GPU0 labelled for shard jobs 210 (0.25 GPU) and 211 (0.5 GPU): each
+    its part of the device-minute, 7.5 and 15 GPU-min (the label count would give each 15, twice 210's
+    allocation). GPU1 labelled for whole-GPU jobs 212 and 213 (a stale mapping claiming it twice): half each.
+    GPU2 labelled for 214 (0.5 GPU) and an unknown job claiming the whole device: 0.5 / 1.5 of it to 214."""
+    add_jobs(con, tmp_path, [dict(id=i, start=0, end=30, gpus=g, nodes="gpu06")
+                             for i, g in ((210, 0.25), (211, 0.5), (212, 1), (213, 1), (214, 0.5))])
+    load_readings(con, readings({("gpu06", d, f'hpc_job="{j}"'): busy(range(30), 80)
+                                 for d, j in ((0, 210), (0, 211), (1, 212), (1, 213), (2, 214), (2, 999))}))
+    eff = _eff(con)
+    want = {"210": 7.5, "211": 15, "212": 15, "213": 15, "214": 10}
+    assert {j: eff[j][:5] for j in want} == {j: ("exporter-label", pytest.approx(c), pytest.approx(0.8 * c), 0,
+                                                 pytest.approx(c)) for j, c in want.items()}
+
+
 def test_known_gpu_indices_make_attribution_exact(con, tmp_path):
     """Job 300 held GPU 3 of gpu03 (job_gpu_indices); job 301 shares the rest by node."""
     add_jobs(con, tmp_path, [dict(id=300, start=0, end=20, gpus=1, nodes="gpu03"),

@@ -2,10 +2,12 @@
 whichever of sacct and the node inventory is loaded first (ingest/gpu_shares.py)."""
 from __future__ import annotations
 
+import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from ingest import sacct, slurm_nodes, warehouse
+from models.metrics import pending
 from models.pipeline import refresh
 from conftest import FIXTURES
 from test_sacct import line
@@ -16,6 +18,9 @@ SINFO = ("NODELIST|PARTITION|STATE|CPUS(A/I/O/T)|MEMORY|GRES|GRES_USED|REASON\n"
          "inf02|inf|idle|0/64/0/64|512000|gpu:a100:4(S:0-1),mps:400(S:0-1)|gpu:a100:0(IDX:N/A)|none\n"
          "inf03|inf|idle|0/64/0/64|512000|gpu:l4:4,shard:64|gpu:l4:0(IDX:N/A)|none\n"
          "gpu01|a100|idle|0/64/0/64|512000|gpu:a100:8(S:0-1)|gpu:a100:0(IDX:N/A)|none\n")
+
+
+REAL = FIXTURES / "slurm_shards"
 
 
 def _job(jobid, tres, nodes="inf01", **kw):
@@ -95,6 +100,16 @@ def test_the_inventory_valid_when_the_job_started_sets_the_share(con):
         "20": (0.25, 250), "21": (0.25, 250), "22": (0.5, 500)}
 
 
+def test_pending_demand_counts_what_a_share_job_asked_for(con, db_path):
+    """The real Slurm's job 2 asked for 12 of gpu03's shards (8 a GPU) and was cancelled while pending: 1.5 GPUs
+    waiting from the data start (the first job's start, 09:30:05) to its end (09:30:10), as bob's wait."""
+    slurm_nodes.ingest_bytes(con, (REAL / "sinfo-gres.psv").read_bytes(), "sinfo-gres.psv", cluster="glcluster")
+    sacct.ingest_bytes(con, (REAL / "sacct-allocations.psv").read_bytes(), "sacct.psv", sacct.SacctOptions())
+    refresh.run(con, db_path, publish=False)
+    waits = pending.by_reason(con, by="user")
+    assert waits.filter(pl.col("user") == "bob")["eligible_gpu_h"].to_list() == [pytest.approx(1.5 * 5 / 3600)]
+
+
 def test_the_timeline_counts_the_part_of_the_gpu(con, db_path):
     """Through the refresh: a quarter of a GPU for 2 h is 0.5 GPU-hours allocated on inf01, held as 250 milli-GPU."""
     slurm_nodes.ingest_bytes(con, SINFO.encode(), "sinfo.psv", cluster="lab", as_of="2026-03-01T00:00:00")
@@ -105,7 +120,52 @@ def test_the_timeline_counts_the_part_of_the_gpu(con, db_path):
     assert got == [("inf01", pytest.approx(0.5), 0, 250)]
 
 
-REAL = FIXTURES / "slurm_shards"
+def _pending(jobid, tres, partition="inf"):
+    return line(jobid, cluster="lab", partition=partition, nodelist="None assigned", start="Unknown", end="Unknown",
+                elapsed="00:00:00", state="PENDING", reqtres=f"billing=1,cpu=1,{tres},mem=8G,node=1", alloctres="")
+
+
+PENDING = "\n".join([
+    _pending("30", "gres/shard=4"),                            # inf01 and inf03: 16 shards a GPU: 0.25
+    _pending("31", "gres/mps=50"),                             # only inf02 offers MPS (100 a GPU): 0.5
+    _pending("32", "gres/shard:l4=8", partition="a100,inf"),   # either partition: inf's shard nodes: 0.5
+    _pending("33", "gres/shard=4", partition="a100"),          # gpu01 offers no shards: asks for 0 GPU
+])
+
+
+def _asked(con) -> dict:
+    return dict(con.sql("SELECT job_id, req_gpus FROM jobs WHERE ngpus = 0 ORDER BY job_id").fetchall())
+
+
+def test_jobs_not_started_ask_for_their_partitions_share_of_a_gpu(con):
+    """A pending share job has no node: it asks for its shares over the shares per GPU of its partition's nodes
+    offering that kind (it holds none: ngpus stays 0), in either order of ingestion."""
+    slurm_nodes.ingest_bytes(con, SINFO.encode(), "sinfo.psv", cluster="lab")
+    s = _sacct(con, PENDING)
+    assert _asked(con) == {"30": 0.25, "31": 0.5, "32": 0.5, "33": None}
+    assert s["notes"] == [
+        "3 jobs never started on GPU shards or MPS shares counted as asking for the part of a GPU their shares are "
+        "on their partition's nodes (first: 30: 0.25 GPU; pending demand counts them)",
+        "1 job (first: 33) never started on GPU shards or MPS shares asks for 0 GPUs for now: its partition's nodes "
+        "offering those shares are not in the inventory, or differ in shares per GPU (load it with `gpuledger "
+        "ingest nodes` and they are resolved then)"]
+    again = _sacct(con, PENDING)
+    assert (again["inserted"], again["updated"]) == (0, 0)
+    other = warehouse.connect(":memory:")
+    _sacct(other, PENDING)
+    assert _asked(other) == {j: None for j in ("30", "31", "32", "33")}
+    n = slurm_nodes.ingest_bytes(other, SINFO.encode(), "sinfo.psv", cluster="lab")
+    assert _asked(other) == _asked(con) and n["notes"][-1].endswith("; 3 stored jobs on them resolved")
+
+
+def test_a_partition_whose_nodes_differ_in_shares_per_gpu_leaves_the_request_open(con):
+    """inf03 at 8 shards a GPU beside inf01's 16: 4 shards may be a quarter or half a GPU, so no request is made
+    up; MPS (inf02 alone) still resolves."""
+    slurm_nodes.ingest_bytes(con, SINFO.replace("gpu:l4:4,shard:64", "gpu:l4:4,shard:32").encode(), "sinfo.psv",
+                             cluster="lab")
+    s = _sacct(con, PENDING)
+    assert _asked(con) == {"30": None, "31": 0.5, "32": None, "33": None}
+    assert s["notes"][-1].startswith("3 jobs (first: 30) never started on GPU shards or MPS shares ask for 0 GPUs")
 
 
 @pytest.mark.parametrize("nodes_first", [True, False])
@@ -128,8 +188,10 @@ def test_real_slurm_shard_jobs_count_their_part_of_an_h100(con, nodes_first):
     assert con.sql("SELECT sum(ngpus * elapsed_s) FROM jobs").fetchall()[0][0] == pytest.approx(13.75 + 12)
     resolved = "1 node offers GPUs shared among jobs (shard): a job holding only shard counts its shares over the "
     assert n["notes"][-1] == resolved + ("node's shares per GPU (sreport's gres/gpu counts it as 0)" + (
-        "" if nodes_first else "; 4 stored jobs on them resolved"))
+        "" if nodes_first else "; 5 stored jobs on them resolved"))   # 4 started, 1 pending
     assert s["notes"][0].startswith("4 jobs on GPU shards" if nodes_first else "4 jobs (first: 1) on GPU shards")
+    # job 2 asked for 12 shards and was cancelled while pending: 1.5 H100 of demand for its 6 s in the queue
+    assert con.sql("SELECT req_gpus FROM jobs WHERE job_id = '2'").fetchall() == [(1.5,)]
 
 
 _node = st.tuples(st.integers(1, 8), st.sampled_from(["shard", "mps", None]), st.integers(1, 16))

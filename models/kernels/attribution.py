@@ -5,8 +5,10 @@ The unit is the *device-minute* (one ``gpu_samples`` row covers one or more of t
 applies, and the rule is recorded:
 
 1. ``exporter-label`` (exact): the reading carries the exporter's job label (``hpc_job``). It belongs to the
-   named job(s) running on that node in that minute; a label naming a job the warehouse does not know keeps the
-   device-minute from everyone else too.
+   named job(s) running on that node in that minute, each its GPUs there over the devices labelled with it (a
+   job on 0.25 GPU of shards gets a quarter of the device-minute, a whole-GPU job all of it; jobs claiming more
+   than the device between them split it in proportion); a label naming a job the warehouse does not know
+   claims a whole device too, keeping it from everyone else.
 2. ``gpu-index`` (exact): ``job_gpu_indices`` says the job held that device (``scontrol -d`` IDX). A job holding
    less than a whole GPU per device (shards, MPS: 0.5 GPU on IDX 0) gets that part of the device-minute.
 3. ``node-share``: otherwise the node's remaining device-minutes are shared by the node's remaining jobs in
@@ -216,9 +218,14 @@ def _owned(con: duckdb.DuckDBPyConnection) -> None:
         WHERE p.hpc_jobs IS NOT NULL""")
     con.execute("""
         CREATE OR REPLACE TEMP TABLE _own AS
-        SELECT l.dev, l.mi, j.job_uid, j.ov, j.ov / 60.0 / l.n_lbl AS share, 1::TINYINT AS meth
-        FROM _lab l JOIN _jnm j ON j.nid = l.nid AND j.mi = l.mi
-             JOIN _jn n ON n.job_uid = j.job_uid AND n.nid = j.nid AND (l.lbl = n.job_id OR l.lbl = n.job_id_raw)
+        SELECT dev, mi, job_uid, ov,
+               w / greatest(1.0, sum(w) OVER (PARTITION BY dev, mi) + n_lbl - count(*) OVER (PARTITION BY dev, mi))
+                 AS share, 1::TINYINT AS meth
+        FROM (SELECT l.dev, l.mi, l.n_lbl, j.job_uid, j.ov,
+                     j.ov / 60.0 * least(1.0, j.g / count(*) OVER (PARTITION BY j.job_uid, l.nid, l.mi)) AS w
+              FROM _lab l JOIN _jnm j ON j.nid = l.nid AND j.mi = l.mi
+                   JOIN _jn n ON n.job_uid = j.job_uid AND n.nid = j.nid
+                        AND (l.lbl = n.job_id OR l.lbl = n.job_id_raw))
         UNION ALL
         SELECT dev, mi, job_uid, ov, w / greatest(1.0, sum(w) OVER (PARTITION BY dev, mi)), 2::TINYINT
         FROM (SELECT d.dev, j.mi, j.job_uid, j.ov, j.ov / 60.0 * least(1.0, j.g / x.held) AS w
