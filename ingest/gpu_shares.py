@@ -11,9 +11,9 @@ a partly used GPU is in the fragmentation model.
 
 A share job that has not started (pending, or cancelled while pending) has no node yet; what it asks for is
 its shares x the GPUs / shares of its partition's nodes that offer that kind of share (the inventory valid at
-submission: a node added later is not counted), when those nodes agree on the shares per GPU (Slurm may place it on any of them; where they differ
-its request stays 0 GPUs and the run's note says so). That is its ``req_gpus``, what pending demand counts; it
-holds no GPU (``ngpus`` stays 0).
+submission: a node added later is not counted), when those nodes agree on the shares per GPU (Slurm may place
+it on any of them; where they differ its request stays 0 GPUs and the run's note says so). That is its
+``req_gpus``, what pending demand counts; it holds no GPU (``ngpus`` stays 0).
 
 Resolved twice, so that the order of ingestion does not matter: on the staged rows of an ``ingest sacct`` (the
 stored row is then final, and re-ingesting the file changes nothing), and on the stored jobs still at 0 GPUs
