@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import threading
 from pathlib import Path
 
@@ -27,9 +28,21 @@ def db_path(tmp_path) -> Path:
     return tmp_path / "warehouse.duckdb"
 
 
-@pytest.fixture
-def con(db_path):
+@pytest.fixture(scope="session")
+def empty_warehouse(tmp_path_factory) -> Path:
+    """A warehouse file with every migration applied and nothing else, made once per test process."""
     from ingest import warehouse
+    path = tmp_path_factory.mktemp("empty-warehouse") / "warehouse.duckdb"
+    warehouse.connect(path).close()
+    return path
+
+
+@pytest.fixture
+def con(db_path, empty_warehouse):
+    """A fresh warehouse: a copy of the migrated empty one (0.03 s, where migrating a new file takes 0.15 s and
+    hundreds of tests start from one; tests/test_warehouse.py migrates new files itself)."""
+    from ingest import warehouse
+    shutil.copyfile(empty_warehouse, db_path)
     c = warehouse.connect(db_path)
     yield c
     c.close()
