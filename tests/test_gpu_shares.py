@@ -203,18 +203,25 @@ _node = st.tuples(st.integers(1, 8), st.sampled_from(["shard", "mps", None]), st
                      min_size=1, max_size=8))
 def test_either_order_of_ingestion_stores_the_same_jobs(nodes, jobs):
     """Nodes of g GPUs offering k shares per GPU (or none), jobs of n shares on a subset of them: loading sacct
-    before or after the inventory stores the same GPUs, each the shares over the nodes' shares per GPU."""
+    before or after the inventory stores the same GPUs, each the shares over the nodes' shares per GPU; jobs
+    that never started the same requests."""
     names = [f"n{i}" for i in range(len(nodes))]
     sinfo = "NODELIST|PARTITION|STATE|CPUS(A/I/O/T)|MEMORY|GRES|GRES_USED|REASON\n" + "".join(
         f"{n}|inf|idle|0/64/0/64|512000|gpu:l4:{g}{f',{kind}:{g * k}' if kind else ''}|gpu:l4:0|none\n"
         for n, (g, kind, k) in zip(names, nodes))
-    lines, want = [], {}
+    lines, want, asked = [], {}, {}
     for i, (kind, n, mask) in enumerate(jobs):
         on = [x for b, x in enumerate(names) if mask >> b & 1] or names[:1]
         inv = [nodes[names.index(x)] for x in on]
         lines.append(_job(str(100 + i), f"gres/{kind}={n}", f"{on[0]}" if len(on) == 1 else ",".join(on)))
         ok = all(k2 == kind for _, k2, _ in inv)
         want[str(100 + i)] = n * sum(g for g, _, _ in inv) / sum(g * k for g, _, k in inv) if ok else 0.0
+    # and a job of each kind that never started, in partition inf: n shares over the one shares-per-GPU (k) of
+    # the nodes offering that kind, or no request where they differ or none offers it
+    for job, kind in (("900", "shard"), ("901", "mps")):
+        lines.append(_pending(job, f"gres/{kind}=8"))
+        ks = {k for _, k2, k in nodes if k2 == kind}
+        asked[job] = 8 / ks.pop() if len(ks) == 1 else None
     stored = []
     for first_nodes in (True, False):
         con = warehouse.connect(":memory:")
@@ -223,10 +230,12 @@ def test_either_order_of_ingestion_stores_the_same_jobs(nodes, jobs):
                  lambda: _sacct(con, "\n".join(lines))]
         for step in steps if first_nodes else steps[::-1]:
             step()
-        stored.append(_stored(con))
+        stored.append((_stored(con), _asked(con)))
         con.close()
     assert stored[0] == stored[1]
-    assert {j: v[0] for j, v in stored[0].items()} == pytest.approx(want)
+    assert {j: v[0] for j, v in stored[0][0].items() if j in want} == pytest.approx(want)
+    assert {j: stored[0][1][j] for j in asked} == pytest.approx(asked)
+    stored = [s for s, _ in stored]
     for g, milli, on_node in stored[0].values():
         assert sum(on_node.values()) == pytest.approx(g)
         assert milli is None or milli == round(1000 * g / len(on_node))
