@@ -37,9 +37,9 @@ HAS_NODE_SHARES = "(strpos(lower(gres), 'shard') > 0 OR strpos(lower(gres), 'mps
 HAS_SHARES = "(strpos({t}, 'gres/shard') > 0 OR strpos({t}, 'gres/mps') > 0)"
 
 
-def _candidates_sql(t: str) -> str:
-    """The condition on a job row (alias-free column names) for a share job still to resolve."""
-    return f"ngpus = 0 AND start IS NOT NULL AND alloc_tres IS NOT NULL AND {HAS_SHARES.format(t=t)}"
+def _candidates_sql() -> str:
+    """The condition on a job row (alias-free column names) for a started share job still to resolve."""
+    return f"ngpus = 0 AND start IS NOT NULL AND alloc_tres IS NOT NULL AND {HAS_SHARES.format(t='alloc_tres')}"
 
 
 def _requests_sql() -> str:
@@ -86,9 +86,10 @@ def _request_sql(want: str) -> str:
     n_shard, n_mps = (_NODE_SHARES.format(g="gres", k=k) for k in ("shard", "mps"))
     # nodes collapse to their distinct (partition, validity, shares per GPU): a site's shard nodes are a few rows
     return f"""
-    WITH w AS (SELECT w.id, w.cluster, w.submit, {shard} AS shard_n, {mps} AS mps_n FROM ({want}) w),
+    WITH w AS (SELECT w.id, w.cluster, w.submit, w."partition", {shard} AS shard_n, {mps} AS mps_n
+               FROM ({want}) w),
     wp AS (SELECT DISTINCT w.id, w.cluster, w.submit, trim(p.part) AS part
-           FROM ({want}) w, unnest(string_split(w."partition", ',')) AS p(part)),
+           FROM w, unnest(string_split(w."partition", ',')) AS p(part)),
     offer AS (
       SELECT DISTINCT cluster, trim(p.part) AS part, valid_from, valid_to,
              gpus::DOUBLE / nullif({n_shard}, 0) AS per_shard, gpus::DOUBLE / nullif({n_mps}, 0) AS per_mps
@@ -112,7 +113,7 @@ def resolve_staged(con, table: str) -> tuple[str, list[str]]:
     and the run's notes on its share jobs: the name of a temp view over it (``table`` itself when it holds no
     share job: the usual case costs one scan of its GPU-free rows)."""
     con.execute(f"""CREATE OR REPLACE TEMP TABLE _share_ids AS SELECT line_no, start IS NOT NULL AS started
-                    FROM {table} WHERE ({_candidates_sql('alloc_tres')}) OR ({_requests_sql()})""")
+                    FROM {table} WHERE ({_candidates_sql()}) OR ({_requests_sql()})""")
     if not con.sql("SELECT count(*) FROM _share_ids").fetchall()[0][0]:
         con.execute("DROP TABLE _share_ids")
         return table, []
@@ -136,7 +137,7 @@ def resolve_stored(con, run_id: int) -> int:
     """Give the stored share jobs still at 0 GPUs what their nodes' inventory now says (after ``ingest nodes``):
     started jobs their GPUs (jobs and job_nodes rewritten), jobs not started their request (``req_gpus``), marked
     as changed by ``run_id``. Returns how many jobs were resolved."""
-    want = f"SELECT job_uid AS id, cluster, start, alloc_tres FROM jobs WHERE {_candidates_sql('alloc_tres')}"
+    want = f"SELECT job_uid AS id, cluster, start, alloc_tres FROM jobs WHERE {_candidates_sql()}"
     asked = f'SELECT job_uid AS id, cluster, submit, "partition", req_tres FROM jobs WHERE {_requests_sql()}'
     if not con.sql(f"SELECT (SELECT count(*) FROM ({want})) + (SELECT count(*) FROM ({asked}))").fetchall()[0][0]:
         return 0
