@@ -6,6 +6,8 @@ Register them on a connection with :func:`register` (temporary macros, per conne
 """
 from __future__ import annotations
 
+import weakref
+
 import duckdb
 
 #: What Slurm prints for "no value" in time, duration and count fields.
@@ -133,10 +135,25 @@ def macros() -> list[str]:
     ]
 
 
+#: Connections whose macros are created and committed. Asking the catalog (`duckdb_functions()`, 3,000 rows)
+#: takes about 20 ms, and every sacct or events ingest asks; a probe call that fails would abort an open
+#: transaction.
+_REGISTERED: weakref.WeakSet = weakref.WeakSet()
+
+
+def _in_transaction(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether an explicit transaction is open: under autocommit each statement has a transaction id of its own."""
+    return con.execute("SELECT txid_current()").fetchall() == con.execute("SELECT txid_current()").fetchall()
+
+
 def register(con: duckdb.DuckDBPyConnection) -> None:
-    """Create the gl_* macros on this connection, once (they are temporary: per connection)."""
-    if con.execute("SELECT count(*) FROM duckdb_functions() WHERE function_name = 'gl_tres_num' "
-                   "AND schema_name = 'main' AND database_name = 'temp'").fetchall()[0][0]:
+    """Create the gl_* macros on this connection, once (they are temporary: per connection). Macros created
+    inside an open transaction are not remembered, since a rollback would drop them."""
+    if con in _REGISTERED:
         return
-    for sql in macros():
-        con.execute(sql)
+    if not con.execute("SELECT count(*) FROM duckdb_functions() WHERE function_name = 'gl_tres_num' "
+                       "AND schema_name = 'main' AND database_name = 'temp'").fetchall()[0][0]:
+        for sql in macros():
+            con.execute(sql)
+    if not _in_transaction(con):
+        _REGISTERED.add(con)
