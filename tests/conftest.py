@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from hypothesis import settings
+from xdist.scheduler import LoadFileScheduling
 
 # `make test` is a regression check: the same examples on every run, so a green run here is a green CI run.
 # Exploring new examples is the benchmarks' job (benchmarks/fuzz_ingest.py) or HYPOTHESIS_PROFILE=explore.
@@ -82,6 +83,25 @@ def run_cli(db_path, capsys):
 WAITING_FIRST = ("test_slurm_integration.py", "test_dashboard_browser.py", "test_dashboard_access_browser.py",
                  "test_dashboard_concurrency.py", "test_prometheus.py", "test_service.py",
                  "test_traces_genai.py", "test_cli_docs.py")
+
+
+#: The modules that take turns on the one real Slurm (tests/slurm/up.sh; test_slurm_integration's lock). Run by
+#: different workers, one waited for the lock while the other waited on Slurm's jobs: two of the three workers idle
+#: at once, a core unused. As one work unit they run in turn on one worker while the other two use both cores.
+REAL_SLURM = ("test_slurm_integration.py", "test_service.py")
+
+
+class _RealSlurmTogether(LoadFileScheduling):
+    """`--dist loadfile`, except that the real-Slurm modules are one work unit (one worker, in turn)."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        scope = super()._split_scope(nodeid)
+        return "real-slurm" if Path(scope).name in REAL_SLURM else scope
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    return _RealSlurmTogether(config, log) if config.getoption("dist") == "loadfile" else None
 
 
 def pytest_collection_modifyitems(session, config, items):
