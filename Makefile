@@ -34,9 +34,10 @@ demo: $(STAMP)
 # One worker per core and one more (pytest-xdist): about a quarter of the suite's time is spent waiting (the real
 # Slurm's job mix, browsers, servers), and the extra worker computes meanwhile (2 cores, 2026-12-06: 602-613 s
 # against 660 s with one worker per core, 672 s against 695 s on a clean clone; docs/BENCHMARKS.md). A module
-# stays on one worker, since its tests share fixtures and servers. xdist starts the modules with the most tests
-# first (its loadscope reorder): tests/conftest.py's order is kept only among equals (keeping it all measured
-# slower).
+# stays on one worker, since its tests share fixtures and servers; the two modules that take turns on the real
+# Slurm are one unit (tests/conftest.py), so no worker waits for the other's lock. xdist starts the modules with
+# the most tests first (its loadscope reorder): tests/conftest.py's order is kept only among equals (keeping it
+# all measured slower).
 # Bytecode is written even where the environment says not to: the tests start many Python processes (CLI,
 # dashboard, service), and each would otherwise compile the whole stack again (about 4 s of CPU apiece).
 WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
