@@ -749,7 +749,7 @@ def cmd_report_losses(args) -> int:
 
 
 def cmd_report_preemption(args) -> int:
-    """Preempted GPU-hours per victim team and per preemptor QOS/team, requeues, work lost."""
+    """Preempted GPU-hours per victim team and per preemptor QOS/partition/team, requeues, work lost."""
     import polars as pl
     from models.metrics import preemption
     lo, hi = _window(args, "report preemption")

@@ -6,7 +6,7 @@ import datetime as dt
 import dashboard_fixtures as dfx
 from dashboard_fixtures import lab_db  # noqa: F401 (fixture)
 from dashboards.snapshot import Snapshot
-from models.metrics import pending, reservations, timeline
+from models.metrics import pending, preemption, reservations, timeline
 from waiting_fixtures import shared_db
 
 
@@ -43,3 +43,10 @@ def test_reserved_idle_is_the_reservation_report_once_reservations_are_loaded(tm
     explained = (classes["wait_gpu_h"] * classes["from_snapshots_share"].fill_null(0)).sum()
     want = 100 * explained / classes["wait_gpu_h"].sum()
     assert dfx.metric(at, "Explained by squeue snapshots").value == f"{want:.1f} %"
+    # the capture's one preemption (QOS scavenger preempted by high): the page's table is the report's view
+    by = preemption.by_preemptor(cur, dt.datetime(2026, 12, 1), timeline.horizon(cur))
+    shown = dfx.frame_with(at, "Preemptor QOS", "Preemptor partition", "Victims")
+    assert [tuple(r) for r in shown[["Preemptor QOS", "Preemptor partition", "Preemptor team", "Victim team",
+                                     "Victims"]].itertuples(index=False)] == list(
+        by.select("preemptor_qos", "preemptor_partition", "preemptor_team", "victim_team", "victims").iter_rows())
+    assert list(shown["Preemptor partition"]) == ["a100"]

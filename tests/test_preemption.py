@@ -34,8 +34,8 @@ def test_the_real_preemption_is_attributed_to_both_teams(ro):
     assert (t["ml"]["preempted_jobs"], t["ml"]["requeues"], t["ml"]["preemptor_found"]) == (1, 1, 1)
     assert round(t["ml"]["work_lost_gpu_h"] * 3600, 6) == 12
     p = preemption.by_preemptor(ro).to_dicts()
-    assert [(r["preemptor_qos"], r["preemptor_team"], r["victim_team"], r["victims"]) for r in p] == [
-        ("high", "vision", "ml", 1)]
+    assert [(r["preemptor_qos"], r["preemptor_partition"], r["preemptor_team"], r["victim_team"], r["victims"])
+            for r in p] == [("high", "a100", "vision", "ml", 1)]
 
 
 def test_a_job_of_the_victims_qos_or_too_late_is_no_preemptor(con, tmp_path):
@@ -59,6 +59,29 @@ def test_a_job_of_the_victims_qos_or_too_late_is_no_preemptor(con, tmp_path):
     assert preemption.victims(con, grace_s=10)["preemptor_team"].to_list() == [preemption.UNKNOWN] * 2
     # no later record of job 1 or 4: preempted but not requeued
     assert preemption.by_victim(con)["requeues"].sum() == 0
+
+
+def test_a_partition_of_a_higher_tier_preempts_under_the_same_qos(con, tmp_path):
+    """preempt/partition_prio: a scavenger partition overlapping the GPU partition, every job under QOS normal.
+    The job of another partition that started on the victim's node is its preemptor; a job of the victim's own
+    partition and QOS that started earlier is not (it could have preempted under neither PreemptType)."""
+    from ingest import sacct, slurm_nodes
+    from models.pipeline import refresh
+    t = lambda m, s=0: dt.datetime(2026, 3, 1, 10, m, s)
+    jobs = [Job(1, "ml", 2, t(0, 7), t(30, 10), node="n1", partition="scav", state="PREEMPTED"),
+            Job(2, "ml", 2, t(30, 5), t(50), node="n1", partition="scav"),           # own partition and QOS
+            Job(3, "vision", 2, t(30, 20), t(50), node="n1", partition="gpu")]      # 10 s after: the preemptor
+    (tmp_path / "n.txt").write_text(node_line("n1", 4, "h100", "gpu,scav") + "\n")
+    slurm_nodes.ingest_path(con, str(tmp_path / "n.txt"), cluster="c1", as_of="2025-01-01T00:00:00")
+    (tmp_path / "s.psv").write_text(SACCT_HEADER + "\n" + "\n".join(sacct_line(j) for j in jobs) + "\n")
+    sacct.ingest_path(con, str(tmp_path / "s.psv"), sacct.SacctOptions(tz="UTC"))
+    refresh.run(con, tmp_path / "x.duckdb", publish=False)
+    v = preemption.victims(con).to_dicts()
+    assert [(r["job_id"], r["preemptor_job_id"], r["preemptor_qos"], r["preemptor_partition"]) for r in v] == [
+        ("1", "3", "normal", "gpu")]
+    assert v[0]["gpu_h"] == pytest.approx(2 * (30 * 60 + 3) / 3600)      # 10:00:07 to 10:30:10
+    p = preemption.by_preemptor(con).to_dicts()
+    assert [(r["preemptor_qos"], r["preemptor_partition"], r["victims"]) for r in p] == [("normal", "gpu", 1)]
 
 
 def test_cli_prints_the_views(ro, tmp_path, run_cli, db_path):

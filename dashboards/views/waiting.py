@@ -89,7 +89,8 @@ else:
                  formats={"preempted_gpu_h": "%.2f", "work_lost_gpu_h": "%.2f"})
     with right:
         ui.table(pre_by, key="pre_by", file_stem="preemption_preemptors", ctx=ctx, label="Who preempted whom",
-                 columns={"preemptor_qos": "Preemptor QOS", "preemptor_team": "Preemptor team",
+                 columns={"preemptor_qos": "Preemptor QOS", "preemptor_partition": "Preemptor partition",
+                          "preemptor_team": "Preemptor team",
                           "victim_team": "Victim team", "victims": "Victims", "preempted_gpu_h": "Preempted (GPU-h)"},
                  formats={"preempted_gpu_h": "%.2f"})
 

@@ -1,4 +1,5 @@
-"""Preemption: GPU-hours preempted per victim team and per preemptor QOS and team, requeue counts, work lost.
+"""Preemption: GPU-hours preempted per victim team and per preemptor QOS, partition and team, requeue counts,
+work lost.
 
 Definitions (docs/METRICS.md, "Preemption"):
 
@@ -6,8 +7,10 @@ Definitions (docs/METRICS.md, "Preemption"):
   of a requeued job, ``--duplicates``); its preempted GPU-hours = allocated GPUs x (end - start);
 - its **preemptor** is the job that started on one of the victim's nodes within ``grace`` seconds before or
   after the victim's end (Slurm frees the GPUs and starts the preemptor in the same scheduling pass), under a
-  QOS other than the victim's (the warehouse holds no QOS priorities: a job of the victim's own QOS cannot have
-  preempted it under preempt/qos); the earliest such start wins, then the most GPUs on the shared nodes.
+  QOS or in a partition other than the victim's: Slurm preempts by QOS (preempt/qos) or by the partitions'
+  PriorityTier (preempt/partition_prio, a scavenger partition overlapping the others), and the warehouse holds
+  neither the site's PreemptType nor the priorities, but a job of the victim's own QOS *and* partition can have
+  preempted it under neither; the earliest such start wins, then the most GPUs on the shared nodes.
   No such job: preemptor ``(unknown)``;
 - **work lost** = allocated GPUs x (end - the run's last checkpoint) when the governance file gives a checkpoint
   interval for its job name or team, else x (end - start), an upper bound; ``basis`` says which. The rule is
@@ -41,28 +44,29 @@ VICTIMS_SQL = f"""
              j.ngpus * epoch(j."end" - {lost_from_sql('j.start', 'j."end"', 'k.interval_s')}) / 3600 AS work_lost_gpu_h,
              {basis_sql('k.interval_s')} AS basis, k.interval_s AS checkpoint_s
       FROM v0 j LEFT JOIN {checkpoint_interval_sql('v0')} k USING (job_uid)),
-    vn AS (SELECT v.job_uid, v.cluster, v."end", v.qos, n.node, b.b
+    vn AS (SELECT v.job_uid, v.cluster, v."end", v.qos, coalesce(v.partition, '{NONE}') AS partition, n.node, b.b
            FROM v JOIN job_nodes n USING (job_uid),
                 unnest([floor(epoch(v."end") / $grace)::BIGINT - 1, floor(epoch(v."end") / $grace)::BIGINT,
                         floor(epoch(v."end") / $grace)::BIGINT + 1]) AS b(b)),
     -- jobs starting on a victim's node in its time bucket or a neighbour (buckets of `grace` seconds): an
     -- equi-join, not a scan of every job on the node
-    p AS (SELECT pn.cluster, pn.node, pn.gpus_on_node, j.job_uid, j.job_id, j.team, j.qos, j.start,
+    p AS (SELECT pn.cluster, pn.node, pn.gpus_on_node, j.job_uid, j.job_id, j.team, j.qos, j.partition, j.start,
                  floor(epoch(j.start) / $grace)::BIGINT AS b
           FROM job_nodes pn JOIN jobs j USING (job_uid)
           WHERE j.start IS NOT NULL
             AND (pn.cluster, pn.node, floor(epoch(j.start) / $grace)::BIGINT) IN (SELECT cluster, node, b FROM vn)),
     c AS (
       SELECT vn.job_uid AS victim, p.job_uid, p.job_id, {team_sql('p')} AS team, coalesce(p.qos, '{NONE}') AS qos,
-             p.start, sum(p.gpus_on_node) AS shared_gpus
+             coalesce(p.partition, '{NONE}') AS partition, p.start, sum(p.gpus_on_node) AS shared_gpus
       FROM vn JOIN p ON p.cluster = vn.cluster AND p.node = vn.node AND p.b = vn.b AND p.job_uid <> vn.job_uid
       WHERE p.start BETWEEN vn."end" - to_seconds($grace) AND vn."end" + to_seconds($grace)
-        AND coalesce(p.qos, '{NONE}') <> vn.qos
+        AND (coalesce(p.qos, '{NONE}') <> vn.qos OR coalesce(p.partition, '{NONE}') <> vn.partition)
       GROUP BY ALL),
     best AS (SELECT * FROM c QUALIFY row_number() OVER (PARTITION BY victim ORDER BY start, shared_gpus DESC,
                                                                                   job_uid) = 1)
     SELECT v.*, best.job_id AS preemptor_job_id, coalesce(best.team, '{UNKNOWN}') AS preemptor_team,
-           coalesce(best.qos, '{UNKNOWN}') AS preemptor_qos, best.start AS preemptor_start
+           coalesce(best.qos, '{UNKNOWN}') AS preemptor_qos,
+           coalesce(best.partition, '{UNKNOWN}') AS preemptor_partition, best.start AS preemptor_start
     FROM v LEFT JOIN best ON best.victim = v.job_uid
     ORDER BY v."end", v.job_uid"""
 
@@ -78,7 +82,7 @@ REQUEUES_SQL = f"""
 
 def victims(con, start=None, end=None, grace_s: int = GRACE_S) -> pl.DataFrame:
     """One row per preempted job record ending in [start, end): its team, QOS, GPUs, preempted GPU-hours, and
-    its preemptor's job id, team and QOS (``(unknown)`` when none is found)."""
+    its preemptor's job id, team, QOS and partition (``(unknown)`` when none is found)."""
     win = timeline.resolve_window(con, start, end)
     if win is None:
         return pl.DataFrame()
@@ -115,11 +119,11 @@ def by_victim(con, start=None, end=None, grace_s: int = GRACE_S, v: pl.DataFrame
 
 
 def by_preemptor(con, start=None, end=None, grace_s: int = GRACE_S, v: pl.DataFrame | None = None) -> pl.DataFrame:
-    """Per preemptor QOS and team, and the victim team: victims and their preempted GPU-hours."""
+    """Per preemptor QOS, partition and team, and the victim team: victims and their preempted GPU-hours."""
     v = victims(con, start, end, grace_s) if v is None else v
+    keys = ("preemptor_qos", "preemptor_partition", "preemptor_team", "victim_team")
     if v.is_empty():
-        return pl.DataFrame(schema={"preemptor_qos": pl.String, "preemptor_team": pl.String,
-                                    "victim_team": pl.String, "victims": pl.Int64, "preempted_gpu_h": pl.Float64})
-    return (v.group_by("preemptor_qos", "preemptor_team", pl.col("team").alias("victim_team"))
+        return pl.DataFrame(schema={**{k: pl.String for k in keys}, "victims": pl.Int64, "preempted_gpu_h": pl.Float64})
+    return (v.rename({"team": "victim_team"}).group_by(keys)
             .agg(pl.len().cast(pl.Int64).alias("victims"), pl.col("gpu_h").sum().alias("preempted_gpu_h"))
-            .sort("preemptor_qos", "preemptor_team", "victim_team"))
+            .sort(keys))
