@@ -55,6 +55,9 @@ class Instances:
     gpu_inst: np.ndarray
     gpu_node: np.ndarray
     gpu_index: np.ndarray
+    # the instance a PREEMPTED instance was preempted for (-1 for every other): the truth that
+    # `report preemption`'s attribution from accounting alone is tested against
+    preempted_for: np.ndarray
 
     def __len__(self) -> int:
         return len(self.job)
@@ -134,6 +137,7 @@ class Scheduler:
         self.i_state: list[int] = []
         self.i_run: list[int] = []
         self.i_alloc: list = []
+        self.i_by: list[int] = []        # preempted for (instance), -1 = not preempted
         self.alive: list[bool] = []      # pending and in a queue
         for i, (node, since) in enumerate(zip(range(nn), layout.since.tolist())):
             self._push(since, E_ADD, node)
@@ -162,6 +166,7 @@ class Scheduler:
         self.i_state.append(S_PENDING)
         self.i_run.append(run)
         self.i_alloc.append(None)
+        self.i_by.append(-1)
         self.alive.append(False)
         return i
 
@@ -434,6 +439,7 @@ class Scheduler:
                 if m == 1 and self.free[n] >= g:
                     break
                 self._kill(i, now, S_PREEMPTED)
+                self.i_by[i] = h
         return True
 
     # ------------------------------------------------------------ the loop
@@ -527,7 +533,7 @@ class Scheduler:
                          eligible=np.array(self.i_elig, np.int64), start=np.array(self.i_start, np.int64),
                          end=np.array(self.i_end, np.int64), state=state,
                          gpu_inst=np.array(gi, np.int64), gpu_node=np.array(gn, np.int32),
-                         gpu_index=np.array(gx, np.int8))
+                         gpu_index=np.array(gx, np.int8), preempted_for=np.array(self.i_by, np.int64))
 
 
 def schedule(cfg: Config, jobs: Jobs, layout: Layout, outages: Outages, t_end: int, rng) -> Instances:
