@@ -43,11 +43,12 @@ def test_daily_by_pool_by_hand(hand):
         ("a100", d1, 112.0, 160.0, 0.0, 24.0),
         # 03-02 served: job2 4x4 + job4 16x2 + job6 1 = 49; demanded: job6 1; peak 00-04: job2 4 + job4 16 = 20
         ("a100", d2, 49.0, 1.0, 0.0, 20.0),
-        # h100 03-01: job3 2x18 = 36 served; demanded: job3 running 42 h so far (more than the 5 h estimate) x 2
+        # h100 03-01: job3 2x18 = 36 served; demanded: job3 running 42 h so far x 2 (no finished run lasted
+        # 42 h and it has no time limit: what it has run)
         ("h100", d1, 36.0, 84.0, 0.0, 2.0),
-        # 03-02: job3 2x24; job5 pending: 4 GPUs x 5 h (median of finished 12, 8, 2, 1 h), all estimated;
+        # 03-02: job3 2x24; job5 pending: 4 GPUs x 5.75 h (mean of the finished 12, 8, 2, 1 h), all estimated;
         # peak 22:00-24:00: job3 2 + job5 4
-        ("h100", d2, 48.0, 20.0, 20.0, 6.0),
+        ("h100", d2, 48.0, 23.0, 23.0, 6.0),
     ]
 
 
@@ -59,7 +60,7 @@ def test_daily_by_team_and_total(hand):
         (0.0, 0.0), (1.0, 1.0)]                      # frank's hour, reported, never dropped
     total = demand.demand_table(hand, "day", [])
     assert total["served_gpu_hours"].to_list() == [148.0, 97.0]
-    assert total["demanded_gpu_hours"].sum() == pytest.approx(160 + 1 + 84 + 20)
+    assert total["demanded_gpu_hours"].sum() == pytest.approx(160 + 1 + 84 + 23)
 
 
 def test_served_agrees_with_the_timeline(hand):
@@ -101,13 +102,54 @@ def test_pending_array_record_counts_every_task(con):
     timeline_mart.build(con)
     t = demand.demand_table(con, "hour", [])
     at = {r["ts"]: r for r in t.iter_rows(named=True)}
-    # 4 tasks x 1 GPU pending from 06:00; median finished run time = (4 h + 1 h) / 2 = 2.5 h
+    # 4 tasks x 1 GPU pending from 06:00; mean finished run time = (4 h + 1 h) / 2 = 2.5 h
     assert at[dt.datetime(2024, 3, 1, 6)]["peak_gpus"] == 4.0
     assert at[dt.datetime(2024, 3, 1, 6)]["demanded_gpu_hours"] == pytest.approx(4 * 2.5)
     assert at[dt.datetime(2024, 3, 1, 6)]["estimated_gpu_hours"] == pytest.approx(4 * 2.5)
     # the pending record asked for untyped GPUs and never ran: its pool is its partition's only GPU type
     by_pool = demand.demand_table(con, "hour", ["pool"]).filter(pl.col("ts") == dt.datetime(2024, 3, 1, 6))
     assert _rows(by_pool, "pool", "peak_gpus") == [("a100", 4.0)]
+
+
+def test_running_jobs_count_the_mean_of_finished_runs_at_least_as_long(con):
+    """A job still running at the horizon will run longer than it has so far: it counts the mean run time of the
+    finished jobs of its partition (else cluster) that ran at least as long as it has, else its time limit, never
+    more than its limit; a pending job, which has run 0 s, the mean of them all. Finished a100 runs: 1, 2, 10, 20
+    and 60 h; the horizon is 03-10 00:00 (the 60 h job's end)."""
+    head = ("JobID|JobIDRaw|Cluster|Partition|Account|User|State|Submit|Eligible|Start|End|Elapsed|Timelimit|NNodes|"
+            "NCPUS|ReqTRES|AllocTRES|NodeList\n")
+    tres = "billing=1,cpu=4,gres/gpu=1,mem=16G,node=1"
+
+    def line(i, part, node, start, end=None, limit="3-00:00:00", submit=None):
+        state = "PENDING" if start is None else "RUNNING" if end is None else "COMPLETED"
+        el = tf._dur(tf.T(end) - tf.T(start)) if end else "00:00:00"
+        return "|".join([str(i), str(i), "tc", part, "ml", "alice", state, tf._ts(tf.T(submit or start)),
+                         tf._ts(tf.T(submit or start)), tf._ts(start and tf.T(start)), tf._ts(end and tf.T(end)),
+                         el, limit, "1", "4", tres, tres if start else "", node or "None assigned"])
+    rows = [line(1, "a100", "gpu01", "03-01 00:00", "03-01 01:00"),
+            line(2, "a100", "gpu01", "03-01 02:00", "03-01 04:00"),
+            line(3, "a100", "gpu01", "03-02 00:00", "03-02 10:00"),
+            line(4, "a100", "gpu01", "03-03 00:00", "03-03 20:00"),
+            line(5, "a100", "gpu01", "03-07 12:00", "03-10 00:00"),
+            line(11, "a100", "gpu02", "03-09 19:00"),                   # ran 5 h: mean of 10, 20, 60 = 30 h
+            line(12, "a100", "gpu02", "03-08 23:00"),                   # ran 25 h: only the 60 h run
+            line(13, "a100", "gpu02", "03-07 07:00"),                   # ran 65 h: longer than any: its limit, 72 h
+            line(14, "a100", "gpu02", "03-09 19:00", limit="12:00:00"),  # ran 5 h, 30 h capped by its limit: 12 h
+            line(15, "a100", None, None, submit="03-09 12:00"),          # pending: the mean of all five, 18.6 h
+            line(16, "h100", "gpu03", "03-09 19:00")]                   # no finished h100 run: the cluster's, 30 h
+    from ingest import sacct
+    s = sacct.ingest_bytes(con, (head + "\n".join(rows) + "\n").encode(), "runs.psv", sacct.SacctOptions(cluster="tc"))
+    assert s["rejected"] == 0, s
+    tf.load(con, "tc", [], tf.NODES)
+    t = demand.demand_table(con, "day", ["pool"], mart=False).filter(pl.col("demanded_gpu_hours") > 0)
+    d = lambda day: dt.datetime(2024, 3, day)
+    assert [(p, ts, round(v, 9), round(e, 9)) for p, ts, v, e in _rows(t, "pool", "ts", "demanded_gpu_hours",
+                                                                      "estimated_gpu_hours")] == [
+        ("a100", d(1), 3.0, 0.0), ("a100", d(2), 10.0, 0.0), ("a100", d(3), 20.0, 0.0),
+        ("a100", d(7), 60.0 + 72.0, 7.0),          # job 5's 60; job 13's 72 (ran 65, 7 estimated)
+        ("a100", d(8), 60.0, 35.0),                # job 12's 60 (ran 25)
+        ("a100", d(9), 60.6, 50.6),                # jobs 11 (30; ran 5), 14 (12; ran 5), 15 (18.6; pending)
+        ("h100", d(9), 30.0, 25.0)]
 
 
 def test_series_shape_and_errors(hand):
@@ -185,7 +227,7 @@ def test_the_mart_holds_each_cluster_and_all_together(two_clusters):
         ("a100", d(2024, 2, 29), 32.0, 48.0, 8.0), ("a100", d(2024, 3, 1), 16.0, 0.0, 8.0),
         ("a100", d(2024, 3, 2), 0.0, 0.0, 0.0), ("a100", d(2024, 3, 3), 4.0, 4.0, 1.0),   # job 13: 1 x 4 h
         # job 12: 4 GPUs pending 03-02 06:00 to 03-03 06:00, then running to the horizon (18 h);
-        # demanded on 03-02: 4 x max(18 h run so far, 5 h median of the cluster's finished 6 h and 4 h) = 72
+        # demanded on 03-02: 4 x 18 h run so far (no finished run of the cluster, 6 h and 4 h, lasted 18 h) = 72
         ("h100", d(2024, 2, 29), 0.0, 0.0, 0.0), ("h100", d(2024, 3, 1), 0.0, 0.0, 0.0),
         ("h100", d(2024, 3, 2), 0.0, 72.0, 4.0), ("h100", d(2024, 3, 3), 72.0, 0.0, 4.0)]
     both = demand.demand_table(con, "day", ["pool"])
@@ -200,7 +242,7 @@ def test_a_serving_snapshot_reads_the_mart_and_a_new_ingest_bypasses_it(two_clus
     try:
         assert demand._from_mart(snap, ["pool"], "tc", peak=True) is not None
         t = demand.series(snap, "demanded", "day", ["pool"], "tc")
-        assert t["value"].to_list() == [160.0, 1.0, 84.0, 20.0]     # test_daily_by_pool_by_hand's figures
+        assert t["value"].to_list() == [160.0, 1.0, 84.0, 23.0]     # test_daily_by_pool_by_hand's figures
         _same(snap, None)
     finally:
         snap.close()
@@ -209,5 +251,5 @@ def test_a_serving_snapshot_reads_the_mart_and_a_new_ingest_bypasses_it(two_clus
     sacct.ingest_bytes(con, tf.sacct_text([late], "tc").encode(), "late.psv", sacct.SacctOptions(cluster="tc"))
     assert demand._from_mart(con, ["pool"], "tc", peak=True) is None            # stale: computed from the jobs
     t = demand.series(con, "demanded", "day", ["pool"], "tc")
-    # + job 7 (2 GPUs x 2 h); job 5's estimate falls to the new median run time, 2 h (of 12, 8, 2, 2, 1 h): 4 x 2
-    assert t["value"].to_list() == [164.0, 1.0, 84.0, 8.0]
+    # + job 7 (2 GPUs x 2 h); job 5's estimate falls to the new mean run time, 5 h (of 12, 8, 2, 2, 1 h): 4 x 5
+    assert t["value"].to_list() == [164.0, 1.0, 84.0, 20.0]

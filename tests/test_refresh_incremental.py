@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 import timeline_fixtures as tf
@@ -107,12 +108,12 @@ def test_incremental_demand_and_timeline_equal_a_full_rebuild(hist):
         con.close()
 
 
-def test_a_batch_restages_only_what_it_touches_and_an_open_job_follows_the_medians():
+def test_a_batch_restages_only_what_it_touches_and_an_open_job_follows_the_finished_runs():
     """By hand: job 1 finished on 03-01 (4 GPUs x 4 h), job 2 running from 03-02 10:00, job 4 (ops: unmapped)
     pending since 03-01 01:00 for 4 h100 GPUs. A batch ending job 2 (18.5 h) and adding job 3 (8 h) restages jobs
     2, 3 and 4 (job 1 is neither changed, open nor placed again); days from 03-02 are recomputed (job 2's
-    submit), and of 03-01 only the demanded GPU-hours: job 4's estimate is the cluster's median run time, 4 h
-    before (job 1 alone), 8 h after (4, 8, 18.5 h)."""
+    submit), and of 03-01 only the demanded GPU-hours: job 4's estimate is the cluster's mean run time, 4 h
+    before (job 1 alone), 10 1/6 h after (4, 8, 18.5 h)."""
     con = warehouse.connect(":memory:")
     try:
         j1 = tf.Job(1, "u1", "ml", "p1", 4, ["n1"], start=tf.T("03-01 02:00"), end=tf.T("03-01 06:00"))
@@ -138,7 +139,8 @@ def test_a_batch_restages_only_what_it_touches_and_an_open_job_follows_the_media
         assert since["c"] == tf.T("03-02 10:00") and dem_days["c"] == [tf.T("03-01 00:00")]
         con.execute("ROLLBACK")
         demand.build(con)
-        assert day1() == [("(unmapped)", 0.0, 32.0, 32.0), ("research", 16.0, 16.0, 0.0)]
+        assert day1() == [("(unmapped)", 0.0, pytest.approx(4 * 30.5 / 3), pytest.approx(4 * 30.5 / 3)),
+                          ("research", 16.0, 16.0, 0.0)]
         incremental = _marts(con)
         _refresh(con, full=True)
         assert _marts(con) == incremental

@@ -64,10 +64,10 @@ def empty(by: list[str], peak: bool = True) -> pl.DataFrame:
 
 
 def measures(con, freq: str, by: list[str], start, end, peak: bool = True, served: bool = True,
-              additive: bool = True, rounded: bool = True, med_from: str = "_demand_jobs") -> pl.DataFrame:
+              additive: bool = True, rounded: bool = True, runs_from: str = "_demand_jobs") -> pl.DataFrame:
     """_MEASURES_SQL over the staged ``_demand_jobs`` for the buckets [start, end); the parts not asked for are
-    left out (``rounded=False`` keeps the sums unrounded, for the marts). ``med_from``: the jobs whose median run
-    time estimates unfinished work (the incremental mart stages only some jobs, the medians are over all)."""
+    left out (``rounded=False`` keeps the sums unrounded, for the marts). ``runs_from``: the jobs whose finished
+    runs estimate unfinished work (the incremental mart stages only some jobs, the estimates are over all)."""
     keys = ", ".join(f'"{k}"' for k in by)
     sel = (keys + ", ") if by else ""
     def join(alias: str) -> str:
@@ -89,7 +89,7 @@ def measures(con, freq: str, by: list[str], start, end, peak: bool = True, serve
         asel="".join(f'{"a.cluster" if k == "cluster" else "coalesce(a.gpu_type, j.pool)" if k == "pool" else "j." + k} AS "{k}", '
                      for k in by),
         served_groups=f"UNION SELECT DISTINCT {sel} 1 FROM served" if served else "",
-        cols=", ".join(c for c in cols if c), joins=joins, pending=sql_list(PENDING_STATES), med_from=med_from)
+        cols=", ".join(c for c in cols if c), joins=joins, pending=sql_list(PENDING_STATES), runs_from=runs_from)
     out = con.sql(sql, params={"s": start, "e": end}).pl()
     return out.cast({k: pl.String for k in by}).cast({"ts": pl.Datetime("us")})
 
@@ -103,13 +103,38 @@ WITH grid AS (
     GROUP BY ALL
 ), groups AS (SELECT DISTINCT {sel} 1 AS one FROM _demand_jobs {served_groups}),
 g AS (SELECT * FROM groups CROSS JOIN grid),
-med AS (
-    SELECT cluster, partition, median(elapsed_s) AS med_s FROM {med_from}
-    WHERE "end" IS NOT NULL AND start IS NOT NULL GROUP BY GROUPING SETS ((cluster, partition), (cluster))
-), work AS (   -- run time of work not finished: median of finished jobs (partition, else cluster), <= time limit
-    SELECT d.*, least(coalesce(d.timelimit_s, 1e18), coalesce(m.med_s, c.med_s, d.timelimit_s, 0)) AS est_s
-    FROM _demand_jobs d LEFT JOIN med m ON m.cluster = d.cluster AND m.partition = d.partition
-    LEFT JOIN med c ON c.cluster = d.cluster AND c.partition IS NULL
+runs AS (  -- finished jobs' run times per partition (lvl 0) and per cluster (lvl 1)
+    SELECT cluster, l.lvl, CASE l.lvl WHEN 0 THEN partition ELSE '' END AS pk, elapsed_s
+    FROM {runs_from}, (VALUES (0), (1)) l(lvl) WHERE "end" IS NOT NULL AND start IS NOT NULL
+), dist AS (SELECT cluster, lvl, pk, elapsed_s, count(*) AS c, sum(elapsed_s) AS s FROM runs GROUP BY ALL
+), nfin AS (SELECT cluster, lvl, pk, sum(c) AS n, sum(s) AS total FROM dist GROUP BY ALL
+), mins AS (   -- count and sum of the runs up to each whole minute (a window over minutes, not over runs)
+    SELECT cluster, lvl, pk, m, sum(c) OVER w AS le, sum(s) OVER w AS se
+    FROM (SELECT cluster, lvl, pk, floor(elapsed_s / 60) AS m, sum(c) AS c, sum(s) AS s FROM dist GROUP BY ALL)
+    WINDOW w AS (PARTITION BY cluster, lvl, pk ORDER BY m ROWS UNBOUNDED PRECEDING)
+), todo AS (   -- work not finished at both levels, with the seconds it has run by the horizon (0: pending)
+    SELECT d.job_uid, d.cluster, l.lvl, CASE l.lvl WHEN 0 THEN d.partition ELSE '' END AS pk,
+           CASE WHEN d.start IS NOT NULL THEN epoch(d.hz) - epoch(d.start) ELSE 0 END AS ran
+    FROM _demand_jobs d, (VALUES (0), (1)) l(lvl) WHERE d."end" IS NULL
+), part AS (   -- the runs shorter than it has run in its own minute (at most 60 distinct run times)
+    SELECT t.job_uid, t.lvl, sum(d.c) AS c, sum(d.s) AS s
+    FROM todo t JOIN dist d ON d.cluster = t.cluster AND d.lvl = t.lvl AND d.pk = t.pk
+                           AND floor(d.elapsed_s / 60) = floor(t.ran / 60)
+    WHERE t.ran > 0 AND d.elapsed_s < t.ran GROUP BY ALL
+), shorter AS ( -- the runs shorter than it has run: the whole minutes before its own, then its own minute's
+    SELECT t.job_uid, t.lvl, coalesce(f.le, 0) + coalesce(p.c, 0) AS k0, coalesce(f.se, 0) + coalesce(p.s, 0) AS s0
+    FROM todo t ASOF LEFT JOIN mins f ON f.cluster = t.cluster AND f.lvl = t.lvl AND f.pk = t.pk
+                                     AND floor(t.ran / 60) > f.m
+    LEFT JOIN part p ON p.job_uid = t.job_uid AND p.lvl = t.lvl
+), cmean AS (  -- the mean of the finished runs at least as long as it has run: the shorter ones taken out
+    SELECT t.job_uid, t.lvl, (n.total - s.s0) / (n.n - s.k0) AS mean_s
+    FROM todo t JOIN nfin n USING (cluster, lvl, pk) JOIN shorter s ON s.job_uid = t.job_uid AND s.lvl = t.lvl
+    WHERE n.n > s.k0
+), work AS (   -- run time of work not finished: the mean of the finished runs of its partition (else cluster)
+               -- that lasted at least as long as it has run, else its time limit; never above its time limit
+    SELECT d.*, least(coalesce(d.timelimit_s, 1e18), coalesce(m.mean_s, c.mean_s, d.timelimit_s, 0)) AS est_s
+    FROM _demand_jobs d LEFT JOIN cmean m ON m.job_uid = d.job_uid AND m.lvl = 0
+    LEFT JOIN cmean c ON c.job_uid = d.job_uid AND c.lvl = 1
 ), demanded AS (
     SELECT {sel} date_trunc('{freq}', submit) AS ts,
         sum(req_gpus * CASE WHEN start IS NOT NULL AND "end" IS NOT NULL THEN elapsed_s

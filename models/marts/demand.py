@@ -3,9 +3,9 @@ with the kernel of models/kernels/demand_measures.py; models/metrics/demand.py r
 
 Incremental (#15 part 2): ``demand_job`` keeps every GPU job as the kernel stages it (pool, team, queue times).
 A refresh restages only the jobs ingested or updated since the last build, the jobs still open (their figures
-move with the horizon and the medians) and those the timeline placed again (``mart_journal``); then recomputes
+move with the horizon and the finished runs) and those the timeline placed again (``mart_journal``); then recomputes
 each scope's days from the first day any of them touches (the previous last day at the latest), over the staged
-jobs that reach those days, with the run-time medians over all jobs. A changed team mapping or partition pools,
+jobs that reach those days, with the run-time estimates over all jobs. A changed team mapping or partition pools,
 or a cluster that came or went, rebuilds it whole.
 """
 from __future__ import annotations
@@ -47,7 +47,7 @@ def _stage_jobs(con, where: str) -> tuple[dict, dict]:
     """Replace demand_job's rows of the jobs matching ``where`` (over ``jobs j``) by their staging now. Returns per
     cluster (the earliest submit among the old and new rows of jobs that moved: new, gone, or a placing column
     changed; the UTC days on which open jobs that did not move submitted: only their demanded GPU-hours there
-    change, with the horizon and the medians)."""
+    change, with the horizon and the finished runs)."""
     con.execute(f"CREATE OR REPLACE TEMP TABLE _demand_jobs AS {jobs_sql(where)}", {"cluster": None})
     con.execute(f"""CREATE OR REPLACE TEMP TABLE _dm_old AS SELECT * FROM demand_job
                     WHERE job_uid IN (SELECT job_uid FROM jobs j WHERE {where})""")
@@ -74,7 +74,7 @@ def _restage(con, last: int) -> tuple[dict, dict]:
     con.execute("CREATE OR REPLACE TEMP TABLE _dm_placed (cluster VARCHAR, t TIMESTAMP)")
     if placed:
         con.executemany("INSERT INTO _dm_placed VALUES (?, ?)", list(placed.items()))
-    # changed rows; still open (horizon, medians); placed again from T on (their pool); submitted at or after
+    # changed rows; still open (horizon, finished runs); placed again from T on (their pool); submitted at or after
     # the last horizon (not staged then: the staging keeps submits before the horizon)
     con.execute("""
         CREATE OR REPLACE TEMP TABLE _dm_aff AS
@@ -111,8 +111,8 @@ def _scope_rows(con, scope: str, since: dt.datetime | None, dem_days: list | Non
         # the jobs that reach day d: every other job's events and GPU-hours all lie before it
         con.execute("""CREATE OR REPLACE TEMP TABLE _demand_jobs AS SELECT * FROM _dm_scope
                        WHERE submit >= $d OR "end" IS NULL OR "end" > $d""", {"d": d})
-        w = measures(con, "day", list(DIMENSIONS), d, end, peak=False, rounded=False, med_from="_dm_scope")
-        p = measures(con, "day", keys, d, end, additive=False, served=False, rounded=False, med_from="_dm_scope")
+        w = measures(con, "day", list(DIMENSIONS), d, end, peak=False, rounded=False, runs_from="_dm_scope")
+        p = measures(con, "day", keys, d, end, additive=False, served=False, rounded=False, runs_from="_dm_scope")
         if cl is None:
             p = p.with_columns(pl.lit(None, pl.String).alias("cluster"))
         day_df = pl.concat([day_df, w.select(day_df.columns)])
@@ -145,7 +145,7 @@ def _demanded_on(con, day_df: pl.DataFrame, days: list) -> pl.DataFrame:
     con.execute("""CREATE OR REPLACE TEMP TABLE _demand_jobs AS SELECT * FROM _dm_scope
                    WHERE date_trunc('day', submit) IN (SELECT unnest($days::TIMESTAMP[]))""", {"days": days})
     x = measures(con, "day", list(DIMENSIONS), days[0], days[-1] + dt.timedelta(days=1), peak=False, served=False,
-                 rounded=False, med_from="_dm_scope").filter(pl.col("ts").is_in(days))
+                 rounded=False, runs_from="_dm_scope").filter(pl.col("ts").is_in(days))
     on = [*GROUP, "ts"]
     vals = ["demanded_gpu_hours", "estimated_gpu_hours"]
     hit = pl.col("ts").is_in(days)

@@ -6,8 +6,9 @@ Three measures, in half-open UTC buckets [ts, ts + 1 bucket) (docs/FORECAST.md, 
   delivered; capped by capacity, so it understates demand when queues are long.
 - ``demanded_gpu_hours``: GPU-hours of work *submitted* in the bucket, requested GPUs × run time, booked to the
   submit bucket and not capped by a full cluster (the offered load). Run time is the elapsed time of jobs that
-  ran; a running job counts at least what it has run; a pending job counts the median run time of finished
-  jobs of its partition (else of its cluster), capped by its time limit. ``estimated_gpu_hours`` says how much of it is estimated.
+  ended; a job not finished (running, or pending: run 0 s) counts its expected run time given what it has run by
+  the horizon: the mean run time of the finished jobs of its partition (else cluster) that ran at least that
+  long, else its time limit, capped by its time limit. ``estimated_gpu_hours`` says how much of it is estimated.
 - ``peak_gpus``: the most GPUs running + pending at any instant of the bucket (pending jobs count their
   requested GPUs from eligible time until they start or leave the queue).
 
