@@ -200,6 +200,16 @@ def test_forecast_warehouse_gives_pool_answers_for_team_series(con):
     assert notes["(unmapped)"].startswith("history starts 2024-03-02, the first non-zero period")
 
 
+def test_forecast_warehouse_says_how_much_of_the_recent_demand_is_estimated(con):
+    """The hand cluster (tests/test_demand.py): h100's last 7 days (its 2) demanded 84 + 23 GPU-hours, 23 of them
+    job 5's expected run time (pending: 4 GPUs x the mean 5.75 h); a100's are all work that finished."""
+    tf.load_hand_cluster(con)
+    notes = [n for n in capacity.forecast_warehouse(con, 5)["notes"] if "estimated" in n]
+    assert notes == ["h100: 21% of the demanded GPU-hours of the last 7 days are estimated (23 of 107): work still "
+                     "running or pending at the data horizon counts its expected run time given what it has run"]
+    assert not [n for n in capacity.forecast_warehouse(con, 5, measure="served")["notes"] if "estimated" in n]
+
+
 def test_forecast_warehouse_notes_pools_without_capacity_and_keeps_them_out_of_the_answers(con):
     # a pending job asking for L4 GPUs the inventory does not have: demand for pool l4, no capacity known
     jobs = tf.JOBS + [tf.Job(7, "gina", "ml", "a100", 2, submit=tf.T("03-02 20:00"), gpu_type="l4")]

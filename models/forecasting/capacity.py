@@ -233,13 +233,15 @@ def forecast_warehouse(con: duckdb.DuckDBPyConnection, horizon: int, by=("pool",
     itself, pools are forecast separately. Pools are split by cluster when the warehouse has several;
     ``overrides`` maps pool → installed GPUs and replaces the inventory's figure."""
     by = demand.parse_by(by)
-    hist = demand.series(con, measure, freq, by, cluster)
+    hist = demand.series(con, measure, freq, by, cluster, estimated=True)
+    est_notes = estimated_notes(hist, by, freq) if "estimated" in hist.columns else []
+    hist = hist.drop("estimated", strict=False)
     fc, summary = forecast.forecast_table(hist, by, freq, horizon, shifts=shifts, progress=progress,
                                           outliers=outliers)
     unit = "GPUs" if measure == "peak" else "GPU-hours"
     per_hour = 1.0 if measure == "peak" else demand.FREQS[freq]
     out = {"history": hist, "forecast": fc, "summary": summary, "keys": by, "capacity": None,
-           "notes": idle_notes(summary, by), "per_hour": per_hour, "unit": unit,
+           "notes": idle_notes(summary, by) + est_notes, "per_hour": per_hour, "unit": unit,
            "title": f"{measure} {unit} per {freq} by {', '.join(by) or 'total'}: {horizon}-{freq} forecast"}
     if fc.is_empty():
         return out
@@ -317,6 +319,25 @@ def idle_notes(summary: pl.DataFrame, keys: list[str]) -> list[str]:
         since = r[-1]
         notes.append(f"{who}: no demand since {forecast.period_label(since)} UTC: not forecast" if since is not None
                      else f"{who}: no demand in the history (all zero): not forecast")
+    return notes
+
+
+def estimated_notes(history: pl.DataFrame, keys: list[str], freq: str, least: float = 0.01) -> list[str]:
+    """One note per demanded series whose last smoothing window (SMOOTHING: 7 days, 24 hours) is at least
+    ``least`` estimated: the GPU-hours of work not finished at the data horizon beyond what it has run, which the
+    demand kernel counts at its expected run time (docs/FORECAST.md). The forecast starts from those periods."""
+    n = SMOOTHING[freq]
+    tail = (history.sort([*keys, "ts"]).group_by(keys, maintain_order=True).tail(n) if keys
+            else history.sort("ts").tail(n))
+    sums = (tail.group_by(keys, maintain_order=True).agg(pl.col("value").sum(), pl.col("estimated").sum()) if keys
+            else tail.select(pl.col("value").sum(), pl.col("estimated").sum()))
+    notes = []
+    for r in sums.iter_rows(named=True):
+        if r["value"] > 0 and r["estimated"] >= least * r["value"]:
+            who = " / ".join(described(r[k]) for k in keys) or "series"
+            notes.append(f"{who}: {r['estimated'] / r['value']:.0%} of the demanded GPU-hours of the last {n} "
+                         f"{freq}s are estimated ({r['estimated']:,.0f} of {r['value']:,.0f}): work still running "
+                         "or pending at the data horizon counts its expected run time given what it has run")
     return notes
 
 

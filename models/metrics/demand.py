@@ -71,8 +71,9 @@ def _direct(con, freq: str, by: list[str], cluster: str | None, peak: bool = Tru
 
 
 def series(con: duckdb.DuckDBPyConnection, measure: str = "demanded", freq: str = "day", by=("pool",),
-           cluster: str | None = None) -> pl.DataFrame:
-    """One measure as a long table (by..., ts, value) ready for `forecast.forecast_table`."""
+           cluster: str | None = None, estimated: bool = False) -> pl.DataFrame:
+    """One measure as a long table (by..., ts, value) ready for `forecast.forecast_table`; with ``estimated`` a
+    demanded series also has ``estimated`` (its GPU-hours of work not finished beyond what it has run)."""
     if measure not in MEASURES:
         raise ValueError(f"--measure: {measure!r} is not one of {', '.join(MEASURES)}")
     by = parse_by(by)
@@ -81,7 +82,8 @@ def series(con: duckdb.DuckDBPyConnection, measure: str = "demanded", freq: str 
     tab = _from_mart(con, by, cluster, peak=measure == "peak") if freq == "day" else None
     if tab is None:
         tab = _direct(con, freq, by, cluster, peak=measure == "peak")
-    return tab.select([*by, "ts", pl.col(MEASURES[measure]).alias("value")])
+    extra = [pl.col("estimated_gpu_hours").alias("estimated")] if estimated and measure == "demanded" else []
+    return tab.select([*by, "ts", pl.col(MEASURES[measure]).alias("value"), *extra])
 
 
 def _mart_scope(con, cluster: str | None) -> tuple[str, list[str]] | None:
