@@ -205,8 +205,8 @@ def test_forecast_warehouse_says_how_much_of_the_recent_demand_is_estimated(con)
     job 5's expected run time (pending: 4 GPUs x the mean 5.75 h); a100's are all work that finished."""
     tf.load_hand_cluster(con)
     notes = [n for n in capacity.forecast_warehouse(con, 5)["notes"] if "estimated" in n]
-    assert notes == ["h100: 21% of the demanded GPU-hours of the last 7 days are estimated (23 of 107): work still "
-                     "running or pending at the data horizon counts its expected run time given what it has run"]
+    assert notes == ["h100: 21% of the demanded GPU-hours of the last 7 days are estimated (23 of 107)",
+                     capacity.ESTIMATED_NOTE]
     assert not [n for n in capacity.forecast_warehouse(con, 5, measure="served")["notes"] if "estimated" in n]
 
 

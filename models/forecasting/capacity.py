@@ -322,6 +322,11 @@ def idle_notes(summary: pl.DataFrame, keys: list[str]) -> list[str]:
     return notes
 
 
+#: Said once under the per-series notes of :func:`estimated_notes`.
+ESTIMATED_NOTE = ("estimated GPU-hours: work still running or pending at the data horizon counts its expected run "
+                  "time given what it has run (the mean of the finished runs of its partition that lasted as long)")
+
+
 def estimated_notes(history: pl.DataFrame, keys: list[str], freq: str, least: float = 0.01) -> list[str]:
     """One note per demanded series whose last smoothing window (SMOOTHING: 7 days, 24 hours) is at least
     ``least`` estimated: the GPU-hours of work not finished at the data horizon beyond what it has run, which the
@@ -336,9 +341,8 @@ def estimated_notes(history: pl.DataFrame, keys: list[str], freq: str, least: fl
         if r["value"] > 0 and r["estimated"] >= least * r["value"]:
             who = " / ".join(described(r[k]) for k in keys) or "series"
             notes.append(f"{who}: {r['estimated'] / r['value']:.0%} of the demanded GPU-hours of the last {n} "
-                         f"{freq}s are estimated ({r['estimated']:,.0f} of {r['value']:,.0f}): work still running "
-                         "or pending at the data horizon counts its expected run time given what it has run")
-    return notes
+                         f"{freq}s are estimated ({r['estimated']:,.0f} of {r['value']:,.0f})")
+    return notes + ([ESTIMATED_NOTE] if notes else [])
 
 
 def _peaks(con, peak_hist: pl.DataFrame | None, keys: list[str], freq: str, cluster) -> dict:
