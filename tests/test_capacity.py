@@ -53,6 +53,18 @@ def test_smoothing_window_starts_with_actuals():
     assert r["exhausted_median"] == dt.datetime(2024, 1, 5)
 
 
+def test_a_pool_over_its_target_already_says_so():
+    # window 2: the last two days average (86 + 90)/2 = 88 GPUs > 85 (100 x 0.85): exhausted on the first forecast
+    # day, which would read as "tomorrow"; the note says it is so now. 84 (window 1 on [70, 84]) says nothing.
+    hist, fc = _frames([86, 90], [88, 88], width=0.0)
+    r = capacity.exhaustion(hist, fc, {"a100": 100.0}, ["pool"], window=2, per_hour=24.0).row(0, named=True)
+    assert r["exhausted_median"] == dt.datetime(2024, 1, 3)
+    assert r["note"] == "already above the target: the last window's demand 88.0 GPUs > 85.0"
+    hist, fc = _frames([70, 84], [84, 84], width=0.0)
+    r = capacity.exhaustion(hist, fc, {"a100": 100.0}, ["pool"], window=1, per_hour=24.0).row(0, named=True)
+    assert r["note"] == "not exhausted within the horizon"
+
+
 def test_bands_target_and_unknown_capacity():
     hist, fc = _frames([10], [10, 10])
     r = capacity.exhaustion(hist, fc, {}, ["pool"], window=1, band="median").row(0, named=True)
