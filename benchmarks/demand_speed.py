@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -29,20 +27,12 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks import _year  # noqa: E402
+from benchmarks.waiting_speed import timed  # noqa: E402
 from ingest import warehouse  # noqa: E402
 from models.kernels import demand_measures  # noqa: E402
 
 BASELINE_SQL = """SELECT sum(coalesce(req_gpus, ngpus) * coalesce(elapsed_s, 0)) / 3600 FROM jobs
                   WHERE ngpus > 0 OR coalesce(req_gpus, 0) > 0"""
-
-
-def _median(fn, repeat: int) -> tuple[float, object]:
-    times, out = [], None
-    for _ in range(repeat):
-        t = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times), out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,11 +46,11 @@ def main(argv: list[str] | None = None) -> int:
     start = con.sql("SELECT date_trunc('day', min(submit)) FROM _demand_jobs").fetchall()[0][0]
     end = end.replace(hour=0, minute=0, second=0, microsecond=0)
     n, open_jobs = con.sql("""SELECT count(*), count(*) FILTER (WHERE "end" IS NULL) FROM _demand_jobs""").fetchall()[0]
-    base, _ = _median(lambda: con.sql(BASELINE_SQL).fetchall(), a.repeat)
-    day, t = _median(lambda: demand_measures.measures(con, "day", ["pool"], start, end, peak=False), a.repeat)
+    base, _ = timed(lambda: con.sql(BASELINE_SQL).fetchall(), a.repeat)
+    day, t = timed(lambda: demand_measures.measures(con, "day", ["pool"], start, end, peak=False), a.repeat)
     hstart = end - dt.timedelta(days=90)
-    hour, _ = _median(lambda: demand_measures.measures(con, "hour", ["pool"], hstart, end, peak=False), a.repeat)
-    print(f"year: {n:,} GPU jobs staged, {open_jobs:,} open at the horizon ({end:%Y-%m-%d})")
+    hour, _ = timed(lambda: demand_measures.measures(con, "hour", ["pool"], hstart, end, peak=False), a.repeat)
+    print(f"warehouse: {n:,} GPU jobs staged, {open_jobs:,} open at the horizon ({end:%Y-%m-%d})")
     print(f"{'step':<52} {'median s':>9} {'x baseline':>11}")
     print(f"{'baseline: scan of every GPU job':<52} {base:>9.3f} {1:>11.1f}")
     print(f"{'daily per pool over the year (served, demanded)':<52} {day:>9.3f} {day / base:>11.1f}")
