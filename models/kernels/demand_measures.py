@@ -8,6 +8,7 @@ import polars as pl
 
 from models.definitions.jobs_sql import (PARTITION_POOL_SQL, PENDING_STATES, pending_from_sql, pending_until_sql,
                                          req_gpus_sql, requested_pool_sql, sql_list, team_sql)
+from models.definitions.expected_run_sql import expected_run_ctes
 from models.definitions.timeline_sql import job_alloc_in_buckets_sql
 
 FREQS = {"hour": 1.0, "day": 24.0, "week": 168.0}
@@ -89,10 +90,17 @@ def measures(con, freq: str, by: list[str], start, end, peak: bool = True, serve
         asel="".join(f'{"a.cluster" if k == "cluster" else "coalesce(a.gpu_type, j.pool)" if k == "pool" else "j." + k} AS "{k}", '
                      for k in by),
         served_groups=f"UNION SELECT DISTINCT {sel} 1 FROM served" if served else "",
-        cols=", ".join(c for c in cols if c), joins=joins, pending=sql_list(PENDING_STATES), runs_from=runs_from)
+        cols=", ".join(c for c in cols if c), joins=joins, pending=sql_list(PENDING_STATES),
+        expected=expected_run_ctes(_RUNS_SQL.format(runs_from=runs_from), _TODO_SQL))
     out = con.sql(sql, params={"s": start, "e": end}).pl()
     return out.cast({k: pl.String for k in by}).cast({"ts": pl.Datetime("us")})
 
+
+#: Finished runs (the estimate's sample) and the work not finished at the horizon, for expected_run_ctes.
+_RUNS_SQL = 'SELECT cluster, partition, elapsed_s FROM {runs_from} WHERE "end" IS NOT NULL AND start IS NOT NULL'
+_TODO_SQL = """SELECT job_uid, cluster, partition, timelimit_s,
+       CASE WHEN start IS NOT NULL THEN epoch(hz) - epoch(start) ELSE 0 END AS ran_s
+FROM _demand_jobs WHERE "end" IS NULL"""
 
 _MEASURES_SQL = """
 WITH grid AS (
@@ -103,38 +111,8 @@ WITH grid AS (
     GROUP BY ALL
 ), groups AS (SELECT DISTINCT {sel} 1 AS one FROM _demand_jobs {served_groups}),
 g AS (SELECT * FROM groups CROSS JOIN grid),
-runs AS (  -- finished jobs' run times per partition (lvl 0) and per cluster (lvl 1)
-    SELECT cluster, l.lvl, CASE l.lvl WHEN 0 THEN partition ELSE '' END AS pk, elapsed_s
-    FROM {runs_from}, (VALUES (0), (1)) l(lvl) WHERE "end" IS NOT NULL AND start IS NOT NULL
-), dist AS (SELECT cluster, lvl, pk, elapsed_s, count(*) AS c, sum(elapsed_s) AS s FROM runs GROUP BY ALL
-), nfin AS (SELECT cluster, lvl, pk, sum(c) AS n, sum(s) AS total FROM dist GROUP BY ALL
-), mins AS (   -- count and sum of the runs up to each whole minute (a window over minutes, not over runs)
-    SELECT cluster, lvl, pk, m, sum(c) OVER w AS le, sum(s) OVER w AS se
-    FROM (SELECT cluster, lvl, pk, floor(elapsed_s / 60) AS m, sum(c) AS c, sum(s) AS s FROM dist GROUP BY ALL)
-    WINDOW w AS (PARTITION BY cluster, lvl, pk ORDER BY m ROWS UNBOUNDED PRECEDING)
-), todo AS (   -- work not finished at both levels, with the seconds it has run by the horizon (0: pending)
-    SELECT d.job_uid, d.cluster, l.lvl, CASE l.lvl WHEN 0 THEN d.partition ELSE '' END AS pk,
-           CASE WHEN d.start IS NOT NULL THEN epoch(d.hz) - epoch(d.start) ELSE 0 END AS ran
-    FROM _demand_jobs d, (VALUES (0), (1)) l(lvl) WHERE d."end" IS NULL
-), part AS (   -- the runs shorter than it has run in its own minute (at most 60 distinct run times)
-    SELECT t.job_uid, t.lvl, sum(d.c) AS c, sum(d.s) AS s
-    FROM todo t JOIN dist d ON d.cluster = t.cluster AND d.lvl = t.lvl AND d.pk = t.pk
-                           AND floor(d.elapsed_s / 60) = floor(t.ran / 60)
-    WHERE t.ran > 0 AND d.elapsed_s < t.ran GROUP BY ALL
-), shorter AS ( -- the runs shorter than it has run: the whole minutes before its own, then its own minute's
-    SELECT t.job_uid, t.lvl, coalesce(f.le, 0) + coalesce(p.c, 0) AS k0, coalesce(f.se, 0) + coalesce(p.s, 0) AS s0
-    FROM todo t ASOF LEFT JOIN mins f ON f.cluster = t.cluster AND f.lvl = t.lvl AND f.pk = t.pk
-                                     AND floor(t.ran / 60) > f.m
-    LEFT JOIN part p ON p.job_uid = t.job_uid AND p.lvl = t.lvl
-), cmean AS (  -- the mean of the finished runs at least as long as it has run: the shorter ones taken out
-    SELECT t.job_uid, t.lvl, (n.total - s.s0) / (n.n - s.k0) AS mean_s
-    FROM todo t JOIN nfin n USING (cluster, lvl, pk) JOIN shorter s ON s.job_uid = t.job_uid AND s.lvl = t.lvl
-    WHERE n.n > s.k0
-), work AS (   -- run time of work not finished: the mean of the finished runs of its partition (else cluster)
-               -- that lasted at least as long as it has run, else its time limit; never above its time limit
-    SELECT d.*, least(coalesce(d.timelimit_s, 1e18), coalesce(m.mean_s, c.mean_s, d.timelimit_s, 0)) AS est_s
-    FROM _demand_jobs d LEFT JOIN cmean m ON m.job_uid = d.job_uid AND m.lvl = 0
-    LEFT JOIN cmean c ON c.job_uid = d.job_uid AND c.lvl = 1
+{expected}, work AS (   -- run time of work not finished (models/definitions/expected_run_sql.py); 0 when nothing is known
+    SELECT d.*, coalesce(e.est_s, 0) AS est_s FROM _demand_jobs d LEFT JOIN expected e USING (job_uid)
 ), demanded AS (
     SELECT {sel} date_trunc('{freq}', submit) AS ts,
         sum(req_gpus * CASE WHEN start IS NOT NULL AND "end" IS NOT NULL THEN elapsed_s
