@@ -1268,12 +1268,21 @@ def _gpus(by_pool: dict) -> str:
     return ", ".join(f"{p} {g:,.0f}" for p, g in by_pool.items())
 
 
+def _sim_window(inp) -> str:
+    """The simulated window and what it holds besides its finished jobs."""
+    n = inp.counts()
+    extra = ([f"{n['queued_at_horizon']:,} still queued at the horizon"] if n["queued_at_horizon"] else []) + \
+            ([f"{n['carried']:,} carried in, in the cluster at its start"] if n["carried"] else []) + \
+            ([f"measured to the horizon {inp.horizon}"] if inp.horizon is not None else [])
+    return f"{n['jobs']:,} jobs in [{inp.t0}, {inp.t1})" + (f" ({'; '.join(extra)})" if extra else "")
+
+
 def _scenario_header(args, inp, cl) -> str:
     """What was simulated: the window, the scenario's inventory beside the observed one, the workload, the policy."""
     scen, seen = cl.gpus_by_pool(), inp.cluster.gpus_by_pool()
     changes = [f"+{n} {p}" for p, n in _pool_counts(args.add, "--add").items()]
     changes += [f"-{n} {p}" for p, n in _pool_counts(args.remove, "--remove").items()]
-    return (f"simulate: {inp.jobs.height:,} jobs in [{inp.t0}, {inp.t1}); scenario {cl.size} nodes "
+    return (f"simulate: {_sim_window(inp)}; scenario {cl.size} nodes "
             f"({', '.join(changes) or 'as observed'}), GPUs {_gpus(scen)}; baseline {inp.cluster.size} nodes, GPUs "
             f"{_gpus(seen)}; demand x{args.demand_scale:g}, run times x{args.runtime_scale:g}; policy {args.policy} "
             f"({args.placement}); {args.replications} replications with the same seeds; waits in hours, 95% "
@@ -1291,8 +1300,8 @@ def _validate_replay(args, sc) -> int:
         _, summary = whatif.validate_replay(inp, sc.policy)
     except ValueError as exc:
         raise CliError(str(exc)) from exc
-    _say(args, f"replay of {inp.jobs.height} jobs in [{inp.t0}, {inp.t1}) on {inp.cluster.size} nodes, "
-               f"policy {args.policy} ({sc.policy.placement}): waits in hours")
+    _say(args, f"replay of {_sim_window(inp)} on {inp.cluster.size} nodes, policy {args.policy} "
+               f"({sc.policy.placement}): waits in hours of the jobs whose wait was observed")
     emit(summary, args.format, args.out)
     return EXIT_OK
 

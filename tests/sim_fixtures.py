@@ -36,7 +36,7 @@ def build_warehouse(con, cols: dict, cluster: Cluster, policy: Policy, events=No
     con.execute("INSERT INTO nodes (cluster, node, partitions, gpu_type, gpus, ingest_run_id) "
                 "SELECT 'c1', node, 'gpu', pool, gpus, 0 FROM sim_nodes")
     con.unregister("sim_nodes")
-    j = res.jobs.filter(pl.col("start_s").is_not_null()).with_columns(
+    j = res.jobs.with_row_index("row").filter(pl.col("start_s").is_not_null()).with_columns(
         pl.col("job_uid").cast(pl.Int64), pl.col("job_uid").cast(pl.Utf8).alias("jid"),
         (pl.lit(T0) + pl.duration(seconds=pl.col("submit_s"))).alias("sub"),
         (pl.lit(T0) + pl.duration(seconds=pl.col("start_s"))).alias("st"),
@@ -50,4 +50,11 @@ def build_warehouse(con, cols: dict, cluster: Cluster, policy: Policy, events=No
         "SELECT job_uid, 'c1', jid, jid, 'COMPLETED', 'test', 0, sub, st, en, run_s, limit_s, nnodes, gpus, pool, "
         "account, team, 'gpu', 'normal' FROM sim_jobs")
     con.unregister("sim_jobs")
+    # the nodes each job ran on (the simulator's last run of it), as sacct's NodeList gives them
+    ptr, nodes = res.alloc_ptr, res.alloc_node
+    rows = [(u, cluster.node_names[int(nodes[k])], float(g)) for r, u, g, n in
+            j.select("row", "job_uid", "gpus_per_node", "nnodes").iter_rows() for k in range(ptr[r], ptr[r] + int(n))]
+    con.register("sim_nodes", pl.DataFrame(rows, schema=["job_uid", "node", "g"], orient="row"))
+    con.execute("INSERT INTO job_nodes SELECT job_uid, 'c1', job_uid::VARCHAR, NULL, node, g FROM sim_nodes")
+    con.unregister("sim_nodes")
     return res

@@ -77,6 +77,20 @@ def test_gang_job_gets_distinct_nodes():
     assert sorted(res.alloc_node[a:b].tolist()) == [0, 1]
 
 
+def test_a_job_pinned_to_its_nodes_runs_there_and_one_whose_node_is_gone_runs_anywhere_in_its_pool():
+    """A job already running when the workload starts keeps its nodes: best-fit would put the 4-GPU job A on
+    node 0 (the first of equals), but it holds node 2; B, 8 GPUs, then fits node 0 at once."""
+    cl = Cluster.from_arrays([8, 8, 8], ["h100"] * 3, node_names=["a", "b", "c"])
+    work = {"job_uid": [0, 1, 2], "submit_s": [-50, 0, 0], "run_s": [100, 10, 10], "gpus_per_node": [4, 8, 8],
+            "nnodes": [1, 1, 2], "pool": ["h100"] * 3, "nodes": [["c"], None, ["a", "x"]]}
+    res = simulate(cl, Workload.from_columns(work), Policy.parse("fifo", placement="best-fit"))
+    assert res.jobs["first_node"].to_list()[:2] == [2, 0]
+    # the 2-node job C names a node the cluster does not have (a what-if removed it): it takes any two h100 nodes
+    # with 8 free GPUs, a and b, at once
+    a, b = res.alloc_ptr[2], res.alloc_ptr[3]
+    assert sorted(res.alloc_node[a:b].tolist()) == [0, 1] and res.jobs["start_s"][2] == 10
+
+
 def test_node_failure_kills_and_requeues_and_drain_only_stops_new_jobs():
     cl = Cluster.from_arrays([8, 8], node_names=["g1", "g2"])
     work = Workload.from_columns({"submit_s": [0, 0, 10], "run_s": [100, 100, 20], "gpus_per_node": [8, 8, 8],

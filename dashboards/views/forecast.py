@@ -161,7 +161,8 @@ if go:
     st.session_state["wi_last"] = scenario
 if st.session_state.get("wi_last") is None:
     st.caption(f"The simulation replays the jobs submitted in the window ({f.describe()}) on the capacity at its "
-               "start, with the outages that happened.")
+               "start, with the outages that happened; it starts from the cluster as it was (the jobs then running "
+               "on their nodes, those then queued first in line) and measures up to where the accounting ends.")
     st.stop()
 add_t, scale, pol, reps = st.session_state["wi_last"]
 with st.spinner("Simulating the baseline and the scenario (the first run after an upgrade also compiles the "
@@ -185,8 +186,12 @@ def _metric(df: pl.DataFrame, metric: str, scope: str = "all") -> dict | None:
 
 desc = ", ".join([f"+{n} {p} nodes" for p, n in add_t] + ([f"demand x{scale:g}"] if scale != 1 else [])
                  + ([f"policy {pol}"] if pol != "fifo-backfill" else [])) or "no change"
+held = inp.counts()
 st.caption(f"Scenario: {desc}. Baseline: the window's workload on today's capacity with FIFO + EASY backfill. "
-           f"Means of {reps} replications with 95 % intervals.")
+           f"Means of {reps} replications with 95 % intervals. The window holds {held['jobs']:,} jobs "
+           f"({held['queued_at_horizon']:,} still queued where the accounting ends"
+           + (f", at {inp.horizon:%Y-%m-%d %H:%M} UTC" if inp.horizon is not None else "")
+           + f"); {held['carried']:,} jobs carried in from before it hold their capacity but are not measured.")
 k = st.columns(3)
 for col, metric, name, unit in ((k[0], "p95_wait_h", "p95 queue wait", "h"), (k[1], "p50_wait_h", "Median queue wait", "h"),
                                 (k[2], "utilization_pct", "GPU utilization (allocation)", "%")):

@@ -8,9 +8,9 @@ from __future__ import annotations
 def expected_run_ctes(runs: str, todo: str) -> str:
     """The body of a WITH clause (no leading WITH, no trailing comma) whose last CTE is
     ``expected(job_uid, est_s)``: seconds a job not finished is expected to run in all, given ``ran_s`` seconds
-    run by the horizon (0 while pending). It is the mean of the finished runs of its partition that lasted at
-    least ``ran_s``, else of its cluster's, else its time limit; never above its time limit (NULL when neither
-    runs nor a limit are known).
+    run by the horizon (0 while pending). It is the mean of the finished runs of its partition (the first it
+    lists: a pending job may list several) that lasted at least ``ran_s``, else of its cluster's, else its time
+    limit; never above its time limit (NULL when neither runs nor a limit are known).
 
     ``runs``: a relation of finished runs with columns cluster, partition ('' when none), elapsed_s (seconds).
     ``todo``: a relation of the jobs not finished: job_uid, cluster, partition ('' when none), ran_s, timelimit_s.
@@ -28,7 +28,8 @@ _xr_runs AS (  -- finished run times per partition (lvl 0) and per cluster (lvl 
     WINDOW w AS (PARTITION BY cluster, lvl, pk ORDER BY m ROWS UNBOUNDED PRECEDING)
 ), _xr_open AS ({todo}
 ), _xr_todo AS (   -- the jobs not finished, at both levels
-    SELECT t.job_uid, t.cluster, l.lvl, CASE l.lvl WHEN 0 THEN t.partition ELSE '' END AS pk, t.ran_s AS ran
+    SELECT t.job_uid, t.cluster, l.lvl, CASE l.lvl WHEN 0 THEN split_part(t.partition, ',', 1) ELSE '' END AS pk,
+           t.ran_s AS ran
     FROM _xr_open t, (VALUES (0), (1)) l(lvl)
 ), _xr_part AS (   -- the runs shorter than it has run in its own minute (at most 60 distinct run times)
     SELECT t.job_uid, t.lvl, sum(d.c) AS c, sum(d.s) AS s

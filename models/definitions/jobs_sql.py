@@ -50,6 +50,17 @@ def req_gpus_sql(j: str = "j") -> str:
     return f"coalesce(nullif({j}.req_gpus, 0), {j}.ngpus, 0)"
 
 
+def array_tasks_sql(j: str = "j") -> str:
+    """Tasks a job record stands for: a pending array record ('123_[5-9,12%4]', spec '5-9,12%4') lists every
+    task it still holds (6 here; a step '1-9:2' counts 1, 3, 5, 7, 9); any other record is one job."""
+    x = "split_part(trim(x), ':', 1)"
+    step = "coalesce(nullif(split_part(x, ':', 2), '')::BIGINT, 1)"
+    return (f"""CASE WHEN {j}.array_task_spec IS NOT NULL AND {j}.state = 'PENDING' THEN list_sum(list_transform("""
+            f"""string_split(split_part({j}.array_task_spec, '%', 1), ','), lambda x: CASE WHEN strpos(x, '-') = 0 """
+            f"""THEN 1 ELSE (split_part({x}, '-', 2)::BIGINT - split_part({x}, '-', 1)::BIGINT) // {step} + 1 """
+            f"""END)) ELSE 1 END""")
+
+
 def pending_from_sql(j: str = "j") -> str:
     """When a job entered the queue: its eligible time (after dependencies and --begin), else its submit time
     when the export has no eligible time."""

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import polars as pl
 
-from models.definitions.jobs_sql import (PARTITION_POOL_SQL, PENDING_STATES, pending_from_sql, pending_until_sql,
-                                         req_gpus_sql, requested_pool_sql, sql_list, team_sql)
+from models.definitions.jobs_sql import (PARTITION_POOL_SQL, PENDING_STATES, array_tasks_sql, pending_from_sql,
+                                         pending_until_sql, req_gpus_sql, requested_pool_sql, sql_list, team_sql)
 from models.definitions.expected_run_sql import expected_run_ctes
 from models.definitions.timeline_sql import job_alloc_in_buckets_sql
 
@@ -25,13 +25,7 @@ def jobs_sql(where: str = "TRUE") -> str:
     horizon is ``$cluster``'s (every cluster's when NULL)."""
     ran_of = "" if where == "TRUE" else f"AND job_uid IN (SELECT job_uid FROM jobs j WHERE {where})"
     return f"""
-WITH tasks AS (
-    SELECT job_uid, sum(CASE WHEN r[2] IS NULL THEN 1 ELSE r[2]::BIGINT - r[1]::BIGINT + 1 END) AS n
-    FROM (SELECT job_uid, string_split(split_part(trim(unnest(string_split(split_part(array_task_spec, '%', 1), ','))),
-                                                  ':', 1), '-') AS r
-          FROM jobs j WHERE array_task_spec IS NOT NULL AND state = 'PENDING' AND ({where}))
-    GROUP BY job_uid
-), ran AS (
+WITH ran AS (
     SELECT job_uid, arg_max(gpu_type, gpus * (epoch(t1) - epoch(t0))) AS pool FROM tl_job_alloc
     WHERE gpu_type IS NOT NULL {ran_of} GROUP BY job_uid
 ), hz AS (SELECT cluster, horizon AS hz FROM tl_clusters
@@ -40,10 +34,9 @@ SELECT j.job_uid, j.cluster, coalesce(j.partition, '') AS partition, {team_sql()
        coalesce(r.pool, {requested_pool_sql()}) AS pool,
        j.state, j.submit, {pending_from_sql()} AS eligible, {pending_until_sql('hz.hz')} AS left_queue,
        j.start, j."end", coalesce(j.elapsed_s, epoch(j."end") - epoch(j.start)) AS elapsed_s, j.timelimit_s,
-       j.ngpus, {req_gpus_sql()} * coalesce(t.n, 1) AS req_gpus, hz.hz
+       j.ngpus, {req_gpus_sql()} * {array_tasks_sql()} AS req_gpus, hz.hz
 FROM jobs j JOIN hz USING (cluster)
 LEFT JOIN ({PARTITION_POOL_SQL}) pp ON pp.cluster = j.cluster AND pp.partition = j.partition
-LEFT JOIN tasks t ON t.job_uid = j.job_uid
 LEFT JOIN ran r ON r.job_uid = j.job_uid
 WHERE (j.ngpus > 0 OR coalesce(j.req_gpus, 0) > 0) AND j.submit IS NOT NULL AND j.submit < hz.hz AND ({where})
 """
@@ -111,7 +104,7 @@ WITH grid AS (
     GROUP BY ALL
 ), groups AS (SELECT DISTINCT {sel} 1 AS one FROM _demand_jobs {served_groups}),
 g AS (SELECT * FROM groups CROSS JOIN grid),
-{expected}, work AS (   -- run time of work not finished (models/definitions/expected_run_sql.py); 0 when nothing is known
+{expected}, work AS (   -- run time of work not finished (definitions/expected_run_sql.py); 0 when nothing is known
     SELECT d.*, coalesce(e.est_s, 0) AS est_s FROM _demand_jobs d LEFT JOIN expected e USING (job_uid)
 ), demanded AS (
     SELECT {sel} date_trunc('{freq}', submit) AS ts,

@@ -150,7 +150,8 @@ class Cluster:
 class Workload:
     """Jobs, sorted by submit time. Columns (numpy arrays, one entry per job):
     submit_s, run_s, limit_s (NaN = no limit known: the run time is used), gpus_per_node, nnodes,
-    pool (None = any), partition (None = any), account, team, qos_factor (0..1), job_uid."""
+    pool (None = any), partition (None = any), account, team, qos_factor (0..1), job_uid, and ``nodes``
+    (None, or the names of the nodes a job must run on: a job already running when the workload starts)."""
     cols: dict = field(default_factory=dict)
 
     REQUIRED = ("submit_s", "run_s", "gpus_per_node")
@@ -163,7 +164,7 @@ class Workload:
                 raise ValueError(f"workload is missing column {c!r}")
         n = df.height
         defaults = {"limit_s": None, "nnodes": 1, "pool": None, "partition": None, "account": "default",
-                    "team": None, "qos_factor": 0.0, "job_uid": None}
+                    "team": None, "qos_factor": 0.0, "job_uid": None, "nodes": None}
         for c, v in defaults.items():
             if c not in df.columns:
                 df = df.with_columns(pl.lit(v).alias(c))
@@ -175,7 +176,10 @@ class Workload:
         if df.get_column("job_uid").null_count() == n:
             df = df.with_columns(pl.int_range(0, n, dtype=pl.Int64).alias("job_uid"))
         df = df.sort("submit_s", "job_uid", maintain_order=True)
-        return cls({c: df.get_column(c).to_numpy() for c in df.columns})
+        cols = {c: df.get_column(c).to_numpy() for c in df.columns if c != "nodes"}
+        cols["nodes"] = np.array([None if v is None else tuple(str(n) for n in v)
+                                  for v in df.get_column("nodes").to_list()], dtype=object)
+        return cls(cols)
 
     def __len__(self) -> int:
         return int(self.cols["submit_s"].size)
@@ -232,16 +236,28 @@ def size_mix(gpus_per_node: np.ndarray, coverage: float = 0.95, max_sizes: int =
     return vals[:k].astype(np.float64), (counts[:k] / counts[:k].sum()).astype(np.float64)
 
 
-def _classes(cluster: Cluster, pool: np.ndarray, part: np.ndarray):
-    """Eligibility classes: one per distinct (pool, partition) a job asks for, with its node list."""
-    keys = list(zip(pool.tolist(), part.tolist()))
+def _classes(cluster: Cluster, pool: np.ndarray, part: np.ndarray, pinned: np.ndarray | None = None,
+             nnodes: np.ndarray | None = None):
+    """Eligibility classes: one per distinct (pool, partition) a job asks for, with its node list; a job
+    ``pinned`` to as many named nodes as it takes, all of which exist, has the class of exactly those nodes
+    (else its pool's and partition's: a what-if removed one of them)."""
+    keys = [(p, pt, None) for p, pt in zip(pool.tolist(), part.tolist())]
+    index = {name: i for i, name in enumerate(cluster.node_names)}
+    for i in ([] if pinned is None else np.flatnonzero(pinned != None).tolist()):   # noqa: E711 (elementwise)
+        pin = pinned[i]
+        if all(n in index for n in pin) and len(set(pin)) == (1 if nnodes is None else nnodes[i]):
+            keys[i] = (None, None, tuple(sorted({index[n] for n in pin})))
     uniq = {}
     jcls = np.empty(len(keys), dtype=np.int64)
     for i, k in enumerate(keys):
         jcls[i] = uniq.setdefault(k, len(uniq))
     ptr = [0]
     nodes: list[int] = []
-    for (p, pt) in uniq:
+    for (p, pt, pin) in uniq:
+        if pin is not None:
+            nodes += list(pin)
+            ptr.append(len(nodes))
+            continue
         for n in range(cluster.size):
             if p is not None and cluster.pools[cluster.node_pool[n]] != p:
                 continue
@@ -268,7 +284,7 @@ def simulate(cluster: Cluster, work: Workload, policy: Policy | None = None,
     nnodes = np.maximum(c["nnodes"].astype(np.int64), 1)
     pool = np.array([None if v is None else str(v) for v in c["pool"]], dtype=object)
     part = np.array([None if v is None else str(v) for v in c["partition"]], dtype=object)
-    jcls, cls_ptr, cls_nodes = _classes(cluster, pool, part)
+    jcls, cls_ptr, cls_nodes = _classes(cluster, pool, part, c.get("nodes"), nnodes)
     feasible = np.zeros(J, dtype=np.bool_)
     for k in range(cls_ptr.size - 1):
         nodes = cls_nodes[cls_ptr[k]:cls_ptr[k + 1]]

@@ -37,17 +37,33 @@ class Scenario:
 @dataclass
 class Inputs:
     """What the warehouse says about the window: the nodes that exist in it (with ``absent``: drain/up events
-    for the times a node was not installed yet or already retired), the jobs, the outages (``events``)."""
+    for the times a node was not installed yet or already retired), the jobs (``sw.load_jobs``: the window's
+    and those ``carried`` in from before it), the outages (``events``); ``horizon``: where the accounting ends
+    (None: at or after t1), which ends what is measured."""
     t0: object
     t1: object
     cluster: Cluster
     jobs: pl.DataFrame
     events: np.ndarray
     absent: np.ndarray = field(default_factory=lambda: node_events(Cluster.from_arrays([]), []))
+    horizon: object = None
 
     @property
     def days(self) -> int:
         return max(1, int(np.ceil((self.t1 - self.t0).total_seconds() / sw.DAY)))
+
+    @property
+    def end_s(self) -> float:
+        """Seconds from t0 measured: to t1, or to the horizon when the accounting ends before t1 (after it no job
+        arrives or ends, and idle nodes there would read as unused capacity)."""
+        end = self.t1 if self.horizon is None or self.horizon >= self.t1 else self.horizon
+        return max((end - self.t0).total_seconds(), 1.0)
+
+    def counts(self) -> dict[str, int]:
+        """The window's jobs, those of them still queued at the horizon, and the jobs carried in from before t0."""
+        own = self.jobs.filter(~pl.col("carried"))
+        return {"jobs": own.height, "queued_at_horizon": own["observed_wait_s"].null_count(),
+                "carried": self.jobs.height - own.height}
 
 
 def load_inputs(con: duckdb.DuckDBPyConnection, date_from: str | None = None, date_to: str | None = None,
@@ -55,9 +71,11 @@ def load_inputs(con: duckdb.DuckDBPyConnection, date_from: str | None = None, da
     t0, t1 = sw.window(con, date_from, date_to, cluster)
     cl, absent = sw.load_cluster(con, t0, t1, cluster)
     jobs = sw.load_jobs(con, t0, t1, cluster)
-    if jobs.height == 0:
+    if jobs.filter(~pl.col("carried")).height == 0:
         raise ValueError(f"no GPU jobs were submitted in [{t0}, {t1})")
-    return Inputs(t0, t1, cl, jobs, sw.load_events(con, cl, t0, t1, cluster), absent)
+    hz = sw.horizon(con, cluster)
+    return Inputs(t0, t1, cl, jobs, sw.load_events(con, cl, t0, t1, cluster), absent,
+                  hz if hz is not None and hz < t1 else None)
 
 
 def _events(inp: Inputs, sc: Scenario, cl: Cluster) -> np.ndarray:
@@ -88,17 +106,16 @@ def _run(inp: Inputs, sc: Scenario, jobs: pl.DataFrame, seed: int) -> tuple[SimR
     cl = scenario_cluster(inp, sc)
     events = _events(inp, sc, cl)
     work = sw.to_workload(jobs, runtime_scale=sc.runtime_scale)
-    horizon = inp.days * sw.DAY
     pol = Policy(**{**sc.policy.__dict__, "seed": seed, "requeue_on_failure": sc.requeue_killed})
-    res = simulate(cl, work, pol, events, sample_window=(0.0, horizon))
-    out = res.jobs.join(jobs.select("job_uid", "observed_wait_s"), on="job_uid", how="left") \
-        if "observed_wait_s" in jobs.columns else res.jobs
+    res = simulate(cl, work, pol, events, sample_window=(0.0, inp.end_s))
+    out = res.jobs.join(jobs.select("job_uid", "observed_wait_s", "carried"), on="job_uid", how="left")
     return res, out
 
 
 def _metrics(res: SimResult, jobs: pl.DataFrame, horizon: float, by: list[str]) -> pl.DataFrame:
-    """One replication's metrics: p50/p95 wait (h) overall and per group, utilization and fragmentation."""
-    j = jobs.filter(pl.col("feasible") & (pl.col("submit_s") < horizon)).with_columns(
+    """One replication's metrics over [0, horizon) s: p50/p95 wait (h) of the window's jobs (not those carried
+    in) overall and per group, utilization and fragmentation."""
+    j = jobs.filter(pl.col("feasible") & ~pl.col("carried") & (pl.col("submit_s") < horizon)).with_columns(
         size_class_expr(pl.col("gpus")).alias("size_class"),
         (pl.col("wait_s").fill_null(horizon - pl.col("submit_s")) / 3600).alias("wait_h"))  # never started: censored
     rows = [("p50_wait_h", "all", j["wait_h"].quantile(0.5)), ("p95_wait_h", "all", j["wait_h"].quantile(0.95)),
@@ -156,7 +173,7 @@ def run_whatif(inp: Inputs, sc: Scenario, replications: int = 10, seed: int = 0,
 
 
 def _replications(inp: Inputs, sc: Scenario, replications: int, seed: int, by) -> list[pl.DataFrame]:
-    horizon = inp.days * sw.DAY
+    horizon = inp.end_s
     reps = []
     for r in range(replications):
         jobs = sw.resample_days(inp.jobs, inp.days, sc.demand_scale, seed + r)
@@ -201,12 +218,26 @@ def _floor0(x: float) -> float:
     return x if np.isnan(x) else max(x, 0.0)
 
 
+def replay(inp: Inputs, policy: Policy) -> tuple[SimResult, pl.DataFrame]:
+    """The observed workload simulated on the observed capacity: the simulator's result and its per-job frame
+    (with ``observed_wait_s`` and ``carried``)."""
+    return _run(inp, Scenario(policy=policy), inp.jobs, policy.seed)
+
+
+def replay_utilization_pct(inp: Inputs, res: SimResult) -> float:
+    """Allocated over installed GPU capacity (%) of a simulation over what the window measures, [0, end_s)."""
+    s = res.samples.filter(pl.col("t_s") < inp.end_s)
+    cap = s["capacity_gpus"].sum()
+    return 100.0 * s["allocated_gpus"].sum() / cap if cap else float("nan")
+
+
 def validate_replay(inp: Inputs, policy: Policy) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Simulate the observed workload on the observed capacity; compare per-job waits.
     Returns (per-job frame, summary by size class: jobs, median / mean / p90 absolute error, p50 / p95 / mean
-    observed and simulated, in hours). Waits count from eligibility (see ``sim_workload.load_jobs``)."""
-    res, out = _run(inp, Scenario(policy=policy), inp.jobs, policy.seed)
-    j = out.filter(pl.col("feasible")).with_columns(
+    observed and simulated, in hours). Waits count from eligibility (see ``sim_workload.load_jobs``). Compared:
+    the window's jobs whose wait was observed (not those carried in, nor those still queued at the horizon)."""
+    _, out = replay(inp, policy)
+    j = out.filter(pl.col("feasible") & ~pl.col("carried") & pl.col("observed_wait_s").is_not_null()).with_columns(
         size_class_expr(pl.col("gpus")).alias("size_class"),
         (pl.col("observed_wait_s") / 3600).alias("observed_wait_h"),
         (pl.col("wait_s") / 3600).alias("simulated_wait_h"))

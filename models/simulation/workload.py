@@ -11,6 +11,10 @@ import duckdb
 import numpy as np
 import polars as pl
 
+from models.definitions.expected_run_sql import expected_run_ctes
+from models.definitions.jobs_sql import (PARTITION_POOL_SQL, PENDING_STATES, SPANS_SQL, array_tasks_sql,
+                                         req_gpus_sql, requested_pool_sql, sql_list)
+from models.definitions.labels import ANY_POOL
 from models.definitions.times import check_window, floor_day, parse_window
 from models.simulation.simulate import Cluster, Workload, node_events
 
@@ -38,6 +42,12 @@ def window(con: duckdb.DuckDBPyConnection, date_from: str | None, date_to: str |
     t = t or floor_day(hi) + timedelta(days=1)
     check_window(f, t)
     return f, t
+
+
+def horizon(con: duckdb.DuckDBPyConnection, cluster: str | None = None) -> datetime | None:
+    """Where the accounting ends (naive UTC): ``cluster``'s horizon, the latest of every cluster's when None."""
+    return con.execute(f"SELECT max(horizon) FROM ({SPANS_SQL}) WHERE $c IS NULL OR cluster = $c",
+                       {"c": cluster}).fetchall()[0][0]
 
 
 def load_cluster(con: duckdb.DuckDBPyConnection, t0: datetime, t1: datetime | None = None,
@@ -84,28 +94,81 @@ def load_cluster(con: duckdb.DuckDBPyConnection, t0: datetime, t1: datetime | No
 
 def load_jobs(con: duckdb.DuckDBPyConnection, t0: datetime, t1: datetime, cluster: str | None = None
               ) -> pl.DataFrame:
-    """GPU jobs submitted in [t0, t1) that ran (start known), with their observed wait and pool.
-    A job arrives when it became eligible (sacct's Eligible, after holds, dependencies, BeginTime, array
-    throttles and requeue holds, none of which the simulator models), else at submit; the observed wait is
-    counted from there. The pool is the job's typed GPU request, else the type of the first node it ran on."""
-    return _frame(con, """
-        WITH first_node AS (
-            SELECT jn.job_uid, any_value(n.gpu_type) AS node_pool
-            FROM job_nodes jn JOIN nodes n ON n.cluster = jn.cluster AND n.node = jn.node
-            GROUP BY jn.job_uid)
-        SELECT j.job_uid, epoch(least(greatest(coalesce(j.eligible, j.submit), j.submit), j.start) - $t0)::DOUBLE
-                   AS submit_s,
-               epoch(j.start - least(greatest(coalesce(j.eligible, j.submit), j.submit), j.start))::DOUBLE
-                   AS observed_wait_s,
-               coalesce(j.elapsed_s, epoch(j."end" - j.start))::DOUBLE AS run_s,
-               j.timelimit_s::DOUBLE AS limit_s, greatest(coalesce(j.nnodes, 1), 1) AS nnodes,
-               j.ngpus / greatest(coalesce(j.nnodes, 1), 1) AS gpus_per_node, j.ngpus AS gpus,
-               coalesce(CASE WHEN j.gpu_type LIKE '%+%' THEN NULL ELSE j.gpu_type END, f.node_pool) AS pool,
-               j.partition, coalesce(j.account, 'default') AS account, j.team, j.qos, j.state
-        FROM jobs j LEFT JOIN first_node f USING (job_uid)
-        WHERE j.ngpus > 0 AND j.start IS NOT NULL AND j.submit >= $t0 AND j.submit < $t1
-          AND ($c IS NULL OR j.cluster = $c)
-        ORDER BY j.submit, j.job_uid""", {"t0": t0, "t1": t1, "c": cluster})
+    """The GPU jobs the window [t0, t1) holds (seconds since t0; a pending array record one row per task):
+
+    - the window's own: submitted in [t0, t1) and either run or still queued at the horizon (the end of the
+      cluster's accounting). A job arrives when it became eligible (sacct's Eligible, after holds, dependencies,
+      BeginTime, array throttles and requeue holds, none of which the simulator models), else at submit; its
+      observed wait is counted from there (NULL while it is still queued: censored at the horizon).
+    - ``carried``: submitted before t0 and still in the cluster at t0, so that the window starts from the
+      cluster's state rather than from idle nodes: one running at t0 arrives at its observed start (a negative
+      time; it starts at once on the nodes the simulator gives it) and runs its whole run; one queued at t0
+      arrives at 0. Carried jobs take capacity but are not the window's: no wait of theirs is measured.
+
+    Run time (``run_s``): a finished job's elapsed time; a job not finished at the horizon runs its expected run
+    time (models/definitions/expected_run_sql.py) and at least what it has run; ``estimated_s`` is the part of
+    it not observed. Pool: a started job's typed GPU request, else the type of the first node it ran on; a queued
+    one's requested pool (NULL: any). Partition: where it ran; a queued job listing several: the first.
+    ``nodes``: the nodes a job running at t0 holds (it is pinned there), else NULL."""
+    return _frame(con, _LOAD_JOBS_SQL.format(
+        expected=expected_run_ctes(_RUNS_SQL, "SELECT job_uid, cluster, partition, timelimit_s, ran_s FROM held "
+                                              "WHERE \"end\" IS NULL"),
+        spans=SPANS_SQL, pending=sql_list(PENDING_STATES), req_j=req_gpus_sql("j"), req=req_gpus_sql("h"),
+        tasks=array_tasks_sql("h"), asked=requested_pool_sql("h", "pp"), any_pool=ANY_POOL, pp=PARTITION_POOL_SQL),
+        {"t0": t0, "t1": t1, "c": cluster})
+
+
+#: The finished runs the expected run time of a job not finished is estimated from (every GPU job's).
+_RUNS_SQL = """SELECT cluster, coalesce(partition, '') AS partition, coalesce(elapsed_s, epoch("end" - start)) AS elapsed_s
+    FROM jobs WHERE "end" IS NOT NULL AND start IS NOT NULL AND (ngpus > 0 OR coalesce(req_gpus, 0) > 0)
+      AND ($c IS NULL OR cluster = $c)"""
+
+_LOAD_JOBS_SQL = """
+WITH spans AS ({spans}),
+held AS (   -- the jobs the window holds, with their arrival, horizon and seconds run by the horizon
+    SELECT j.*, s.horizon AS hz, least(greatest(coalesce(j.eligible, j.submit), j.submit), j.start) AS arrive,
+           j.submit < $t0 AS carried,
+           CASE WHEN j.start IS NOT NULL THEN epoch(s.horizon) - epoch(j.start) ELSE 0 END AS ran_s,
+           split_part(coalesce(j.partition, ''), ',', 1) AS partition_
+    FROM jobs j JOIN spans s USING (cluster)
+    WHERE ($c IS NULL OR j.cluster = $c) AND j.submit < $t1
+      AND ((j.start IS NOT NULL AND j.ngpus > 0)                                          -- ran
+           OR (j.start IS NULL AND j."end" IS NULL AND j.state IN {pending} AND {req_j} > 0))  -- queued at the horizon
+      AND (j.submit >= $t0                                                                -- the window's
+           OR coalesce(j.start, s.horizon) >= $t0 OR coalesce(j."end", s.horizon) > $t0)   -- in the cluster at t0
+), {expected}, first_node AS (
+    SELECT jn.job_uid, any_value(n.gpu_type) AS node_pool
+    FROM job_nodes jn JOIN nodes n ON n.cluster = jn.cluster AND n.node = jn.node
+    WHERE jn.job_uid IN (SELECT job_uid FROM held) GROUP BY jn.job_uid
+), pinned AS (   -- a job running at t0 stays on its nodes
+    SELECT job_uid, list_sort(list_distinct(list(node))) AS nodes FROM job_nodes
+    WHERE job_uid IN (SELECT job_uid FROM held WHERE carried AND start < $t0) GROUP BY job_uid
+), rows AS (
+    SELECT h.job_uid, h.carried,
+           CASE WHEN NOT h.carried THEN epoch(coalesce(h.arrive, h.submit) - $t0)
+                WHEN h.start < $t0 THEN epoch(h.start - $t0) ELSE 0 END::DOUBLE AS submit_s,
+           CASE WHEN NOT h.carried AND h.start IS NOT NULL THEN epoch(h.start - h.arrive) END::DOUBLE AS observed_wait_s,
+           CASE WHEN h."end" IS NOT NULL THEN coalesce(h.elapsed_s, epoch(h."end" - h.start))
+                ELSE greatest(h.ran_s, coalesce(e.est_s, 0)) END::DOUBLE AS run_s,
+           CASE WHEN h."end" IS NOT NULL THEN 0 ELSE greatest(coalesce(e.est_s, 0) - h.ran_s, 0) END::DOUBLE
+               AS estimated_s,
+           h.timelimit_s::DOUBLE AS limit_s, greatest(coalesce(h.nnodes, 1), 1) AS nnodes,
+           CASE WHEN h.start IS NOT NULL THEN h.ngpus ELSE {req} END AS gpus,
+           CASE WHEN h.start IS NOT NULL THEN coalesce(CASE WHEN h.gpu_type LIKE '%+%' THEN NULL ELSE h.gpu_type END,
+                                                       f.node_pool)
+                ELSE nullif(CASE WHEN h.gpu_type LIKE '%+%' THEN '{any_pool}' ELSE {asked} END, '{any_pool}')
+           END AS pool,
+           nullif(h.partition_, '') AS partition, coalesce(h.account, 'default') AS account, h.team, h.qos, h.state,
+           CASE WHEN h.start IS NULL THEN {tasks} ELSE 1 END AS tasks, p.nodes
+    FROM held h LEFT JOIN expected e USING (job_uid) LEFT JOIN first_node f USING (job_uid)
+    LEFT JOIN pinned p USING (job_uid)
+    LEFT JOIN ({pp}) pp ON pp.cluster = h.cluster AND pp.partition = h.partition_
+)
+SELECT CASE WHEN k = 0 THEN job_uid ELSE -(job_uid * 100000 + k) END AS job_uid,   -- uids are >= 0: a task's < 0
+       submit_s, observed_wait_s, run_s, estimated_s, limit_s, nnodes, gpus / nnodes AS gpus_per_node, gpus,
+       pool, partition, account, team, qos, state, carried, nodes
+FROM rows, range(tasks::BIGINT) t(k)
+ORDER BY submit_s, job_uid"""
 
 
 def to_workload(jobs: pl.DataFrame, qos_factor: dict[str, float] | None = None, runtime_scale: float = 1.0
@@ -116,18 +179,22 @@ def to_workload(jobs: pl.DataFrame, qos_factor: dict[str, float] | None = None, 
         (pl.col("run_s").fill_null(0.0) * runtime_scale).alias("run_s"),
         (pl.col("limit_s") * runtime_scale).alias("limit_s"),
         pl.col("qos").replace_strict(q, default=0.0, return_dtype=pl.Float64).alias("qos_factor"))
-    return Workload.from_columns(df.select("job_uid", "submit_s", "run_s", "limit_s", "gpus_per_node", "nnodes",
-                                           "pool", "partition", "account", "team", "qos_factor"))
+    cols = ["job_uid", "submit_s", "run_s", "limit_s", "gpus_per_node", "nnodes", "pool", "partition", "account",
+            "team", "qos_factor"] + (["nodes"] if "nodes" in df.columns else [])
+    return Workload.from_columns(df.select(cols))
 
 
 def resample_days(jobs: pl.DataFrame, days: int, scale: float, seed: int) -> pl.DataFrame:
     """Demand what-if: each of the ``days`` day slots receives whole observed days drawn with replacement,
     floor(scale) of them plus one more with probability frac(scale), shifted into the slot; jobs keep their
-    time of day. scale=1 is a bootstrap of days (the replication's noise)."""
+    time of day. scale=1 is a bootstrap of days (the replication's noise). Jobs ``carried`` in from before the
+    window are the state it starts from: kept once, as they are."""
     rng = np.random.default_rng(seed)
+    carried = jobs.filter(pl.col("carried")) if "carried" in jobs.columns else jobs.head(0)
+    jobs = jobs.filter(~pl.col("carried")) if "carried" in jobs.columns else jobs
     day_of = (jobs["submit_s"].to_numpy() // DAY).astype(np.int64)
-    parts = []
-    uid = 0
+    parts = [carried.with_columns(pl.int_range(0, carried.height, dtype=pl.Int64).alias("job_uid"))]
+    uid = carried.height
     for slot in range(days):
         k = int(np.floor(scale)) + (1 if rng.random() < scale - np.floor(scale) else 0)
         for _ in range(k):
@@ -139,8 +206,6 @@ def resample_days(jobs: pl.DataFrame, days: int, scale: float, seed: int) -> pl.
                                pl.int_range(uid, uid + d.height, dtype=pl.Int64).alias("job_uid"))
             uid += d.height
             parts.append(d)
-    if not parts:
-        return jobs.head(0)
     return pl.concat(parts).sort("submit_s", "job_uid")
 
 
