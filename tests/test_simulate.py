@@ -91,6 +91,18 @@ def test_a_job_pinned_to_its_nodes_runs_there_and_one_whose_node_is_gone_runs_an
     assert sorted(res.alloc_node[a:b].tolist()) == [0, 1] and res.jobs["start_s"][2] == 10
 
 
+def test_a_job_queued_before_the_workload_starts_keeps_its_age_in_the_priority_queue():
+    """Both arrive at 0 for the one node; B was queued 3.5 days before (queued_s): its age factor is 0.5 of
+    w_age, so it starts first although A is first in submit order."""
+    work = {"job_uid": [0, 1, 2], "submit_s": [0, 0, 0], "queued_s": [None, -3.5 * 86400, None],
+            "run_s": [100, 100, 100], "gpus_per_node": [8, 8, 8], "account": ["x", "x", "x"]}
+    pol = Policy.parse("priority", prio_calc_period_s=0.0)
+    res = simulate(Cluster.from_arrays([8]), Workload.from_columns(work), pol)
+    assert _starts(res) == {0: 100, 1: 0, 2: 200}
+    fifo = simulate(Cluster.from_arrays([8]), Workload.from_columns(work), Policy.parse("fifo"))
+    assert _starts(fifo) == {0: 0, 1: 100, 2: 200}      # FIFO orders by arrival: the age does not matter
+
+
 def test_node_failure_kills_and_requeues_and_drain_only_stops_new_jobs():
     cl = Cluster.from_arrays([8, 8], node_names=["g1", "g2"])
     work = Workload.from_columns({"submit_s": [0, 0, 10], "run_s": [100, 100, 20], "gpus_per_node": [8, 8, 8],

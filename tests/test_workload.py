@@ -57,8 +57,10 @@ def test_the_window_holds_its_own_jobs_the_queue_at_the_horizon_and_the_cluster_
     b = rows[2]     # running at t0 since 22:00 the day before: arrives at its start, runs its whole run, pinned
     assert (b["carried"], b["submit_s"], b["run_s"], b["observed_wait_s"]) == (True, -30600.0, 36000.0, None)
     assert (b["nodes"], b["gpus_per_node"], b["nnodes"]) == (["n1", "n2"], 8.0, 2)
-    c = rows[3]     # queued at t0: arrives at 0
-    assert (c["carried"], c["submit_s"], c["run_s"], c["nodes"]) == (True, 0.0, 7200.0, None)
+    c = rows[3]     # queued at t0 since 05:00: arrives at 0, its priority's age from 1.5 h before
+    assert (c["carried"], c["submit_s"], c["queued_s"], c["run_s"], c["nodes"]) == (True, 0.0, -5400.0, 7200.0, None)
+    assert rows[10]["queued_s"] == -1800.0
+    assert all(rows[u]["queued_s"] is None for u in (2, 4, 5, 6, 7))
     k = rows[10]    # queued at t0 and still at the horizon: the mean of its partition's finished runs (4's 1 h)
     assert (k["carried"], k["submit_s"], k["run_s"], k["estimated_s"], k["pool"]) == (True, 0.0, 3600.0, 3600.0,
                                                                                         "a100")

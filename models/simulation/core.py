@@ -170,7 +170,7 @@ def _place(nodes, free, up, extra, nshadow, mode, t_end, g, k, policy, mix_size,
 
 @njit(cache=True)
 def simulate_kernel(node_gpus, node_up0, node_pool, n_pools, cls_ptr, cls_nodes,
-                    submit, run, limit, gpn, nnodes, jcls, acct, qosf, feasible,
+                    submit, qfrom, run, limit, gpn, nnodes, jcls, acct, qosf, feasible,
                     ev_time, ev_node, ev_kind, acct_shares, mix_size, mix_prob, ip, fp,
                     first_start, start, end, alloc_ptr, alloc_node, nreq, head_shadow,
                     samp_t, samp_cap, samp_alloc, samp_strand, samp_queue):
@@ -427,7 +427,7 @@ def simulate_kernel(node_gpus, node_up0, node_pool, n_pools, cls_ptr, cls_nodes,
             m = q_hi - q_lo
             for i in range(q_lo, q_hi):
                 jj = q[i]
-                age = (now - submit[jj]) / max_age if max_age > 0 else 0.0
+                age = (now - qfrom[jj]) / max_age if max_age > 0 else 0.0   # queued since (<= submit)
                 if age > 1.0:
                     age = 1.0
                 qp[i] = (w_age * age + w_fs * fsf[acct[jj]] + w_qos * qosf[jj]

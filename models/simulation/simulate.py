@@ -150,8 +150,10 @@ class Cluster:
 class Workload:
     """Jobs, sorted by submit time. Columns (numpy arrays, one entry per job):
     submit_s, run_s, limit_s (NaN = no limit known: the run time is used), gpus_per_node, nnodes,
-    pool (None = any), partition (None = any), account, team, qos_factor (0..1), job_uid, and ``nodes``
-    (None, or the names of the nodes a job must run on: a job already running when the workload starts)."""
+    pool (None = any), partition (None = any), account, team, qos_factor (0..1), job_uid, and optionally
+    ``nodes`` (None, or the names of the nodes a job must run on: a job already running when the workload
+    starts) and ``queued_s`` (when it entered the queue, if before submit_s: a job already queued when the
+    workload starts arrives at 0 but its priority's age counts from then)."""
     cols: dict = field(default_factory=dict)
 
     REQUIRED = ("submit_s", "run_s", "gpus_per_node")
@@ -276,6 +278,7 @@ def simulate(cluster: Cluster, work: Workload, policy: Policy | None = None,
     c = work.cols
     J = len(work)
     submit = c["submit_s"].astype(np.float64)
+    qfrom = np.fmin(c["queued_s"].astype(np.float64), submit) if "queued_s" in c else submit   # NaN: at submit
     limit = c["limit_s"].astype(np.float64).copy()
     run = c["run_s"].astype(np.float64).copy()
     limit = np.where(np.isnan(limit) | (limit <= 0), run, limit)
@@ -328,7 +331,7 @@ def simulate(cluster: Cluster, work: Workload, policy: Policy | None = None,
     head_shadow = np.full(J, -1.0)
     passes, ns = core.simulate_kernel(
         cluster.node_gpus.astype(np.float64), np.ones(cluster.size, dtype=np.bool_), cluster.node_pool,
-        P, cls_ptr, cls_nodes, submit, run, limit, gpn, nnodes, jcls, acct, qosf, feasible,
+        P, cls_ptr, cls_nodes, submit, qfrom, run, limit, gpn, nnodes, jcls, acct, qosf, feasible,
         ev["t"].astype(np.float64), ev["node"].astype(np.int64), ev["kind"].astype(np.int64), shares,
         mix_size, mix_prob, ip, fp, first_start, start, end, alloc_ptr, alloc_node, nreq, head_shadow,
         samp_t, samp_cap, samp_alloc, samp_strand, samp_queue)

@@ -102,8 +102,9 @@ def load_jobs(con: duckdb.DuckDBPyConnection, t0: datetime, t1: datetime, cluste
       observed wait is counted from there (NULL while it is still queued: censored at the horizon).
     - ``carried``: submitted before t0 and still in the cluster at t0, so that the window starts from the
       cluster's state rather than from idle nodes: one running at t0 arrives at its observed start (a negative
-      time; it starts at once on the nodes the simulator gives it) and runs its whole run; one queued at t0
-      arrives at 0. Carried jobs take capacity but are not the window's: no wait of theirs is measured.
+      time) pinned to the nodes it held (``nodes``) and runs its whole run; one queued at t0 arrives at 0, its
+      priority's age counted from when it entered the queue (``queued_s`` < 0; NULL for every other job).
+      Carried jobs take capacity but are not the window's: no wait of theirs is measured.
 
     Run time (``run_s``): a finished job's elapsed time; a job not finished at the horizon runs its expected run
     time (models/definitions/expected_run_sql.py) and at least what it has run; ``estimated_s`` is the part of
@@ -147,6 +148,7 @@ held AS (   -- the jobs the window holds, with their arrival, horizon and second
     SELECT h.job_uid, h.carried,
            CASE WHEN NOT h.carried THEN epoch(coalesce(h.arrive, h.submit) - $t0)
                 WHEN h.start < $t0 THEN epoch(h.start - $t0) ELSE 0 END::DOUBLE AS submit_s,
+           CASE WHEN h.carried AND coalesce(h.start, $t0) >= $t0 THEN epoch(h.arrive - $t0) END::DOUBLE AS queued_s,
            CASE WHEN NOT h.carried AND h.start IS NOT NULL THEN epoch(h.start - h.arrive) END::DOUBLE AS observed_wait_s,
            CASE WHEN h."end" IS NOT NULL THEN coalesce(h.elapsed_s, epoch(h."end" - h.start))
                 ELSE greatest(h.ran_s, coalesce(e.est_s, 0)) END::DOUBLE AS run_s,
@@ -165,7 +167,7 @@ held AS (   -- the jobs the window holds, with their arrival, horizon and second
     LEFT JOIN ({pp}) pp ON pp.cluster = h.cluster AND pp.partition = h.partition_
 )
 SELECT CASE WHEN k = 0 THEN job_uid ELSE -(job_uid * 100000 + k) END AS job_uid,   -- uids are >= 0: a task's < 0
-       submit_s, observed_wait_s, run_s, estimated_s, limit_s, nnodes, gpus / nnodes AS gpus_per_node, gpus,
+       submit_s, queued_s, observed_wait_s, run_s, estimated_s, limit_s, nnodes, gpus / nnodes AS gpus_per_node, gpus,
        pool, partition, account, team, qos, state, carried, nodes
 FROM rows, range(tasks::BIGINT) t(k)
 ORDER BY submit_s, job_uid"""
@@ -180,7 +182,7 @@ def to_workload(jobs: pl.DataFrame, qos_factor: dict[str, float] | None = None, 
         (pl.col("limit_s") * runtime_scale).alias("limit_s"),
         pl.col("qos").replace_strict(q, default=0.0, return_dtype=pl.Float64).alias("qos_factor"))
     cols = ["job_uid", "submit_s", "run_s", "limit_s", "gpus_per_node", "nnodes", "pool", "partition", "account",
-            "team", "qos_factor"] + (["nodes"] if "nodes" in df.columns else [])
+            "team", "qos_factor"] + [c for c in ("nodes", "queued_s") if c in df.columns]
     return Workload.from_columns(df.select(cols))
 
 
