@@ -57,6 +57,11 @@ def test_whatif_runs_the_simulator_and_compares_p95_wait(lab_db, monkeypatch):
     assert m.delta.startswith(f"{p95(scen) - p95(base):+.2f} h (baseline")
     # two more H100 nodes cannot make the queue longer
     assert p95(scen) <= p95(base) + 1e-9
+    # the caption says what the window holds, as `simulate` does: its jobs, and those carried in from before it
+    held = inp.counts()
+    said = [c.value for c in at.caption if "The window holds" in c.value]
+    assert len(said) == 1 and f"The window holds {held['jobs']:,} jobs" in said[0] \
+        and f"{held['carried']:,} jobs carried in" in said[0]
     # a change of a percentage is in percentage points; request sizes in their order, not alphabetical
     assert dfx.metric(at, "GPU utilization (allocation)").delta.split()[1] == "pp"
     table = dfx.frame_with(at, "Figure", "For", "Change in")
