@@ -114,14 +114,15 @@ def window_starts(demo_path: Path | None) -> str:
                 start = (hz - timedelta(days=days)).replace(hour=0, minute=0, second=0, microsecond=0)
                 inp = whatif.load_inputs(con, start.isoformat(), None)
                 u = utilization.by_bucket(con, start, hz, "day", by=())
-                seen = 100.0 * u["allocated_gpu_h"].sum() / u["capacity_gpu_h"].sum()
+                # the simulator samples allocated over the GPUs of nodes up and not drained: the allocation ratio
+                seen = 100.0 * u["allocated_gpu_h"].sum() / u["available_gpu_h"].sum()
                 for how, i in (("state at start", inp), ("idle nodes", _from_idle(inp))):
                     rows.append(_start_row(f"demo from {start:%Y-%m-%d} to its horizon, {how}", i,
                                            Policy.parse("fifo-backfill"), seen))
         finally:
             con.close()
     df = pl.DataFrame(rows, schema=["window, replayed from", "jobs", "MAE (h)", "p90 abs err (h)",
-                                    "mean wait obs / sim (h)", "p95 obs / sim (h)", "utilization obs / sim (%)"],
+                                    "mean wait obs / sim (h)", "p95 obs / sim (h)", "allocation ratio obs / sim (%)"],
                       orient="row")
     return md(df)
 

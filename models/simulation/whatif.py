@@ -225,7 +225,8 @@ def replay(inp: Inputs, policy: Policy) -> tuple[SimResult, pl.DataFrame]:
 
 
 def replay_utilization_pct(inp: Inputs, res: SimResult) -> float:
-    """Allocated over installed GPU capacity (%) of a simulation over what the window measures, [0, end_s)."""
+    """Allocated over available GPUs (%) of a simulation over what the window measures, [0, end_s): the
+    simulator samples the nodes that are up and not drained (the allocation ratio of docs/METRICS.md)."""
     s = res.samples.filter(pl.col("t_s") < inp.end_s)
     cap = s["capacity_gpus"].sum()
     return 100.0 * s["allocated_gpus"].sum() / cap if cap else float("nan")
