@@ -1249,15 +1249,16 @@ def _scenario(args):
                            replay_events=not args.no_events)
 
 
-def _sim_inputs(args):
-    """The window's nodes, jobs and outages, from the warehouse opened read-only (then closed)."""
+def _sim_inputs(args, observed: bool = False):
+    """The window's nodes, jobs and outages, from the warehouse opened read-only (then closed); with
+    ``observed``, also the window's observed allocation ratio (%, None when unknown)."""
     from models.simulation import whatif
     lo, hi = _window(args, args.command)
     con = _open(args, read_only=True)
     try:
         inp = whatif.load_inputs(con, lo, hi, args.cluster)
         _freshness(args, con)
-        return inp
+        return (inp, whatif.observed_allocation_ratio_pct(con, inp, args.cluster)) if observed else inp
     except ValueError as exc:
         raise CliError(str(exc)) from exc
     finally:
@@ -1295,13 +1296,16 @@ def _validate_replay(args, sc) -> int:
     if args.demand_scale != 1 or args.runtime_scale != 1:
         raise UsageError("simulate --validate: --demand-scale and --runtime-scale cannot be used (it replays the "
                          "observed workload)")
-    inp = _sim_inputs(args)
+    inp, seen = _sim_inputs(args, observed=True)
     try:
-        _, summary = whatif.validate_replay(inp, sc.policy)
+        res, out = whatif.replay(inp, sc.policy)
+        _, summary = whatif.validate_replay(inp, sc.policy, (res, out))
     except ValueError as exc:
         raise CliError(str(exc)) from exc
+    ratio = (f"; allocation ratio observed {seen:.1f} %, replayed {whatif.replay_utilization_pct(inp, res):.1f} %"
+             if seen is not None else "")
     _say(args, f"replay of {_sim_window(inp)} on {inp.cluster.size} nodes, policy {args.policy} "
-               f"({sc.policy.placement}): waits in hours of the jobs whose wait was observed")
+               f"({sc.policy.placement}){ratio}: waits in hours of the jobs whose wait was observed")
     emit(summary, args.format, args.out)
     return EXIT_OK
 

@@ -32,7 +32,6 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from ingest import sacct, slurm_events, slurm_nodes, warehouse  # noqa: E402
-from models.metrics import utilization  # noqa: E402
 from models.simulation import whatif  # noqa: E402
 from models.simulation.simulate import Cluster, Policy  # noqa: E402
 
@@ -81,8 +80,8 @@ def _from_idle(inp: whatif.Inputs) -> whatif.Inputs:
 
 
 def _start_row(name: str, inp: whatif.Inputs, pol: Policy, observed_util: float | None) -> tuple:
-    res, _ = whatif.replay(inp, pol)
-    _, s = whatif.validate_replay(inp, pol)
+    res, out = whatif.replay(inp, pol)
+    _, s = whatif.validate_replay(inp, pol, (res, out))
     a = s.row(0, named=True)
     util = whatif.replay_utilization_pct(inp, res)
     return (name, a["jobs"], a["mean_abs_err_h"], a["p90_abs_err_h"],
@@ -113,9 +112,7 @@ def window_starts(demo_path: Path | None) -> str:
             for days in (7, 35):
                 start = (hz - timedelta(days=days)).replace(hour=0, minute=0, second=0, microsecond=0)
                 inp = whatif.load_inputs(con, start.isoformat(), None)
-                u = utilization.by_bucket(con, start, hz, "day", by=())
-                # the simulator samples allocated over the GPUs of nodes up and not drained: the allocation ratio
-                seen = 100.0 * u["allocated_gpu_h"].sum() / u["available_gpu_h"].sum()
+                seen = whatif.observed_allocation_ratio_pct(con, inp)
                 for how, i in (("state at start", inp), ("idle nodes", _from_idle(inp))):
                     rows.append(_start_row(f"demo from {start:%Y-%m-%d} to its horizon, {how}", i,
                                            Policy.parse("fifo-backfill"), seen))

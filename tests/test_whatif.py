@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import io
+import re
 from dataclasses import replace
+from datetime import timedelta
 import sys
 from pathlib import Path
 
@@ -45,6 +47,23 @@ def test_replay_from_a_start_inside_the_schedule_reproduces_every_wait(warehouse
     assert n["carried"] > 40 and n["jobs"] > 250 and n["queued_at_horizon"] == 0
     per_job, _ = whatif.validate_replay(inp, POLICY)
     assert per_job.height == n["jobs"] and (per_job["abs_err_h"] < 1e-9).all()
+
+
+def test_the_replay_allocates_what_was_observed_from_a_start_inside_the_schedule(warehouse, db_path):
+    """The replay's allocation ratio (hourly samples of the nodes up) against the observed one of the same span,
+    `report utilization`'s allocated over available GPU-hours; from idle nodes the window's first hours read
+    as unused capacity."""
+    from models.metrics import utilization
+    from models.pipeline import refresh
+    refresh.run(warehouse, db_path, publish=False)
+    inp = whatif.load_inputs(warehouse, "2026-03-03T07:43:00", "2026-03-05T03:10:00")
+    seen = whatif.observed_allocation_ratio_pct(warehouse, inp)
+    u = utilization.by_bucket(warehouse, inp.t0, inp.t0 + timedelta(seconds=inp.end_s), "month", by=())
+    assert seen == pytest.approx(100 * u["allocated_gpu_h"].sum() / u["available_gpu_h"].sum())
+    res, _ = whatif.replay(inp, POLICY)
+    assert whatif.replay_utilization_pct(inp, res) == pytest.approx(seen, abs=1.0)
+    idle = replace(inp, jobs=inp.jobs.filter(~pl.col("carried")))
+    assert whatif.replay_utilization_pct(idle, whatif.replay(idle, POLICY)[0]) < seen - 5
 
 
 def test_another_policy_gives_a_measurable_error(warehouse):
@@ -147,6 +166,11 @@ def test_cli_simulate_and_plan(warehouse, db_path, run_cli):
     assert p95["change"] == pytest.approx(p95["mean"] - p95["baseline"]) and p95["change"] <= 0
     code, out, err = run_cli("simulate", "--validate", "--placement", "first-fit", "--format", "csv")
     assert code == 0 and "median_abs_err_h" in out
+    assert "allocation ratio" not in err                   # no marts yet: nothing observed to compare with
+    assert run_cli("refresh")[0] == 0
+    code, out, err = run_cli("simulate", "--validate", "--placement", "first-fit", "--format", "csv")
+    said = re.search(r"allocation ratio observed ([\d.]+) %, replayed ([\d.]+) %", err)
+    assert code == 0 and said and abs(float(said[1]) - float(said[2])) < 1.0, err
     code, out, err = run_cli("plan", "--target-p95-wait", "30d", "--pool", "h100", "--grid", "4,8",
                              "--replications", "2")
     assert code == 0 and "smallest h100 capacity" in err

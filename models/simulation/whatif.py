@@ -8,13 +8,16 @@ replication resamples whole days of the observed workload with its own seed).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from datetime import timedelta
 
 import duckdb
 import numpy as np
 import polars as pl
 from scipy import stats
 
+from ingest.warehouse import has_table
 from models.definitions.labels import SIZE_CLASSES, size_class_expr, size_order
+from models.metrics import utilization
 from models.simulation import workload as sw
 from models.simulation.simulate import EVENT_KINDS, Cluster, Policy, SimResult, node_events, simulate
 
@@ -232,12 +235,28 @@ def replay_utilization_pct(inp: Inputs, res: SimResult) -> float:
     return 100.0 * s["allocated_gpus"].sum() / cap if cap else float("nan")
 
 
-def validate_replay(inp: Inputs, policy: Policy) -> tuple[pl.DataFrame, pl.DataFrame]:
+def observed_allocation_ratio_pct(con: duckdb.DuckDBPyConnection, inp: Inputs, cluster: str | None = None
+                                  ) -> float | None:
+    """What the replay's utilization is compared with: the observed allocation ratio (%) of what the window
+    measures, [t0, t0 + end_s): `report utilization`'s allocated over available GPU-hours. None before a refresh
+    (no timeline marts) or with no available GPU-hours."""
+    if not has_table(con, "tl_clusters"):
+        return None
+    u = utilization.by_bucket(con, inp.t0, inp.t0 + timedelta(seconds=inp.end_s), "day", by=("cluster",))
+    if cluster is not None and u.height:
+        u = u.filter(pl.col("cluster") == cluster)
+    avail = u["available_gpu_h"].sum() if u.height else 0.0
+    return 100.0 * u["allocated_gpu_h"].sum() / avail if avail else None
+
+
+def validate_replay(inp: Inputs, policy: Policy, replayed: tuple[SimResult, pl.DataFrame] | None = None
+                    ) -> tuple[pl.DataFrame, pl.DataFrame]:
     """Simulate the observed workload on the observed capacity; compare per-job waits.
     Returns (per-job frame, summary by size class: jobs, median / mean / p90 absolute error, p50 / p95 / mean
     observed and simulated, in hours). Waits count from eligibility (see ``sim_workload.load_jobs``). Compared:
-    the window's jobs whose wait was observed (not those carried in, nor those still queued at the horizon)."""
-    _, out = replay(inp, policy)
+    the window's jobs whose wait was observed (not those carried in, nor those still queued at the horizon).
+    ``replayed``: :func:`replay`'s result for this policy when the caller has it already."""
+    _, out = replayed or replay(inp, policy)
     j = out.filter(pl.col("feasible") & ~pl.col("carried") & pl.col("observed_wait_s").is_not_null()).with_columns(
         size_class_expr(pl.col("gpus")).alias("size_class"),
         (pl.col("observed_wait_s") / 3600).alias("observed_wait_h"),
