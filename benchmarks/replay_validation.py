@@ -64,12 +64,12 @@ def self_consistency() -> str:
                       ("fifo (no backfill), best-fit", Policy.parse("fifo", placement="best-fit"))]:
         _, s = whatif.validate_replay(inp, pol)
         a = s.row(0, named=True)
-        big = s.filter(pl.col("size_class") == "9-32").row(0, named=True)
+        big = s.filter(pl.col("size_class") == "9-16").row(0, named=True)
         rows.append((name, a["mean_abs_err_h"], f"{a['observed_p50_h']:.2f} / {a['simulated_p50_h']:.2f}",
                      f"{a['observed_p95_h']:.2f} / {a['simulated_p95_h']:.2f}",
                      f"{big['observed_p95_h']:.2f} / {big['simulated_p95_h']:.2f}"))
     df = pl.DataFrame(rows, schema=["replay policy", "MAE all (h)", "p50 obs / sim (h)", "p95 obs / sim (h)",
-                                    "p95 of 9-32 GPU jobs obs / sim (h)"], orient="row")
+                                    "p95 of 9-16 GPU jobs obs / sim (h)"], orient="row")
     return md(df)
 
 
