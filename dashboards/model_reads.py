@@ -560,7 +560,8 @@ CAPACITY_BASIS = f"upper {CAPACITY_BAND} % band"
 def capacity_reached(version: str, f: Filters) -> dict | None:
     """The first pool (of those the filters keep) whose upper 80 % demand forecast exceeds 85 % of its capacity
     within 90 days (``gpuledger forecast --horizon 90``; the Forecast page's defaults, the same call): {date,
-    pool, capacity_gpus}, the pool named "cluster / pool" when there are several clusters; {} when none
+    pool, capacity_gpus, already}, the pool named "cluster / pool" when there are several clusters; ``already``:
+    its demand over the last window is above the target now (the forecast's ``already_above``); {} when none
     reaches it; None without a forecast."""
     keys = queries.catalogue(version).pool_keys
     cap = _capacity_forecast(version, f)["capacity"]
@@ -574,7 +575,14 @@ def capacity_reached(version: str, f: Filters) -> dict | None:
         return {}
     h = hits.row(0, named=True)
     pool = f"{h['cluster']} / {h['pool']}" if "cluster" in keys else h["pool"]
-    return {"date": h["exhausted_upper80"], "pool": pool, "capacity_gpus": h["capacity_gpus"]}
+    return {"date": h["exhausted_upper80"], "pool": pool, "capacity_gpus": h["capacity_gpus"],
+            "already": bool(h.get("already_above"))}
+
+
+def reached_text(date, already: bool) -> str:
+    """A capacity date as the tiles and reports print it: a pool already over its target says so, rather than
+    showing the first forecast day (which reads as "tomorrow")."""
+    return f"already (before {date:%Y-%m-%d})" if already else f"{date:%Y-%m-%d}"
 
 
 def capacity_since(version: str, f: Filters):

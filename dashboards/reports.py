@@ -138,7 +138,8 @@ def _capacity_row(rows: list, version: str, f: Filters) -> None:
     if hit == {}:
         _row(rows, f"Capacity reached ({mr.CAPACITY_BASIS})", "date", "not within 90 days", None)
     elif hit:
-        _row(rows, f"Capacity reached ({hit['pool']}; {mr.CAPACITY_BASIS})", "date", f"{hit['date']:%Y-%m-%d}", None)
+        _row(rows, f"Capacity reached ({hit['pool']}; {mr.CAPACITY_BASIS})", "date",
+             mr.reached_text(hit["date"], hit["already"]), None)
 
 
 def _cost_row(rows: list, version: str, f: Filters) -> None:

@@ -60,9 +60,11 @@ def test_a_pool_over_its_target_already_says_so():
     r = capacity.exhaustion(hist, fc, {"a100": 100.0}, ["pool"], window=2, per_hour=24.0).row(0, named=True)
     assert r["exhausted_median"] == dt.datetime(2024, 1, 3)
     assert r["note"] == "already above the target: the last window's demand 88.0 GPUs > 85.0"
+    assert r["already_above"] is True
     hist, fc = _frames([70, 84], [84, 84], width=0.0)
     r = capacity.exhaustion(hist, fc, {"a100": 100.0}, ["pool"], window=1, per_hour=24.0).row(0, named=True)
-    assert r["note"] == "not exhausted within the horizon"
+    assert r["note"] == "not exhausted within the horizon" and r["already_above"] is False
+
 
 
 def test_bands_target_and_unknown_capacity():

@@ -187,7 +187,8 @@ def test_every_overview_tile_equals_the_library_figure(lab, forecast, window, sc
     hits = cap.filter(pl.col("exhausted_upper80").is_not_null()).sort("exhausted_upper80")
     reached = mr.capacity_reached(v, f)
     assert reached == ({} if hits.height == 0 else {"date": hits["exhausted_upper80"][0], "pool": hits["pool"][0],
-                                                    "capacity_gpus": hits["capacity_gpus"][0]})
+                                                    "capacity_gpus": hits["capacity_gpus"][0],
+                                                    "already": hits["already_above"][0]})
 
 
 def _statement_hours(cur, month: str, scope: str) -> float:

@@ -8,6 +8,7 @@ import pytest
 
 import dashboard_fixtures as dfx
 from dashboard_fixtures import lab_db  # noqa: F401 (fixture)
+from dashboards import model_reads as mr
 from dashboards.snapshot import Snapshot
 from models.forecasting import capacity
 from models.metrics import chargeback, timeline, utilization
@@ -33,7 +34,8 @@ def test_headline_figures_match_the_models(lab_db, monkeypatch):
     cap = capacity.forecast_warehouse(cur, 90, by=("pool",), measure="demanded", target_util=0.85, band="80")
     hits = cap["capacity"].filter(pl.col("exhausted_upper80").is_not_null()).sort("exhausted_upper80")
     m = dfx.metric(at, "Capacity reached (forecast)")
-    assert m.value == (f"{hits['exhausted_upper80'][0]:%Y-%m-%d}" if hits.height else "not within 90 days")
+    assert m.value == (mr.reached_text(hits["exhausted_upper80"][0], hits["already_above"][0]) if hits.height
+                       else "not within 90 days")
 
     table = dfx.frame_with(at, "Figure", "This period", "Previous period")
     row = dict(zip(table["Figure"], table["This period"]))

@@ -293,3 +293,9 @@ def test_a_past_weeks_capacity_date_is_said_to_be_todays_outlook(lab):
     assert line in past.text.splitlines() and f'<p class="warn" id="outlook">{line}</p>' in past.html
     last = reports.weekly(lab, reports.week_window(WEEK))
     assert "outlook of the forecast" not in last.text and 'id="outlook"' not in last.html
+
+
+def test_a_pool_already_over_its_target_reads_already_not_the_first_forecast_day():
+    """The capacity row and tiles say "already" with the date (the first forecast day alone reads as tomorrow)."""
+    assert mr.reached_text(dt.datetime(2024, 1, 3), True) == "already (before 2024-01-03)"
+    assert mr.reached_text(dt.datetime(2024, 1, 3), False) == "2024-01-03"

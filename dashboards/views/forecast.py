@@ -75,8 +75,8 @@ else:
     for col, s in zip(ui.tile_columns(len(series)), series):
         row = _answer(s)
         ex = row.get("exhausted_upper80" if band != "median" else "exhausted_median")
-        ui.kpi(col, f"{_name(s)}: capacity reached",
-               None if not row else f"{ex:%Y-%m-%d}" if ex else f"not within {horizon} days",
+        reached = mr.reached_text(ex, row.get("already_above")) if ex else f"not within {horizon} days"
+        ui.kpi(col, f"{_name(s)}: capacity reached", reached if row else None,
                f"{row.get('capacity_gpus', 0):,.0f} GPUs installed" if row.get("capacity_gpus") else None,
                missing="no installed capacity known", delta_color="off", arrow=False,
                help=f"First day the {band} forecast (smoothed) exceeds {target} % of installed capacity.")
@@ -112,6 +112,7 @@ else:
             "history_periods": "History (days)", "backtest_mase": "Backtest MASE",
             "coverage80": "80 % interval coverage (%)", "coverage95": "95 % interval coverage (%)",
             "capacity_gpus": "Installed (GPUs)", "recent_gpus": "Recent demand (GPUs)",
+            "already_above": "Already above the target",
             "exhausted_median": "Capacity reached, median (UTC)",
             "exhausted_upper80": "Capacity reached, upper 80 % (UTC)",
             need: f"GPUs needed in {horizon} days", f"shortfall_h{horizon}": f"Shortfall in {horizon} days (GPUs)",

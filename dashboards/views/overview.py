@@ -117,13 +117,14 @@ def _capacity(col) -> None:
         return _row(f"Capacity reached ({mr.CAPACITY_BASIS})", "date", "not within 90 days", None,
                     "Forecast & capacity")
     since = mr.capacity_since(ctx.version, f)
-    ui.kpi(col, "Capacity reached (forecast)", f"{hit['date']:%Y-%m-%d}",
+    ui.kpi(col, "Capacity reached (forecast)", mr.reached_text(hit["date"], hit["already"]),
            f"{hit['pool']}, {hit['capacity_gpus']:,.0f} GPUs", delta_color="off", arrow=False,
            help=f"First day on which a pool's demand, as its upper {mr.CAPACITY_BAND} % forecast, exceeds "
                 f"{mr.CAPACITY_TARGET * 100:.0f} % of its capacity; the Forecast page also gives the median's date."
+                + (" \"already\": its demand over the last days is above that now." if hit["already"] else "")
                 + (f" Forecast from all the accounting before {since:%Y-%m-%d}, whatever the window." if since else ""))
-    _row(f"Capacity reached ({hit['pool']}; {mr.CAPACITY_BASIS})", "date", f"{hit['date']:%Y-%m-%d}", None,
-         "Forecast & capacity")
+    _row(f"Capacity reached ({hit['pool']}; {mr.CAPACITY_BASIS})", "date", mr.reached_text(hit["date"], hit["already"]),
+         None, "Forecast & capacity")
 
 
 def _wait(col) -> None:

@@ -216,7 +216,8 @@ def _pool_row(key: dict, part: pl.DataFrame, cap, recent, target_util: float, ba
     row["note"] = ("no installed capacity known for this pool: pass --capacity POOL=GPUS" if cap is None else
                    "history too short for intervals: upper-band answers unknown" if no_band else
                    ("" if row["exhausted_upper80"] else "not exhausted within the horizon"))
-    if cap is not None and recent is not None and recent > cap * target_util:
+    row["already_above"] = cap is not None and recent is not None and recent > cap * target_util
+    if row["already_above"]:
         # an exhaustion date on the first forecast period reads as "tomorrow"; the pool is over its target now
         row["note"] = "; ".join(x for x in (f"already above the target: the last window's demand {recent:,.1f} GPUs "
                                             f"> {cap * target_util:,.1f}", row["note"]) if x)
