@@ -374,3 +374,15 @@ def test_data_health_page_lists_the_alerts_as_the_report_does(lab, tmp_path, mon
     page = dfx.frame_with(at, "Rule", "What was said", "Told it fired")
     assert list(page["What was said"]) == [r["summary"] for r in cli] and len(cli) == 4
     assert set(page["Told it fired"]) == {"webhook:ops"}
+
+
+def test_a_pool_already_over_its_target_alerts_at_0_days_and_says_so():
+    hz = dt.datetime(2026, 7, 6, 6, 39)
+    cap = pl.DataFrame({"pool": ["h100", "a100"], "capacity_gpus": [256.0, 224.0], "target_gpus": [217.6, 190.4],
+                        "recent_gpus": [224.07, 167.35], "already_above": [True, False],
+                        "exhausted_upper80": [dt.datetime(2026, 7, 7), dt.datetime(2026, 7, 9)]})
+    got = {c.subject: c for c in alerts.exhaustion_conditions(cap, 30, hz)}
+    assert got["h100"].value == 0.0 and got["h100"].summary == (
+        "pool h100: demand is already above the target, 224.1 GPUs over the last days against 217.6 of 256")
+    assert got["a100"].value == 2.7 and "reaches 190.4 of 224 GPUs on 2026-07-09 (2.7 days" in got["a100"].summary
+    assert [c.subject for c in alerts.exhaustion_conditions(cap, 1, hz)] == ["h100"]

@@ -122,7 +122,12 @@ def _zero(con, rule: AlertRule, hz, now) -> list[Condition]:
 def _exhaustion(con, rule: AlertRule, hz, now) -> list[Condition]:
     res = capacity.forecast_warehouse(con, min(365, max(14, int(rule.threshold) + 1)), by=("pool",),
                                       measure="demanded")
-    cap = res.get("capacity")
+    return exhaustion_conditions(res.get("capacity"), rule.threshold, hz)
+
+
+def exhaustion_conditions(cap: pl.DataFrame | None, threshold: float, hz) -> list[Condition]:
+    """A condition per pool of the forecast's capacity table whose upper 80 % exhaustion date is fewer than
+    ``threshold`` days after the data horizon ``hz`` (UTC); a pool already above its target is at 0 days."""
     if cap is None or cap.is_empty():
         return []
     keys = [k for k in ("cluster", "pool") if k in cap.columns]
@@ -130,11 +135,14 @@ def _exhaustion(con, rule: AlertRule, hz, now) -> list[Condition]:
     for r in cap.filter(pl.col("exhausted_upper80").is_not_null()).iter_rows(named=True):
         when = r["exhausted_upper80"]
         when = when if isinstance(when, dt.datetime) else dt.datetime.combine(when, dt.time())
-        days = (when - hz).total_seconds() / 86400
-        if days < rule.threshold:
+        already = bool(r.get("already_above"))
+        days = 0.0 if already else (when - hz).total_seconds() / 86400
+        if days < threshold:
             pool = "/".join(str(r[k]) for k in keys)
             out.append(Condition(
                 pool, round(days, 1),
+                f"pool {pool}: demand is already above the target, {r['recent_gpus']:,.1f} GPUs over the last days "
+                f"against {r['target_gpus']:g} of {r['capacity_gpus']:g}" if already else
                 f"pool {pool}: the upper 80 % demand forecast reaches {r['target_gpus']:g} of "
                 f"{r['capacity_gpus']:g} GPUs on {when:%Y-%m-%d} ({days:.1f} days after the data horizon)",
                 (f"recent demand: {r['recent_gpus']:,.1f} GPUs",),
