@@ -81,8 +81,19 @@ def test_what_is_measured_ends_at_the_horizon_and_counts_say_what_the_window_hol
     inp = whatif.load_inputs(held, T0.isoformat(), T1.isoformat())
     assert inp.horizon == datetime(2026, 3, 4, 10, 0)
     assert inp.end_s == 2 * 86400 + 3.5 * 3600          # 06:30 to 10:00 two days later, not to t1 (13:15)
+    assert inp.days == 3 and inp.whole_days == 2         # replications draw from the two whole days
     assert inp.counts() == {"jobs": 7, "queued_at_horizon": 4, "carried": 3}    # 4, 5, 6 and 7's four tasks
     assert sw.horizon(held, "c1") == inp.horizon and sw.horizon(held, "elsewhere") is None
+
+
+def test_a_replication_draws_whole_days_only_not_the_one_the_horizon_cuts():
+    """Day 2 is cut by the horizon after its first hours: drawn into a whole slot it would make that day light."""
+    jobs = pl.DataFrame({"job_uid": list(range(9)), "submit_s": [d * 86400.0 + 3600 * i for d in range(3)
+                                                                   for i in range(3)],
+                         "day": [d for d in range(3) for _ in range(3)], "carried": [False] * 9})
+    drawn = pl.concat([sw.resample_days(jobs, 3, 1.0, seed, whole=2) for seed in range(30)])
+    assert set(drawn["day"].to_list()) == {0, 1}
+    assert set(pl.concat([sw.resample_days(jobs, 3, 1.0, s) for s in range(30)])["day"].to_list()) == {0, 1, 2}
 
 
 def test_a_replication_resamples_the_window_s_days_and_keeps_the_carried_jobs_once(held):

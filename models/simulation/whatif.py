@@ -62,6 +62,11 @@ class Inputs:
         end = self.t1 if self.horizon is None or self.horizon >= self.t1 else self.horizon
         return max((end - self.t0).total_seconds(), 1.0)
 
+    @property
+    def whole_days(self) -> int:
+        """Day slots of the window wholly observed (before the horizon): the days a replication draws from."""
+        return max(1, int(self.end_s // sw.DAY))
+
     def counts(self) -> dict[str, int]:
         """The window's jobs, those of them still queued at the horizon, and the jobs carried in from before t0."""
         own = self.jobs.filter(~pl.col("carried"))
@@ -179,7 +184,7 @@ def _replications(inp: Inputs, sc: Scenario, replications: int, seed: int, by) -
     horizon = inp.end_s
     reps = []
     for r in range(replications):
-        jobs = sw.resample_days(inp.jobs, inp.days, sc.demand_scale, seed + r)
+        jobs = sw.resample_days(inp.jobs, inp.days, sc.demand_scale, seed + r, inp.whole_days)
         res, out = _run(inp, sc, jobs, seed + r)
         reps.append(_metrics(res, out, horizon, list(by)))
     return reps

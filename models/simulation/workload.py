@@ -186,12 +186,16 @@ def to_workload(jobs: pl.DataFrame, qos_factor: dict[str, float] | None = None, 
     return Workload.from_columns(df.select(cols))
 
 
-def resample_days(jobs: pl.DataFrame, days: int, scale: float, seed: int) -> pl.DataFrame:
+def resample_days(jobs: pl.DataFrame, days: int, scale: float, seed: int, whole: int | None = None
+                  ) -> pl.DataFrame:
     """Demand what-if: each of the ``days`` day slots receives whole observed days drawn with replacement,
     floor(scale) of them plus one more with probability frac(scale), shifted into the slot; jobs keep their
-    time of day. scale=1 is a bootstrap of days (the replication's noise). Jobs ``carried`` in from before the
-    window are the state it starts from: kept once, as they are."""
+    time of day. scale=1 is a bootstrap of days (the replication's noise). Days are drawn from the first
+    ``whole`` (default all): a last day cut by the horizon holds only its first hours of arrivals, and drawn
+    into a whole slot it would make that day light. Jobs ``carried`` in from before the window are the state
+    it starts from: kept once, as they are."""
     rng = np.random.default_rng(seed)
+    whole = days if whole is None else max(1, min(whole, days))
     carried = jobs.filter(pl.col("carried")) if "carried" in jobs.columns else jobs.head(0)
     jobs = jobs.filter(~pl.col("carried")) if "carried" in jobs.columns else jobs
     day_of = (jobs["submit_s"].to_numpy() // DAY).astype(np.int64)
@@ -200,7 +204,7 @@ def resample_days(jobs: pl.DataFrame, days: int, scale: float, seed: int) -> pl.
     for slot in range(days):
         k = int(np.floor(scale)) + (1 if rng.random() < scale - np.floor(scale) else 0)
         for _ in range(k):
-            src = int(rng.integers(0, days))
+            src = int(rng.integers(0, whole))
             d = jobs.filter(pl.Series(day_of == src))
             if d.height == 0:
                 continue
