@@ -137,7 +137,7 @@ else:
 # ---------------------------------------------------------------- what-if
 st.subheader("What if?")
 st.markdown("Replay the window's workload through the scheduler simulator with more nodes, more demand or "
-            "another policy, and compare the p95 queue wait with today's.")
+            "another policy, and compare the p95 queue wait with the window's as simulated.")
 
 cluster = f.clusters[0] if len(f.clusters) == 1 else None
 with st.form("whatif"):
@@ -188,7 +188,7 @@ def _metric(df: pl.DataFrame, metric: str, scope: str = "all") -> dict | None:
 desc = ", ".join([f"+{n} {p} nodes" for p, n in add_t] + ([f"demand x{scale:g}"] if scale != 1 else [])
                  + ([f"policy {pol}"] if pol != "fifo-backfill" else [])) or "no change"
 held = inp.counts()
-st.caption(f"Scenario: {desc}. Baseline: the window's workload on today's capacity with FIFO + EASY backfill. "
+st.caption(f"Scenario: {desc}. Baseline: the window's workload on its observed capacity with FIFO + EASY backfill. "
            f"Means of {reps} replications with 95 % intervals. The window holds {held['jobs']:,} jobs "
            f"({held['queued_at_horizon']:,} still queued where the accounting ends"
            + (f", at {inp.horizon:%Y-%m-%d %H:%M} UTC" if inp.horizon is not None else "")

@@ -120,7 +120,8 @@ def load_jobs(con: duckdb.DuckDBPyConnection, t0: datetime, t1: datetime, cluste
 
 
 #: The finished runs the expected run time of a job not finished is estimated from (every GPU job's).
-_RUNS_SQL = """SELECT cluster, coalesce(partition, '') AS partition, coalesce(elapsed_s, epoch("end" - start)) AS elapsed_s
+_RUNS_SQL = """SELECT cluster, coalesce(partition, '') AS partition,
+           coalesce(elapsed_s, epoch("end" - start)) AS elapsed_s
     FROM jobs WHERE "end" IS NOT NULL AND start IS NOT NULL AND (ngpus > 0 OR coalesce(req_gpus, 0) > 0)
       AND ($c IS NULL OR cluster = $c)"""
 
@@ -149,7 +150,8 @@ held AS (   -- the jobs the window holds, with their arrival, horizon and second
            CASE WHEN NOT h.carried THEN epoch(coalesce(h.arrive, h.submit) - $t0)
                 WHEN h.start < $t0 THEN epoch(h.start - $t0) ELSE 0 END::DOUBLE AS submit_s,
            CASE WHEN h.carried AND coalesce(h.start, $t0) >= $t0 THEN epoch(h.arrive - $t0) END::DOUBLE AS queued_s,
-           CASE WHEN NOT h.carried AND h.start IS NOT NULL THEN epoch(h.start - h.arrive) END::DOUBLE AS observed_wait_s,
+           CASE WHEN NOT h.carried AND h.start IS NOT NULL THEN epoch(h.start - h.arrive) END::DOUBLE
+               AS observed_wait_s,
            CASE WHEN h."end" IS NOT NULL THEN coalesce(h.elapsed_s, epoch(h."end" - h.start))
                 ELSE greatest(h.ran_s, coalesce(e.est_s, 0)) END::DOUBLE AS run_s,
            CASE WHEN h."end" IS NOT NULL THEN 0 ELSE greatest(coalesce(e.est_s, 0) - h.ran_s, 0) END::DOUBLE
