@@ -77,6 +77,20 @@ def test_the_window_holds_its_own_jobs_the_queue_at_the_horizon_and_the_cluster_
             for t in tasks} == {(181800.0, 14400.0, 14400.0, 2.0, "h100", "p", None)}
 
 
+def test_a_job_finished_without_an_end_ran_its_elapsed_time_as_the_timeline_counts_it(held):
+    """Some exports give a finished job its elapsed time but no end: it ended at start + elapsed (the timeline's
+    definition, models/definitions/jobs_sql.py), so it is neither running at the horizon nor in the cluster at t0
+    when that end is before it."""
+    for uid, sub in ((11, "2026-03-02 12:00"), (12, "2026-03-01 10:00")):
+        held.execute("INSERT INTO jobs (job_uid, cluster, job_id, job_id_raw, state, source, ingest_run_id, submit, "
+                     "start, elapsed_s, timelimit_s, nnodes, ngpus, req_gpus, gpu_type, partition) VALUES "
+                     "(?, 'c1', ?, ?, 'COMPLETED', 'test', 0, ?, ?, 5400, 86400, 1, 1, 1, 'h100', 'p')",
+                     [uid, str(uid), str(uid), sub, sub])
+    rows = {r["job_uid"]: r for r in sw.load_jobs(held, T0, T1).iter_rows(named=True)}
+    assert (rows[11]["run_s"], rows[11]["estimated_s"], rows[11]["carried"]) == (5400.0, 0.0, False)
+    assert 12 not in rows                                  # ended 03-01 11:30, before t0
+
+
 def test_what_is_measured_ends_at_the_horizon_and_counts_say_what_the_window_holds(held):
     inp = whatif.load_inputs(held, T0.isoformat(), T1.isoformat())
     assert inp.horizon == datetime(2026, 3, 4, 10, 0)

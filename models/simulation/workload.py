@@ -12,8 +12,8 @@ import numpy as np
 import polars as pl
 
 from models.definitions.expected_run_sql import expected_run_ctes
-from models.definitions.jobs_sql import (PARTITION_POOL_SQL, PENDING_STATES, SPANS_SQL, array_tasks_sql,
-                                         req_gpus_sql, requested_pool_sql, sql_list)
+from models.definitions.jobs_sql import (PARTITION_POOL_SQL, PENDING_STATES, SPANS_SQL, array_tasks_sql, end_eff_sql,
+                                         open_sql, req_gpus_sql, requested_pool_sql, sql_list)
 from models.definitions.labels import ANY_POOL
 from models.definitions.times import check_window, floor_day, parse_window
 from models.simulation.simulate import Cluster, Workload, node_events
@@ -112,24 +112,24 @@ def load_jobs(con: duckdb.DuckDBPyConnection, t0: datetime, t1: datetime, cluste
     one's requested pool (NULL: any). Partition: where it ran; a queued job listing several: the first.
     ``nodes``: the nodes a job running at t0 holds (it is pinned there), else NULL."""
     return _frame(con, _LOAD_JOBS_SQL.format(
-        expected=expected_run_ctes(_RUNS_SQL, "SELECT job_uid, cluster, partition, timelimit_s, ran_s FROM held "
-                                              "WHERE \"end\" IS NULL"),
-        spans=SPANS_SQL, pending=sql_list(PENDING_STATES), req_j=req_gpus_sql("j"), req=req_gpus_sql("h"),
+        expected=expected_run_ctes(_RUNS_SQL.format(open=open_sql("j")),
+                                   "SELECT job_uid, cluster, partition, timelimit_s, ran_s FROM held WHERE unfinished"),
+        spans=SPANS_SQL, open=open_sql("j"), end_eff=end_eff_sql("s.horizon", "j"), pending=sql_list(PENDING_STATES), req_j=req_gpus_sql("j"), req=req_gpus_sql("h"),
         tasks=array_tasks_sql("h"), asked=requested_pool_sql("h", "pp"), any_pool=ANY_POOL, pp=PARTITION_POOL_SQL),
         {"t0": t0, "t1": t1, "c": cluster})
 
 
 #: The finished runs the expected run time of a job not finished is estimated from (every GPU job's).
 _RUNS_SQL = """SELECT cluster, coalesce(partition, '') AS partition,
-           coalesce(elapsed_s, epoch("end" - start)) AS elapsed_s
-    FROM jobs WHERE "end" IS NOT NULL AND start IS NOT NULL AND (ngpus > 0 OR coalesce(req_gpus, 0) > 0)
+           coalesce(elapsed_s, epoch(j."end" - start)) AS elapsed_s
+    FROM jobs j WHERE start IS NOT NULL AND NOT {open} AND (ngpus > 0 OR coalesce(req_gpus, 0) > 0)
       AND ($c IS NULL OR cluster = $c)"""
 
 _LOAD_JOBS_SQL = """
 WITH spans AS ({spans}),
 held AS (   -- the jobs the window holds, with their arrival, horizon and seconds run by the horizon
     SELECT j.*, s.horizon AS hz, least(greatest(coalesce(j.eligible, j.submit), j.submit), j.start) AS arrive,
-           j.submit < $t0 AS carried,
+           j.submit < $t0 AS carried, j.start IS NULL OR {open} AS unfinished,   -- queued, or running at the horizon
            CASE WHEN j.start IS NOT NULL THEN epoch(s.horizon) - epoch(j.start) ELSE 0 END AS ran_s,
            split_part(coalesce(j.partition, ''), ',', 1) AS partition_
     FROM jobs j JOIN spans s USING (cluster)
@@ -137,7 +137,7 @@ held AS (   -- the jobs the window holds, with their arrival, horizon and second
       AND ((j.start IS NOT NULL AND j.ngpus > 0)                                          -- ran
            OR (j.start IS NULL AND j."end" IS NULL AND j.state IN {pending} AND {req_j} > 0))  -- queued at the horizon
       AND (j.submit >= $t0                                                                -- the window's
-           OR coalesce(j.start, s.horizon) >= $t0 OR coalesce(j."end", s.horizon) > $t0)   -- in the cluster at t0
+           OR coalesce(j.start, s.horizon) >= $t0 OR {end_eff} > $t0)   -- in the cluster at t0
 ), {expected}, first_node AS (
     SELECT jn.job_uid, any_value(n.gpu_type) AS node_pool
     FROM job_nodes jn JOIN nodes n ON n.cluster = jn.cluster AND n.node = jn.node
@@ -152,9 +152,9 @@ held AS (   -- the jobs the window holds, with their arrival, horizon and second
            CASE WHEN h.carried AND coalesce(h.start, $t0) >= $t0 THEN epoch(h.arrive - $t0) END::DOUBLE AS queued_s,
            CASE WHEN NOT h.carried AND h.start IS NOT NULL THEN epoch(h.start - h.arrive) END::DOUBLE
                AS observed_wait_s,
-           CASE WHEN h."end" IS NOT NULL THEN coalesce(h.elapsed_s, epoch(h."end" - h.start))
+           CASE WHEN NOT h.unfinished THEN coalesce(h.elapsed_s, epoch(h."end" - h.start))
                 ELSE greatest(h.ran_s, coalesce(e.est_s, 0)) END::DOUBLE AS run_s,
-           CASE WHEN h."end" IS NOT NULL THEN 0 ELSE greatest(coalesce(e.est_s, 0) - h.ran_s, 0) END::DOUBLE
+           CASE WHEN NOT h.unfinished THEN 0 ELSE greatest(coalesce(e.est_s, 0) - h.ran_s, 0) END::DOUBLE
                AS estimated_s,
            h.timelimit_s::DOUBLE AS limit_s, greatest(coalesce(h.nnodes, 1), 1) AS nnodes,
            CASE WHEN h.start IS NOT NULL THEN h.ngpus ELSE {req} END AS gpus,
