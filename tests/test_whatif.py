@@ -110,6 +110,15 @@ def test_compare_runs_the_baseline_beside_the_scenario_with_the_same_seeds(wareh
     assert p95["change"] < 0 and p95["change_ci_low"] <= p95["change"] <= p95["change_ci_high"]
 
 
+def test_groups_the_jobs_do_not_name_read_as_the_labels_not_none(warehouse):
+    warehouse.execute("UPDATE jobs SET team = NULL, partition = NULL WHERE job_uid % 5 = 0")
+    inp = whatif.load_inputs(warehouse)
+    out = whatif.run_whatif(inp, whatif.Scenario(policy=POLICY), 1, 0, ("team", "partition"))
+    scopes = set(out["scope"].to_list())
+    assert {"team=(unmapped)", "partition=(none)", "team=nlp", "partition=gpu"} <= scopes
+    assert not [s for s in scopes if s.endswith("=None")]
+
+
 def test_rows_read_all_then_pools_then_size_classes_smallest_first_then_teams():
     scopes = ["team=nlp", "size_class=17-32", "pool=h100", "size_class=2-4", "all", "size_class=1", "team=cv"]
     df = pl.DataFrame({"metric": ["jobs"] * 7 + ["p95_wait_h"], "scope": scopes + ["all"]}).reverse()

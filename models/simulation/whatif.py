@@ -16,7 +16,7 @@ import polars as pl
 from scipy import stats
 
 from ingest.warehouse import has_table
-from models.definitions.labels import SIZE_CLASSES, size_class_expr, size_order
+from models.definitions.labels import ANY_POOL, NONE, SIZE_CLASSES, UNMAPPED, size_class_expr, size_order
 from models.metrics import utilization
 from models.simulation import workload as sw
 from models.simulation.simulate import EVENT_KINDS, Cluster, Policy, SimResult, node_events, simulate
@@ -120,10 +120,15 @@ def _run(inp: Inputs, sc: Scenario, jobs: pl.DataFrame, seed: int) -> tuple[SimR
     return res, out
 
 
+#: What a group reads when the job does not name it (models/definitions/labels.py), not "None".
+GROUP_LABELS = {"team": UNMAPPED, "pool": ANY_POOL, "partition": NONE, "account": NONE}
+
+
 def _metrics(res: SimResult, jobs: pl.DataFrame, horizon: float, by: list[str]) -> pl.DataFrame:
     """One replication's metrics over [0, horizon) s: p50/p95 wait (h) of the window's jobs (not those carried
     in) overall and per group, utilization and fragmentation."""
     j = jobs.filter(pl.col("feasible") & ~pl.col("carried") & (pl.col("submit_s") < horizon)).with_columns(
+        *(pl.col(c).fill_null(label) for c, label in GROUP_LABELS.items() if c in by),
         size_class_expr(pl.col("gpus")).alias("size_class"),
         (pl.col("wait_s").fill_null(horizon - pl.col("submit_s")) / 3600).alias("wait_h"))  # never started: censored
     rows = [("p50_wait_h", "all", j["wait_h"].quantile(0.5)), ("p95_wait_h", "all", j["wait_h"].quantile(0.95)),
