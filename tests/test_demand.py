@@ -152,6 +152,25 @@ def test_running_jobs_count_the_mean_of_finished_runs_at_least_as_long(con):
         ("h100", d(9), 30.0, 25.0)]
 
 
+def test_a_job_finished_without_an_end_counts_its_elapsed_time_as_the_timeline_does(con):
+    """Some exports give a finished job its elapsed time and no end: it ended at start + elapsed (jobs_sql's
+    end_eff_sql, which served GPU-hours use), not at the horizon, and nothing of it is estimated."""
+    jobs = [tf.Job(1, "alice", "ml", "a100", 2, ["gpu01"], start=tf.T("03-01 00:00"), end=tf.T("03-02 00:00"))]
+    tf.load(con, "tc", jobs, tf.NODES, refresh=False)
+    con.execute("""INSERT INTO jobs (job_uid, cluster, job_id, job_id_raw, state, source, ingest_run_id, submit,
+                                     eligible, start, elapsed_s, timelimit_s, nnodes, ngpus, req_gpus, gpu_type,
+                                     partition, account)
+                   VALUES (70, 'tc', '70', '70', 'COMPLETED', 'test', 0, '2024-03-01 06:00', '2024-03-01 06:00',
+                           '2024-03-01 06:00', 7200, 86400, 1, 1, 1, 'a100', 'a100', 'ml')""")
+    con.execute("INSERT INTO job_nodes VALUES (70, 'tc', '70', NULL, 'gpu02', 1)")
+    timeline_mart.build(con)
+    t = demand.demand_table(con, "hour", [], mart=False)
+    at = {r["ts"]: r for r in t.iter_rows(named=True)}
+    six = at[dt.datetime(2024, 3, 1, 6)]
+    assert (six["demanded_gpu_hours"], six["estimated_gpu_hours"], six["served_gpu_hours"]) == (2.0, 0.0, 3.0)
+    assert at[dt.datetime(2024, 3, 1, 7)]["peak_gpus"] == 3.0 and at[dt.datetime(2024, 3, 1, 8)]["peak_gpus"] == 2.0
+
+
 def test_series_shape_and_errors(hand):
     s = demand.series(hand, "served", "day", "team,pool")
     assert s.columns == ["team", "pool", "ts", "value"]

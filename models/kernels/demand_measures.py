@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from models.definitions.jobs_sql import (PARTITION_POOL_SQL, PENDING_STATES, array_tasks_sql, pending_from_sql,
-                                         pending_until_sql, req_gpus_sql, requested_pool_sql, sql_list, team_sql)
+from models.definitions.jobs_sql import (PARTITION_POOL_SQL, PENDING_STATES, array_tasks_sql, end_eff_sql, open_sql,
+                                         pending_from_sql, pending_until_sql, req_gpus_sql, requested_pool_sql,
+                                         sql_list, team_sql)
 from models.definitions.expected_run_sql import expected_run_ctes
 from models.definitions.timeline_sql import job_alloc_in_buckets_sql
 
@@ -83,17 +84,20 @@ def measures(con, freq: str, by: list[str], start, end, peak: bool = True, serve
         asel="".join(f'{"a.cluster" if k == "cluster" else "coalesce(a.gpu_type, j.pool)" if k == "pool" else "j." + k} AS "{k}", '
                      for k in by),
         served_groups=f"UNION SELECT DISTINCT {sel} 1 FROM served" if served else "",
-        cols=", ".join(c for c in cols if c), joins=joins, pending=sql_list(PENDING_STATES),
+        cols=", ".join(c for c in cols if c), joins=joins, pending=sql_list(PENDING_STATES), open_d=open_sql("d"),
+        end_eff_d=end_eff_sql("d.hz", "d"),
         expected=expected_run_ctes(_RUNS_SQL.format(runs_from=runs_from), _TODO_SQL))
     out = con.sql(sql, params={"s": start, "e": end}).pl()
     return out.cast({k: pl.String for k in by}).cast({"ts": pl.Datetime("us")})
 
 
 #: Finished runs (the estimate's sample) and the work not finished at the horizon, for expected_run_ctes.
-_RUNS_SQL = 'SELECT cluster, partition, elapsed_s FROM {runs_from} WHERE "end" IS NOT NULL AND start IS NOT NULL'
-_TODO_SQL = """SELECT job_uid, cluster, partition, timelimit_s,
+#: A job is running at the horizon as the timeline says (jobs_sql.open_sql): one finished without an end is not.
+_RUNS_SQL = ("SELECT cluster, partition, elapsed_s FROM {runs_from} d WHERE d.start IS NOT NULL AND NOT "
+             + open_sql("d"))
+_TODO_SQL = f"""SELECT job_uid, cluster, partition, timelimit_s,
        CASE WHEN start IS NOT NULL THEN epoch(hz) - epoch(start) ELSE 0 END AS ran_s
-FROM _demand_jobs WHERE "end" IS NULL"""
+FROM _demand_jobs d WHERE (d.start IS NULL AND d."end" IS NULL) OR (d.start IS NOT NULL AND {open_sql("d")})"""
 
 _MEASURES_SQL = """
 WITH grid AS (
@@ -108,18 +112,18 @@ g AS (SELECT * FROM groups CROSS JOIN grid),
     SELECT d.*, coalesce(e.est_s, 0) AS est_s FROM _demand_jobs d LEFT JOIN expected e USING (job_uid)
 ), demanded AS (
     SELECT {sel} date_trunc('{freq}', submit) AS ts,
-        sum(req_gpus * CASE WHEN start IS NOT NULL AND "end" IS NOT NULL THEN elapsed_s
+        sum(req_gpus * CASE WHEN start IS NOT NULL AND NOT {open_d} THEN elapsed_s
                             WHEN start IS NOT NULL THEN greatest(epoch(hz) - epoch(start), est_s)
                             WHEN state IN {pending} THEN est_s ELSE 0 END) / 3600 AS v,
-        sum(req_gpus * CASE WHEN start IS NOT NULL AND "end" IS NOT NULL THEN 0
+        sum(req_gpus * CASE WHEN start IS NOT NULL AND NOT {open_d} THEN 0
                             WHEN start IS NOT NULL THEN greatest(est_s - (epoch(hz) - epoch(start)), 0)
                             WHEN state IN {pending} THEN est_s ELSE 0 END) / 3600 AS est
-    FROM work GROUP BY ALL
+    FROM work d GROUP BY ALL
 ), ev AS (  -- +/- GPUs when a job enters/leaves the queue and starts/ends; 0 at every bucket start
     SELECT {sel} eligible AS t, req_gpus AS d FROM _demand_jobs WHERE eligible < left_queue
     UNION ALL SELECT {sel} left_queue, -req_gpus FROM _demand_jobs WHERE eligible < left_queue
     UNION ALL SELECT {sel} start, ngpus FROM _demand_jobs WHERE start IS NOT NULL AND ngpus > 0
-    UNION ALL SELECT {sel} least(coalesce("end", hz), hz), -ngpus FROM _demand_jobs WHERE start IS NOT NULL AND ngpus > 0
+    UNION ALL SELECT {sel} {end_eff_d}, -ngpus FROM _demand_jobs d WHERE start IS NOT NULL AND ngpus > 0
     UNION ALL SELECT {sel} ts, 0 FROM g
 ), evt AS (SELECT {sel} t, sum(d) AS d FROM ev GROUP BY ALL
 ), lvl AS (
