@@ -341,8 +341,9 @@ def simulate(cluster: Cluster, work: Workload, policy: Policy | None = None,
     jobs = pl.DataFrame({
         "job_uid": c["job_uid"], "submit_s": submit, "start_s": first_start, "last_start_s": start,
         "end_s": end, "run_s": run, "limit_s": limit, "gpus_per_node": gpn, "nnodes": nnodes,
-        "gpus": gpn * nnodes, "pool": c["pool"], "partition": c["partition"], "account": c["account"],
-        "team": c["team"], "requeues": nreq, "feasible": feasible,
+        "gpus": gpn * nnodes, **{k: pl.Series(k, [None if v is None else str(v) for v in c[k].tolist()], pl.String)
+                                 for k in ("pool", "partition", "account", "team")},   # all None: not Object
+        "requeues": nreq, "feasible": feasible,
         "first_node": first_node, "head_shadow_s": np.where(head_shadow >= 0, head_shadow, np.nan),
     }, strict=False).with_columns((pl.col("start_s") - pl.col("submit_s")).alias("wait_s"))
     jobs = jobs.with_columns(pl.col(c).fill_nan(None) for c in ("start_s", "last_start_s", "end_s",
