@@ -1379,6 +1379,7 @@ def cmd_plan(args) -> int:
     pool = args.pool or (inp.cluster.pools[0] if len(inp.cluster.pools) == 1 else None)
     if pool is None:
         raise UsageError(f"--pool is required when there are several pools: {', '.join(inp.cluster.pools)}")
+    _say(args, f"plan: {_sim_window(inp)}; {args.replications} replications per grid point")
     try:
         table, answer = whatif.plan_capacity(inp, pool, target, sc, grid, args.replications, args.seed)
     except ValueError as exc:

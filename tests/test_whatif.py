@@ -183,6 +183,7 @@ def test_cli_simulate_and_plan(warehouse, db_path, run_cli):
     code, out, err = run_cli("plan", "--target-p95-wait", "30d", "--pool", "h100", "--grid", "4,8",
                              "--replications", "2")
     assert code == 0 and "smallest h100 capacity" in err
+    assert "plan: 700 jobs in [2026-03-02 00:00:00, 2026-03-05 00:00:00)" in err   # the window, as simulate says
     code, _, err = run_cli("simulate", "--add", "h100")
     assert code == 2 and "POOL=N" in err
     code, _, err = run_cli("plan", "--target-p95-wait", "soon")
