@@ -13,7 +13,7 @@ import polars as pl
 
 from models.definitions.expected_run_sql import expected_run_ctes
 from models.definitions.jobs_sql import (PARTITION_POOL_SQL, PENDING_STATES, SPANS_SQL, array_tasks_sql, end_eff_sql,
-                                         open_sql, req_gpus_sql, requested_pool_sql, sql_list)
+                                         open_sql, pending_from_sql, req_gpus_sql, requested_pool_sql, sql_list)
 from models.definitions.labels import ANY_POOL
 from models.definitions.times import check_window, floor_day, parse_window
 from models.simulation.simulate import Cluster, Workload, node_events
@@ -114,7 +114,7 @@ def load_jobs(con: duckdb.DuckDBPyConnection, t0: datetime, t1: datetime, cluste
     return _frame(con, _LOAD_JOBS_SQL.format(
         expected=expected_run_ctes(_RUNS_SQL.format(open=open_sql("j")),
                                    "SELECT job_uid, cluster, partition, timelimit_s, ran_s FROM held WHERE unfinished"),
-        spans=SPANS_SQL, open=open_sql("j"), end_eff=end_eff_sql("s.horizon", "j"), pending=sql_list(PENDING_STATES), req_j=req_gpus_sql("j"), req=req_gpus_sql("h"),
+        spans=SPANS_SQL, open=open_sql("j"), end_eff=end_eff_sql("s.horizon", "j"), queued=pending_from_sql("j"), pending=sql_list(PENDING_STATES), req_j=req_gpus_sql("j"), req=req_gpus_sql("h"),
         tasks=array_tasks_sql("h"), asked=requested_pool_sql("h", "pp"), any_pool=ANY_POOL, pp=PARTITION_POOL_SQL),
         {"t0": t0, "t1": t1, "c": cluster})
 
@@ -128,7 +128,7 @@ _RUNS_SQL = """SELECT cluster, coalesce(partition, '') AS partition,
 _LOAD_JOBS_SQL = """
 WITH spans AS ({spans}),
 held AS (   -- the jobs the window holds, with their arrival, horizon and seconds run by the horizon
-    SELECT j.*, s.horizon AS hz, least(greatest(coalesce(j.eligible, j.submit), j.submit), j.start) AS arrive,
+    SELECT j.*, s.horizon AS hz, least(greatest({queued}, j.submit), j.start) AS arrive,   -- the queue's entry
            j.submit < $t0 AS carried, j.start IS NULL OR {open} AS unfinished,   -- queued, or running at the horizon
            CASE WHEN j.start IS NOT NULL THEN epoch(s.horizon) - epoch(j.start) ELSE 0 END AS ran_s,
            split_part(coalesce(j.partition, ''), ',', 1) AS partition_
