@@ -142,10 +142,8 @@ def _metrics(res: SimResult, jobs: pl.DataFrame, horizon: float, by: list[str]) 
     s = res.samples.filter(pl.col("t_s") < horizon)
     for scope, d in [("all", s)] + [(f"pool={p}", s.filter(pl.col("pool") == p))
                                     for p in sorted(set(s["pool"].to_list()))]:
-        cap = d["capacity_gpus"].sum()
-        alloc = d["allocated_gpus"].sum()
-        free = cap - alloc
-        rows.append(("utilization_pct", scope, 100.0 * alloc / cap if cap else None))
+        free = d["capacity_gpus"].sum() - d["allocated_gpus"].sum()
+        rows.append(("utilization_pct", scope, _allocated_pct(d)))
         rows.append(("fragmentation_pct", scope, 100.0 * d["stranded_gpus"].sum() / free if free > 0 else 0.0))
     return pl.DataFrame(rows, schema={"metric": pl.Utf8, "scope": pl.Utf8, "value": pl.Float64}, orient="row")
 
@@ -240,9 +238,14 @@ def replay(inp: Inputs, policy: Policy) -> tuple[SimResult, pl.DataFrame]:
 def replay_utilization_pct(inp: Inputs, res: SimResult) -> float:
     """Allocated over available GPUs (%) of a simulation over what the window measures, [0, end_s): the
     simulator samples the nodes that are up and not drained (the allocation ratio of docs/METRICS.md)."""
-    s = res.samples.filter(pl.col("t_s") < inp.end_s)
-    cap = s["capacity_gpus"].sum()
-    return 100.0 * s["allocated_gpus"].sum() / cap if cap else float("nan")
+    pct = _allocated_pct(res.samples.filter(pl.col("t_s") < inp.end_s))
+    return float("nan") if pct is None else pct
+
+
+def _allocated_pct(samples: pl.DataFrame) -> float | None:
+    """Allocated over available GPUs (%) of simulator samples; None with no capacity sampled."""
+    cap = samples["capacity_gpus"].sum()
+    return 100.0 * samples["allocated_gpus"].sum() / cap if cap else None
 
 
 def observed_allocation_ratio_pct(con: duckdb.DuckDBPyConnection, inp: Inputs, cluster: str | None = None

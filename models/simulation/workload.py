@@ -138,13 +138,11 @@ held AS (   -- the jobs the window holds, with their arrival, horizon and second
            OR (j.start IS NULL AND j."end" IS NULL AND j.state IN {pending} AND {req_j} > 0))  -- queued at the horizon
       AND (j.submit >= $t0                                                                -- the window's
            OR coalesce(j.start, s.horizon) >= $t0 OR {end_eff} > $t0)   -- in the cluster at t0
-), {expected}, first_node AS (
-    SELECT jn.job_uid, any_value(n.gpu_type) AS node_pool
-    FROM job_nodes jn JOIN nodes n ON n.cluster = jn.cluster AND n.node = jn.node
+), {expected}, ran_on AS (   -- one scan of job_nodes: a node's GPU type, and every node (a job running at t0
+                              -- stays on its nodes)
+    SELECT jn.job_uid, any_value(n.gpu_type) AS node_pool, list_sort(list_distinct(list(jn.node))) AS nodes
+    FROM job_nodes jn LEFT JOIN nodes n ON n.cluster = jn.cluster AND n.node = jn.node
     WHERE jn.job_uid IN (SELECT job_uid FROM held) GROUP BY jn.job_uid
-), pinned AS (   -- a job running at t0 stays on its nodes
-    SELECT job_uid, list_sort(list_distinct(list(node))) AS nodes FROM job_nodes
-    WHERE job_uid IN (SELECT job_uid FROM held WHERE carried AND start < $t0) GROUP BY job_uid
 ), rows AS (
     SELECT h.job_uid, h.carried,
            CASE WHEN NOT h.carried THEN epoch(coalesce(h.arrive, h.submit) - $t0)
@@ -163,9 +161,9 @@ held AS (   -- the jobs the window holds, with their arrival, horizon and second
                 ELSE nullif(CASE WHEN h.gpu_type LIKE '%+%' THEN '{any_pool}' ELSE {asked} END, '{any_pool}')
            END AS pool,
            nullif(h.partition_, '') AS partition, coalesce(h.account, 'default') AS account, h.team, h.qos, h.state,
-           CASE WHEN h.start IS NULL THEN {tasks} ELSE 1 END AS tasks, p.nodes
-    FROM held h LEFT JOIN expected e USING (job_uid) LEFT JOIN first_node f USING (job_uid)
-    LEFT JOIN pinned p USING (job_uid)
+           CASE WHEN h.start IS NULL THEN {tasks} ELSE 1 END AS tasks,
+           CASE WHEN h.carried AND h.start < $t0 THEN f.nodes END AS nodes
+    FROM held h LEFT JOIN expected e USING (job_uid) LEFT JOIN ran_on f USING (job_uid)
     LEFT JOIN ({pp}) pp ON pp.cluster = h.cluster AND pp.partition = h.partition_
 )
 SELECT CASE WHEN k = 0 THEN job_uid ELSE -(job_uid * 100000 + k) END AS job_uid,   -- uids are >= 0: a task's < 0
