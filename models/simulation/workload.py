@@ -114,7 +114,8 @@ def load_jobs(con: duckdb.DuckDBPyConnection, t0: datetime, t1: datetime, cluste
     return _frame(con, _LOAD_JOBS_SQL.format(
         expected=expected_run_ctes(_RUNS_SQL.format(open=open_sql("j")),
                                    "SELECT job_uid, cluster, partition, timelimit_s, ran_s FROM held WHERE unfinished"),
-        spans=SPANS_SQL, open=open_sql("j"), end_eff=end_eff_sql("s.horizon", "j"), queued=pending_from_sql("j"), pending=sql_list(PENDING_STATES), req_j=req_gpus_sql("j"), req=req_gpus_sql("h"),
+        spans=SPANS_SQL, open=open_sql("j"), end_eff=end_eff_sql("s.horizon", "j"), queued=pending_from_sql("j"),
+        pending=sql_list(PENDING_STATES), req_j=req_gpus_sql("j"), req=req_gpus_sql("h"),
         tasks=array_tasks_sql("h"), asked=requested_pool_sql("h", "pp"), any_pool=ANY_POOL, pp=PARTITION_POOL_SQL),
         {"t0": t0, "t1": t1, "c": cluster})
 
