@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from models.forecasting import forecast as F
+from models.forecasting.bagging import bagged_theta
 
 
 def test_seasonal_naive_by_hand():
@@ -499,26 +500,28 @@ def test_calibration_origins_by_hand():
 
 
 def test_a_history_too_short_for_the_horizon_is_calibrated_on_the_longest_backtest_it_allows():
-    # 40 days at h = 28: no backtest, Theta; its intervals calibrated on Theta's errors at horizons 1..12 from
-    # 3 origins (one factor per level, the model's sd growth beyond step 12), not the textbook finite-sample band
+    # 40 days at h = 28: no backtest, bagged Theta; its intervals calibrated on bagged Theta's errors at horizons
+    # 1..12 from 3 origins (one factor per level, the model's sd growth beyond step 12), not the textbook band
     rng = np.random.default_rng(5)
     t = np.arange(40)
     y = 20 + 0.3 * t + 5 * np.sin(2 * np.pi * t / 7) + rng.standard_t(3, 40) * 3   # heavy-tailed errors
     r = F.forecast_values(y, 7, 28)
-    assert r.backtest is None and r.model == "Theta" and r.calibration == "short-backtest"
-    scale, hb, k = F.short_calibration(y, 7, 28, "Theta")
+    assert r.backtest is None and r.model == "Theta" and r.calibration == "short-backtest" and r.bagged
+    np.testing.assert_allclose(r.point, np.maximum(bagged_theta(y, 7, 28)[0], 0))
+    scale, hb, k = F.short_calibration(y, 7, 28, "Theta", bag=True)
     assert (hb, k) == (12, 3)
     for lv in F.LEVELS:
         np.testing.assert_allclose(r.hi[lv] - r.point, F.Z[lv] * scale[lv] * r.sd)
-    # the 95 % factor is the conformal quantile of Theta's 36 standardised errors (3 origins x 12 steps, each
+    # the 95 % factor is the conformal quantile of the 36 standardised errors (3 origins x 12 steps, each
     # origin's brought to the current level): ⌈37·0.95⌉ = the 36th smallest, the largest; 80 %: the 30th
     origins, hb = F.calibration_origins(40, 7, 28)
-    p = F.candidate_paths(y, 7, origins, hb, only=("Theta",))["Theta"]
+    p = F.fallback_paths(y, 7, origins, hb)
     err = np.array([y[o:o + hb] for o in origins]) - p.point
     absu = F.standardised(err, p.sd, F.level_factor(y, origins, 7))
     assert scale[95] == pytest.approx(absu.max() / F.Z[95])
     assert scale[80] == pytest.approx(np.sort(absu, axis=None)[29] / F.Z[80])
     assert any("horizons 1..12 from 3 origins" in n for n in r.notes)
+    assert any("bagged: the median of its forecasts of 100 bootstrapped histories" in n for n in r.notes)
     assert F.short_calibration(y[:20], 7, 28, "Theta") is None            # 3 origins x 2 steps: too few errors
 
 

@@ -168,3 +168,21 @@ def test_seasonality_test_and_indices():
     y = 50 * np.tile(factors, 10)
     np.testing.assert_allclose(T.seasonal_indices(y, 3, True), factors)
     np.testing.assert_allclose(T.seasonal_indices(y, 3, False), 50 * factors - 50, atol=1e-9)
+
+
+@pytest.mark.parametrize("n,m", [(40, 7), (30, 7), (15, 7), (100, 24)])
+def test_many_rows_of_one_length_forecast_as_each_alone(n, m):
+    # theta_matrix (bootstraps of one history: the seasonality test, decomposition and per-row alpha refit done
+    # for all rows at once, the SES by a pass over the periods) gives theta_many's forecasts: seasonal rows
+    # (multiplicative, and additive where a row has a value <= 0) and rows without a season mixed
+    rng = np.random.default_rng(n)
+    t = np.arange(n)
+    rows = [50 + 10 * np.sin(2 * np.pi * t / m) + rng.normal(0, s, n) for s in (1, 5, 20, 40) for _ in range(5)]
+    rows[3] = rows[3] - rows[3].min()                          # a zero: additive
+    rows[7] = 30 + 0.5 * t + rng.normal(0, 3, n)               # no season
+    x = np.array(rows)
+    many, matrix = T.theta_many(list(x), m, 28), T.theta_matrix(x, m, 28)
+    np.testing.assert_allclose(matrix.point, many.point, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(matrix.sd, many.sd, rtol=1e-9, atol=1e-9)
+    alone = T.theta_many([x[0]], m, 28)                        # one row: the per-row filter path
+    np.testing.assert_allclose(matrix.point[0], alone.point[0], rtol=1e-9, atol=1e-9)

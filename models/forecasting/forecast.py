@@ -23,6 +23,7 @@ import numpy as np
 from scipy.stats import t as student_t
 
 from models.forecasting.arima import arima_detail, arima_paths, auto_arima, fit_order
+from models.forecasting.bagging import BOOTSTRAPS, bagged_theta, can_bag
 from models.forecasting.ets import ETS_FORMS, ets_detail, ets_point, ets_sd, ets_states, ets_theta, fit_ets_forms
 from models.forecasting.mstl import mstl, seasonal_forecast
 from models.forecasting.theta import theta_paths, theta_rows
@@ -170,6 +171,26 @@ def _clip(paths: Paths, nonneg: bool) -> Paths:
     if nonneg:
         paths.point = np.maximum(paths.point, 0.0)
     return paths
+
+
+#: The model of a history too short to backtest at h: Theta, bagged where the history allows (`bagging`).
+FALLBACK = "Theta"
+
+
+def fallback_paths(y: np.ndarray, m: int, origins: list[int], h: int) -> Paths | None:
+    """The fallback's forecasts of y[o:o+h] from y[:o] per origin: Theta's, with the point forecast of each
+    origin whose history `can_bag` replaced by bagged Theta's (the sd stays Theta's: the calibration that
+    follows measures the bagged forecast's own errors against it)."""
+    paths = candidate_paths(y, m, origins, h, only=(FALLBACK,)).get(FALLBACK)
+    if paths is None:
+        return None
+    bagged = [o for o in origins if can_bag(o, m)]
+    for i, o in enumerate(origins):
+        if can_bag(o, m):
+            paths.point[i] = bagged_theta(y[:o], m, h)[0]
+    if bagged:
+        paths.detail = f"{paths.detail}; bagged over {BOOTSTRAPS} bootstraps (median)"
+    return _clip(paths, bool(len(y) and y.min() >= 0))
 
 
 def n_independent(k: int, step: int, horizon: int) -> float:
@@ -480,16 +501,20 @@ def calibration_origins(n: int, m: int, h: int) -> tuple[list[int], int]:
     return [], 0
 
 
-def short_calibration(y: np.ndarray, m: int, h: int, name: str,
-                      periods: tuple[int, ...] | None = None) -> tuple[dict[int, float], int, int] | None:
+def short_calibration(y: np.ndarray, m: int, h: int, name: str, periods: tuple[int, ...] | None = None,
+                      bag: bool = False) -> tuple[dict[int, float], int, int] | None:
     """Scale factors c_L (`_calibrate`) of single candidate ``name`` from a backtest at the longest
     horizon hb <= h the history allows (`calibration_origins`), with hb and the number of origins; None when
     it allows none, or fewer than 10 errors. For a history too short to backtest at h: its own errors over the
-    near steps say how far the model's sd understates them (the finite-sample rule only knows a line's)."""
+    near steps say how far the model's sd understates them (the finite-sample rule only knows a line's). With
+    ``bag`` the fallback is backtested bagged, as it forecasts (`fallback_paths`)."""
     origins, hb = calibration_origins(len(y), m, h)
     if name not in SINGLES or len(origins) < CAL_ORIGINS or len(origins) * hb < 10:
         return None
-    p = candidate_paths(y, m, origins, hb, only=(name,), periods=periods).get(name)
+    if bag and name == FALLBACK:
+        p = fallback_paths(y, m, origins, hb)
+    else:
+        p = candidate_paths(y, m, origins, hb, only=(name,), periods=periods).get(name)
     if p is None:
         return None
     actual = np.array([y[o:o + hb] for o in origins])
@@ -543,6 +568,7 @@ class Result:
     sd: np.ndarray | None = None           # the model's sd per step (before any calibration)
     calibration: str = "none"    # backtest | finite-sample | short-backtest | pooled | cross-series | none (no interval)
     n: int = 0                             # periods of history fitted
+    bagged: bool = False                   # the fallback, bagged (`fallback_paths`)
 
 
 def _flat(value: float, h: int, model: str, note: str, width: float = float("nan")) -> Result:
@@ -551,10 +577,13 @@ def _flat(value: float, h: int, model: str, note: str, width: float = float("nan
                   model, notes=[note])
 
 
-def _final_paths(y, m, h, chosen, bt, periods) -> tuple[str, Paths | None]:
-    """The chosen candidate refitted on the whole history; a combination refits its members."""
+def _final_paths(y, m, h, chosen, bt, periods, bag: bool = False) -> tuple[str, Paths | None]:
+    """The chosen candidate refitted on the whole history; a combination refits its members; with ``bag`` the
+    fallback is bagged (`fallback_paths`)."""
     n = len(y)
     warm = bt.warm if bt else None
+    if bag and chosen == FALLBACK:
+        return chosen, fallback_paths(y, m, [n], h)
     if chosen != "Combination":
         return chosen, candidate_paths(y, m, [n], h, only=(chosen,), warm=warm, periods=periods).get(chosen)
     members = candidate_paths(y, m, [n], h, only=tuple(bt.weights), warm=warm, periods=periods)
@@ -583,10 +612,13 @@ def forecast_values(y: np.ndarray, m: int, h: int, max_origins: int = 28, force:
     if n < 2 * m:
         notes.append(f"short history ({n} periods < two seasons of {m}): no seasonal ETS, Theta not deseasonalised")
     bt = bt or backtest(y, m, h, max_origins, periods)
+    bag = bt is None and force is None and can_bag(n, m)
     if bt is None:
-        chosen = force if force in SINGLES else "Theta"     # no backtest, no weights: one single model
+        chosen = force if force in SINGLES else FALLBACK     # no backtest, no weights: one single model
         notes.append(f"history too short to backtest ({n} periods): {chosen} used (the single method that "
-                     "needs the least data), coverage unknown")
+                     "needs the least data), coverage unknown"
+                     + (f"; bagged: the median of its forecasts of {BOOTSTRAPS} bootstrapped histories (Box-Cox, "
+                        "STL, moving blocks of two seasons)" if bag else ""))
     else:
         chosen = force if force in bt.mase else None
         if chosen is None:
@@ -595,14 +627,14 @@ def forecast_values(y: np.ndarray, m: int, h: int, max_origins: int = 28, force:
         if bt.horizon < h:
             notes.append(f"backtest covers horizons 1..{bt.horizon} of {h}; beyond it the model's own "
                          "variance growth is used, scaled by the backtest calibration")
-    chosen, final = _final_paths(y, m, h, chosen, bt, periods)
+    chosen, final = _final_paths(y, m, h, chosen, bt, periods, bag)
     if final is None:                        # the chosen model cannot be fitted on this history
         chosen, final = "SeasonalNaive", candidate_paths(y, m, [n], h, only=("SeasonalNaive",))["SeasonalNaive"]
     point, sd = final.point[0], final.sd[0]
     if not np.any(sd > 0):
         notes.append(f"{chosen} fits the history exactly (sd 0): its own band has no width, and nothing in this "
                      "history says how far the forecast may be off")
-    res = Result(point, {}, {}, chosen, final.detail, bt, notes, final.weights, sd, "backtest", n)
+    res = Result(point, {}, {}, chosen, final.detail, bt, notes, final.weights, sd, "backtest", n, bag)
     if calibrated(bt, chosen):
         if bt.basis.get(chosen) == "level":
             notes.append(f"intervals scaled by the level (the square root of the last season's mean) and {chosen}'s "
@@ -610,7 +642,7 @@ def forecast_values(y: np.ndarray, m: int, h: int, max_origins: int = 28, force:
                          "times the sd it claimed")
             return _bounded(point, level_sd(y, [n], m, sd[None, :])[0], bt.scale[chosen], True, res)
         return _bounded(point, sd, bt.scale[chosen], y.min() >= 0, res)
-    short = short_calibration(y, m, h, chosen, periods)
+    short = short_calibration(y, m, h, chosen, periods, bag)
     if short is not None:
         # The history's own errors at the steps it can backtest, not a line's textbook band: on the synthetic
         # short hold-outs (run 8) the wider of the two covered 86-87 % at 80, this alone 85 %, the textbook 75-78 %
@@ -721,9 +753,12 @@ def cross_windows(n: int, lengths: list[int], m: int, h: int, limit: int = CROSS
 
 
 def window_paths(hist: np.ndarray, name: str, weights: dict, m: int, h: int,
-                 periods: tuple[int, ...] | None) -> Paths | None:
+                 periods: tuple[int, ...] | None, bag: bool = False) -> Paths | None:
     """Candidate ``name`` fitted on ``hist`` alone, forecasting h: a single, or the combination of the members
-    ``weights`` names with those weights (renormalised over the members that can be fitted)."""
+    ``weights`` names with those weights (renormalised over the members that can be fitted); with ``bag`` the
+    fallback bagged, as the short series was forecast (`fallback_paths`)."""
+    if bag and name == FALLBACK:
+        return fallback_paths(hist, m, [len(hist)], h)
     if name in SINGLES:
         return candidate_paths(hist, m, [len(hist)], h, only=(name,), periods=periods).get(name)
     if name != "Combination" or not weights:
@@ -734,8 +769,8 @@ def window_paths(hist: np.ndarray, name: str, weights: dict, m: int, h: int,
 
 
 def cross_calibration(n: int, name: str, longer: list[np.ndarray], m: int, h: int,
-                      periods: tuple[int, ...] | None = None,
-                      weights: dict | None = None) -> tuple[dict[int, float], int, int] | None:
+                      periods: tuple[int, ...] | None = None, weights: dict | None = None,
+                      bag: bool = False) -> tuple[dict[int, float], int, int] | None:
     """Scale factors c_L (`_calibrate`: conformal quantile of |error / model sd| over z_L) of candidate ``name``
     fitted on n periods and forecasting h, from the table's longer series cut to that length (`cross_windows`):
     at each window the model is fitted on the n periods before the origin alone, as on the short series, and
@@ -751,7 +786,7 @@ def cross_calibration(n: int, name: str, longer: list[np.ndarray], m: int, h: in
     wins = cross_windows(n, [len(y) for y in longer], m, h)
     rows, used = [], set()
     for s, o in wins:
-        p = window_paths(longer[s][o - n:o], name, weights or {}, m, h, periods)
+        p = window_paths(longer[s][o - n:o], name, weights or {}, m, h, periods, bag)
         if p is not None and np.all(p.sd[0] > 0):
             rows.append(standardised(longer[s][o:o + h] - p.point[0], p.sd[0], np.ones(1)))
             used.add(s)
@@ -766,8 +801,8 @@ def start_level(y: np.ndarray, m: int) -> float:
 
 
 def cross_level(n: int, name: str, longer: list[np.ndarray], m: int, h: int,
-                periods: tuple[int, ...] | None = None,
-                weights: dict | None = None) -> tuple[dict[int, float], int, int] | None:
+                periods: tuple[int, ...] | None = None, weights: dict | None = None,
+                bag: bool = False) -> tuple[dict[int, float], int, int] | None:
     """Quantiles q_L of |e_j| / (L·√j) of candidate ``name`` fitted on n periods of the table's longer series
     (`cross_windows`), L the window's `start_level`, e_j its error at step j; q_L the split-conformal quantile
     (`conformal_rank`). For a forecast whose model claims no uncertainty at all (sd 0: it fits a flat history
@@ -778,7 +813,7 @@ def cross_level(n: int, name: str, longer: list[np.ndarray], m: int, h: int,
     growth = np.sqrt(np.arange(1, h + 1))
     for s, o in cross_windows(n, [len(y) for y in longer], m, h):
         hist = longer[s][o - n:o]
-        p = window_paths(hist, name, weights or {}, m, h, periods) if start_level(hist, m) > 0 else None
+        p = window_paths(hist, name, weights or {}, m, h, periods, bag) if start_level(hist, m) > 0 else None
         if p is not None:
             rows.append(np.abs(longer[s][o:o + h] - p.point[0]) / (start_level(hist, m) * growth))
             used.add(s)
@@ -830,11 +865,11 @@ def cross_series(done: list, m: int, h: int, periods: tuple[int, ...] | None) ->
         longer = [p.y for p, r, *_ in done if len(p.y) >= res.n + h and r.model not in ("Zero", "none")]
         nonneg = bool(len(prep.y) and prep.y.min() >= 0)
         if flat and longer and start_level(prep.y, m) > 0:
-            cross = cross_level(res.n, res.model, longer, m, h, periods, res.weights)
+            cross = cross_level(res.n, res.model, longer, m, h, periods, res.weights, res.bagged)
             if cross is not None:
                 apply_cross_level(res, cross, start_level(prep.y, m), nonneg)
         elif not flat and longer:
-            cross = cross_calibration(res.n, res.model, longer, m, h, periods, res.weights)
+            cross = cross_calibration(res.n, res.model, longer, m, h, periods, res.weights, res.bagged)
             if cross is not None:
                 apply_cross(res, cross, nonneg)
 

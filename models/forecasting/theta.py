@@ -138,6 +138,13 @@ def _sums(r: Rows, alpha: np.ndarray) -> dict:
         ses = lfilter([0.0, a], [1.0, a - 1.0], r.x, axis=1)          # l_{t-1} from a zero start
         decay = (1 - a) ** (t - 1.0)
         q = (1 - decay * (1 - a)) / a
+    elif width <= 4 * len(alpha):
+        # many short rows (bootstraps of one history): one pass over the periods beats a filter call per row
+        ses = np.zeros_like(r.x)
+        for j in range(1, width):
+            ses[:, j] = alpha * r.x[:, j - 1] + (1 - alpha) * ses[:, j - 1]
+        decay = (1 - alpha)[:, None] ** (t - 1.0)
+        q = (1 - decay * (1 - alpha)[:, None]) / alpha[:, None]
     else:
         ses = np.vstack([lfilter([0.0, a], [1.0, a - 1.0], row) for a, row in zip(alpha, r.x)])
         decay = (1 - alpha)[:, None] ** (t - 1.0)
@@ -269,21 +276,73 @@ def theta_paths(y: np.ndarray, m: int, origins: list[int], h: int, variants=VARI
     origins = [int(o) for o in origins]
     if min(origins) < 3:
         return None
+    return theta_many([y[:o] for o in origins], m, h, variants)
+
+
+def theta_many(series: list[np.ndarray], m: int, h: int, variants=VARIANTS) -> ThetaPaths:
+    """Forecasts h steps after the end of each series (each at least 3 long), each deseasonalised by M4's
+    rules on its own (`deseasonalise`), all fitted at once (`theta_rows`) and reseasonalised after."""
     kinds, indices, des = [], [], []
-    for o in origins:
-        kind, index = deseasonalise(y[:o], m)
-        des.append(_apply(kind, index, np.arange(o) % max(m, 1), y[:o], inverse=False))
+    for s in series:
+        kind, index = deseasonalise(s, m)
+        des.append(_apply(kind, index, np.arange(len(s)) % max(m, 1), s, inverse=False))
         kinds.append(kind)
         indices.append(index)
     fc = theta_rows(des, h, variants)
     j = np.arange(1, h + 1)
-    for i, o in enumerate(origins):
-        pos = (o + j - 1) % max(m, 1)
+    for i, s in enumerate(series):
+        pos = (len(s) + j - 1) % max(m, 1)
         fc.point[i] = _apply(kinds[i], indices[i], pos, fc.point[i], inverse=True)
         if kinds[i] == "multiplicative":
             fc.sd[i] = fc.sd[i] * indices[i][pos]
         if kinds[i] != "none":
             fc.detail[i] += f" {kinds[i]} seasonal"
+    return fc
+
+
+def seasonality_rows(x: np.ndarray, m: int) -> np.ndarray:
+    """`seasonality_test` of each row of x (k, n) at once."""
+    k, n = x.shape
+    if m < 2 or n < 3 * m:
+        return np.zeros(k, dtype=bool)
+    c = x - x.mean(axis=1, keepdims=True)
+    denom = np.einsum("kt,kt->k", c, c)
+    acf = np.stack([np.einsum("kt,kt->k", c[:, :n - j], c[:, j:]) for j in range(1, m + 1)], axis=1)
+    acf = acf / np.where(denom > 0, denom, 1.0)[:, None]
+    limit = 1.645 * np.sqrt((1 + 2 * np.sum(acf[:, :m - 1] ** 2, axis=1)) / n)
+    return (denom > 0) & (np.abs(acf[:, m - 1]) > limit)
+
+
+def indices_rows(x: np.ndarray, m: int, multiplicative: np.ndarray) -> np.ndarray:
+    """`seasonal_indices` of each row of x (k, n) at once, multiplicative where the mask says: (k, m)."""
+    w = np.r_[0.5, np.ones(m - 1), 0.5] / m if m % 2 == 0 else np.ones(m) / m
+    trend = np.lib.stride_tricks.sliding_window_view(x, len(w), axis=1) @ w[::-1]
+    half = (len(w) - 1) // 2
+    core = x[:, half:half + trend.shape[1]]
+    mult = multiplicative[:, None]
+    detr = np.where(mult, core / np.where(mult, trend, 1.0), core - trend)
+    pos = (np.arange(trend.shape[1]) + half) % m
+    fig = np.stack([detr[:, pos == j].mean(axis=1) for j in range(m)], axis=1)
+    return np.where(mult, fig / fig.mean(axis=1, keepdims=True), fig - fig.mean(axis=1, keepdims=True))
+
+
+def theta_matrix(x: np.ndarray, m: int, h: int, variants=VARIANTS) -> ThetaPaths:
+    """`theta_many` of the rows of x (k, n), series of one length (bootstraps of one history): the same
+    forecasts, with the seasonality test and decomposition done for all rows at once."""
+    k, n = x.shape
+    seasonal = seasonality_rows(x, m)
+    mult = seasonal & (x.min(axis=1) > 0)
+    index = np.ones((k, max(m, 1)))
+    if seasonal.any():
+        index[seasonal] = indices_rows(x[seasonal], m, mult[seasonal])
+    add = seasonal & ~mult
+    pos = np.arange(n) % max(m, 1)
+    des = np.where(mult[:, None], x / index[:, pos], np.where(add[:, None], x - index[:, pos], x))
+    fc = theta_rows(list(des), h, variants)
+    fpos = (n + np.arange(h)) % max(m, 1)
+    fc.point = np.where(mult[:, None], fc.point * index[:, fpos], np.where(add[:, None], fc.point + index[:, fpos],
+                                                                           fc.point))
+    fc.sd = np.where(mult[:, None], fc.sd * index[:, fpos], fc.sd)
     return fc
 
 
