@@ -177,19 +177,19 @@ def _clip(paths: Paths, nonneg: bool) -> Paths:
 FALLBACK = "Theta"
 
 
-def fallback_paths(y: np.ndarray, m: int, origins: list[int], h: int) -> Paths | None:
+def fallback_paths(y: np.ndarray, m: int, origins: list[int], h: int, k: int = BOOTSTRAPS) -> Paths | None:
     """The fallback's forecasts of y[o:o+h] from y[:o] per origin: Theta's, with the point forecast of each
-    origin whose history `can_bag` replaced by bagged Theta's (the sd stays Theta's: the calibration that
-    follows measures the bagged forecast's own errors against it)."""
+    origin whose history `can_bag` replaced by bagged Theta's over k bootstrapped histories (the sd stays
+    Theta's: the calibration that follows measures the bagged forecast's own errors against it)."""
     paths = candidate_paths(y, m, origins, h, only=(FALLBACK,)).get(FALLBACK)
     if paths is None:
         return None
     bagged = [o for o in origins if can_bag(o, m)]
     for i, o in enumerate(origins):
         if can_bag(o, m):
-            paths.point[i] = bagged_theta(y[:o], m, h)[0]
+            paths.point[i] = bagged_theta(y[:o], m, h, k)[0]
     if bagged:
-        paths.detail = f"{paths.detail}; bagged over {BOOTSTRAPS} bootstraps (median)"
+        paths.detail = f"{paths.detail}; bagged over {k} bootstraps (median)"
     return _clip(paths, bool(len(y) and y.min() >= 0))
 
 
@@ -648,9 +648,9 @@ def forecast_values(y: np.ndarray, m: int, h: int, max_origins: int = 28, force:
         # short hold-outs (run 8) the wider of the two covered 86-87 % at 80, this alone 85 %, the textbook 75-78 %
         scale, hb, k = short
         res.calibration = "short-backtest"
-        notes.append(f"intervals calibrated on {chosen}'s backtest errors at horizons 1..{hb} from {k} origins (the "
-                     f"longest backtest the history allows); beyond step {hb} the model's own variance growth, "
-                     "scaled by that calibration")
+        notes.append(f"intervals calibrated on {'bagged ' if bag else ''}{chosen}'s backtest errors at horizons "
+                     f"1..{hb} from {k} origins (the longest backtest the history allows); beyond step {hb} the "
+                     "model's own variance growth, scaled by that calibration")
         return _bounded(point, sd, scale, y.min() >= 0, res)
     res.calibration = "finite-sample"
     notes.append("intervals not calibrated by a backtest (too few origins, or errors where the model claimed no "
@@ -734,6 +734,10 @@ def apply_pooled(res: Result, pooled: tuple[dict[int, float], int], nonneg: bool
 
 #: Windows of the table's longer series that calibrate one short series (`cross_windows`), at most.
 CROSS_WINDOWS = 40
+#: Bootstraps of a bagged fallback fitted on such a window (the forecast itself takes BOOTSTRAPS): a noisier
+#: median of the same forecaster, whose errors are if anything larger, at a fifth of the cost (docs/FORECAST.md
+#: run 20: 40 windows of 100 bootstraps at h = 90 took 1.3 s per short series, in the parent process).
+WINDOW_BOOTSTRAPS = 20
 #: Whether `forecast_table` calibrates short series on the longer ones (`cross_series`); a module setting so
 #: that the benchmarks can measure the rule off and on in one process.
 CROSS_SERIES = True
@@ -758,7 +762,7 @@ def window_paths(hist: np.ndarray, name: str, weights: dict, m: int, h: int,
     ``weights`` names with those weights (renormalised over the members that can be fitted); with ``bag`` the
     fallback bagged, as the short series was forecast (`fallback_paths`)."""
     if bag and name == FALLBACK:
-        return fallback_paths(hist, m, [len(hist)], h)
+        return fallback_paths(hist, m, [len(hist)], h, WINDOW_BOOTSTRAPS)
     if name in SINGLES:
         return candidate_paths(hist, m, [len(hist)], h, only=(name,), periods=periods).get(name)
     if name != "Combination" or not weights:
