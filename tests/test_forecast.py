@@ -520,7 +520,7 @@ def test_a_history_too_short_for_the_horizon_is_calibrated_on_the_longest_backte
     absu = F.standardised(err, p.sd, F.level_factor(y, origins, 7))
     assert scale[95] == pytest.approx(absu.max() / F.Z[95])
     assert scale[80] == pytest.approx(np.sort(absu, axis=None)[29] / F.Z[80])
-    assert any("horizons 1..12 from 3 origins" in n for n in r.notes)
+    assert any("calibrated on bagged Theta's backtest errors at horizons 1..12 from 3 origins" in n for n in r.notes)
     assert any("bagged: the median of its forecasts of 100 bootstrapped histories" in n for n in r.notes)
     assert F.short_calibration(y[:20], 7, 28, "Theta") is None            # 3 origins x 2 steps: too few errors
 
@@ -641,6 +641,24 @@ def test_cross_calibration_is_the_conformal_quantile_of_the_cut_windows_standard
     # a flat series: every window's model claims sd 0, nothing to standardise with
     assert F.cross_calibration(5, "SeasonalNaive", [np.full(30, 3.0)], 1, 4) is None
     assert F.cross_calibration(5, "Combination", [np.arange(30.0)], 1, 4) is None
+
+
+def test_a_bagged_short_series_is_calibrated_on_windows_forecast_bagged_too():
+    # the windows of the longer series are forecast as the short series was: bagged Theta, 20 bootstraps each
+    # (WINDOW_BOOTSTRAPS), their errors divided by Theta's sd
+    rng = np.random.default_rng(11)
+    t = np.arange(120)
+    longer = [50 + 0.2 * t + 8 * np.sin(2 * np.pi * t / 7) + rng.normal(0, 6, 120) for _ in range(3)]
+    bagged = F.cross_calibration(30, "Theta", longer, 7, 28, bag=True)
+    plain = F.cross_calibration(30, "Theta", longer, 7, 28)
+    assert bagged is not None and plain is not None and bagged[0] != plain[0]
+    rows = []
+    for s, o in F.cross_windows(30, [120] * 3, 7, 28):
+        p = F.fallback_paths(longer[s][o - 30:o], 7, [30], 28, F.WINDOW_BOOTSTRAPS)
+        assert p.detail.endswith("bagged over 20 bootstraps (median)")
+        rows.append(F.standardised(longer[s][o:o + 28] - p.point[0], p.sd[0], np.ones(1)))
+    absu = np.sort(np.array(rows), axis=None)
+    assert bagged[0][95] == pytest.approx(absu[math.ceil((len(absu) + 1) * 0.95) - 1] / F.Z[95])
 
 
 def test_forecast_table_calibrates_a_new_series_on_the_longer_ones_cut_to_its_length():
