@@ -66,6 +66,21 @@ def test_a_pool_over_its_target_already_says_so():
     assert r["note"] == "not exhausted within the horizon" and r["already_above"] is False
 
 
+def test_a_pool_over_its_target_that_the_forecast_sees_falling_is_still_reached_now():
+    # a busy week (window 2: (90 + 88)/2 = 89 > 85) forecast to fall to 60-70 GPUs: the upper band (+10) never
+    # crosses 85, yet the pool is over its target now; both dates are the first forecast day, the note says so
+    hist, fc = _frames([60, 90, 88], [70, 65, 60])
+    r = capacity.exhaustion(hist, fc, {"a100": 100.0}, ["pool"], window=2, per_hour=24.0).row(0, named=True)
+    assert r["already_above"] is True
+    assert r["exhausted_median"] == r["exhausted_upper80"] == dt.datetime(2024, 1, 4)
+    assert r["note"] == ("already above the target: the last window's demand 89.0 GPUs > 85.0; the forecast's "
+                         "upper 80 % band stays below it over the horizon")
+    # a pool whose median crosses only on day 3 (86) is over its target now, so reached on day 1 too
+    hist, fc = _frames([88, 90], [80, 82, 86], width=0.0)
+    r = capacity.exhaustion(hist, fc, {"a100": 100.0}, ["pool"], window=1, per_hour=24.0).row(0, named=True)
+    assert r["exhausted_median"] == r["exhausted_upper80"] == dt.datetime(2024, 1, 3)
+
+
 
 def test_bands_target_and_unknown_capacity():
     hist, fc = _frames([10], [10, 10])

@@ -218,9 +218,15 @@ def _pool_row(key: dict, part: pl.DataFrame, cap, recent, target_util: float, ba
                    ("" if row["exhausted_upper80"] else "not exhausted within the horizon"))
     row["already_above"] = cap is not None and recent is not None and recent > cap * target_util
     if row["already_above"]:
+        # Over the target now: reached, on the first forecast period at the latest, whatever the forecast does
+        # next (after a busy week it may fall below: the dates were then empty, and the tile and the alert
+        # said nothing of a pool over its target). A later crossing would print "already (before <later>)".
+        falls = row["exhausted_upper80"] is None
+        row["exhausted_median"] = row["exhausted_upper80"] = part.get_column("ts")[0] if part.height else None
         # an exhaustion date on the first forecast period reads as "tomorrow"; the pool is over its target now
+        later = "the forecast's upper 80 % band stays below it over the horizon" if falls and not no_band else ""
         row["note"] = "; ".join(x for x in (f"already above the target: the last window's demand {recent:,.1f} GPUs "
-                                            f"> {cap * target_util:,.1f}", row["note"]) if x)
+                                            f"> {cap * target_util:,.1f}", later or row["note"]) if x)
     return row
 
 
