@@ -184,10 +184,9 @@ def fallback_paths(y: np.ndarray, m: int, origins: list[int], h: int, k: int = B
     paths = candidate_paths(y, m, origins, h, only=(FALLBACK,)).get(FALLBACK)
     if paths is None:
         return None
-    bagged = [o for o in origins if can_bag(o, m)]
-    for i, o in enumerate(origins):
-        if can_bag(o, m):
-            paths.point[i] = bagged_theta(y[:o], m, h, k)[0]
+    bagged = [i for i, o in enumerate(origins) if can_bag(o, m)]
+    for i in bagged:
+        paths.point[i] = bagged_theta(y[:origins[i]], m, h, k)[0]
     if bagged:
         paths.detail = f"{paths.detail}; bagged over {k} bootstraps (median)"
     return _clip(paths, bool(len(y) and y.min() >= 0))
