@@ -35,31 +35,42 @@ DYNAMIC = {"STM": False, "OTM": False, "DSTM": True, "DOTM": True}
 
 # ----------------------------------------------------------------------------- seasonality (M4)
 
+def seasonality_rows(x: np.ndarray, m: int) -> np.ndarray:
+    """M4's seasonality test (`seasonality_test`) of each row of x (k, n) at once."""
+    k, n = x.shape
+    if m < 2 or n < 3 * m:
+        return np.zeros(k, dtype=bool)
+    c = x - x.mean(axis=1, keepdims=True)
+    denom = np.einsum("kt,kt->k", c, c)
+    acf = np.stack([np.einsum("kt,kt->k", c[:, :n - j], c[:, j:]) for j in range(1, m + 1)], axis=1)
+    acf = acf / np.where(denom > 0, denom, 1.0)[:, None]
+    limit = 1.645 * np.sqrt((1 + 2 * np.sum(acf[:, :m - 1] ** 2, axis=1)) / n)
+    return (denom > 0) & (np.abs(acf[:, m - 1]) > limit)
+
+
+def indices_rows(x: np.ndarray, m: int, multiplicative: np.ndarray) -> np.ndarray:
+    """Classical decomposition's seasonal index (`seasonal_indices`) of each row of x (k, n) at once,
+    multiplicative where the mask says: (k, m)."""
+    w = np.r_[0.5, np.ones(m - 1), 0.5] / m if m % 2 == 0 else np.ones(m) / m
+    trend = np.lib.stride_tricks.sliding_window_view(x, len(w), axis=1) @ w[::-1]
+    half = (len(w) - 1) // 2
+    core = x[:, half:half + trend.shape[1]]
+    mult = multiplicative[:, None]
+    detr = np.where(mult, core / np.where(mult, trend, 1.0), core - trend)
+    pos = (np.arange(trend.shape[1]) + half) % m
+    fig = np.stack([detr[:, pos == j].mean(axis=1) for j in range(m)], axis=1)
+    return np.where(mult, fig / fig.mean(axis=1, keepdims=True), fig - fig.mean(axis=1, keepdims=True))
+
+
 def seasonality_test(y: np.ndarray, m: int) -> bool:
     """M4's test: |acf_m| > 1.645·√((1 + 2·Σ_{k<m} acf_k²)/n), needing at least three seasons."""
-    n = len(y)
-    if m < 2 or n < 3 * m:
-        return False
-    x = y - y.mean()
-    denom = float(x @ x)
-    if denom == 0:
-        return False
-    acf = np.array([x[:n - k] @ x[k:] for k in range(1, m + 1)]) / denom
-    limit = 1.645 * math.sqrt((1 + 2 * float(np.sum(acf[:m - 1] ** 2))) / n)
-    return abs(acf[m - 1]) > limit
+    return bool(seasonality_rows(np.asarray(y, dtype=float)[None, :], m)[0])
 
 
 def seasonal_indices(y: np.ndarray, m: int, multiplicative: bool) -> np.ndarray:
     """Classical decomposition (R's decompose): centred moving average, per-position mean of the ratios
     (or differences), normalised to mean 1 (or 0). Returns the index for each position 0..m-1 of y."""
-    w = np.r_[0.5, np.ones(m - 1), 0.5] / m if m % 2 == 0 else np.ones(m) / m
-    trend = np.convolve(y, w, mode="valid")
-    half = (len(w) - 1) // 2
-    core = y[half:half + len(trend)]
-    detr = core / trend if multiplicative else core - trend
-    pos = (np.arange(len(trend)) + half) % m
-    fig = np.array([detr[pos == j].mean() for j in range(m)])
-    return fig / fig.mean() if multiplicative else fig - fig.mean()
+    return indices_rows(np.asarray(y, dtype=float)[None, :], m, np.array([multiplicative]))[0]
 
 
 def deseasonalise(y: np.ndarray, m: int) -> tuple[str, np.ndarray]:
@@ -298,32 +309,6 @@ def theta_many(series: list[np.ndarray], m: int, h: int, variants=VARIANTS) -> T
         if kinds[i] != "none":
             fc.detail[i] += f" {kinds[i]} seasonal"
     return fc
-
-
-def seasonality_rows(x: np.ndarray, m: int) -> np.ndarray:
-    """`seasonality_test` of each row of x (k, n) at once."""
-    k, n = x.shape
-    if m < 2 or n < 3 * m:
-        return np.zeros(k, dtype=bool)
-    c = x - x.mean(axis=1, keepdims=True)
-    denom = np.einsum("kt,kt->k", c, c)
-    acf = np.stack([np.einsum("kt,kt->k", c[:, :n - j], c[:, j:]) for j in range(1, m + 1)], axis=1)
-    acf = acf / np.where(denom > 0, denom, 1.0)[:, None]
-    limit = 1.645 * np.sqrt((1 + 2 * np.sum(acf[:, :m - 1] ** 2, axis=1)) / n)
-    return (denom > 0) & (np.abs(acf[:, m - 1]) > limit)
-
-
-def indices_rows(x: np.ndarray, m: int, multiplicative: np.ndarray) -> np.ndarray:
-    """`seasonal_indices` of each row of x (k, n) at once, multiplicative where the mask says: (k, m)."""
-    w = np.r_[0.5, np.ones(m - 1), 0.5] / m if m % 2 == 0 else np.ones(m) / m
-    trend = np.lib.stride_tricks.sliding_window_view(x, len(w), axis=1) @ w[::-1]
-    half = (len(w) - 1) // 2
-    core = x[:, half:half + trend.shape[1]]
-    mult = multiplicative[:, None]
-    detr = np.where(mult, core / np.where(mult, trend, 1.0), core - trend)
-    pos = (np.arange(trend.shape[1]) + half) % m
-    fig = np.stack([detr[:, pos == j].mean(axis=1) for j in range(m)], axis=1)
-    return np.where(mult, fig / fig.mean(axis=1, keepdims=True), fig - fig.mean(axis=1, keepdims=True))
 
 
 def theta_matrix(x: np.ndarray, m: int, h: int, variants=VARIANTS) -> ThetaPaths:
