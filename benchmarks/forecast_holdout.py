@@ -32,7 +32,9 @@ CASES = {"d120h28s41": (100, 120, 28, 41, "day"), "d365h28s42": (100, 365, 28, 4
          "d60h28s44": (100, 60, 28, 44, "day"), "d75h28s45": (100, 75, 28, 45, "day"),
          # tables of long series and new ones (run 9): every third series has only 20-45 (h = 28) or 8-27 (h = 7)
          # days of training, too few to backtest at h, beside series that have the whole span (run 6's design)
-         "d200h28s46late": (60, 200, 28, 46, "day", (20, 45)), "d120h7s47late": (60, 120, 7, 47, "day", (8, 27))}
+         "d200h28s46late": (60, 200, 28, 46, "day", (20, 45)), "d120h7s47late": (60, 120, 7, 47, "day", (8, 27)),
+         # hourly new series (run 20, bagging): 50-300 hours of training, too few to backtest at 24 (336 needed)
+         "h60h24s48late": (30, 60, 24, 48, "hour", (50, 300))}
 
 
 def late_starters(df: pl.DataFrame, h: int, late: tuple[int, int], seed: int) -> tuple[pl.DataFrame, set]:
