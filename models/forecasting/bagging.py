@@ -23,7 +23,7 @@ from __future__ import annotations
 import numpy as np
 
 from models.forecasting.mstl import stl
-from models.forecasting.theta import theta_matrix
+from models.forecasting.theta import ThetaPaths, theta_matrix
 
 #: Bootstrapped series per forecast, the history itself included (Bergmeir et al.'s 100).
 BOOTSTRAPS = 100
@@ -88,10 +88,19 @@ def bootstrap_series(y: np.ndarray, m: int, k: int = BOOTSTRAPS, seed: int = SEE
     return np.vstack([y[None, :], out]), lam
 
 
-def bagged_theta(y: np.ndarray, m: int, h: int, k: int = BOOTSTRAPS) -> tuple[np.ndarray, float]:
-    """(median over the bootstrapped series of their Theta forecasts h steps ahead, the Box-Cox lambda) of a
-    history that `can_bag`; never below 0 when the history is not."""
+def bagged_fit(y: np.ndarray, m: int, h: int, k: int = BOOTSTRAPS) -> tuple[ThetaPaths, float]:
+    """(Theta's forecast of the history itself, the first of the bootstrapped series, with its point forecast
+    replaced by the median of all k series' forecasts h steps ahead (never below 0 when the history is not);
+    the Box-Cox lambda) of a history that `can_bag`. The sd and detail stay those of the history's own fit."""
     y = np.asarray(y, dtype=float)
     series, lam = bootstrap_series(y, m, k)
-    point = np.median(theta_matrix(series, m, h).point, axis=0)
-    return (np.maximum(point, 0.0) if y.min() >= 0 else point), lam
+    fc = theta_matrix(series, m, h)
+    point = np.median(fc.point, axis=0)
+    return ThetaPaths((np.maximum(point, 0.0) if y.min() >= 0 else point)[None, :], fc.sd[:1], fc.detail[:1]), lam
+
+
+def bagged_theta(y: np.ndarray, m: int, h: int, k: int = BOOTSTRAPS) -> tuple[np.ndarray, float]:
+    """(median over the bootstrapped series of their Theta forecasts h steps ahead, the Box-Cox lambda): the point
+    forecast of `bagged_fit`."""
+    fit, lam = bagged_fit(y, m, h, k)
+    return fit.point[0], lam

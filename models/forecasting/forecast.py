@@ -23,7 +23,7 @@ import numpy as np
 from scipy.stats import t as student_t
 
 from models.forecasting.arima import arima_detail, arima_paths, auto_arima, fit_order
-from models.forecasting.bagging import BOOTSTRAPS, bagged_theta, can_bag
+from models.forecasting.bagging import BOOTSTRAPS, bagged_fit, can_bag
 from models.forecasting.ets import ETS_FORMS, ets_detail, ets_point, ets_sd, ets_states, ets_theta, fit_ets_forms
 from models.forecasting.mstl import mstl, seasonal_forecast
 from models.forecasting.theta import theta_paths, theta_rows
@@ -180,16 +180,21 @@ FALLBACK = "Theta"
 def fallback_paths(y: np.ndarray, m: int, origins: list[int], h: int, k: int = BOOTSTRAPS) -> Paths | None:
     """The fallback's forecasts of y[o:o+h] from y[:o] per origin: Theta's, with the point forecast of each
     origin whose history `can_bag` replaced by bagged Theta's over k bootstrapped histories (the sd stays
-    Theta's: the calibration that follows measures the bagged forecast's own errors against it)."""
-    paths = candidate_paths(y, m, origins, h, only=(FALLBACK,)).get(FALLBACK)
-    if paths is None:
+    Theta's: the calibration that follows measures the bagged forecast's own errors against it). Theta is fitted
+    on such a history once, as the first of its bootstrapped series (`bagged_fit`)."""
+    if min(origins) < 3:
         return None
-    bagged = [i for i, o in enumerate(origins) if can_bag(o, m)]
-    for i in bagged:
-        paths.point[i] = bagged_theta(y[:origins[i]], m, h, k)[0]
-    if bagged:
-        paths.detail = f"{paths.detail}; bagged over {k} bootstraps (median)"
-    return _clip(paths, bool(len(y) and y.min() >= 0))
+    plain = [o for o in origins if not can_bag(o, m)]
+    rows = {}
+    if plain:
+        th = theta_paths(y, m, plain, h)
+        rows = {o: (th.point[i], th.sd[i], th.detail[i]) for i, o in enumerate(plain)}
+    for o in origins:
+        if can_bag(o, m):
+            fit = bagged_fit(y[:o], m, h, k)[0]
+            rows[o] = (fit.point[0], fit.sd[0], f"{fit.detail[0]}; bagged over {k} bootstraps (median)")
+    point, sd, detail = zip(*(rows[o] for o in origins))
+    return _clip(Paths(np.array(point), np.array(sd), detail[-1]), bool(len(y) and y.min() >= 0))
 
 
 def n_independent(k: int, step: int, horizon: int) -> float:

@@ -313,7 +313,7 @@ def theta_many(series: list[np.ndarray], m: int, h: int, variants=VARIANTS) -> T
 
 def theta_matrix(x: np.ndarray, m: int, h: int, variants=VARIANTS) -> ThetaPaths:
     """`theta_many` of the rows of x (k, n), series of one length (bootstraps of one history): the same
-    forecasts, with the seasonality test and decomposition done for all rows at once."""
+    forecasts and details, with the seasonality test and decomposition done for all rows at once."""
     k, n = x.shape
     seasonal = seasonality_rows(x, m)
     mult = seasonal & (x.min(axis=1) > 0)
@@ -328,6 +328,8 @@ def theta_matrix(x: np.ndarray, m: int, h: int, variants=VARIANTS) -> ThetaPaths
     fc.point = np.where(mult[:, None], fc.point * index[:, fpos], np.where(add[:, None], fc.point + index[:, fpos],
                                                                            fc.point))
     fc.sd = np.where(mult[:, None], fc.sd * index[:, fpos], fc.sd)
+    fc.detail = [d + (" multiplicative seasonal" if mu else " additive seasonal" if ad else "")
+                 for d, mu, ad in zip(fc.detail, mult, add)]
     return fc
 
 
