@@ -260,7 +260,8 @@ def cmd_ingest_events(args) -> int:
 
 
 def cmd_ingest_squeue(args) -> int:
-    """squeue snapshots: files (FILE@TIME or --captured-at) or run squeue itself (--live)."""
+    """squeue snapshots: files (FILE@TIME or --captured-at; a `squeue --iterate` log carries its times) or run
+    squeue itself (--live)."""
     from ingest import squeue
     if args.live == bool(args.files):
         raise UsageError("ingest squeue: give FILE@TIME ... (or FILE with --captured-at), or --live")
@@ -268,10 +269,8 @@ def cmd_ingest_squeue(args) -> int:
     inputs = []
     for f in args.files:
         path, sep, when = f.rpartition("@") if "@" in f else (f, "", "")
-        t = _time(when, f"{f}: time after @", args.tz) if sep else at
-        if t is None:
-            raise UsageError(f"ingest squeue: {f}: when was it taken? give FILE@TIME or --captured-at")
-        inputs.append((path if sep else f, t))
+        # no time: the file must be a `squeue --iterate` log, else the loader asks when it was taken
+        inputs.append((path if sep else f, _time(when, f"{f}: time after @", args.tz) if sep else at))
     con = _open(args)
     summaries = []
     if args.live:
@@ -1609,8 +1608,10 @@ def _queue_source_parsers(ising) -> None:
     """`ingest squeue|reservations|job-gpus`: why jobs wait, who holds reserved GPUs, which GPUs a job holds."""
     s = _command(ising, "squeue", cmd_ingest_squeue, "queue snapshots: squeue output in our --Format, or run it (--live)",
                  "Load squeue snapshots (one '|'-separated line per job with a header; the format --live runs: "
-                 "docs/CLI.md). Each pending job's reason holds from its snapshot until the next one.")
-    s.add_argument("files", nargs="*", metavar="FILE[@TIME]", help="squeue output files; TIME = when it was taken")
+                 "docs/CLI.md), or a log of `squeue --iterate N` with the time line above each snapshot. Each "
+                 "pending job's reason holds from its snapshot until the next one.")
+    s.add_argument("files", nargs="*", metavar="FILE[@TIME]",
+                   help="squeue output files; TIME = when it was taken (a `squeue --iterate` log needs none)")
     s.add_argument("--captured-at", metavar="T", help=f"when files without @TIME were taken ({TIME_HELP})")
     s.add_argument("--live", action="store_true", help="run squeue itself (TZ=UTC) now")
     s.add_argument("--cluster", help="cluster name (default: the only cluster known, else 'default')")

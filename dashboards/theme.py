@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import re
 
+from models.definitions.reasons import CLASSES, UNKNOWN
+
 # A qualitative palette that stays distinct for ~16 series and readable on white (Tableau 20, reordered so
 # neighbours differ in hue first).
 PALETTE = [
@@ -34,6 +36,9 @@ STATE_COLOURS = {
     "allocated_idle": "#F2A541",
     "no_telemetry": "#BDBDBD",
 }
+
+# Pending-reason classes (models/definitions/reasons.py), in their order; no reason recorded is grey.
+REASON_COLOURS = {c: UNMAPPED_COLOUR if c == UNKNOWN else PALETTE[i] for i, c in enumerate(CLASSES)}
 
 PRIMARY = "#4E79A7"
 GOOD, WARN, BAD = "#2E7D32", "#F2A541", "#C62828"

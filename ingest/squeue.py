@@ -13,6 +13,11 @@ for: TRES_ALLOC's ``gres/gpu=N``, else TRES_PER_JOB's count, else TRES_PER_NODE'
 ``gres:gpu:TYPE:N``, ``gres/gpu:TYPE=N``), else 0. A snapshot is (cluster, captured_at); loading the same
 snapshot again replaces it. Every line is loaded, skipped (blank, header) or rejected with field and reason.
 
+A log of ``squeue --iterate N`` holds many snapshots, each under the time line squeue prints above it
+(``Mon Dec 07 21:10:45 2026``, in squeue's TZ: ``--tz``) and closed by a blank line
+(tests/fixtures/slurm_real/squeue-iterate.psv): it loads as one run of those snapshots, each at its own time, with
+no capture time given.
+
 For a collector: :func:`load` takes the text and the capture time; :func:`run_live` runs squeue and returns
 (text, captured_at, command).
 """
@@ -52,6 +57,10 @@ COMPACT = {"PD": "PENDING", "R": "RUNNING", "CG": "COMPLETING", "CF": "CONFIGURI
            "ST": "STOPPED", "OOM": "OUT_OF_MEMORY", "BF": "BOOT_FAIL", "DL": "DEADLINE", "RD": "RESV_DEL_HOLD",
            "RF": "REQUEUE_FED", "RV": "REVOKED", "SI": "SIGNALING", "SO": "STAGE_OUT"}
 NULLS = {"", "N/A", "(null)", "None", "Unknown", "n/a"}
+#: The time line ``squeue --iterate`` prints above each snapshot (Slurm's ctime: ``Mon Dec 07 21:10:45 2026``).
+_TIME_LINE = re.compile(r"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) +"
+                        r"\d{1,2} \d\d:\d\d:\d\d \d{4}")
+TIME_LINE_SKIP = "snapshot time line (squeue --iterate)"
 _GPU_TRES = re.compile(r"(?:^|,)gres[/:]gpu(?::[^=:,]+)?[=:](\d+(?:\.\d+)?)(?:,|$)")
 
 
@@ -123,14 +132,14 @@ def _record(d: dict, tz: str | None, window: plausible.Window) -> tuple:
             val("cluster"))
 
 
-def _parse(lines: list[str], tz: str | None, window: plausible.Window, cols: list[str] | None = None):
+def _parse(lines: list[str], tz: str | None, window: plausible.Window, cols: list[str] | None = None, first: int = 1):
     """Yield (line_no, kind, payload): 'blank', 'header', 'cluster banner', 'data' with a row tuple, or 'reject'
     (field, reason).
     ``cols``: the layout of lines before any header (a JSON job list's lines have none). A job (cluster and id)
     seen before in the snapshot is rejected: its reason and GPUs would count twice."""
     seen: dict[tuple, int] = {}
     trailing = False            # the header ended with '|' (--Format 'Name:|'): so does every line under it
-    for i, line in enumerate(lines, start=1):
+    for i, line in enumerate(lines, start=first):
         if not line.strip():
             yield i, "blank", None
             continue
@@ -175,8 +184,8 @@ def _refuse_other_tables(lines: list[str], name: str) -> None:
     if any(line.lstrip().startswith("JobId=") for line in lines[:50]):
         raise InputError(name, "this is `scontrol show job` output; `ingest squeue` reads `squeue --Format` "
                                "output with '|' separators (the command: docs/CLI.md, ingest squeue)")
-    first = next((i for i, line in enumerate(lines[:50])
-                  if line.strip() and not re.fullmatch(r"CLUSTER: \S+", line.strip())), None)
+    first = next((i for i, line in enumerate(lines[:50]) if line.strip()
+                  and not re.fullmatch(r"CLUSTER: \S+", line.strip()) and not _TIME_LINE.fullmatch(line.strip())), None)
     if first is None:
         return
     other_output(lines[first], name, first + 1, "squeue")
@@ -190,9 +199,66 @@ COLUMNS = ("job_id", "state", "reason", "gpus", "nnodes", "partition", "account"
            "reservation", "job_name", "cluster")
 
 
-def load(con, text: str | bytes, captured_at: dt.datetime, source_name: str, cluster: str | None = None,
+def _blocks(lines: list[str], captured_at: dt.datetime | None, name: str) -> list[tuple[int, dt.datetime | str | None]]:
+    """Where each snapshot starts (0-based line index) and its time: the whole input at ``captured_at``, or each
+    block of a ``squeue --iterate`` log at the time line above it (its text, read by :func:`_block_time`); lines
+    before a log's first time line form a block of no time."""
+    marks = [i for i, line in enumerate(lines) if _TIME_LINE.fullmatch(line.strip())]
+    if not marks:
+        if captured_at is None:
+            raise InputError(name, "when was it taken? give FILE@TIME or --captured-at (a `squeue --iterate` log "
+                                   "prints the time above each snapshot)")
+        return [(0, captured_at)]
+    if captured_at is not None:
+        raise InputError(name, f"line {marks[0] + 1} is a `squeue --iterate` time line: the log carries each "
+                               "snapshot's time; give the file without @TIME and --captured-at")
+    return ([(0, None)] if marks[0] else []) + [(i, lines[i].strip()) for i in marks]
+
+
+def _block_time(text: str, tz: str | None, window: plausible.Window) -> dt.datetime:
+    """A time line (squeue's TZ: ``tz``) as naive UTC; ValueError when it is out of the plausible window."""
+    t = warehouse.parse_time(dt.datetime.strptime(text, "%a %b %d %H:%M:%S %Y").isoformat(), "time line", tz)
+    if not window.contains(t):
+        raise ValueError(window.reason(text))
+    return t
+
+
+def _snapshot_rows(lines: list[str], captured_at, name: str, tz: str | None, window: plausible.Window,
+                   cols: list[str] | None):
+    """(rows with their capture time, skips, rejects, capture times) of every snapshot of the input."""
+    rows, skips, rejects, times = [], [], [], {}
+    blocks = _blocks(lines, captured_at, name)
+    for (a, when), (b, _) in zip(blocks, blocks[1:] + [(len(lines), None)]):
+        body = a + (not isinstance(when, dt.datetime) and when is not None)     # after the time line
+        why = None
+        if when is None:
+            why = "before the first `squeue --iterate` time line: no capture time"
+        elif isinstance(when, str):
+            try:
+                when = _block_time(when, tz, window)
+            except ValueError as exc:
+                rejects.append((a + 1, "time line", str(exc)))
+                why = f"in the snapshot of line {a + 1}, whose time is rejected"
+            else:
+                skips.append((a + 1, TIME_LINE_SKIP))
+                if when in times:
+                    why = f"a second snapshot at {when:%Y-%m-%d %H:%M:%S} (the first under line {times[when]})"
+        for line_no, kind, payload in _parse(lines[body:b], tz, window, cols, first=body + 1):
+            if kind in ("blank", "header", "cluster banner"):
+                skips.append((line_no, f"{kind} line"))
+            elif why is not None or kind == "reject":
+                rejects.append((line_no, None, why) if why is not None else (line_no, *payload))
+            else:
+                rows.append((*payload, when))
+        if why is None:
+            times.setdefault(when, a + 1)
+    return rows, skips, rejects, sorted(times)
+
+
+def load(con, text: str | bytes, captured_at: dt.datetime | None, source_name: str, cluster: str | None = None,
          tz: str | None = None) -> dict:
-    """Load one squeue snapshot taken at ``captured_at`` (naive UTC) in one transaction; returns the run summary
+    """Load one squeue snapshot taken at ``captured_at`` (naive UTC), or with ``captured_at`` None the snapshots of
+    a ``squeue --iterate`` log, each at its time line, in one transaction; returns the run summary
     (loaded/skipped/rejected add up to the lines read). ``source_name`` names the input in ``ingest_runs``."""
     data = text.encode() if isinstance(text, str) else text
     is_json = looks_like_json(data)
@@ -200,25 +266,25 @@ def load(con, text: str | bytes, captured_at: dt.datetime, source_name: str, clu
     tz = "UTC" if is_json else tz
     _refuse_other_tables(lines, source_name)
     window = plausible.window()
-    if not window.contains(captured_at):
+    if captured_at is not None and not window.contains(captured_at):
         raise InputError("--captured-at", window.reason(f"{captured_at:%Y-%m-%d %H:%M:%S}"))
+    if is_json and captured_at is None:
+        raise InputError(source_name, "when was it taken? give FILE@TIME or --captured-at")
     default = cluster or warehouse.only_cluster(con) or "default"
-    rows, skips, rejects = [], [], []
-    for line_no, kind, payload in _parse(lines, tz, window, _header(list(LIVE_TITLES)) if is_json else None):
-        if kind in ("blank", "header", "cluster banner"):
-            skips.append((line_no, f"{kind} line"))
-        elif kind == "reject":
-            rejects.append((line_no, *payload))
-        else:
-            rows.append(payload)
-    tbl = pa.table({c: [r[k] for r in rows] for k, c in enumerate(COLUMNS)},
+    rows, skips, rejects, times = _snapshot_rows(lines, captured_at, source_name, tz, window,
+                                                 _header(list(LIVE_TITLES)) if is_json else None)
+    tbl = pa.table({c: [r[k] for r in rows] for k, c in enumerate((*COLUMNS, "captured_at"))},
                    schema=pa.schema([("job_id", pa.string()), ("state", pa.string()), ("reason", pa.string()),
                                      ("gpus", pa.float64()), ("nnodes", pa.int32()), ("partition", pa.string()),
                                      ("account", pa.string()), ("user", pa.string()), ("qos", pa.string()),
                                      ("submit", pa.timestamp("us")), ("reservation", pa.string()),
-                                     ("job_name", pa.string()), ("cluster", pa.string())]))
+                                     ("job_name", pa.string()), ("cluster", pa.string()),
+                                     ("captured_at", pa.timestamp("us"))]))
+    when = (captured_at.isoformat() if captured_at is not None else
+            f"{times[0].isoformat()}..{times[-1].isoformat()}" if times else None)
     run = warehouse.IngestRun(con, "squeue", source_name, sha256=hashlib.sha256(data).hexdigest(), nbytes=len(data),
-                              cluster=default, options={"captured_at": captured_at.isoformat(), "tz": tz or "UTC",
+                              cluster=default, options={"captured_at": when, "tz": tz or "UTC",
+                                                        **({"snapshots": len(times)} if captured_at is None else {}),
                                                         **({"format": "json", "records": squeue_json.RECORDS_NOTE,
                                                             "read_as": "jobs and tasks"} if is_json else {})})
     with run:
@@ -226,13 +292,15 @@ def load(con, text: str | bytes, captured_at: dt.datetime, source_name: str, clu
         run.mark_lines(lines, skips, rejects)
         con.register("_sq_in", tbl)
         try:
-            replaced = con.execute("""DELETE FROM squeue_snapshots WHERE captured_at = $at AND cluster IN
-                                      (SELECT DISTINCT coalesce(cluster, $c) FROM _sq_in)""",
-                                   {"at": captured_at, "c": default}).fetchall()[0][0]
+            # loading a snapshot again replaces it (per cluster and capture time)
+            replaced = con.execute("""DELETE FROM squeue_snapshots s USING
+                                        (SELECT DISTINCT coalesce(cluster, $c) AS cluster, captured_at FROM _sq_in) n
+                                      WHERE s.cluster = n.cluster AND s.captured_at = n.captured_at""",
+                                   {"c": default}).fetchall()[0][0]
             con.execute("""INSERT INTO squeue_snapshots
-                           SELECT coalesce(cluster, $c), $at, job_id, state, reason, gpus, nnodes, partition, account,
-                                  "user", qos, submit, reservation, job_name, $run FROM _sq_in""",
-                        {"c": default, "at": captured_at, "run": run.run_id})
+                           SELECT coalesce(cluster, $c), captured_at, job_id, state, reason, gpus, nnodes, partition,
+                                  account, "user", qos, submit, reservation, job_name, $run FROM _sq_in""",
+                        {"c": default, "run": run.run_id})
         finally:
             con.unregister("_sq_in")
         run.loaded = len(rows)
@@ -244,7 +312,8 @@ def load(con, text: str | bytes, captured_at: dt.datetime, source_name: str, clu
     return summary
 
 
-def ingest_path(con, path: str, captured_at: dt.datetime, cluster: str | None = None, tz: str | None = None) -> dict:
+def ingest_path(con, path: str, captured_at: dt.datetime | None, cluster: str | None = None,
+                tz: str | None = None) -> dict:
     data, name = read_input(path)
     return load(con, data, captured_at, name, cluster=cluster, tz=tz)
 

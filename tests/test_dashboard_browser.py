@@ -58,7 +58,7 @@ def warehouse_db(tmp_path_factory) -> Path:
     except ImportError:
         return dfx.build_lab(tmp_path_factory.mktemp("lab"))
     db = tmp_path_factory.mktemp("demo") / "demo.duckdb"
-    build.build(db, config.for_scale(0.2, days=28))
+    build.build(db, config.for_scale(0.2, days=28, squeue_days=2))   # the Waiting page has reasons
     return db
 
 

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from dashboards import charts, theme
 from dashboards.filters import Filters, default_window
+from models.definitions.reasons import CLASSES
 
 DAYS = [dt.datetime(2026, 10, d) for d in (1, 2, 3)]
 
@@ -95,6 +96,9 @@ def test_colours_are_stable_per_team_and_pool():
     pools = theme.pool_colours(["H100", "a100", "mi300x"])
     assert pools["H100"] == theme.POOL_COLOURS["h100"] and pools["a100"] == theme.POOL_COLOURS["a100"]
     assert pools["mi300x"] == theme.POOL_FALLBACK[0]
+    # one colour per pending-reason class, the unknown one grey
+    assert len(set(theme.REASON_COLOURS.values())) == len(theme.REASON_COLOURS) == len(CLASSES)
+    assert theme.REASON_COLOURS["unknown"] == theme.UNMAPPED_COLOUR
 
 
 @pytest.mark.parametrize("col,label", [("allocated_gpu_h", "Allocated (GPU-hours)"), ("idle_gpu_hours", "Idle (GPU-hours)"),

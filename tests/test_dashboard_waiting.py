@@ -5,6 +5,7 @@ import datetime as dt
 
 import dashboard_fixtures as dfx
 from dashboard_fixtures import lab_db  # noqa: F401 (fixture)
+from dashboards import theme
 from dashboards.snapshot import Snapshot
 from models.metrics import pending, preemption, reservations, timeline
 from waiting_fixtures import shared_db
@@ -43,6 +44,10 @@ def test_reserved_idle_is_the_reservation_report_once_reservations_are_loaded(tm
     explained = (classes["wait_gpu_h"] * classes["from_snapshots_share"].fill_null(0)).sum()
     want = 100 * explained / classes["wait_gpu_h"].sum()
     assert dfx.metric(at, "Explained by squeue snapshots").value == f"{want:.1f} %"
+    # each reason class of the chart in its own colour (the same for the class on every page and filter)
+    fig = next(g for g in dfx.figures(at) if g["layout"]["title"]["text"] == "Why each team's jobs waited")
+    drawn = {t["name"]: t["marker"]["color"] for t in fig["data"]}
+    assert len(drawn) >= 2 and drawn == {c: theme.REASON_COLOURS[c] for c in drawn}
     # the capture's one preemption (QOS scavenger preempted by high): the page's table is the report's view
     by = preemption.by_preemptor(cur, dt.datetime(2026, 12, 1), timeline.horizon(cur))
     shown = dfx.frame_with(at, "Preemptor QOS", "Preemptor partition", "Victims")

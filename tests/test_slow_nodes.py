@@ -68,7 +68,7 @@ def test_one_slow_job_is_not_enough(lab):
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory):
     """A small demo cluster (30 nodes, 8 days, telemetry for the last 5): a100-001 is planted slow."""
-    cfg = config.for_scale(0.5, seed=3, days=8, telemetry_days=5)
+    cfg = config.for_scale(0.5, seed=3, days=8, telemetry_days=5, squeue_days=0)
     path = tmp_path_factory.mktemp("demo") / "demo.duckdb"
     build.build(path, cfg)
     syn = build.generate(cfg)

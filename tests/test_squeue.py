@@ -92,6 +92,60 @@ def test_array_tasks_keep_their_ids_and_a_repeated_id_is_rejected(con):
     assert squeue.LIVE_FIELDS[0] == "JobArrayID"
 
 
+def test_a_squeue_iterate_log_loads_each_snapshot_at_its_time_line(con):
+    """Real Slurm 22.05, `squeue --iterate 2` (TZ=UTC) stopped after three snapshots: each block under squeue's time
+    line is a snapshot at that time (7, 7 and 4 jobs; 5, 5 and 2 pending), the time lines, headers and blank lines
+    are skipped with their reasons, 27 = 18 + 9 lines; loading the log again replaces its snapshots."""
+    log = (REAL / "squeue-iterate.psv").read_bytes()
+    s = squeue.load(con, log, None, "iterate.psv", cluster="glcluster")
+    assert (s["read"], s["loaded"], s["skipped"], s["rejected"]) == (27, 18, 9, 0)
+    assert s["skip_reasons"] == {squeue.TIME_LINE_SKIP: 3, "header line": 3, "blank line": 3}
+    got = con.sql("""SELECT captured_at, count(*), count(*) FILTER (WHERE state = 'PENDING'),
+                            sum(gpus) FILTER (WHERE state = 'PENDING')
+                     FROM squeue_snapshots GROUP BY 1 ORDER BY 1""").fetchall()
+    at = dt.datetime(2026, 12, 7, 21, 10, 45)
+    assert got == [(at, 7, 5, 12.0), (at + dt.timedelta(seconds=2), 7, 5, 12.0),
+                   (at + dt.timedelta(seconds=4), 4, 2, 6.0)]
+    options = con.sql("SELECT options FROM ingest_runs WHERE run_id = ?", params=[s["run_id"]]).fetchall()[0][0]
+    assert '"captured_at": "2026-12-07T21:10:45..2026-12-07T21:10:49", "snapshots": 3' in options
+    again = squeue.load(con, log, None, "iterate.psv", cluster="glcluster")
+    assert (again["loaded"], again["updated"], again["inserted"]) == (18, 18, 0)
+    # squeue printed its times in its own zone: --tz says which (Los Angeles is 8 hours behind UTC in December)
+    la = squeue.load(con, log, None, "iterate-la.psv", tz="America/Los_Angeles")
+    assert con.sql("SELECT min(captured_at) FROM squeue_snapshots WHERE ingest_run_id = ?",
+                   params=[la["run_id"]]).fetchall() == [(at + dt.timedelta(hours=8),)]
+
+
+def test_an_iterate_log_rejects_what_has_no_time_of_its_own(con):
+    """Lines above the first time line, a block whose time line is out of range and a second block at the same
+    time are rejected with their reasons; a time given for a log, or none for a plain snapshot, is refused."""
+    head = "|".join(squeue.LIVE_TITLES) + "|"
+    line = "7|glcluster|PENDING|Priority|N/A|gres:gpu:1|N/A|1|a100|ml|ada|normal|2026-12-07T10:00:00|(null)|x|"
+    text = "\n".join([head, line, "", "Mon Dec 07 11:00:00 2026", head, line, "", "Sat Jan 01 00:00:00 1972", head,
+                      line, "", "Mon Dec 07 11:00:00 2026", head, line, ""]) + "\n"
+    s = squeue.load(con, text, None, "log.psv", cluster="glcluster")
+    # lines 1-15: the data lines 2, 10 and 14 and the time line 8 rejected; headers, blanks, time lines skipped
+    assert (s["read"], s["loaded"], s["skipped"], s["rejected"]) == (15, 1, 10, 4)
+    ex = s["reject_examples"]
+    assert ex[0] == "log.psv:2: before the first `squeue --iterate` time line: no capture time"
+    assert ex[1].startswith("log.psv:8: field time line: ") and "1972" in ex[1]
+    assert ex[2:] == ["log.psv:10: in the snapshot of line 8, whose time is rejected",
+                      "log.psv:14: a second snapshot at 2026-12-07 11:00:00 (the first under line 4)"]
+    assert con.sql("SELECT captured_at FROM squeue_snapshots").fetchall() == [(dt.datetime(2026, 12, 7, 11),)]
+    with pytest.raises(InputError, match=r"line 4 is a `squeue --iterate` time line: the log carries each "
+                                         r"snapshot's time; give the file without @TIME and --captured-at"):
+        squeue.load(con, text, AT, "log.psv")
+    with pytest.raises(InputError, match=r"when was it taken\? give FILE@TIME or --captured-at"):
+        squeue.load(con, head + "\n" + line + "\n", None, "one.psv")
+
+
+def test_the_cli_loads_an_iterate_log_without_a_time(run_cli):
+    code, out, err = run_cli("ingest", "squeue", str(REAL / "squeue-iterate.psv"), "--cluster", "glcluster")
+    assert code == 0 and "loaded 18" in err + out, err
+    code, _, err = run_cli("ingest", "squeue", str(REAL / "squeue-array-jobarrayid.psv"))
+    assert code == 1 and "squeue-array-jobarrayid.psv: when was it taken? give FILE@TIME or --captured-at" in err
+
+
 def test_the_cluster_banner_of_squeue_clusters_is_skipped(con):
     """`squeue --clusters C` (what --live runs for a named cluster; real 22.05) prints `CLUSTER: C` above the
     header: skipped with its reason, not rejected every collection cycle."""

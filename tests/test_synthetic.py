@@ -16,7 +16,8 @@ from models.demo.config import GPUS_PER_NODE
 
 def tiny(**kw) -> config.Config:
     """15 nodes (6+2 H100, 7 A100), three weeks: a few thousand jobs, generated in about a second."""
-    return config.for_scale(0.25, seed=kw.pop("seed", 7), days=kw.pop("days", 21), telemetry_days=1, **kw)
+    return config.for_scale(0.25, seed=kw.pop("seed", 7), days=kw.pop("days", 21), telemetry_days=1,
+                             squeue_days=1, **kw)
 
 
 @pytest.fixture(scope="module")
@@ -249,7 +250,7 @@ def test_build_is_atomic_and_reruns_are_detected(tmp_path):
     runs = con.sql("SELECT source, count(*), sum(rejected) FROM ingest_runs WHERE status = 'ok' GROUP BY ALL").fetchall()
     con.close()
     by = {r[0]: r for r in runs}
-    assert {"sacct", "nodes", "events", "governance", "dcgm"} <= set(by)
+    assert {"sacct", "nodes", "events", "governance", "dcgm", "squeue"} <= set(by)
     assert all(r[2] == 0 for r in runs)
     assert not list(tmp_path.glob("demo.duckdb.tmp*"))
 

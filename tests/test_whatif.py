@@ -225,7 +225,7 @@ def test_replay_of_the_demo_generators_schedule(tmp_path):
 
     from models.demo import build, config
     db = tmp_path / "demo.duckdb"
-    build.build(db, config.for_scale(0.25, seed=7, days=14, telemetry_days=0))
+    build.build(db, config.for_scale(0.25, seed=7, days=14, telemetry_days=0, squeue_days=0))
     con = duckdb.connect(str(db), read_only=True)
     try:
         inp = whatif.load_inputs(con)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import polars as pl
 import streamlit as st
 
-from dashboards import charts, model_reads as mr, ui
+from dashboards import charts, model_reads as mr, theme, ui
 from models.definitions.reasons import CLASSES
 
 ctx = ui.context()
@@ -52,8 +52,9 @@ else:
     cols = {f"{c.replace(' ', '_')}_gpu_h": c for c in CLASSES}
     long = (classes.select("team", *cols).unpivot(index="team", variable_name="col", value_name="gpu_h")
             .with_columns(pl.col("col").replace_strict(cols).alias("reason class")).filter(pl.col("gpu_h") > 0))
-    ui.chart(st, charts.bars(long, "team", "gpu_h", color="reason class", horizontal=True,
-                             y_title="Waiting GPU-hours", x_title="Team", title="Why each team's jobs waited",
+    ui.chart(st, charts.bars(long, "team", "gpu_h", color="reason class", colours=theme.REASON_COLOURS,
+                             horizontal=True, y_title="Waiting GPU-hours", x_title="Team",
+                             title="Why each team's jobs waited",
                              height=max(300, 110 + 44 * classes.height)), key="wait_classes")
     ui.table(classes, key="wait_class_table", file_stem="pending_by_class", ctx=ctx,
              columns={"team": "Team", "wait_gpu_h": "Waiting (GPU-h)",

@@ -2,9 +2,9 @@
 
 ``generate`` samples the workload, node outages and runs the scheduler. ``write_inputs`` writes what a site
 would hand us (governance.toml, ``scontrol show node -o`` snapshots, monthly ``sacct -P`` exports,
-``sacctmgr show event``, DCGM exporter OpenMetrics). ``load_inputs`` ingests them with the same functions
-``gpuledger ingest ...`` calls. ``build`` does all of it into a temporary file, refreshes the marts and swaps
-the finished warehouse in by rename, so an interrupted build leaves the previous one intact.
+``sacctmgr show event``, DCGM exporter OpenMetrics, ``squeue --iterate`` logs). ``load_inputs`` ingests them with
+the same functions ``gpuledger ingest ...`` calls. ``build`` does all of it into a temporary file, refreshes the
+marts and swaps the finished warehouse in by rename, so an interrupted build leaves the previous one intact.
 """
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import duckdb
 
-from ingest import dcgm, governance, plausible, sacct, slurm_events, slurm_nodes, telemetry_store, warehouse
-from models.demo import governance_writer, sacct_writer, slurm_writers, telemetry
+from ingest import dcgm, governance, plausible, sacct, slurm_events, slurm_nodes, squeue, telemetry_store, warehouse
+from models.demo import governance_writer, sacct_writer, slurm_writers, squeue_writer, telemetry
 from models.demo.config import GENERATOR_VERSION, GPUS_PER_NODE, Config
 from models.demo.generate import Progress, Synthetic, generate, month_windows
 from models.pipeline import refresh as refresh_mod
@@ -30,7 +30,8 @@ from models.pipeline import refresh as refresh_mod
 #: Sources whose changes invalidate a built demo or benchmark warehouse.
 CODE_FILES = ("models/demo/*.py", "ingest/sacct.py", "ingest/jobs_store.py", "ingest/slurm_sql.py",
               "ingest/hostlist.py", "ingest/slurm_nodes.py", "ingest/slurm_events.py", "ingest/governance.py",
-              "ingest/dcgm.py", "ingest/telemetry_store.py", "ingest/warehouse/*.py", "ingest/warehouse/migrations/*.sql")
+              "ingest/dcgm.py", "ingest/telemetry_store.py", "ingest/squeue.py", "ingest/warehouse/*.py",
+              "ingest/warehouse/migrations/*.sql")
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -52,6 +53,7 @@ class Inputs:
     sacct: list[Path]
     events: Path
     dcgm: list[Path]
+    squeue: list[Path]                        # `squeue --iterate` logs, one per day
 
 
 def write_inputs(syn: Synthetic, outdir: Path, progress: Progress | None = None) -> Inputs:
@@ -77,11 +79,13 @@ def write_inputs(syn: Synthetic, outdir: Path, progress: Progress | None = None)
     events = outdir / "sacctmgr-show-event.psv"
     events.write_bytes(slurm_writers.sacctmgr_events(cfg, syn.layout, syn.outages, syn.t0, syn.t_add, syn.t_end))
     dcgm_files = telemetry.write_openmetrics(syn, outdir) if cfg.telemetry_days > 0 else []
+    queue = (squeue_writer.write_logs(frame, cfg.cluster, max(syn.t0, syn.t_end - cfg.squeue_days * 86400),
+                                      syn.t_end, outdir) if cfg.squeue_days > 0 else [])
     syn.seconds["write"] = time.perf_counter() - t
     size = sum(p.stat().st_size for p in outdir.iterdir()) / 1e6
     say(f"wrote {len(exports)} sacct exports, {len(nodes)} node snapshots, events, {len(dcgm_files)} DCGM files, "
-        f"governance ({size:,.0f} MB, {syn.seconds['write']:.1f} s)")
-    return Inputs(gov, nodes, exports, events, dcgm_files)
+        f"{len(queue)} squeue logs, governance ({size:,.0f} MB, {syn.seconds['write']:.1f} s)")
+    return Inputs(gov, nodes, exports, events, dcgm_files, queue)
 
 
 def load_inputs(con, syn: Synthetic, inputs: Inputs, progress: Progress | None = None) -> list[dict]:
@@ -106,6 +110,8 @@ def _load_inputs(con, syn: Synthetic, inputs: Inputs, progress: Progress | None)
     topts = telemetry_store.TelemetryOptions(cluster=cluster, interval_s=syn.cfg.telemetry_step_s)
     for path in inputs.dcgm:
         out.append(dcgm.ingest_path(con, str(path), topts, fmt="openmetrics"))
+    for path in inputs.squeue:
+        out.append(squeue.ingest_path(con, str(path), None, cluster=cluster, tz="UTC"))
     syn.seconds["ingest"] = time.perf_counter() - t
     read = sum(s.get("read", 0) for s in out)
     rejected = sum(s.get("rejected", 0) for s in out)

@@ -10,7 +10,7 @@ import datetime as dt
 from dataclasses import dataclass, field, replace
 
 #: Bump when the generator's output changes for the same seed and scale (benchmark caches key on it).
-GENERATOR_VERSION = 3
+GENERATOR_VERSION = 4
 
 GPUS_PER_NODE = 8
 
@@ -149,6 +149,7 @@ class Config:
     holidays: tuple[dt.date, ...] = ()       # default: US holidays inside the period
     telemetry_days: int = 7                  # DCGM history written for the last N days (0 = none)
     telemetry_step_s: int = 600              # one reading per GPU and metric every 10 minutes (keeps the demo fast)
+    squeue_days: int = 7                     # squeue snapshots (every 15 minutes) for the last N days (0 = none)
     job_steps: bool = True                   # write .batch/.extern/.0 step lines in sacct output
 
     @property
@@ -175,7 +176,8 @@ def for_scale(scale: float = 1.0, seed: int = 1, **overrides) -> Config:
     if scale >= 2:
         # a year: the job rate that gives 5,000,000 jobs at 2,000 nodes (the benchmark year); a site this big keeps
         # its telemetry in Prometheus and exports accounting with --allocations
-        cfg = replace(cfg, telemetry_days=0, job_steps=False, jobs_per_gpu_day=YEAR_JOBS / _year_gpu_days())
+        cfg = replace(cfg, telemetry_days=0, squeue_days=0, job_steps=False,
+                      jobs_per_gpu_day=YEAR_JOBS / _year_gpu_days())
     return replace(cfg, **overrides) if overrides else cfg
 
 
