@@ -866,6 +866,10 @@ def cmd_report_pending(args) -> int:
     if not cov["snapshots"]:
         _say(args, "note: no squeue snapshots in the warehouse (`gpuledger ingest squeue`): reasons come from sacct's "
                    "Reason column where the export had it (Slurm keeps only a job's last reason), else 'unknown'")
+    else:
+        _say(args, f"note: {cov['snapshots']:,} squeue snapshots from {cov['first']:%Y-%m-%d %H:%M:%S} to "
+                   f"{cov['last']:%Y-%m-%d %H:%M:%S} UTC; a wait outside them takes sacct's last reason, "
+                   "else 'unknown'")
     if views["classes"].is_empty():
         _say(args, "report pending: no GPU job waited in the window")
         _freshness(args, con)

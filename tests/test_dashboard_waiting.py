@@ -44,6 +44,9 @@ def test_reserved_idle_is_the_reservation_report_once_reservations_are_loaded(tm
     explained = (classes["wait_gpu_h"] * classes["from_snapshots_share"].fill_null(0)).sum()
     want = 100 * explained / classes["wait_gpu_h"].sum()
     assert dfx.metric(at, "Explained by squeue snapshots").value == f"{want:.1f} %"
+    cov = pending.coverage(cur)                                     # the span they cover, as `report pending` says
+    assert dfx.metric(at, "Explained by squeue snapshots").delta == (f"snapshots {cov['first']:%Y-%m-%d} to "
+                                                                     f"{cov['last']:%Y-%m-%d}")
     # each reason class of the chart in its own colour (the same for the class on every page and filter)
     fig = next(g for g in dfx.figures(at) if g["layout"]["title"]["text"] == "Why each team's jobs waited")
     drawn = {t["name"]: t["marker"]["color"] for t in fig["data"]}

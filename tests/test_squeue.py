@@ -142,6 +142,9 @@ def test_an_iterate_log_rejects_what_has_no_time_of_its_own(con):
 def test_the_cli_loads_an_iterate_log_without_a_time(run_cli):
     code, out, err = run_cli("ingest", "squeue", str(REAL / "squeue-iterate.psv"), "--cluster", "glcluster")
     assert code == 0 and "loaded 18" in err + out, err
+    code, _, err = run_cli("report", "pending", "--from", "2026-12-07", "--to", "2026-12-08")
+    assert code == 0 and ("note: 3 squeue snapshots from 2026-12-07 21:10:45 to 2026-12-07 21:10:49 UTC; a wait "
+                          "outside them takes sacct's last reason, else 'unknown'") in err, err
     code, _, err = run_cli("ingest", "squeue", str(REAL / "squeue-array-jobarrayid.psv"))
     assert code == 1 and "squeue-array-jobarrayid.psv: when was it taken? give FILE@TIME or --captured-at" in err
 

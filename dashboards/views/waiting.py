@@ -25,8 +25,11 @@ ui.kpi(k[0], "Waiting (GPU-hours)", f"{wait:,.1f}" if wait is not None else None
 # no snapshot ever loaded: "0.0 %" would read as snapshots that explained nothing
 share = (float((classes["wait_gpu_h"] * classes["from_snapshots_share"].fill_null(0)).sum()) / wait
          if wait and cov.get("snapshots") else None)
-ui.kpi(k[1], "Explained by squeue snapshots", ui.pct(share), help="The share of the wait whose Slurm reason a "
-       "queue snapshot recorded; the rest comes from sacct's last reason or is unknown.",
+# the span the snapshots cover: a share well below 100 % often says only that collection began inside the window
+span = f"snapshots {cov['first']:%Y-%m-%d} to {cov['last']:%Y-%m-%d}" if share is not None else None
+ui.kpi(k[1], "Explained by squeue snapshots", ui.pct(share), span, delta_color="off", arrow=False,
+       help="The share of the wait whose Slurm reason a queue snapshot recorded; the rest comes from sacct's last "
+       "reason or is unknown.",
        missing="no wait to explain" if not wait else "not known: no squeue snapshots loaded (`gpuledger ingest "
        "squeue`)")
 ui.kpi(k[2], "Preempted (GPU-hours)",
