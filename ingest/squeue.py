@@ -229,7 +229,7 @@ def _snapshot_rows(lines: list[str], captured_at, name: str, tz: str | None, win
     rows, skips, rejects, times = [], [], [], {}
     blocks = _blocks(lines, captured_at, name)
     for (a, when), (b, _) in zip(blocks, blocks[1:] + [(len(lines), None)]):
-        body = a + (not isinstance(when, dt.datetime) and when is not None)     # after the time line
+        body = a + 1 if isinstance(when, str) else a        # a log's snapshot starts after its time line
         why = None
         if when is None:
             why = "before the first `squeue --iterate` time line: no capture time"
@@ -268,8 +268,6 @@ def load(con, text: str | bytes, captured_at: dt.datetime | None, source_name: s
     window = plausible.window()
     if captured_at is not None and not window.contains(captured_at):
         raise InputError("--captured-at", window.reason(f"{captured_at:%Y-%m-%d %H:%M:%S}"))
-    if is_json and captured_at is None:
-        raise InputError(source_name, "when was it taken? give FILE@TIME or --captured-at")
     default = cluster or warehouse.only_cluster(con) or "default"
     rows, skips, rejects, times = _snapshot_rows(lines, captured_at, source_name, tz, window,
                                                  _header(list(LIVE_TITLES)) if is_json else None)

@@ -94,7 +94,8 @@ def _nodelists(layout: Layout, inst: sch.Instances) -> tuple[np.ndarray, np.ndar
     return first, out
 
 
-def _ts(col: str) -> pl.Expr:
+def slurm_time(col: str) -> pl.Expr:
+    """Epoch seconds as Slurm prints a time under TZ=UTC (``2026-01-05T08:00:00``); ``Unknown`` for -1."""
     return (pl.when(pl.col(col) >= 0)
             .then(pl.from_epoch(pl.col(col).clip(0), time_unit="s").dt.strftime("%Y-%m-%dT%H:%M:%S"))
             .otherwise(pl.lit("Unknown")))
@@ -108,7 +109,8 @@ def _dur(expr: pl.Expr) -> pl.Expr:
     return pl.when(d > 0).then(pl.concat_str([d.cast(pl.String), hms], separator="-")).otherwise(hms)
 
 
-def _mem(expr: pl.Expr) -> pl.Expr:
+def slurm_mem(expr: pl.Expr) -> pl.Expr:
+    """MiB as Slurm prints memory: whole GiB as ``120G``, else ``1500M``."""
     return (pl.when(expr % 1024 == 0).then(pl.concat_str([(expr // 1024).cast(pl.String), pl.lit("G")]))
             .otherwise(pl.concat_str([expr.cast(pl.String), pl.lit("M")])))
 
@@ -123,7 +125,8 @@ def _tres(typed: pl.Expr | None, billing: bool = True) -> pl.Expr:
         typed_part = pl.concat_str([pl.lit("gres/gpu:"), typed, pl.lit("="), pl.col("gpus").cast(pl.String),
                                     pl.lit(",")])
         gpu = pl.concat_str([typed_part.fill_null(""), gpu])
-    parts += [gpu, pl.lit("mem="), _mem(pl.col("mem_mib")), pl.lit(",node="), pl.col("nnodes").cast(pl.String)]
+    parts += [gpu, pl.lit("mem="), slurm_mem(pl.col("mem_mib")), pl.lit(",node="),
+              pl.col("nnodes").cast(pl.String)]
     return pl.concat_str(parts)
 
 
@@ -186,10 +189,11 @@ def export(frame: pl.DataFrame, cluster: str, a: int, b: int, steps: bool = True
                 .when(pl.col("state") == "OUT_OF_MEMORY").then(pl.lit("0:125"))
                 .otherwise(pl.lit("0:0")))
     # Slurm 22.05 prints a job cancelled while pending with Start = End = the cancel time (tests/fixtures/slurm_real)
-    start_txt = pl.when(pl.col("ran")).then(_ts("start")).when(pl.col("state") == "CANCELLED") \
-        .then(_ts("end")).otherwise(pl.lit("Unknown"))
+    start_txt = pl.when(pl.col("ran")).then(slurm_time("start")).when(pl.col("state") == "CANCELLED") \
+        .then(slurm_time("end")).otherwise(pl.lit("Unknown"))
     f = f.with_columns(jobid=jobid, state_txt=state_txt, exit_txt=exit_txt, start_txt=start_txt,
-                       end_txt=_ts("end"), submit_txt=_ts("submit"), elig_txt=_ts("eligible"),
+                       end_txt=slurm_time("end"), submit_txt=slurm_time("submit"),
+                       elig_txt=slurm_time("eligible"),
                        elapsed_txt=_dur(pl.col("elapsed")), limit_txt=_dur(pl.col("limit_s")),
                        order=pl.col("i") * 4)
     c = lambda v: pl.lit(v)  # noqa: E731
@@ -197,7 +201,7 @@ def export(frame: pl.DataFrame, cluster: str, a: int, b: int, steps: bool = True
     alloc_line = pl.concat_str([
         s("jobid"), s("raw"), c(cluster), s("partition"), s("qos"), s("account"), s("account"), s("gid"),
         s("user"), s("uid"), s("submit_txt"), s("elig_txt"), s("start_txt"), s("end_txt"), s("elapsed_txt"),
-        s("exit_txt"), s("state_txt"), s("nnodes"), s("cpus"), s("cpus"), _mem(pl.col("mem_mib")),
+        s("exit_txt"), s("state_txt"), s("nnodes"), s("cpus"), s("cpus"), slurm_mem(pl.col("mem_mib")),
         _tres(pl.col("req_type")),
         pl.when(pl.col("ran")).then(_tres(pl.col("gpu_type"))).otherwise(c("")),
         s("limit_txt"),

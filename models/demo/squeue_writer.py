@@ -26,7 +26,7 @@ import numpy as np
 import polars as pl
 
 from ingest.squeue import LIVE_TITLES
-from models.demo.sacct_writer import _mem
+from models.demo.sacct_writer import slurm_mem, slurm_time
 
 SQUEUE_EVERY_S = 15 * 60
 HEADER = "|".join(LIVE_TITLES) + "|"
@@ -79,12 +79,12 @@ def _lines(rows: pl.DataFrame, cluster: str) -> pl.DataFrame:
     per_node = (pl.col("gpus") // pl.col("nnodes")).cast(pl.String)
     typed = pl.concat_str([pl.lit("gres:gpu:"), pl.col("req_type"), pl.lit(":"), per_node])
     tres_node = typed.fill_null(pl.concat_str([pl.lit("gres:gpu:"), per_node]))
-    alloc = pl.concat_str([pl.lit("cpu="), s("cpus"), pl.lit(",mem="), _mem(pl.col("mem_mib")), pl.lit(",node="),
-                           s("nnodes"), pl.lit(",billing="), s("cpus"), pl.lit(",gres/gpu="), s("gpus")])
-    submit = pl.from_epoch(pl.col("submit"), time_unit="s").dt.strftime("%Y-%m-%dT%H:%M:%S")
+    alloc = pl.concat_str([pl.lit("cpu="), s("cpus"), pl.lit(",mem="), slurm_mem(pl.col("mem_mib")),
+                           pl.lit(",node="), s("nnodes"), pl.lit(",billing="), s("cpus"), pl.lit(",gres/gpu="),
+                           s("gpus")])
     line = pl.concat_str([jobid, pl.lit(cluster), s("state"), s("reason"), pl.lit("N/A"), tres_node, alloc,
-                          s("nnodes"), s("partition"), s("account"), s("user"), s("qos"), submit, pl.lit("(null)"),
-                          s("name"), pl.lit("")], separator="|")
+                          s("nnodes"), s("partition"), s("account"), s("user"), s("qos"), slurm_time("submit"),
+                          pl.lit("(null)"), s("name"), pl.lit("")], separator="|")
     return rows.select("t", line.alias("line"))
 
 
