@@ -63,6 +63,7 @@ from models.forecasting import forecast as F  # noqa: E402
 
 OURS = ("ours", *F.CANDIDATES)
 THEIRS = ("AutoARIMA", "AutoETS", "AutoTheta", "sf.MSTL", "sf.SeasonalNaive")
+PREPARED = tuple(f"{name}@prepared" for name in THEIRS)
 HORIZONS = {"day": (7, 28), "hour": (24,)}
 
 
@@ -206,16 +207,27 @@ def run_table(group: dict[str, np.ndarray], freq: str, h: int, origins: list[int
     return out
 
 
-def run_theirs(y: np.ndarray, freq: str, h: int, origins: list[int]) -> list[dict]:
+def run_theirs(y: np.ndarray, freq: str, h: int, origins: list[int], prepared: bool = False) -> list[dict]:
+    """statsforecast's methods on each fold's raw training data, or with ``prepared`` on the history ours fits
+    (`forecast.prepare`: leading zeros dropped, outliers replaced, cut at a level shift), named NAME@prepared:
+    the gap between the two is what our preparation does, the gap to ours at equal input what our models do.
+    A history too short for a model (a pool three days old) is forecast by the naive method, as ours carries
+    the last value forward."""
     from statsforecast import StatsForecast
-    from statsforecast.models import MSTL, AutoARIMA, AutoETS, AutoTheta, SeasonalNaive
+    from statsforecast.models import MSTL, AutoARIMA, AutoETS, AutoTheta, Naive, SeasonalNaive
     m = F.SEASON[freq]
-    seasons = [p for p in F.SEASONS[freq] if 2 * p <= min(origins)]
+    hist = {o: y[:o] for o in origins}
+    if prepared:
+        step = F.STEP[freq]
+        hist = {o: F.prepare((np.datetime64("2000-01-01") + step * np.arange(o)).astype("datetime64[us]"), y[:o],
+                             freq, h=h).y for o in origins}
+    seasons = [p for p in F.SEASONS[freq] if 2 * p <= min(len(v) for v in hist.values())]
     models = [AutoARIMA(season_length=m), AutoETS(season_length=m), AutoTheta(season_length=m),
               MSTL(season_length=seasons or [m], alias="sf.MSTL"),
               SeasonalNaive(season_length=m, alias="sf.SeasonalNaive")]
-    frames = [pl.DataFrame({"unique_id": str(o), "ds": np.arange(o), "y": y[:o]}) for o in origins]
-    sf = StatsForecast(models=models, freq=1, n_jobs=1)
+    frames = [pl.DataFrame({"unique_id": str(o), "ds": np.arange(len(v)), "y": v.astype(float)})
+              for o, v in hist.items()]
+    sf = StatsForecast(models=models, freq=1, n_jobs=1, fallback_model=Naive() if prepared else None)
     t0 = time.perf_counter()
     fc = pl.from_pandas(sf.forecast(df=pl.concat(frames).to_pandas(), h=h, level=[80, 95]).reset_index(drop=True))
     secs = (time.perf_counter() - t0) / max(len(origins), 1)
@@ -225,7 +237,8 @@ def run_theirs(y: np.ndarray, freq: str, h: int, origins: list[int]) -> list[dic
         for name in THEIRS:
             cols = [name, f"{name}-lo-80", f"{name}-hi-80", f"{name}-lo-95", f"{name}-hi-95"]
             point, lo80, hi80, lo95, hi95 = (f[c].to_numpy() for c in cols)
-            rows.append({"method": name, "origin": o, "chosen": name, "secs": secs / len(THEIRS),
+            rows.append({"method": name + ("@prepared" if prepared else ""), "origin": o, "chosen": name,
+                         "secs": secs / len(THEIRS),
                          **score(y, o, h, m, point, lo80, hi80, lo95, hi95)})
     return rows
 
@@ -233,11 +246,13 @@ def run_theirs(y: np.ndarray, freq: str, h: int, origins: list[int]) -> list[dic
 # ----------------------------------------------------------------------------- report
 
 def evaluate(series: dict, folds_max: int | None, raw: str | None = None,
-             theirs: pl.DataFrame | None = None, ours_only: bool = False, table: bool = False) -> pl.DataFrame:
+             theirs: pl.DataFrame | None = None, ours_only: bool = False, table: bool = False,
+             prepared: bool = False) -> pl.DataFrame:
     """Every method on every fold; with ``raw`` the rows so far are rewritten to that CSV after each cell.
     ``theirs``: statsforecast's rows of an earlier --raw run, reused for the folds they cover (their models do
     not change between runs of ours; only ours are refitted). ``table``: "ours" is forecast per trace as a
-    table (`run_table`), the forced candidates and statsforecast's per series as before."""
+    table (`run_table`), the forced candidates and statsforecast's per series as before. ``prepared``: also
+    statsforecast's methods on ours' prepared histories (`run_theirs`)."""
     rows = []
     tabled: dict[tuple[str, int, int], dict] = {}
     for name, (freq, y) in series.items():
@@ -264,6 +279,8 @@ def evaluate(series: dict, folds_max: int | None, raw: str | None = None,
                                                                                          "folds")} for r in kept]
             else:
                 got = run_ours(y, freq, h, origins) + run_theirs(y, freq, h, origins)
+            if prepared and not ours_only:
+                got += run_theirs(y, freq, h, origins, prepared=True)
             if table:
                 got = [{**r, **tabled[(name, h, r["origin"])]} if r["method"] == "ours" else r for r in got]
             rows += [{"series": name, "freq": freq, "n": len(y), "h": h, "folds": len(origins), **r} for r in got]
@@ -278,7 +295,7 @@ def tables(res: pl.DataFrame) -> tuple[pl.DataFrame, pl.DataFrame, pl.DataFrame]
     cell = (res.group_by("series", "h", "method")
                .agg(pl.col("mase", "smape", "cov80", "cov95").mean(), pl.col("folds").first()))
     wide = (cell.pivot(on="method", index=["series", "h", "folds"], values="mase")
-                .select("series", "h", "folds", *[c for c in (*OURS, *THEIRS) if c in cell["method"].unique()])
+                .select("series", "h", "folds", *[c for c in (*OURS, *THEIRS, *PREPARED) if c in cell["method"].unique()])
                 .sort("h", "series"))
     # the means compare like with like: only the cells every method has (a statsforecast cell may be missing)
     every = cell.group_by("series", "h").agg(pl.len().alias("k")).filter(pl.col("k") == cell["method"].n_unique())
@@ -315,6 +332,8 @@ def main(argv=None) -> int:
                     help="forecast ours per trace as a table (openb and openb_T4 together), as the CLI runs a table")
     ap.add_argument("--ours-only", action="store_true",
                     help="score ours only (with --raw; combine with statsforecast's rows by --from-raw A.csv,B.csv)")
+    ap.add_argument("--theirs-prepared", action="store_true",
+                    help="also run statsforecast's methods on the histories ours fits (forecast.prepare), as NAME@prepared")
     args = ap.parse_args(argv)
     if args.from_raw:
         return report(pl.concat([pl.read_csv(f) for f in args.from_raw.split(",")], how="diagonal_relaxed"),
@@ -328,8 +347,8 @@ def main(argv=None) -> int:
     theirs = None
     if args.theirs_from:
         theirs = pl.read_csv(args.theirs_from).filter(pl.col("method").is_in(THEIRS))
-    return report(evaluate(series, 3 if args.quick else args.folds, args.raw, theirs, args.ours_only, args.table),
-                  args.markdown, t0)
+    return report(evaluate(series, 3 if args.quick else args.folds, args.raw, theirs, args.ours_only, args.table,
+                           args.theirs_prepared), args.markdown, t0)
 
 
 def report(res: pl.DataFrame, md: str | None, t0: float) -> int:
