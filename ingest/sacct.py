@@ -369,14 +369,25 @@ def _line_text(lines: textsplit.Lines, line_nos) -> pa.Array:
     return textsplit.str_array([lines.line(i - 1).decode("utf-8", "replace") for i in line_nos])
 
 
+def _trailing_delimiter(lines: textsplit.Lines, rows: np.ndarray, d: bytes, ncols: int, header: int | None) -> bool:
+    """Whether the lines end with a delimiter after their last field (``--parsable``) rather than not
+    (``--parsable2``). sacct ends its header line as it ends the data lines, so a header decides; without one, a
+    line of ``--parsable`` output has a delimiter for every field, one more than ``--parsable2``'s. Whether most
+    lines end with a delimiter does not tell: under ``--parsable2`` every line whose last field is empty (a
+    Reservation or Comment column last) ends with one."""
+    if header is not None:
+        return bytes(lines.data[lines.starts[header]:lines.ends[header]]).endswith(d)
+    sample = [bytes(lines.data[lines.starts[r]:lines.ends[r]]) for r in rows[:200]]
+    return bool(sample) and sum(t.endswith(d) and t.count(d) >= ncols for t in sample) > len(sample) / 2
+
+
 def _stage_segment(con, run, lines, rows: np.ndarray, cols: list[str], opts: SacctOptions, cluster: str,
-                   source: str, hint: str, table: str, window: plausible.Window) -> None:
-    """Split, type and validate the lines ``rows`` with layout ``cols`` into temp table ``table``."""
+                   source: str, hint: str, table: str, window: plausible.Window, header: int | None) -> None:
+    """Split, type and validate the lines ``rows`` with layout ``cols`` (named by line ``header``, None for
+    headerless input) into temp table ``table``."""
     d = opts.delimiter.encode()
     free = next((f for f in FREE_TEXT if f in cols), None)
-    ends_with = lines.ends[rows] - lines.starts[rows] >= len(d)
-    tail = np.array([bytes(lines.data[e - len(d):e]) == d for e in lines.ends[rows[:200]]]) if len(rows) else np.array([])
-    trailing = bool(len(tail) and tail.mean() > 0.5 and ends_with.any())
+    trailing = _trailing_delimiter(lines, rows, d, len(cols), header)
     split = (lines, d, len(cols), cols.index(free) if free else None, trailing)
     key = "jobid" if "jobid" in cols else "jobidraw" if "jobidraw" in cols else None
     if key:
@@ -509,7 +520,8 @@ def ingest_bytes(con: duckdb.DuckDBPyConnection, data: bytes, input_name: str, o
                 continue
             hint = ("columns of the header line" if seg else "a job record of the JSON" if json_input else
                     "the Open XDMoD default list; give --fields for other layouts" if not opts.fields else "--fields")
-            _stage_segment(con, run, lines, rows, cols, opts, cluster, source, hint, f"_stg_seg{seg}", window)
+            _stage_segment(con, run, lines, rows, cols, opts, cluster, source, hint, f"_stg_seg{seg}", window,
+                           lo if seg else None)
             staged.append(f"_stg_seg{seg}")
         _load_staged(con, run, lines, staged)
         examples = [f"{input_name}:{ln}: " + (f"field {fld}: " if fld else "") + reason

@@ -114,6 +114,19 @@ def test_parsable_trailing_delimiter(con, fixtures):
     assert job(con, "56", "job_name, nodelist, elapsed_s, mem_bytes") == [("wrap", "c1", 754, 500 * 1048576)]
 
 
+def test_parsable2_with_a_mostly_empty_last_column_is_not_taken_for_a_trailing_delimiter(con, fixtures):
+    """The real capture's `--format ...,reservation,reason` without its last column: Reservation last, empty on 6
+    of 7 jobs, so most lines end with the delimiter as `--parsable` lines do. The header ends without one, so this
+    is --parsable2 (read as --parsable, every line whose reservation was empty lost a field and was rejected)."""
+    text = (fixtures / "slurm_waiting" / "sacct-allocations.psv").read_text()
+    lines = ["|".join(line.split("|")[:-1]) for line in text.splitlines()]
+    assert sum(line.endswith("|") for line in lines[1:]) == 6
+    s = sacct.ingest_bytes(con, ("\n".join(lines) + "\n").encode(), "resv-last.psv", sacct.SacctOptions(tz="UTC"))
+    assert (s["loaded"], s["rejected"]) == (7, 0)
+    got = con.sql("SELECT job_id, json_extract_string(extra, '$.reservation') FROM jobs ORDER BY job_id").fetchall()
+    assert got[0] == ("1", "gl-resv") and all(r in (None, "") for _, r in got[1:])
+
+
 def test_every_permissive_sacct_fixture_loads_without_error(con, fixtures):
     layouts = {"reportseff-conftest": "AdminComment,AllocCPUS,Elapsed,JobID,JobIDRaw,MaxRSS,NNodes,ReqMem,State,Timelimit,TotalCPU"}
     for f in sorted((fixtures / "sacct").iterdir()):
