@@ -99,8 +99,8 @@ def test_attribution_finds_the_demo_schedulers_own_preemptors(con, tmp_path):
         nodes = slurm_writers.scontrol_nodes(cfg, syn.layout, inst, syn.outages, when)
         slurm_nodes.ingest_bytes(con, nodes, "nodes", fmt="scontrol", cluster=cfg.cluster,
                                  as_of=slurm_writers.iso(when))
-    export = sacct_writer.export(sacct_writer.instance_frame(cfg, jobs, syn.users, syn.layout, inst), cfg.cluster,
-                                 syn.t0, syn.t_end)
+    frame = sacct_writer.instance_frame(cfg, jobs, syn.users, syn.layout, inst, syn.reservations)
+    export = sacct_writer.export(frame, cfg.cluster, syn.t0, syn.t_end)
     sacct.ingest_bytes(con, export, "sacct.psv", sacct.SacctOptions(cluster=cfg.cluster, tz="UTC"))
     refresh.run(con, tmp_path / "x.duckdb", publish=False)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 
 import duckdb
+import numpy as np
 import polars as pl
 import pytest
 
@@ -17,9 +18,9 @@ def frame(*rows: dict) -> pl.DataFrame:
     """instance_frame's columns, one row per instance; times are epoch seconds, -1 = none."""
     base = {"raw": 100, "array_id": -1, "task": -1, "partition": "h100", "qos": "normal", "account": "vision",
             "user": "ada", "submit": 0, "eligible": 0, "start": -1, "end": -1, "nnodes": 1, "cpus": 24,
-            "gpus": 1, "mem_mib": 1024, "req_type": None, "name": "train"}
+            "gpus": 1, "mem_mib": 1024, "req_type": None, "name": "train", "resv": None}
     return pl.DataFrame([{**base, "i": i, "raw": 100 + i, **r} for i, r in enumerate(rows)],
-                        schema_overrides={"req_type": pl.String})
+                        schema_overrides={"req_type": pl.String, "resv": pl.String})
 
 
 def test_snapshot_times_are_the_multiples_of_the_interval_inside_the_window():
@@ -44,6 +45,17 @@ def test_each_pending_job_gets_the_reason_its_place_in_the_queue_implies():
         (1800, 4): ("PENDING", "Resources"),
         (2700, 0): ("RUNNING", "None"), (2700, 1): ("PENDING", "Resources"), (2700, 2): ("PENDING", "Priority"),
         (2700, 4): ("PENDING", "Resources")}
+
+
+def test_a_reservation_s_jobs_queue_on_their_own_and_name_it():
+    f = frame({"submit": 0, "eligible": 0, "resv": "llm-pt-run"},          # 0: waits for the reserved nodes
+              {"submit": 100, "eligible": 100},                            # 1: the partition's own head
+              {"submit": 200, "eligible": 200, "resv": "llm-pt-run"})      # 2: behind 0
+    rows = squeue_writer.queue_rows(f, np.array([900]))
+    assert rows.select("i", "reason").rows() == [(0, "Resources"), (1, "Resources"), (2, "Priority")]
+    lines = squeue_writer._lines(rows, "orion")["line"].to_list()
+    assert [line.split("|")[13] for line in lines] == ["llm-pt-run", "(null)", "llm-pt-run"]
+    assert squeue.LIVE_TITLES[13] == "RESERVATION"
 
 
 def test_a_day_s_log_loads_line_for_line_into_the_warehouse(tmp_path):

@@ -157,7 +157,7 @@ def test_scheduler_invariants_hold_for_any_workload(seed, rate, mtbf):
 # ---------------------------------------------------------------- real formats through the real ingestors
 
 def test_sacct_exports_load_without_rejects_and_running_jobs_later_finish(syn, con):
-    frame = sacct_writer.instance_frame(syn.cfg, syn.jobs, syn.users, syn.layout, syn.inst)
+    frame = sacct_writer.instance_frame(syn.cfg, syn.jobs, syn.users, syn.layout, syn.inst, syn.reservations)
     mid = syn.t0 + 10 * 86400
     opts = sacct.SacctOptions(cluster=syn.cfg.cluster, tz="UTC")
     first = sacct.ingest_bytes(con, sacct_writer.export(frame, syn.cfg.cluster, syn.t0, mid), "a.psv", opts)
@@ -193,7 +193,7 @@ def _folded_pending(syn) -> int:
 
 def test_requeued_instances_are_separate_records(con):
     s = build.generate(tiny(node_mtbf_days=3.0))
-    frame = sacct_writer.instance_frame(s.cfg, s.jobs, s.users, s.layout, s.inst)
+    frame = sacct_writer.instance_frame(s.cfg, s.jobs, s.users, s.layout, s.inst, s.reservations)
     data = sacct_writer.export(frame, s.cfg.cluster, s.t0, s.t_end)
     sacct.ingest_bytes(con, data, "x.psv", sacct.SacctOptions(cluster=s.cfg.cluster, tz="UTC"))
     rows = con.sql("""SELECT job_id_raw, list(state ORDER BY submit) FROM jobs GROUP BY 1 HAVING count(*) > 1""").fetchall()

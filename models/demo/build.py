@@ -2,7 +2,8 @@
 
 ``generate`` samples the workload, node outages and runs the scheduler. ``write_inputs`` writes what a site
 would hand us (governance.toml, ``scontrol show node -o`` snapshots, monthly ``sacct -P`` exports,
-``sacctmgr show event``, DCGM exporter OpenMetrics, ``squeue --iterate`` logs). ``load_inputs`` ingests them with
+``sacctmgr show event``, ``scontrol show reservation -o`` taken while each reservation was active, DCGM exporter
+OpenMetrics, ``squeue --iterate`` logs). ``load_inputs`` ingests them with
 the same functions ``gpuledger ingest ...`` calls. ``build`` does all of it into a temporary file, refreshes the
 marts and swaps the finished warehouse in by rename, so an interrupted build leaves the previous one intact.
 """
@@ -21,7 +22,8 @@ from pathlib import Path
 
 import duckdb
 
-from ingest import dcgm, governance, plausible, sacct, slurm_events, slurm_nodes, squeue, telemetry_store, warehouse
+from ingest import (dcgm, governance, plausible, reservations, sacct, slurm_events, slurm_nodes, squeue,
+                    telemetry_store, warehouse)
 from models.demo import governance_writer, sacct_writer, slurm_writers, squeue_writer, telemetry
 from models.demo.config import GENERATOR_VERSION, GPUS_PER_NODE, Config
 from models.demo.generate import Progress, Synthetic, generate, month_windows
@@ -30,7 +32,8 @@ from models.pipeline import refresh as refresh_mod
 #: Sources whose changes invalidate a built demo or benchmark warehouse.
 CODE_FILES = ("models/demo/*.py", "ingest/sacct.py", "ingest/jobs_store.py", "ingest/slurm_sql.py",
               "ingest/hostlist.py", "ingest/slurm_nodes.py", "ingest/slurm_events.py", "ingest/governance.py",
-              "ingest/dcgm.py", "ingest/telemetry_store.py", "ingest/squeue.py", "ingest/warehouse/*.py",
+              "ingest/dcgm.py", "ingest/telemetry_store.py", "ingest/squeue.py", "ingest/reservations.py",
+              "ingest/warehouse/*.py",
               "ingest/warehouse/migrations/*.sql")
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -52,6 +55,7 @@ class Inputs:
     nodes: list[tuple[Path, str]]     # (file, --as-of)
     sacct: list[Path]
     events: Path
+    reservations: list[Path]                  # `scontrol show reservation -o`, one per reservation
     dcgm: list[Path]
     squeue: list[Path]                        # `squeue --iterate` logs, one per day
 
@@ -70,22 +74,29 @@ def write_inputs(syn: Synthetic, outdir: Path, progress: Progress | None = None)
         p = outdir / f"scontrol-show-node-{label}.txt"
         p.write_bytes(slurm_writers.scontrol_nodes(cfg, syn.layout, syn.inst, syn.outages, when))
         nodes.append((p, slurm_writers.iso(when)))
-    frame = sacct_writer.instance_frame(cfg, syn.jobs, syn.users, syn.layout, syn.inst)
+    frame = sacct_writer.instance_frame(cfg, syn.jobs, syn.users, syn.layout, syn.inst, syn.reservations)
     exports = []
     for a, b in month_windows(syn.t0, syn.t_end):
         p = outdir / f"sacct-{dt.datetime.fromtimestamp(a, dt.timezone.utc):%Y-%m}.psv"
-        p.write_bytes(sacct_writer.export(frame, cfg.cluster, a, b, steps=cfg.job_steps))
+        p.write_bytes(sacct_writer.export(frame, cfg.cluster, a, b, steps=cfg.job_steps,
+                                          reservation=bool(cfg.reservations)))
         exports.append(p)
     events = outdir / "sacctmgr-show-event.psv"
     events.write_bytes(slurm_writers.sacctmgr_events(cfg, syn.layout, syn.outages, syn.t0, syn.t_add, syn.t_end))
+    resv = []
+    for r in syn.reservations:
+        p = outdir / f"scontrol-show-reservation-{r.name}.txt"
+        p.write_bytes(slurm_writers.scontrol_reservation(cfg, syn.layout, r))
+        resv.append(p)
     dcgm_files = telemetry.write_openmetrics(syn, outdir) if cfg.telemetry_days > 0 else []
     queue = (squeue_writer.write_logs(frame, cfg.cluster, max(syn.t0, syn.t_end - cfg.squeue_days * 86400),
                                       syn.t_end, outdir) if cfg.squeue_days > 0 else [])
     syn.seconds["write"] = time.perf_counter() - t
     size = sum(p.stat().st_size for p in outdir.iterdir()) / 1e6
-    say(f"wrote {len(exports)} sacct exports, {len(nodes)} node snapshots, events, {len(dcgm_files)} DCGM files, "
-        f"{len(queue)} squeue logs, governance ({size:,.0f} MB, {syn.seconds['write']:.1f} s)")
-    return Inputs(gov, nodes, exports, events, dcgm_files, queue)
+    say(f"wrote {len(exports)} sacct exports, {len(nodes)} node snapshots, events, {len(resv)} reservations, "
+        f"{len(dcgm_files)} DCGM files, {len(queue)} squeue logs, governance ({size:,.0f} MB, "
+        f"{syn.seconds['write']:.1f} s)")
+    return Inputs(gov, nodes, exports, events, resv, dcgm_files, queue)
 
 
 def load_inputs(con, syn: Synthetic, inputs: Inputs, progress: Progress | None = None) -> list[dict]:
@@ -107,6 +118,8 @@ def _load_inputs(con, syn: Synthetic, inputs: Inputs, progress: Progress | None)
     for path in inputs.sacct:
         out.append(sacct.ingest_path(con, str(path), opts))
     out.append(slurm_events.ingest_path(con, str(inputs.events), cluster=cluster, tz="UTC"))
+    for path in inputs.reservations:
+        out.append(reservations.ingest_path(con, str(path), cluster=cluster, tz="UTC"))
     topts = telemetry_store.TelemetryOptions(cluster=cluster, interval_s=syn.cfg.telemetry_step_s)
     for path in inputs.dcgm:
         out.append(dcgm.ingest_path(con, str(path), topts, fmt="openmetrics"))

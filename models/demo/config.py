@@ -10,7 +10,7 @@ import datetime as dt
 from dataclasses import dataclass, field, replace
 
 #: Bump when the generator's output changes for the same seed and scale (benchmark caches key on it).
-GENERATOR_VERSION = 4
+GENERATOR_VERSION = 5
 
 GPUS_PER_NODE = 8
 
@@ -69,6 +69,26 @@ class Team:
     fail: float = 1.0               # multiplier on failure probabilities
     deadlines: tuple[int, ...] = () # day offsets of conference deadlines (submission bursts before them)
     qos: str = "normal"
+
+
+@dataclass(frozen=True)
+class ReservationSpec:
+    """An advance reservation a team makes: whole nodes of one pool for a few days (models/demo/reservation_plan.py).
+    It starts ``before_end_days`` before the export at 10:17 site time, so its edges fall on no hour or day."""
+    name: str
+    team: str             # its account owns the reservation
+    pool: str
+    nodes: int            # at scale 1 (at least one node at any scale)
+    before_end_days: int
+    days: float
+    main_share: float     # the run it was made for works this share of the reservation's remaining time
+
+
+def default_reservations() -> tuple[ReservationSpec, ...]:
+    """A pretraining run's week on four H100 nodes ending two days before the export (inside the telemetry and
+    queue windows), and an evaluation sprint on two A100 nodes three weeks earlier; neither is used to the full."""
+    return (ReservationSpec("llm-pt-run", "llm-pretrain", "h100", 4, 9, 7.0, 0.8),
+            ReservationSpec("safety-evals", "safety", "a100", 2, 20, 4.0, 0.5))
 
 
 def default_pools(scale: float) -> tuple[Pool, ...]:
@@ -150,6 +170,7 @@ class Config:
     telemetry_days: int = 7                  # DCGM history written for the last N days (0 = none)
     telemetry_step_s: int = 600              # one reading per GPU and metric every 10 minutes (keeps the demo fast)
     squeue_days: int = 7                     # squeue snapshots (every 15 minutes) for the last N days (0 = none)
+    reservations: tuple[ReservationSpec, ...] = field(default_factory=default_reservations)
     job_steps: bool = True                   # write .batch/.extern/.0 step lines in sacct output
 
     @property
@@ -175,8 +196,9 @@ def for_scale(scale: float = 1.0, seed: int = 1, **overrides) -> Config:
     cfg = Config(seed=seed, scale=scale, days=days, pools=default_pools(scale))
     if scale >= 2:
         # a year: the job rate that gives 5,000,000 jobs at 2,000 nodes (the benchmark year); a site this big keeps
-        # its telemetry in Prometheus and exports accounting with --allocations
-        cfg = replace(cfg, telemetry_days=0, squeue_days=0, job_steps=False,
+        # its telemetry in Prometheus and exports accounting with --allocations in XDMoD's fields (the ingest
+        # benchmarks' format: no Reservation column, so no reservations)
+        cfg = replace(cfg, telemetry_days=0, squeue_days=0, job_steps=False, reservations=(),
                       jobs_per_gpu_day=YEAR_JOBS / _year_gpu_days())
     return replace(cfg, **overrides) if overrides else cfg
 

@@ -9,7 +9,7 @@ from typing import Callable
 
 import numpy as np
 
-from models.demo import faults, layout as layout_mod, scheduler, workload
+from models.demo import faults, layout as layout_mod, reservation_plan as resv_mod, scheduler, workload
 from models.demo.config import Config
 
 Progress = Callable[[str], None]
@@ -22,6 +22,7 @@ class Synthetic:
     users: workload.Users
     layout: layout_mod.Layout
     outages: faults.Outages
+    reservations: tuple[resv_mod.Reservation, ...]
     inst: scheduler.Instances
     t0: int          # period start (UTC epoch s)
     t_add: int       # capacity addition
@@ -40,13 +41,15 @@ def generate(cfg: Config, progress: Progress | None = None) -> Synthetic:
     t_add = t0 + cfg.capacity_add_day * 86400 + 10 * 3600   # mid-morning, when the new racks come online
     lay = layout_mod.make_layout(cfg, t0, t_add)
     out = faults.sample_outages(cfg, rng, lay.since, t0, t_end)
+    resv = resv_mod.plan(cfg, lay, t0, t_end)
+    jobs.resv = resv_mod.submit_into(cfg, jobs, resv)
     secs = {"sample": time.perf_counter() - t}
     say(f"sampled {len(jobs):,} jobs on {len(lay):,} nodes ({secs['sample']:.1f} s); scheduling ...")
     t = time.perf_counter()
-    inst = scheduler.schedule(cfg, jobs, lay, out, t_end, rng)
+    inst = scheduler.schedule(cfg, jobs, lay, out, t_end, rng, resv)
     secs["schedule"] = time.perf_counter() - t
     say(f"scheduled {len(inst):,} job instances ({secs['schedule']:.1f} s)")
-    return Synthetic(cfg, jobs, users, lay, out, inst, t0, t_add, t_end, secs)
+    return Synthetic(cfg, jobs, users, lay, out, resv, inst, t0, t_add, t_end, secs)
 
 
 def month_windows(t0: int, t1: int) -> list[tuple[int, int]]:

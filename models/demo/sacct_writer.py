@@ -18,6 +18,7 @@ from ingest.sacct import XDMOD_FIELDS
 from models.demo import scheduler as sch
 from models.demo.config import Config
 from models.demo.layout import Layout
+from models.demo.reservation_plan import Reservation, names as reservation_names
 from models.demo.workload import NAME_LIST, QOS, Jobs, Users
 
 HEADER = ("JobID|JobIDRaw|Cluster|Partition|QOS|Account|Group|GID|User|UID|Submit|Eligible|Start|End|Elapsed|"
@@ -32,9 +33,13 @@ BATCH_STATE = {"COMPLETED": "COMPLETED", "FAILED": "FAILED", "OUT_OF_MEMORY": "O
 SRUN_NAMES = ("python", "torchrun", "python3", "bash", "accelerate")
 
 
-def instance_frame(cfg: Config, jobs: Jobs, users: Users, layout: Layout, inst: sch.Instances) -> pl.DataFrame:
-    """One row per job instance with everything an export needs (times as epoch seconds, -1 = none)."""
+def instance_frame(cfg: Config, jobs: Jobs, users: Users, layout: Layout, inst: sch.Instances,
+                   reservations: tuple[Reservation, ...] = ()) -> pl.DataFrame:
+    """One row per job instance with everything an export needs (times as epoch seconds, -1 = none);
+    ``reservations`` are what ``jobs.resv`` indexes (the generated ``Synthetic.reservations``)."""
     j = inst.job
+    if len(j) and int(jobs.resv[j].max()) >= len(reservations):
+        raise ValueError("jobs were submitted into reservations: pass them (Synthetic.reservations)")
     part_names = [p.name for p in cfg.partitions]
     pool_names = [p.name for p in cfg.pools]
     first_node, nodelist = _nodelists(layout, inst)
@@ -67,6 +72,7 @@ def instance_frame(cfg: Config, jobs: Jobs, users: Users, layout: Layout, inst: 
         "first_node": pl.Series(np.where(first_node >= 0, np.array(layout.names, dtype=object)[np.maximum(first_node, 0)],
                                          None).tolist(), dtype=pl.String),
         "srun": (jobs.kind[j] >= 2) | (jobs.nodes[j] > 1),
+        "resv": pl.Series(reservation_names(reservations, jobs.resv[j]), dtype=pl.String),
     })
 
 
@@ -172,8 +178,10 @@ def _ranges(tasks) -> str:
     return ",".join(out)
 
 
-def export(frame: pl.DataFrame, cluster: str, a: int, b: int, steps: bool = True) -> bytes:
-    """The bytes of one sacct export for window [a, b) taken at time b (UTC), header line included."""
+def export(frame: pl.DataFrame, cluster: str, a: int, b: int, steps: bool = True,
+           reservation: bool = False) -> bytes:
+    """The bytes of one sacct export for window [a, b) taken at time b (UTC), header line included; with
+    ``reservation`` one more field, Reservation (as `gpuledger ingest sacct --live` asks for it; empty on steps)."""
     f = _fold_pending_arrays(as_of(frame, a, b))
     if "spec" not in f.columns:
         f = f.with_columns(spec=pl.lit(None, pl.String))
@@ -207,11 +215,15 @@ def export(frame: pl.DataFrame, cluster: str, a: int, b: int, steps: bool = True
         s("limit_txt"),
         pl.when(pl.col("ran")).then(pl.col("nodelist")).otherwise(c("None assigned")), s("name")],
         separator="|")
+    if reservation:
+        alloc_line = pl.concat_str([alloc_line, pl.col("resv").fill_null("")], separator="|")
     parts = [f.select(order=pl.col("order"), line=alloc_line)]
     if steps:
-        parts += _steps(f.filter(pl.col("ran")), cluster)
+        parts += [p.with_columns(line=pl.col("line") + "|") if reservation else p
+                  for p in _steps(f.filter(pl.col("ran")), cluster)]
     lines = pl.concat(parts).sort("order", maintain_order=True)["line"]
-    return (HEADER + "\n" + lines.str.join("\n").item() + ("\n" if len(lines) else "")).encode()
+    header = HEADER + ("|Reservation" if reservation else "")
+    return (header + "\n" + lines.str.join("\n").item() + ("\n" if len(lines) else "")).encode()
 
 
 def _steps(f: pl.DataFrame, cluster: str) -> list[pl.DataFrame]:

@@ -8,6 +8,9 @@ Policy, as a Slurm site with ``SchedulerType=sched/backfill`` runs it:
 - jobs in the preemptible partition fill idle GPUs and are preempted (requeued when allowed) when a normal
   job cannot otherwise start;
 - single-node jobs go best-fit (the fullest node that fits); gangs take whole free nodes;
+- an advance reservation (models/demo/reservation_plan.py), once created, keeps off its nodes every job whose time
+  limit would reach its start; from its start until its end they run only its own jobs, first come first served,
+  each only if its time limit ends by the reservation's end; what is still queued for it at its end is cancelled;
 - a node failure ends its jobs NODE_FAIL (requeued when allowed); an urgent drain requeues them (REQUEUED);
   drained or down nodes take no jobs.
 
@@ -25,6 +28,7 @@ import numpy as np
 from models.demo.config import GPUS_PER_NODE, Config
 from models.demo.faults import DOWN, Outages
 from models.demo.layout import Layout
+from models.demo.reservation_plan import Reservation
 from models.demo.workload import PLAN_STATES, Jobs
 
 BF_INTERVAL = 60       # seconds between backfill passes (Slurm bf_interval; large sites use 60+)
@@ -37,7 +41,7 @@ S_COMPLETED, S_FAILED, S_OOM, S_CANCELLED, S_TIMEOUT, S_NODE_FAIL, S_PREEMPTED, 
     S_PENDING = range(len(STATES))
 
 # event kinds, in the order they are handled at equal times
-E_END, E_DOWN, E_UP, E_DRAIN, E_RESUME, E_ADD, E_CANCEL, E_ARRIVE, E_BF = range(9)
+E_END, E_DOWN, E_UP, E_DRAIN, E_RESUME, E_ADD, E_RSTART, E_REND, E_CANCEL, E_ARRIVE, E_BF = range(11)
 INF = float("inf")
 NO_NODES: frozenset = frozenset()
 
@@ -87,7 +91,8 @@ class _Queue:
 
 
 class Scheduler:
-    def __init__(self, cfg: Config, jobs: Jobs, layout: Layout, outages: Outages, t_end: int, rng):
+    def __init__(self, cfg: Config, jobs: Jobs, layout: Layout, outages: Outages, t_end: int, rng,
+                 reservations: tuple[Reservation, ...] = ()):
         self.cfg, self.jobs, self.layout, self.t_end, self.rng = cfg, jobs, layout, t_end, rng
         nn = len(layout)
         self.npools = len(cfg.pools)
@@ -100,6 +105,10 @@ class Scheduler:
         self.up = [True] * nn
         self.drained = [False] * nn
         self.exists = [False] * nn
+        self.resv = reservations
+        self.resv_of = [-1] * nn                                   # the started reservation holding a node
+        self.rq = [_Queue() for _ in reservations]                 # each reservation's queue, arrival order
+        self.upcoming: list[list] = [[] for _ in cfg.pools]       # per pool: reservations created, not started
         self.slot_job = [[-1] * GPUS_PER_NODE for _ in range(nn)]
         self.slot_end = np.zeros((nn, GPUS_PER_NODE))
         self.on_node: list[set] = [set() for _ in range(nn)]
@@ -127,6 +136,7 @@ class Scheduler:
         self.j_run = jobs.run_s.tolist()
         self.j_requeue = jobs.requeue.tolist()
         self.j_patience = jobs.patience_s.tolist()
+        self.j_resv = jobs.resv.tolist()
         self.preemptible = [cfg.partitions[p].preemptible for p in range(len(cfg.partitions))]
         # instance columns
         self.i_job: list[int] = []
@@ -149,6 +159,10 @@ class Scheduler:
             else:
                 self._push(s, E_DRAIN, n, urgent)
                 self._push(e, E_RESUME, n)
+        for r, res in enumerate(reservations):
+            self.upcoming[res.pool].append((res.created, res.start, frozenset(res.nodes)))
+            self._push(res.start, E_RSTART, r)
+            self._push(res.end, E_REND, r)
 
     # ------------------------------------------------------------ plumbing
 
@@ -183,16 +197,21 @@ class Scheduler:
         self.usable[n] = flag
         self.usable_np[n] = flag
 
+    def _healthy(self, n: int) -> bool:
+        return self.exists[n] and self.up[n] and not self.drained[n]
+
     def _refresh_usable(self, n: int) -> None:
-        self._set_usable(n, self.exists[n] and self.up[n] and not self.drained[n])
+        """Usable by the pool's queue: healthy and in no started reservation."""
+        self._set_usable(n, self._healthy(n) and self.resv_of[n] < 0)
 
     # ------------------------------------------------------------ allocation
 
     def _take(self, i: int, n: int, g: int, now: int, exp_end: float, pre: bool) -> None:
         p = self.node_pool[n]
         k = self.free[n]
-        self.buckets[p][k].discard(n)
-        self.buckets[p][k - g].add(n)
+        if self.usable[n]:        # a reserved node is in no bucket: the pool's queue does not see it
+            self.buckets[p][k].discard(n)
+            self.buckets[p][k - g].add(n)
         self.free[n] = k - g
         self.free_np[n] = k - g
         sj = self.slot_job[n]
@@ -213,6 +232,9 @@ class Scheduler:
         g, m = self.j_gpus[j], self.j_nodes[j]
         bk = self.buckets[p]
         pre = self.preemptible[self.j_part[j]]
+        for created, start, nodes in self.upcoming[p]:   # a reservation ahead: keep off it unless done by then
+            if created <= now < start < now + self.j_limit[j]:
+                avoid = avoid | nodes
         if m == 1:
             for k in range(g, GPUS_PER_NODE + 1):
                 if bk[k]:
@@ -227,7 +249,7 @@ class Scheduler:
                     return True
             return False
         full = bk[GPUS_PER_NODE]
-        if len(full) - len(avoid) < m:
+        if len(full) < m:
             return False
         nodes = sorted(full - avoid)[:m]
         if len(nodes) < m:
@@ -285,11 +307,21 @@ class Scheduler:
 
     def _unqueue(self, i: int) -> None:
         self.alive[i] = False
-        self.npend[self.part_pool[self.j_part[self.i_job[i]]]] -= 1
+        j = self.i_job[i]
+        if self.j_resv[j] < 0:
+            self.npend[self.part_pool[self.j_part[j]]] -= 1
 
     def _enqueue(self, i: int, now: int) -> None:
         j = self.i_job[i]
         self.alive[i] = True
+        r = self.j_resv[j]
+        if r >= 0:
+            if now >= self.resv[r].end:    # requeued after its reservation ended: its user cancels it
+                self._cancel(i, now)
+            else:
+                self.rq[r].items.append(i)
+                self._resv_main(r, now)
+            return
         p = self.part_pool[self.j_part[j]]
         self.npend[p] += 1
         if p < 0:
@@ -442,6 +474,75 @@ class Scheduler:
                 self.i_by[i] = h
         return True
 
+    # ------------------------------------------------------------ reservations
+
+    def _resv_main(self, r: int, now: int) -> None:
+        """Start reservation r's queued jobs in arrival order while the first one fits on its nodes; a job whose
+        time limit would outlast the reservation is passed over (Slurm does not start it there)."""
+        res = self.resv[r]
+        if not res.start <= now < res.end:
+            return
+        items, alive, lim = self.rq[r].items, self.alive, self.j_limit
+        for i in items:
+            if not alive[i]:
+                continue
+            if now + lim[self.i_job[i]] > res.end:
+                continue
+            if not self._resv_fit(i, res, now):
+                return
+        items[:] = [i for i in items if alive[i]]
+
+    def _resv_fit(self, i: int, res: Reservation, now: int) -> bool:
+        """Start instance i on the reservation's healthy nodes now if it fits (best fit; gangs on whole nodes)."""
+        j = self.i_job[i]
+        g, m = self.j_gpus[j], self.j_nodes[j]
+        free = self.free
+        ok = [n for n in res.nodes if self._healthy(n)]
+        if m == 1:
+            fit = [n for n in ok if free[n] >= g]
+            if not fit:
+                return False
+            chosen = [min(fit, key=lambda n: (free[n], n))]
+        else:
+            chosen = [n for n in ok if free[n] == GPUS_PER_NODE][:m]
+            if len(chosen) < m:
+                return False
+        self._start(i, now)
+        for n in chosen:
+            self._take(i, n, g if m == 1 else GPUS_PER_NODE, now, now + self.j_limit[j], False)
+        return True
+
+    def _resv_begin(self, r: int, now: int) -> None:
+        res = self.resv[r]
+        mine = (res.created, res.start, frozenset(res.nodes))
+        self.upcoming[res.pool] = [u for u in self.upcoming[res.pool] if u != mine]
+        for n in res.nodes:
+            self.resv_of[n] = r
+            self._refresh_usable(n)
+        self._resv_main(r, now)
+
+    def _resv_finish(self, r: int, now: int) -> None:
+        """The reservation ends: its nodes return to their pool; what is still queued for it is cancelled."""
+        res = self.resv[r]
+        for n in res.nodes:
+            self.resv_of[n] = -1
+            self._refresh_usable(n)
+        for i in self.rq[r].items:
+            if self.alive[i]:
+                self._cancel(i, now)
+        self.rq[r].items.clear()
+        self._main(res.pool, now)
+
+    def _nudge_resv(self, nodes, now: int) -> None:
+        """Nodes freed GPUs or came back: the reservations holding any of them try their queues."""
+        for r in {self.resv_of[n] for n in nodes if self.resv_of[n] >= 0}:
+            self._resv_main(r, now)
+
+    def _cancel(self, i: int, now: int) -> None:
+        self._unqueue(i)
+        self.i_state[i] = S_CANCELLED
+        self.i_end[i] = now
+
     # ------------------------------------------------------------ the loop
 
     def run(self) -> Instances:
@@ -480,6 +581,8 @@ class Scheduler:
             self.i_state[i] = self.j_plan[self.i_job[i]]
             self._release(i)
             p = self.node_pool[self.i_alloc[i][0][0]]
+            if self.resv:
+                self._nudge_resv([n for n, _ in self.i_alloc[i]], now)
             self._main(p, now)
             if self.changed[p] and self.bf_pending[p] is False and self._head(p) >= 0:
                 self._want_bf(p, now)
@@ -489,9 +592,7 @@ class Scheduler:
             self._enqueue(x, now)
         elif kind == E_CANCEL:
             if self.alive[x]:
-                self._unqueue(x)
-                self.i_state[x] = S_CANCELLED
-                self.i_end[x] = now
+                self._cancel(x, now)
         elif kind == E_DOWN:
             n = x
             self.up[n] = False
@@ -502,6 +603,7 @@ class Scheduler:
         elif kind == E_UP:
             self.up[x] = True
             self._refresh_usable(x)
+            self._nudge_resv([x], now)
             self._main(self.node_pool[x], now)
         elif kind == E_DRAIN:
             n = x
@@ -514,11 +616,16 @@ class Scheduler:
         elif kind == E_RESUME:
             self.drained[x] = False
             self._refresh_usable(x)
+            self._nudge_resv([x], now)
             self._main(self.node_pool[x], now)
         elif kind == E_ADD:
             self.exists[x] = True
             self._refresh_usable(x)
             self._main(self.node_pool[x], now)
+        elif kind == E_RSTART:
+            self._resv_begin(x, now)
+        elif kind == E_REND:
+            self._resv_finish(x, now)
 
     def _result(self) -> Instances:
         gi, gn, gx = [], [], []
@@ -536,6 +643,8 @@ class Scheduler:
                          gpu_index=np.array(gx, np.int8), preempted_for=np.array(self.i_by, np.int64))
 
 
-def schedule(cfg: Config, jobs: Jobs, layout: Layout, outages: Outages, t_end: int, rng) -> Instances:
-    """Run the workload through the scheduler up to ``t_end`` (the export time)."""
-    return Scheduler(cfg, jobs, layout, outages, t_end, rng).run()
+def schedule(cfg: Config, jobs: Jobs, layout: Layout, outages: Outages, t_end: int, rng,
+             reservations: tuple[Reservation, ...] = ()) -> Instances:
+    """Run the workload through the scheduler up to ``t_end`` (the export time); ``jobs.resv`` indexes
+    ``reservations``."""
+    return Scheduler(cfg, jobs, layout, outages, t_end, rng, reservations).run()

@@ -1,4 +1,5 @@
-"""Write the synthetic cluster's inventory and outages as ``scontrol show node -o`` and ``sacctmgr show event``.
+"""Write the synthetic cluster's inventory, outages and reservations as ``scontrol show node -o``, ``sacctmgr show
+event`` and ``scontrol show reservation -o``.
 
 Node snapshots report each node's state at the snapshot time as slurmctld would (IDLE / MIXED / ALLOCATED,
 ``+DRAIN`` while drained, DOWN with its reason), with Gres, CfgTRES and AllocTRES as Slurm 22.05 prints them.
@@ -12,10 +13,12 @@ import datetime as dt
 
 import numpy as np
 
+from ingest import hostlist
 from models.demo import faults
 from models.demo.config import GPUS_PER_NODE, Config
 from models.demo.faults import Outages
 from models.demo.layout import Layout
+from models.demo.reservation_plan import Reservation
 from models.demo.scheduler import Instances
 
 EVENT_HEADER = "Cluster|NodeName|TimeStart|TimeEnd|State|Reason|User"   # as Slurm 22.05 prints it
@@ -106,3 +109,23 @@ def sacctmgr_events(cfg: Config, layout: Layout, outages: Outages, t0: int, t_ad
             state, reason, user = "DRAIN", faults.DRAIN_REASONS[r], faults.ADMINS[u]
         lines.append(f"{cfg.cluster}|{layout.names[n]}|{iso(s)}|{end}|{state}|{reason}|{user}({ADMIN_UIDS[user]})")
     return ("\n".join(lines) + "\n").encode()
+
+
+def _duration(seconds: int) -> str:
+    d, rest = divmod(int(seconds), 86400)
+    h, rest = divmod(rest, 3600)
+    return (f"{d}-" if d else "") + f"{h:02d}:{rest // 60:02d}:{rest % 60:02d}"
+
+
+def scontrol_reservation(cfg: Config, layout: Layout, res: Reservation) -> bytes:
+    """``TZ=UTC scontrol show reservation -o`` taken while ``res`` is active: one line as Slurm 22.05 prints it
+    (tests/fixtures/slurm_waiting/scontrol-show-reservation-o.txt): whole nodes named, so TRES lists only the
+    cores and Flags SPEC_NODES; owned by the team's account."""
+    cores = cfg.pools[res.pool].cpus * len(res.nodes)
+    nodes = hostlist.compress([layout.names[n] for n in res.nodes])
+    line = (f"ReservationName={res.name} StartTime={iso(res.start)} EndTime={iso(res.end)} "
+            f"Duration={_duration(res.end - res.start)} Nodes={nodes} NodeCnt={len(res.nodes)} CoreCnt={cores} "
+            f"Features=(null) PartitionName=(null) Flags=SPEC_NODES TRES=cpu={cores} Users=(null) "
+            f"Groups=(null) Accounts={cfg.teams[res.team].account} Licenses=(null) State=ACTIVE "
+            f"BurstBuffer=(null) Watts=n/a MaxStartDelay=(null)")
+    return (line + "\n").encode()

@@ -11,7 +11,8 @@ is the one the demo scheduler (models/demo/scheduler.py) implies, as Slurm names
 - ``BeginTime``: a requeued instance inside its requeue hold (its eligible time is still ahead, as Slurm sets the
   begin time of a requeued job);
 - ``Resources``: the first eligible job of its partition's queue in arrival order (the head the main scheduler
-  stops at when it does not fit; the preemptible partition is one queue);
+  stops at when it does not fit; the preemptible partition is one queue; a reservation's jobs are its own queue,
+  their RESERVATION field naming it);
 - ``Priority``: every other eligible job, waiting behind that head.
 
 Rows are built with Polars and numpy over all snapshots at once, not per job or per snapshot. A day's log is
@@ -64,7 +65,8 @@ def queue_rows(frame: pl.DataFrame, times: np.ndarray) -> pl.DataFrame:
         frame[started[rr]].with_columns(t=pl.Series(times[rk]), state=pl.lit("RUNNING"))])
     rows = rows.with_columns(waiting=(pl.col("state") == "PENDING") & (pl.col("eligible") <= pl.col("t")))
     # queue position: arrival (eligible) order, instance id breaking ties, as the scheduler's FIFO holds them
-    rows = rows.sort("t", "eligible", "i").with_columns(pos=pl.int_range(pl.len()).over("t", "partition", "waiting"))
+    rows = rows.sort("t", "eligible", "i").with_columns(
+        pos=pl.int_range(pl.len()).over("t", "partition", "resv", "waiting"))
     reason = (pl.when(pl.col("state") == "RUNNING").then(pl.lit("None"))
               .when(~pl.col("waiting")).then(pl.lit("BeginTime"))
               .when(pl.col("pos") == 0).then(pl.lit("Resources"))
@@ -84,7 +86,7 @@ def _lines(rows: pl.DataFrame, cluster: str) -> pl.DataFrame:
                            s("gpus")])
     line = pl.concat_str([jobid, pl.lit(cluster), s("state"), s("reason"), pl.lit("N/A"), tres_node, alloc,
                           s("nnodes"), s("partition"), s("account"), s("user"), s("qos"), slurm_time("submit"),
-                          pl.lit("(null)"), s("name"), pl.lit("")], separator="|")
+                          pl.col("resv").fill_null("(null)"), s("name"), pl.lit("")], separator="|")
     return rows.select("t", line.alias("line"))
 
 

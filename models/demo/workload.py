@@ -78,6 +78,7 @@ class Jobs:
     cpus: np.ndarray
     mem_mib: np.ndarray
     typed_req: np.ndarray     # bool: asked for a GPU type (--gres=gpu:h100:N) rather than --gres=gpu:N
+    resv: np.ndarray          # the reservation it was submitted into (models/demo/reservation_plan.py), -1 = none
 
     def __len__(self) -> int:
         return len(self.submit)
@@ -301,7 +302,7 @@ def _expand(cfg: Config, rng, users: Users, sub_t, sub_team, sub_k) -> Jobs:
                 limit_s=limit.astype(np.int64), plan=plan, run_s=run_s, exit_code=exit_code,
                 patience_s=patience, requeue=requeue, util=util, idle=idle, stall=stall,
                 name=name.astype(np.int16), cpus=cpus.astype(np.int32), mem_mib=mem.astype(np.int64),
-                typed_req=typed)
+                typed_req=typed, resv=np.full(n, -1, np.int8))
 
 
 def _outcomes(cfg: Config, rng, team, kind, work, limit):
