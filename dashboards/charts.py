@@ -111,6 +111,17 @@ def _finish(fig: go.Figure, title: str | None, x_title: str | None, y_title: str
     return fig
 
 
+def mark_partial(fig: go.Figure, x, text: str) -> go.Figure:
+    """A dotted line at ``x`` labelled ``text``: the bucket starting there holds only part of its time (the data
+    ends inside it), so its GPU-hours drop without anything having dropped. (A shape and an annotation: plotly's
+    add_vline cannot label a date axis.)"""
+    fig.add_shape(type="line", x0=x, x1=x, xref="x", y0=0, y1=1, yref="paper",
+                  line=dict(dash="dot", color="#6B7785", width=1))
+    fig.add_annotation(x=x, y=1, xref="x", yref="paper", text=text, showarrow=False, xanchor="right",
+                       yanchor="bottom", font=dict(size=11, color="#6B7785"))
+    return fig
+
+
 def stacked_area(df: pl.DataFrame, x: str, y: str, color: str, colours: dict[str, str], *,
                  y_title: str, x_title: str | None = None, title: str | None = None,
                  order: Sequence[str] | None = None, names: dict[str, str] | None = None) -> go.Figure:

@@ -22,6 +22,7 @@ import streamlit as st
 from dashboards import exports, page_shell, theme
 from dashboards.filters import Filters
 from dashboards.queries import Catalogue
+from models.definitions.times import bucket_hours
 
 _CTX_KEY = "_gpuledger_ctx"
 
@@ -294,6 +295,18 @@ def period_column(df: pl.DataFrame, bucket: str, col: str = "bucket") -> pl.Data
     if col not in df.columns:
         return df
     return df.with_columns(pl.col(col).dt.strftime("%Y-%m-%d %H:%M" if bucket == "hour" else "%Y-%m-%d"))
+
+
+def partial_bucket(df: pl.DataFrame, bucket: str) -> tuple[dt.datetime, str] | None:
+    """The last bucket of ``df`` (columns ``bucket``, ``hours``: the part of it inside the data and the window) when
+    it is cut short, with a label (e.g. "partial: 6.7 of 24 h"): charts of GPU-hours per bucket say so there."""
+    if df is None or df.is_empty() or "hours" not in df.columns:
+        return None
+    last = df.sort("bucket").row(-1, named=True)
+    full = bucket_hours(bucket, last["bucket"])
+    if last["hours"] is None or last["hours"] >= full - 1e-9:
+        return None
+    return last["bucket"], f"partial {bucket}: {last['hours']:,.1f} of {full:,.0f} h"
 
 
 def pct(x: float | None, digits: int = 1) -> str | None:

@@ -25,6 +25,16 @@ def test_stacked_area_keeps_order_units_and_colours():
     assert fig.layout.yaxis.title.text == "GPU-hours per day"
 
 
+def test_a_partial_bucket_is_marked_by_a_dotted_line_and_its_label():
+    df = pl.DataFrame({"d": [dt.datetime(2026, 7, 5), dt.datetime(2026, 7, 6)], "v": [10.0, 3.0], "s": ["a", "a"]})
+    fig = charts.mark_partial(charts.stacked_area(df, "d", "v", "s", {"a": "#000"}, y_title="GPU-hours per day"),
+                              dt.datetime(2026, 7, 6), "partial day: 6.7 of 24 h")
+    (line,), (label,) = fig.layout.shapes, [a for a in fig.layout.annotations if a.text.startswith("partial")]
+    assert (line.x0, line.x1, line.yref, line.line.dash) == (dt.datetime(2026, 7, 6), dt.datetime(2026, 7, 6),
+                                                            "paper", "dot")
+    assert (label.x, label.text) == (dt.datetime(2026, 7, 6), "partial day: 6.7 of 24 h")
+
+
 def test_bars_follow_the_colour_maps_order_and_long_legends_move_right():
     teams = [f"t{i:02d}" for i in range(9)]
     colours = theme.team_colours(teams)

@@ -3,6 +3,7 @@ traceback only in the server's log), and a table's CSV download (neutralised aga
 from __future__ import annotations
 
 import csv
+import datetime as dt
 import io
 import json
 import logging
@@ -149,3 +150,14 @@ def test_kpi_tiles_come_in_rows_of_at_most_four_lined_up(n, rows):
     assert not at.exception
     assert [m.label for m in at.metric] == [f"pool {i}: capacity reached" for i in range(n)]
     assert len(at.columns) == sum(rows)
+
+
+def test_a_last_bucket_cut_short_is_named_with_its_hours_and_a_whole_one_is_not():
+    day = pl.DataFrame({"bucket": [dt.datetime(2026, 7, 5), dt.datetime(2026, 7, 6)], "hours": [24.0, 6.66]})
+    assert ui.partial_bucket(day, "day") == (dt.datetime(2026, 7, 6), "partial day: 6.7 of 24 h")
+    assert ui.partial_bucket(day.head(1), "day") is None
+    # a month's whole length is its own: February 2026 has 672 hours, so 671.5 is short and 672 is not
+    feb = pl.DataFrame({"bucket": [dt.datetime(2026, 2, 1)], "hours": [671.5]})
+    assert ui.partial_bucket(feb, "month") == (dt.datetime(2026, 2, 1), "partial month: 671.5 of 672 h")
+    assert ui.partial_bucket(feb.with_columns(hours=pl.lit(672.0)), "month") is None
+    assert ui.partial_bucket(pl.DataFrame({"bucket": [dt.datetime(2026, 7, 6)]}), "day") is None   # no hours known

@@ -51,6 +51,13 @@ def test_kpis_table_and_stack_match_the_model(lab_db, model, monkeypatch):
     assert stack["layout"]["yaxis"]["title"]["text"] == "GPU-hours per day"
     summed = [sum(v) for v in zip(*(t["y"] for t in stack["data"]))]
     assert summed == pytest.approx(total.sort("bucket")["capacity_gpu_h"].to_list())
+    # the lab's data end at 2026-10-20 11:45 UTC: its last day is marked as partial where both charts of GPU-hours
+    # per day end, not left to read as a drop
+    assert total.sort("bucket")["hours"].to_list()[-1] == pytest.approx(11.75)
+    for title in ("Where the capacity went", "Allocated GPU-hours by team"):
+        fig = next(f for f in dfx.figures(at) if f["layout"]["title"]["text"] == title)
+        marks = [a for a in fig["layout"].get("annotations", []) if a["text"].startswith("partial")]
+        assert [(m["text"], m["x"][:10]) for m in marks] == [("partial day: 11.8 of 24 h", "2026-10-20")], title
 
 
 def test_team_filter_splits_allocation_into_selected_and_other(lab_db, model, monkeypatch):

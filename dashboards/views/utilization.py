@@ -59,10 +59,11 @@ long = (chart_util.select("bucket", *stack_cols).unpivot(index="bucket", variabl
         .with_columns(pl.col("state").replace_strict(stack_cols)))
 colours = {"Allocated": theme.STATE_COLOURS["allocated"], "Allocated (other teams)": "#A5B8CF",
            "Idle": theme.STATE_COLOURS["idle"], "Unavailable": theme.STATE_COLOURS["unavailable"]}
+partial = ui.partial_bucket(chart_util, chart_bucket)
 if placed:   # without placement every GPU would be drawn idle
-    ui.chart(st, charts.stacked_area(long, "bucket", "gpu_h", "state", colours, order=list(stack_cols.values()),
-                                     y_title=f"GPU-hours per {chart_bucket}", title="Where the capacity went"),
-             key="util_stack")
+    fig = charts.stacked_area(long, "bucket", "gpu_h", "state", colours, order=list(stack_cols.values()),
+                              y_title=f"GPU-hours per {chart_bucket}", title="Where the capacity went")
+    ui.chart(st, charts.mark_partial(fig, *partial) if partial else fig, key="util_stack")
 if now.get("beyond_capacity_gpu_h", 0) > 0.005:
     st.warning(f"{now['beyond_capacity_gpu_h']:,.1f} GPU-hours were allocated on nodes the inventory lacks or lists "
                "with fewer GPUs; they are counted as allocated but not inside capacity. Ingest a fuller node "
@@ -88,10 +89,11 @@ with right:
     if teams is not None and teams.height:
         # the largest teams and one "(other)" stack: each bucket's total is every team's
         shown_teams = charts.top_categories(teams, "team", ["allocated_gpu_h"], by=["bucket"])
-        ui.chart(st, charts.bars(shown_teams, "bucket", "allocated_gpu_h", color="team",
-                                 colours={**ctx.team_colours, charts.OTHER: charts.OTHER_COLOUR},
-                                 y_title=f"Allocated GPU-hours per {chart_bucket}",
-                                 title="Allocated GPU-hours by team", height=360), key="util_teams")
+        fig = charts.bars(shown_teams, "bucket", "allocated_gpu_h", color="team",
+                          colours={**ctx.team_colours, charts.OTHER: charts.OTHER_COLOUR},
+                          y_title=f"Allocated GPU-hours per {chart_bucket}", title="Allocated GPU-hours by team",
+                          height=360)
+        ui.chart(st, charts.mark_partial(fig, *partial) if partial else fig, key="util_teams")
 
 parts = mr.utilization(ctx.version, f, "month", "partition")
 if parts is not None and parts.height and known and placed:

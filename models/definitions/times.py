@@ -64,6 +64,14 @@ def bucket_interval(bucket: str) -> str:
             "month": "INTERVAL 1 MONTH"}[check_bucket(bucket)]
 
 
+def bucket_hours(bucket: str, start: dt.datetime) -> float:
+    """Hours of the whole ``bucket`` that starts at ``start`` (naive UTC): 1, 24, 168, or a month's 672-744."""
+    if check_bucket(bucket) == "month":
+        nxt = dt.datetime(start.year + (start.month == 12), start.month % 12 + 1, 1)
+        return (nxt - start.replace(day=1, hour=0, minute=0, second=0, microsecond=0)).total_seconds() / 3600
+    return {"hour": 1.0, "day": 24.0, "week": 168.0}[bucket]
+
+
 def parse_duration(value: str | int | float | None, default: int = DEFAULT_INTERVAL_S) -> int:
     """'5m', '300', '300s', '1h', '2d', 300 -> whole seconds (>= 1); None or '' -> ``default``."""
     if value is None or value == "":
