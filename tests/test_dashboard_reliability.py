@@ -44,11 +44,22 @@ def test_page_figures_equal_the_cli_report(lab_db, monkeypatch, tmp_path):
         for team, v in zip(trace["y"], trace["x"]):
             per_team[team] = per_team.get(team, 0.0) + v
     assert per_team == pytest.approx({t: r["lost_gpu_h"] for t, r in want.items()})
+    assert _partial_marks(at) == []       # the window's last day, 2026-10-19, is whole
     # the outage table lists the CLI's nodes with outages
     nodes = [r for r in _cli(lab_db, tmp_path, "reliability", "--view", "nodes") if r["outages"] > 0]
     table = dfx.frame_with(at, "Node", "Outages", "MTBF (hours)")
     assert list(table["Node"]) == [r["node"] for r in nodes]
     assert any(m.value.startswith("**Node outages**: unplanned") for m in at.markdown)   # titled as its neighbours
+
+
+def _partial_marks(at) -> list[tuple[str, str]]:
+    fig = next(f for f in dfx.figures(at) if f["layout"]["title"]["text"].startswith("Lost GPU-hours per "))
+    return [(a["text"], a["x"][:10]) for a in fig["layout"].get("annotations", []) if a["text"].startswith("partial")]
+
+
+def test_the_day_the_data_end_inside_is_marked_partial_as_on_the_utilization_page(lab_db, monkeypatch):
+    at = dfx.open_page(dfx.app(lab_db, monkeypatch), "reliability")    # the default window: to the data's end
+    assert _partial_marks(at) == [("partial day: 11.8 of 24 h", "2026-10-20")]   # 2026-10-20 11:45 UTC
 
 
 def test_a_window_without_node_outages_says_so_instead_of_an_empty_table(lab_db, monkeypatch, tmp_path):

@@ -7,7 +7,7 @@ import datetime as dt
 import polars as pl
 import streamlit as st
 
-from dashboards import charts, reliability_reads as rr, theme, ui
+from dashboards import charts, model_reads as mr, reliability_reads as rr, theme, ui
 
 ctx = ui.context()
 f = ctx.filters
@@ -98,10 +98,11 @@ with left:
                              height=max(300, 110 + 34 * teams.height)), key="rel_teams")
 bucket = rr.loss_bucket(f)
 per = rr.losses(ctx.version, f, None, bucket)
+partial = ui.partial_bucket(mr.utilization(ctx.version, f, bucket), bucket)   # the data end inside the last one
 with right:     # a time axis (as the other pages' charts), not one category per day written out sideways
-    ui.chart(st, charts.bars(_by_cause(per, "bucket"), "bucket", "gpu_h", color="cause", colours=CAUSE_COLOURS,
-                             y_title="Lost GPU-hours", x_title=bucket.title(), title=f"Lost GPU-hours per {bucket}"),
-                 key="rel_time")
+    fig = charts.bars(_by_cause(per, "bucket"), "bucket", "gpu_h", color="cause", colours=CAUSE_COLOURS,
+                      y_title="Lost GPU-hours", x_title=bucket.title(), title=f"Lost GPU-hours per {bucket}")
+    ui.chart(st, charts.mark_partial(fig, *partial) if partial and per.height else fig, key="rel_time")
 ui.table(teams.with_columns(pl.col("goodput_share") * 100), key="rel_team_table", file_stem="losses_by_team", ctx=ctx,
          columns={"team": "Team", "allocated_gpu_h": "Allocated (GPU-hours)", "lost_gpu_h": "Lost (GPU-hours)",
                   **{f"{c}_gpu_h": f"{lab} (GPU-hours)" for c, lab in rr.CAUSE_LABELS.items()},
