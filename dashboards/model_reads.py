@@ -658,3 +658,12 @@ def reservations(version: str, f: Filters) -> pl.DataFrame:
     """Reserved, used and idle GPU-hours per reservation overlapping the window, for the team filter."""
     df = reservations_mod.report(_cursor(version), f.t0, f.t1)
     return f.apply(df) if df.height else df
+
+
+def reserved_idle(version: str, f: Filters) -> float | None:
+    """Reserved GPU-hours no job held in the window (the Why jobs wait tile, the Overview's and the weekly
+    report's row); 0 when reservations were loaded but none falls in it, None when none was ever loaded."""
+    df = reservations(version, f)
+    if df.height:
+        return float(df["reserved_idle_gpu_h"].sum())
+    return 0.0 if reservations_loaded(version) else None

@@ -111,7 +111,8 @@ def _row(rows: list, name: str, unit: str, now, before, change_unit: str | None 
 def headline(version: str, f: Filters) -> list[dict]:
     """The Overview's headline figures for window ``f`` against the previous window of the same length, in the
     page's order and words: allocation ratio, GPU efficiency and telemetry coverage (%), FGD fragmentation
-    rate, wait blocked by fragmentation (%), Jain index, capacity date, p95 wait (hours), month's cost."""
+    rate, wait blocked by fragmentation (%), Jain index, capacity date, p95 wait (hours), reserved but idle
+    (GPU-hours, where reservations are loaded), month's cost."""
     prev, rows = f.previous(), []
     _row(rows, "Allocation ratio", "%", _pct(mr.allocation_ratio(version, f)),
          _pct(mr.allocation_ratio(version, prev)), "pp")
@@ -129,6 +130,9 @@ def headline(version: str, f: Filters) -> list[dict]:
     _capacity_row(rows, version, f)
     w, wb = mr.worst_wait(version, f), mr.worst_wait(version, prev)
     _row(rows, "p95 queue wait", "hours", w and w["wait_p95_h"], wb and wb["wait_p95_h"], "h")
+    idle = mr.reserved_idle(version, f)
+    if idle is not None:          # reservations loaded at all
+        _row(rows, "Reserved but idle", "GPU-hours", idle, mr.reserved_idle(version, prev), "GPU-h")
     _cost_row(rows, version, f)
     return rows
 

@@ -71,7 +71,8 @@ def test_overview_links_open_their_pages_with_the_same_view(lab_db, monkeypatch)
     at = _open(lab_db, monkeypatch, "overview", window="7d", team="vision")
     table = dfx.frame_with(at, "Details on page", "Open (same filters)")
     paths = {"Utilization": "utilization", "Efficiency": "efficiency", "Fragmentation": "fragmentation",
-             "Fairness & queues": "fairness", "Chargeback": "chargeback", "Forecast & capacity": "forecast"}
+             "Fairness & queues": "fairness", "Why jobs wait": "waiting", "Chargeback": "chargeback",
+             "Forecast & capacity": "forecast"}
     for page, link in zip(table["Details on page"], table["Open (same filters)"]):
         assert link == f"{paths[page]}?window=7d&team=vision", (page, link)
     links = at.get("page_link")

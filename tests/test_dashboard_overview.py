@@ -8,10 +8,12 @@ import pytest
 
 import dashboard_fixtures as dfx
 from dashboard_fixtures import lab_db  # noqa: F401 (fixture)
-from dashboards import model_reads as mr
+from dashboards import model_reads as mr, queries, reports
+from dashboards.filters import Filters
 from dashboards.snapshot import Snapshot
 from models.forecasting import capacity
-from models.metrics import chargeback, timeline, utilization
+from models.metrics import chargeback, reservations, timeline, utilization
+from waiting_fixtures import shared_db
 
 
 def test_headline_figures_match_the_models(lab_db, monkeypatch):
@@ -119,3 +121,26 @@ def test_pods_without_placement_say_what_is_not_known(run_cli, db_path, fixtures
         f"{lost['jobs']:,} jobs held {lost['gpu_h']:,.1f} GPU-hours in the window by their records but name no node (a "
         "trace without placement, e.g. openb's pod lists): the free GPUs here count theirs as free, so free GPUs, "
         "whole free nodes and fragmentation overstate."]
+
+
+def test_reserved_idle_is_one_figure_on_the_overview_the_waiting_page_and_the_weekly_report(tmp_path_factory,
+                                                                                           monkeypatch):
+    """The real Slurm capture with a reservation (tests/fixtures/slurm_waiting): the Overview's row, the Why jobs
+    wait tile and the weekly report's row are the reservation report's idle GPU-hours; a site that never loaded a
+    reservation gets no row (the lab: tests/test_reports.py counts its nine)."""
+    db = shared_db(tmp_path_factory)
+    cur = Snapshot(db).cursor()
+    want = reservations.report(cur, dt.datetime(2026, 12, 1), dt.datetime(2026, 12, 5))["reserved_idle_gpu_h"].sum()
+    assert want > 0
+    dates = (dt.date(2026, 12, 1), dt.date(2026, 12, 4))
+    at = dfx.open_page(dfx.app(db, monkeypatch), "overview", f_dates=dates)
+    table = dfx.frame_with(at, "Figure", "Unit", "This period")
+    row = {fig: (unit, now) for fig, unit, now in zip(table["Figure"], table["Unit"], table["This period"])}
+    assert row["Reserved but idle"] == ("GPU-hours", f"{want:,.2f}")
+    assert list(table["Figure"]).index("Reserved but idle") == list(table["Figure"]).index("p95 queue wait") + 1
+    at.switch_page("views/waiting.py").run()
+    assert dfx.metric(at, "Reserved but idle (GPU-hours)").value == f"{want:,.1f}"
+    monkeypatch.setenv("GPULEDGER_DB", str(db))
+    weekly = {r["metric"]: r for r in reports.headline(queries.current().version,
+                                                        Filters(dt.date(2026, 12, 1), dt.date(2026, 12, 5)))}
+    assert weekly["Reserved but idle"]["now"] == pytest.approx(want)

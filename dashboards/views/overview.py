@@ -137,6 +137,13 @@ def _wait(col) -> None:
     _row("p95 queue wait", "hours", p95, p95b, "Fairness & queues", "h")
 
 
+def _reserved() -> None:
+    """A row of the table only (no tile): reserved GPUs no job held, when reservations are loaded at all."""
+    idle = mr.reserved_idle(ctx.version, f)
+    if idle is not None:
+        _row("Reserved but idle", "GPU-hours", idle, mr.reserved_idle(ctx.version, prev), "Why jobs wait", "GPU-h")
+
+
 def _prefetch() -> None:
     """Compute the tiles' model reads (this period and the previous one) concurrently, slowest first."""
     month = f.month
@@ -165,6 +172,7 @@ for col, label, tile in ((r1[0], "Allocation ratio", _allocation), (r1[1], "GPU 
                          (r2[3], "p95 queue wait", _wait)):
     with ui.guarded(col, label):
         tile(col)
+_reserved()
 cost = None
 with ui.guarded(r2[1], "Cost this month"):
     cost = _cost(r2[1])
@@ -189,7 +197,8 @@ if cost is not None:
 
 #: Each detail page's URL path (dashboards/app.py's url_path), for links that keep the view.
 PAGE_PATHS = {"Utilization": "utilization", "Efficiency": "efficiency", "Fragmentation": "fragmentation",
-              "Fairness & queues": "fairness", "Chargeback": "chargeback", "Forecast & capacity": "forecast"}
+              "Fairness & queues": "fairness", "Why jobs wait": "waiting", "Chargeback": "chargeback",
+              "Forecast & capacity": "forecast"}
 view = sidebar.view_params(f, ctx.cat)
 
 st.subheader("The headline figures")

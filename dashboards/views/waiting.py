@@ -37,9 +37,8 @@ ui.kpi(k[2], "Preempted (GPU-hours)",
        f"{int(pre_victims['requeues'].sum()):,} requeues" if pre_victims.height else None, delta_color="off",
        arrow=False, help="GPU-hours of runs that ended PREEMPTED in the window (all lost: counted from each run's start).")
 # no reservation ever loaded: how much reserved capacity sat idle is not known, not 0
-ui.kpi(k[3], "Reserved but idle (GPU-hours)",
-       f"{resv['reserved_idle_gpu_h'].sum():,.1f}" if resv.height else
-       "0" if mr.reservations_loaded(ctx.version) else None,
+idle = mr.reserved_idle(ctx.version, f)
+ui.kpi(k[3], "Reserved but idle (GPU-hours)", None if idle is None else f"{idle:,.1f}",
        f"of {resv['reserved_gpu_h'].sum():,.1f} reserved" if resv.height else None, delta_color="off", arrow=False,
        missing="not known: no reservations loaded (`gpuledger ingest reservations`)",
        help="Reserved GPUs no job held; charged to the reservation's owner in the chargeback (line 'reserved idle').")
