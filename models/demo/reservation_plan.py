@@ -74,6 +74,8 @@ def plan(cfg: Config, layout: Layout, t0: int, t_end: int) -> tuple[Reservation,
         p = pools.index(spec.pool)
         lo, hi = layout.pool_range[p]
         present = [n for n in range(lo, hi) if layout.since[n] <= start]
+        if not present:
+            continue
         k = min(max(1, round(spec.nodes * cfg.scale)), max(1, len(present) // 2))
         part = next(i for i, q in enumerate(cfg.partitions) if q.pools == (spec.pool,) and not q.preemptible)
         out.append(Reservation(spec.name, teams.index(spec.team), p, part, tuple(present[-k:]),
