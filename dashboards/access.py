@@ -35,6 +35,7 @@ import streamlit as st
 
 from ingest import encoding
 from ingest.errors import InputError, load_toml
+from models.metrics import reservations as reservations_mod
 
 #: the environment variable that names the service configuration file for the dashboard process
 CONFIG_ENV = "GPULEDGER_CONFIG"
@@ -310,9 +311,9 @@ _ALWAYS_NULL = {
     "node_events": ("user",),
     "rejects": ("raw",),
     "ingest_runs": ("input_name", "message", "options"),
-    # queue snapshots and reservations carry no team: who asked and who owns is removed from every row
+    # queue snapshots carry no team: who asked is removed from every row (a reservation's owner is kept where
+    # it is a scoped team's: view_sql)
     "squeue_snapshots": ("account", "user", "job_name"),
-    "reservations": ("users", "accounts"),
 }
 #: tables a scoped read sees empty (alerts: their lines name other teams' jobs and people; report_runs: who was
 #: sent what)
@@ -334,6 +335,11 @@ def view_sql(table: str, columns: set[str], teams: tuple[str, ...], catalog: str
         mine = f"(coalesce(node IN ({listed}), false) OR NOT coalesce(is_team, false))" if teams else "NOT is_team"
         return (f"CREATE VIEW {name} AS SELECT CASE WHEN {mine} THEN node ELSE {_literal(OTHER)} END AS node, "
                 f"parent, sum(raw_shares) AS raw_shares, is_team FROM {src} GROUP BY ALL")
+    if table == "reservations":   # who owns one is kept where its owner maps to a scoped team, else removed
+        owner = reservations_mod.owner_team_sql("r", f"{catalog}.main.team_map")
+        mine = f"coalesce({owner} IN ({listed}), false)" if teams else "false"
+        return (f'CREATE VIEW {name} AS SELECT r.* REPLACE (CASE WHEN {mine} THEN r.users END AS users, '
+                f"CASE WHEN {mine} THEN r.accounts END AS accounts) FROM {src} r")
     if table == "budgets":        # the scoped teams' own budgets (a cost centre's spans other teams: not shown)
         mine = f"scope = 'team' AND name IN ({listed})" if teams else "false"
         return f"CREATE VIEW {name} AS SELECT * FROM {src} WHERE {mine}"
@@ -362,7 +368,7 @@ def view_sql(table: str, columns: set[str], teams: tuple[str, ...], catalog: str
 
 def scoped_tables() -> set[str]:
     return (set(_AS_OTHER) | set(_AS_NULL) | set(_ALWAYS_NULL) | set(_EMPTY) | set(_DOCUMENTS)
-            | {"team_tree", "open_statements", "cost_centers", "budgets"})
+            | {"team_tree", "open_statements", "cost_centers", "budgets", "reservations"})
 
 
 #: tables holding the governance document (teams, mappings, tree, entitlements) -> its column

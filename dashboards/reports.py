@@ -240,7 +240,8 @@ def weekly(version: str, f: Filters, template_dir=None) -> Report:
 
 def team_note(version: str, f: Filters, team: str, template_dir=None) -> Report:
     """A team lead's weekly note: ``team``'s usage (allocated GPU-hours, share of available), waits (p50/p95, wait
-    blocked by fragmentation) and waste (idle-allocated GPU-hours and the jobs that held the most), read as the
+    blocked by fragmentation) and waste (idle-allocated GPU-hours and the jobs that held the most; where
+    reservations are loaded, its reservations' idle GPU-hours, charged to it), read as the
     team's lead reads the dashboard (``version`` is the snapshot's unscoped version)."""
     sv = access.scoped_version(version, team_scope(team))
     tf = Filters(f.start, f.end, teams=(team,))
@@ -257,6 +258,7 @@ def team_note(version: str, f: Filters, team: str, template_dir=None) -> Report:
              "jobs_started": wait and wait["jobs"], "wait_p50_h": wait and wait["wait_p50_h"],
              "wait_p95_h": wait and wait["wait_p95_h"], "blocked_by_fragmentation_pct": _pct(mr.blocked_share(sv, tf)),
              "idle_alloc_gpu_h": eff and eff["idle_alloc_gpu_h"], "efficiency_pct": eff and eff["mean_pct"],
+             "reserved_idle_gpu_h": mr.reserved_idle(sv, tf),
              "cost": cost["cost"] if isinstance(cost, dict) else None,
              "currency": cost["currency"] if isinstance(cost, dict) else None,
              "cost_month": cost["month"] if isinstance(cost, dict) else None}

@@ -24,7 +24,8 @@ from dashboards import access, actions, server
 from dashboards.snapshot import Snapshot
 from ingest import governance, warehouse
 from ingest.errors import InputError
-from models.metrics import chargeback, demand, efficiency, fairness, queue, utilization
+from models.definitions.labels import UNMAPPED
+from models.metrics import chargeback, demand, efficiency, fairness, queue, reservations, utilization
 
 OTHER = access.OTHER
 T0, T1 = dt.datetime(2026, 9, 21, 6, 30), dt.datetime(2026, 10, 20, 13, 15)   # not on day boundaries
@@ -298,6 +299,26 @@ def _no_other_identity(snap, scope, identities, jobs: pl.DataFrame) -> None:
 
 def _q(c: str) -> str:
     return '"' + c + '"'
+
+
+def test_a_team_lead_sees_the_owner_of_the_team_s_own_reservations_only(tmp_path_factory):
+    """The real capture's reservation gl-resv (Accounts=vision Users=carol, tests/fixtures/slurm_waiting): vision's
+    lead reads it with its owner, and its reserved idle under vision as the unscoped report has it; ml's lead reads
+    its times and GPUs but not who holds it (before, every scoped read lost every owner: a lead's own reservation
+    showed as unmapped and its idle GPU-hours fell out of the team's figures)."""
+    from waiting_fixtures import shared_db
+    s = Snapshot(shared_db(tmp_path_factory))
+    t0, t1 = dt.datetime(2026, 12, 1), dt.datetime(2026, 12, 5)
+    full = reservations.report(s.cursor(), t0, t1).select("name", "team", "owner_account", "owner_user",
+                                                          "reserved_idle_gpu_h").rows()
+    assert full == [("gl-resv", "vision", "vision", "carol", pytest.approx(full[0][4]))] and full[0][4] > 0
+    own = reservations.report(s.cursor(access.Scope("team_lead", ("vision",)).key), t0, t1)
+    assert own.select("name", "team", "owner_account", "owner_user", "reserved_idle_gpu_h").rows() == full
+    other = s.cursor(access.Scope("team_lead", ("ml",)).key)
+    assert other.sql("SELECT users, accounts FROM reservations").fetchall() == [(None, None)]
+    assert reservations.report(other, t0, t1).select("team", "owner_account", "reserved_gpu_h").rows() == [
+        (UNMAPPED, None, pytest.approx(reservations.report(s.cursor(), t0, t1)["reserved_gpu_h"][0]))]
+    s.close()
 
 
 def test_full_roles_read_the_snapshot_as_it_is(snap):

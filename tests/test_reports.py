@@ -154,6 +154,25 @@ def test_the_team_note_shows_its_team_and_no_other(lab):
     assert note.facts["allocated_gpu_h"] == pytest.approx(
         by_team.filter(pl.col("team") == "nlp")["allocated_gpu_h"].sum(), rel=1e-9)
     assert note.facts["jobs_started"] > 0 and note.facts["wait_p95_h"] is not None
+    # the lab loaded no reservation: the note has no such line (not a 0 that is not known)
+    assert note.facts["reserved_idle_gpu_h"] is None and "Reserved but idle" not in note.text + note.html
+
+
+def test_the_team_note_charges_the_team_its_own_reservations_idle_gpu_hours(tmp_path_factory, monkeypatch):
+    """The real capture's reservation gl-resv, owned by vision (tests/fixtures/slurm_waiting): vision's note
+    says its idle GPU-hours, as `report reservations` has them for the week; ml's says 0."""
+    from waiting_fixtures import shared_db
+    from models.metrics import reservations
+    db = shared_db(tmp_path_factory)
+    monkeypatch.setenv("GPULEDGER_DB", str(db))
+    week = reports.week_window("2026-W49")                    # 2026-11-30 to 12-06, the capture's 12-04 inside
+    want = reservations.report(Snapshot(db).cursor(), dt.datetime(2026, 11, 30), dt.datetime(2026, 12, 7))
+    assert want["team"].to_list() == ["vision"] and want["reserved_idle_gpu_h"][0] > 0
+    version = queries.current().version
+    vision = reports.team_note(version, week, "vision")
+    assert vision.facts["reserved_idle_gpu_h"] == pytest.approx(want["reserved_idle_gpu_h"][0])
+    assert f"Reserved but idle: {want['reserved_idle_gpu_h'][0]:,.2f} GPU-hours" in vision.text
+    assert reports.team_note(version, week, "ml").facts["reserved_idle_gpu_h"] == 0
 
 
 def test_who_may_receive_what(lab):
@@ -259,11 +278,11 @@ def test_a_week_the_accounting_stops_in_says_its_figures_after_that_are_missing(
 
 
 @pytest.mark.parametrize("week", ["2026-W44", "2026-W38"])
-def test_a_week_the_accounting_does_not_reach_is_refused_not_a_report_of_dashes(lab_db, capsys, week):
+def test_a_week_the_accounting_does_not_reach_is_refused_not_a_report_of_dashes(lab, lab_db, capsys, week):
     """The lab's accounting runs from 2026-09-21 into 2026-10-20: a later or an earlier week has nothing to report
     (it printed every figure as "—" and the month's cost as 0.00); the weeks at the data's edges still report."""
     import gpuledger
-    cat = queries.catalogue(Snapshot(lab_db).version)
+    cat = queries.catalogue(lab)        # the lab's snapshot, $GPULEDGER_DB naming it (the `lab` fixture)
     assert str(cat.first_day) == "2026-09-21" and cat.horizon.date() == dt.date(2026, 10, 20)
     for cmd in (["weekly"], ["team-note", "--team", "nlp"]):
         assert gpuledger.main(["--db", str(lab_db), "report", *cmd, "--week", week]) == 1

@@ -66,18 +66,25 @@ PER_NODE_SQL = f"""
     FROM inv LEFT JOIN h USING (cluster, name, start, node)"""
 
 #: Owner and team of each reservation (the jobs' team rule over team_map: lowest priority number wins).
+def owner_team_sql(r: str, team_map: str = "team_map") -> str:
+    """SQL for the team owning the reservation row aliased ``r``: its first account, else its first user, matched
+    against ``team_map`` as jobs are (the lowest priority number wins); NULL when no mapping matches. One rule for
+    the report and for a team-scoped read (dashboards/access.py), which keeps a team's own reservations' owners."""
+    account = f"nullif(split_part(coalesce({r}.accounts, ''), ',', 1), '')"
+    user = f"nullif(split_part(coalesce({r}.users, ''), ',', 1), '')"
+    return f"""(SELECT arg_min(t.team, t.priority) FROM {team_map} t
+        WHERE (t.cluster IS NULL OR t.cluster = {r}.cluster)
+          AND (t.account_pattern IS NULL OR {account} LIKE t.account_pattern ESCAPE '\\')
+          AND (t.user_pattern IS NULL OR {user} LIKE t.user_pattern ESCAPE '\\')
+          AND (t.account_pattern IS NOT NULL OR t.user_pattern IS NOT NULL))"""
+
+
 OWNER_SQL = f"""
     SELECT r.cluster, r.name, r.start, r."end", r.accounts, r.users, r.flags, r.nodelist,
            nullif(split_part(coalesce(r.accounts, ''), ',', 1), '') AS owner_account,
            nullif(split_part(coalesce(r.users, ''), ',', 1), '') AS owner_user,
-           coalesce(arg_min(t.team, t.priority), '{UNMAPPED}') AS team
-    FROM reservations r LEFT JOIN team_map t
-      ON (t.cluster IS NULL OR t.cluster = r.cluster)
-     AND (t.account_pattern IS NULL OR nullif(split_part(coalesce(r.accounts, ''), ',', 1), '')
-                                        LIKE t.account_pattern ESCAPE '\\')
-     AND (t.user_pattern IS NULL OR nullif(split_part(coalesce(r.users, ''), ',', 1), '') LIKE t.user_pattern ESCAPE '\\')
-     AND (t.account_pattern IS NOT NULL OR t.user_pattern IS NOT NULL)
-    GROUP BY ALL"""
+           coalesce({owner_team_sql('r')}, '{UNMAPPED}') AS team
+    FROM reservations r"""
 
 
 def per_node(con, start: dt.datetime, end: dt.datetime) -> pl.DataFrame:
