@@ -655,8 +655,14 @@ def reservations_loaded(version: str) -> bool:
 
 @st.cache_data(**CACHE)
 def reservations(version: str, f: Filters) -> pl.DataFrame:
-    """Reserved, used and idle GPU-hours per reservation overlapping the window, for the team filter."""
+    """Reserved, used and idle GPU-hours per reservation overlapping the window, for the team filter. In a
+    team-scoped read another team's reservation (its owner removed, dashboards/access.py) is "other teams", as
+    that team's jobs are, not "(unmapped)"."""
     df = reservations_mod.report(_cursor(version), f.t0, f.t1)
+    if df.height and access.scope_key(version):
+        mine = list(access.teams_of(access.scope_key(version)))
+        df = df.with_columns(team=pl.when(pl.col("team").is_in(mine)).then(pl.col("team"))
+                             .otherwise(pl.lit(access.OTHER)))
     return f.apply(df) if df.height else df
 
 

@@ -299,7 +299,7 @@ def period_column(df: pl.DataFrame, bucket: str, col: str = "bucket") -> pl.Data
 
 def partial_bucket(df: pl.DataFrame, bucket: str) -> tuple[dt.datetime, str] | None:
     """The last bucket of ``df`` (columns ``bucket``, ``hours``: the part of it inside the data and the window) when
-    it is cut short, with a label (e.g. "partial: 6.7 of 24 h"): charts of GPU-hours per bucket say so there."""
+    it is cut short, with a label (e.g. "partial day: 6.7 of 24 h"): charts of GPU-hours per bucket say so there."""
     if df is None or df.is_empty() or "hours" not in df.columns:
         return None
     last = df.sort("bucket").row(-1, named=True)

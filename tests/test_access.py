@@ -321,6 +321,20 @@ def test_a_team_lead_sees_the_owner_of_the_team_s_own_reservations_only(tmp_path
     s.close()
 
 
+def test_another_team_s_reservation_reads_other_teams_on_the_pages_as_its_jobs_do(tmp_path_factory, monkeypatch):
+    from dashboards import model_reads as mr, queries
+    from dashboards.filters import Filters
+    from waiting_fixtures import shared_db
+    monkeypatch.setenv("GPULEDGER_DB", str(shared_db(tmp_path_factory)))
+    v, f = queries.current().version, Filters(dt.date(2026, 12, 1), dt.date(2026, 12, 5))
+    assert mr.reservations(v, f)["team"].to_list() == ["vision"]
+    for team, shown in (("vision", "vision"), ("ml", access.OTHER)):
+        scoped = access.scoped_version(v, access.Scope("team_lead", (team,)))
+        assert mr.reservations(scoped, f)["team"].to_list() == [shown]
+    assert mr.reserved_idle(access.scoped_version(v, access.Scope("team_lead", ("ml",))),
+                            Filters(f.start, f.end, teams=("ml",))) == 0
+
+
 def test_full_roles_read_the_snapshot_as_it_is(snap):
     a = snap.frame("SELECT team, count(*)::BIGINT AS n FROM jobs GROUP BY team ORDER BY team NULLS LAST")
     assert a["team"].to_list() == ["nlp", "platform", "vision", None]

@@ -65,11 +65,11 @@ PER_NODE_SQL = f"""
            coalesce(h.used_s, 0) AS used_s, coalesce(h.all_s, 0) AS all_s, coalesce(h.jobs, 0) AS jobs
     FROM inv LEFT JOIN h USING (cluster, name, start, node)"""
 
-#: Owner and team of each reservation (the jobs' team rule over team_map: lowest priority number wins).
 def owner_team_sql(r: str, team_map: str = "team_map") -> str:
-    """SQL for the team owning the reservation row aliased ``r``: its first account, else its first user, matched
-    against ``team_map`` as jobs are (the lowest priority number wins); NULL when no mapping matches. One rule for
-    the report and for a team-scoped read (dashboards/access.py), which keeps a team's own reservations' owners."""
+    """SQL for the team owning the reservation row aliased ``r``: its first account and first user matched against
+    ``team_map``'s patterns as a job's account and user are (the lowest priority number wins); NULL when no mapping
+    matches. One rule for the report and for a team-scoped read (dashboards/access.py), which keeps a team's own
+    reservations' owners."""
     account = f"nullif(split_part(coalesce({r}.accounts, ''), ',', 1), '')"
     user = f"nullif(split_part(coalesce({r}.users, ''), ',', 1), '')"
     return f"""(SELECT arg_min(t.team, t.priority) FROM {team_map} t
@@ -79,6 +79,7 @@ def owner_team_sql(r: str, team_map: str = "team_map") -> str:
           AND (t.account_pattern IS NOT NULL OR t.user_pattern IS NOT NULL))"""
 
 
+#: Owner and team of each reservation (the jobs' team rule over team_map: lowest priority number wins).
 OWNER_SQL = f"""
     SELECT r.cluster, r.name, r.start, r."end", r.accounts, r.users, r.flags, r.nodelist,
            nullif(split_part(coalesce(r.accounts, ''), ',', 1), '') AS owner_account,
