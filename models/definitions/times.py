@@ -13,6 +13,8 @@ BUCKETS = ("hour", "day", "week", "month")
 #: Polars ``dt.truncate`` spellings of the buckets.
 EVERY = {"hour": "1h", "day": "1d", "week": "1w", "month": "1mo"}
 DEFAULT_INTERVAL_S = 300
+#: Hours in one bucket of each fixed length (a month's are its own: :func:`bucket_hours`).
+BUCKET_HOURS = {"hour": 1.0, "day": 24.0, "week": 168.0}
 
 
 def check_window(start: dt.datetime | None, end: dt.datetime | None) -> None:
@@ -69,7 +71,7 @@ def bucket_hours(bucket: str, start: dt.datetime) -> float:
     if check_bucket(bucket) == "month":
         nxt = dt.datetime(start.year + (start.month == 12), start.month % 12 + 1, 1)
         return (nxt - start.replace(day=1, hour=0, minute=0, second=0, microsecond=0)).total_seconds() / 3600
-    return {"hour": 1.0, "day": 24.0, "week": 168.0}[bucket]
+    return BUCKET_HOURS[bucket]
 
 
 def parse_duration(value: str | int | float | None, default: int = DEFAULT_INTERVAL_S) -> int:

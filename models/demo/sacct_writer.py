@@ -219,15 +219,15 @@ def export(frame: pl.DataFrame, cluster: str, a: int, b: int, steps: bool = True
         alloc_line = pl.concat_str([alloc_line, pl.col("resv").fill_null("")], separator="|")
     parts = [f.select(order=pl.col("order"), line=alloc_line)]
     if steps:
-        parts += [p.with_columns(line=pl.col("line") + "|") if reservation else p
-                  for p in _steps(f.filter(pl.col("ran")), cluster)]
+        parts += _steps(f.filter(pl.col("ran")), cluster, reservation)
     lines = pl.concat(parts).sort("order", maintain_order=True)["line"]
     header = HEADER + ("|Reservation" if reservation else "")
     return (header + "\n" + lines.str.join("\n").item() + ("\n" if len(lines) else "")).encode()
 
 
-def _steps(f: pl.DataFrame, cluster: str) -> list[pl.DataFrame]:
-    """.batch (first node), .extern (all nodes) and, for srun jobs, .0 lines of started instances."""
+def _steps(f: pl.DataFrame, cluster: str, reservation: bool = False) -> list[pl.DataFrame]:
+    """.batch (first node), .extern (all nodes) and, for srun jobs, .0 lines of started instances (with
+    ``reservation``, an empty Reservation field last: steps print none)."""
     s = lambda col: pl.col(col).cast(pl.String)  # noqa: E731
     c = lambda v: pl.lit(v)  # noqa: E731
     batch_state = pl.col("state").replace_strict(BATCH_STATE, default=pl.col("state"))
@@ -244,7 +244,7 @@ def _steps(f: pl.DataFrame, cluster: str) -> list[pl.DataFrame]:
             pl.concat_str([s("jobid"), c("." + suffix)]), pl.concat_str([s("raw"), c("." + suffix)]), c(cluster),
             c(""), c(""), s("account"), s("account"), s("gid"), c(""), c(""), s("start_txt"), s("start_txt"),
             s("start_txt"), s("end_txt"), s("elapsed_txt"), exit_, state, s("nnodes"), s("cpus"), s("cpus"),
-            c(""), c(""), tres, c(""), nodes, name], separator="|"))
+            c(""), c(""), tres, c(""), nodes, name, *([c("")] if reservation else [])], separator="|"))
 
     out = [
         line(per_node, "batch", c("batch"), batch_state, step_exit, pl.col("first_node"),

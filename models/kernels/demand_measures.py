@@ -11,8 +11,9 @@ from models.definitions.jobs_sql import (PARTITION_POOL_SQL, PENDING_STATES, arr
                                          sql_list, team_sql)
 from models.definitions.expected_run_sql import expected_run_ctes
 from models.definitions.timeline_sql import job_alloc_in_buckets_sql
+from models.definitions.times import BUCKET_HOURS
 
-FREQS = {"hour": 1.0, "day": 24.0, "week": 168.0}
+FREQS = BUCKET_HOURS        # hours per period of each frequency a demand series can have
 
 
 DIMENSIONS = ("cluster", "pool", "partition", "team")
