@@ -1249,7 +1249,7 @@ def _scenario(args):
         raise UsageError(str(exc)) from exc
     return whatif.Scenario(add=_pool_counts(args.add, "--add"), remove=_pool_counts(args.remove, "--remove"),
                            demand_scale=args.demand_scale, runtime_scale=args.runtime_scale, policy=policy,
-                           replay_events=not args.no_events)
+                           replay_events=not args.no_events, replay_reservations=not args.no_reservations)
 
 
 def _sim_inputs(args, observed: bool = False):
@@ -1277,7 +1277,11 @@ def _sim_window(inp) -> str:
     n = inp.counts()
     extra = ([f"{n['queued_at_horizon']:,} still queued at the horizon"] if n["queued_at_horizon"] else []) + \
             ([f"{n['carried']:,} carried in, in the cluster at its start"] if n["carried"] else []) + \
-            ([f"measured to the horizon {inp.horizon}"] if inp.horizon is not None else [])
+            ([f"measured to the horizon {inp.horizon}"] if inp.horizon is not None else []) + \
+            ([f"{n['reservations']:,} advance reservation(s), {n['in_reservations']:,} jobs in them"]
+             if n["reservations"] else []) + \
+            ([f"{n['reservation_not_loaded']:,} jobs ran in reservations not loaded (`gpuledger ingest reservations`): "
+              "replayed as ordinary jobs"] if n["reservation_not_loaded"] else [])
     return f"{n['jobs']:,} jobs in [{inp.t0}, {inp.t1})" + (f" ({'; '.join(extra)})" if extra else "")
 
 
@@ -1288,14 +1292,17 @@ def _scenario_header(args, inp, cl) -> str:
     changes += [f"-{n} {p}" for p, n in _pool_counts(args.remove, "--remove").items()]
     return (f"simulate: {_sim_window(inp)}; scenario {cl.size} nodes "
             f"({', '.join(changes) or 'as observed'}), GPUs {_gpus(scen)}; baseline {inp.cluster.size} nodes, GPUs "
-            f"{_gpus(seen)}; demand x{args.demand_scale:g}, run times x{args.runtime_scale:g}; policy {args.policy} "
+            f"{_gpus(seen)}; demand x{args.demand_scale:g}, run times x{args.runtime_scale:g}; "
+            f"{'advance reservations ignored in the scenario; ' if args.no_reservations else ''}policy {args.policy} "
             f"({args.placement}); {args.replications} replications with the same seeds; waits in hours, 95% "
             "intervals; change = scenario - baseline")
 
 
 def _validate_replay(args, sc) -> int:
     from models.simulation import whatif
-    _none_of("simulate --validate", args, {"add": "--add", "remove": "--remove"}, "(it replays the observed capacity)")
+    _none_of("simulate --validate", args,
+             {"add": "--add", "remove": "--remove", "no_reservations": "--no-reservations"},
+             "(it replays the observed capacity and reservations)")
     if args.demand_scale != 1 or args.runtime_scale != 1:
         raise UsageError("simulate --validate: --demand-scale and --runtime-scale cannot be used (it replays the "
                          "observed workload)")
@@ -1967,6 +1974,9 @@ def _scenario_options(s, replications: int) -> None:
                    help=f"replications (day bootstraps) for the intervals (default {replications})")
     s.add_argument("--seed", type=int, default=0, help="seed of the first replication (default 0)")
     s.add_argument("--no-events", action="store_true", help="ignore node outages from node_events")
+    s.add_argument("--no-reservations", action="store_true",
+                   help="the scenario without the advance reservations (their jobs run as ordinary jobs); the "
+                        "baseline keeps them")
     _output_options(s)
 
 

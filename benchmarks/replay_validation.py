@@ -12,6 +12,9 @@
    (models/demo/scheduler.py), written as real sacct/scontrol/sacctmgr files and ingested.
 4. Windows that start inside the history (self-consistency and demo), replayed from the cluster's state at their
    start and, as before that was loaded, from idle nodes (`--only-starts` prints only this table).
+5. Advance reservations (`--only-reservations`): the demo's jobs around each reservation (its pool, submitted from
+   a week before it to its end) and the jobs in it, replayed with the reservations and without (as before
+   2026-12-08), and the self-consistency warehouse with two reservations.
 Prints markdown tables (waits in hours unless said otherwise).
 """
 from __future__ import annotations
@@ -163,6 +166,47 @@ def demo(path: Path) -> str:
     return "\n".join(out)
 
 
+def _around(out: pl.DataFrame, resv: pl.DataFrame, pools: dict[str, str]) -> list[tuple]:
+    """Per reservation: (name, jobs of its pool around it, their mean |error| h, observed / simulated mean wait h,
+    jobs in it, their mean |error| h, observed / simulated mean wait h)."""
+    o = out.filter(pl.col("observed_wait_s").is_not_null() & pl.col("feasible")).with_columns(
+        ((pl.col("wait_s") - pl.col("observed_wait_s")).abs() / 3600).alias("err"),
+        (pl.col("wait_s") / 3600).alias("w"), (pl.col("observed_wait_s") / 3600).alias("ow"))
+    rows = []
+    for r in resv.iter_rows(named=True):
+        d = o.filter(pl.col("submit_s").is_between(r["start_s"] - 7 * 86400, r["end_s"])
+                     & (pl.col("pool") == pools[r["name"]]))
+        i = d.filter(pl.col("reservation") == r["name"])
+        rows.append((r["name"], d.height, d["err"].mean(), d["ow"].mean(), d["w"].mean(), i.height, i["err"].mean(),
+                     i["ow"].mean(), i["w"].mean()))
+    return rows
+
+
+def reservations(demo_path: Path) -> str:
+    """The demo's reservations replayed with and without them (fifo-backfill, best-fit, bf_interval 30 s)."""
+    con = duckdb.connect(str(demo_path), read_only=True)
+    try:
+        inp = whatif.load_inputs(con)
+        pools = dict(con.sql("SELECT r.name, any_value(n.gpu_type) FROM reservations r JOIN nodes n "
+                             "ON list_contains(string_split(r.nodes, ','), n.node) GROUP BY ALL").fetchall())
+    finally:
+        con.close()
+    pol = Policy.parse("fifo-backfill")
+    rows = []
+    for on in (True, False):
+        t0 = time.perf_counter()
+        res, out = whatif._run(inp, whatif.Scenario(policy=pol, replay_reservations=on), inp.jobs, pol.seed)
+        secs = time.perf_counter() - t0
+        _, summary = whatif.validate_replay(inp, pol, (res, out))
+        all_err = summary.filter(pl.col("size_class") == "all")["mean_abs_err_h"][0]
+        rows += [("with" if on else "without", secs, all_err, *r) for r in _around(out, inp.reservations, pools)]
+    df = pl.DataFrame(rows, orient="row", schema=[
+        "reservations", "replay_s", "all_jobs_mean_abs_err_h", "reservation", "pool_jobs_around", "mean_abs_err_h",
+        "observed_mean_h", "simulated_mean_h", "jobs_in_it", "in_it_mean_abs_err_h", "in_it_observed_mean_h",
+        "in_it_simulated_mean_h"])
+    return md(df)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--demo", default=str(ROOT / "data" / "demo.duckdb"))
@@ -170,7 +214,11 @@ def main() -> None:
     ap.add_argument("--skip-real", action="store_true")
     ap.add_argument("--skip-demo", action="store_true")
     ap.add_argument("--only-starts", action="store_true", help="only the windows that start inside the history")
+    ap.add_argument("--only-reservations", action="store_true", help="only the demo's advance reservations")
     args = ap.parse_args()
+    if args.only_reservations:
+        print("## Advance reservations (demo)\n\n" + reservations(Path(args.demo)) + "\n")
+        return
     if args.only_starts:
         print("## Windows that start inside the history\n\n" + window_starts(Path(args.demo)) + "\n")
         return
@@ -183,6 +231,7 @@ def main() -> None:
     if not args.skip_demo:
         if Path(args.demo).exists():
             print("## Demo warehouse\n\n" + demo(Path(args.demo)) + "\n")
+            print("## Advance reservations (demo)\n\n" + reservations(Path(args.demo)) + "\n")
         else:
             print(f"## Demo warehouse\n\n{args.demo} does not exist: run `gpuledger demo --no-serve` first\n")
 

@@ -26,10 +26,20 @@ def synthetic_jobs(n: int, seed: int, n_pools: int = 1, days: float = 3.0) -> di
             "team": rng.choice(["vision", "nlp"], size=n)}
 
 
-def build_warehouse(con, cols: dict, cluster: Cluster, policy: Policy, events=None) -> None:
+def build_warehouse(con, cols: dict, cluster: Cluster, policy: Policy, events=None,
+                    reservations: pl.DataFrame | None = None) -> None:
     """Write nodes and jobs whose starts are the simulator's own schedule of ``cols`` on ``cluster``
-    (one set-based INSERT each: row-by-row inserts made this fixture slow)."""
-    res = simulate(cluster, Workload.from_columns(cols), policy, events)
+    (one set-based INSERT each: row-by-row inserts made this fixture slow), and the advance ``reservations``
+    (simulate's columns) as `ingest reservations` would, the jobs' reservation in jobs.extra as sacct's."""
+    res = simulate(cluster, Workload.from_columns(cols), policy, events, reservations=reservations)
+    if reservations is not None:
+        r = reservations.with_columns((pl.lit(T0) + pl.duration(seconds=pl.col("start_s"))).alias("s"),
+                                      (pl.lit(T0) + pl.duration(seconds=pl.col("end_s"))).alias("e"),
+                                      pl.col("nodes").list.join(",").alias("n"))
+        con.register("sim_resv", r.select("name", "s", "e", "n"))
+        con.execute('INSERT INTO reservations (cluster, name, start, "end", nodelist, nodes, source, ingest_run_id) '
+                    "SELECT 'c1', name, s, e, n, n, 'scontrol', 0 FROM sim_resv")
+        con.unregister("sim_resv")
     nodes = pl.DataFrame({"node": cluster.node_names, "pool": [cluster.pools[p] for p in cluster.node_pool],
                           "gpus": cluster.node_gpus.astype(int)})
     con.register("sim_nodes", nodes)
@@ -41,14 +51,16 @@ def build_warehouse(con, cols: dict, cluster: Cluster, policy: Policy, events=No
         (pl.lit(T0) + pl.duration(seconds=pl.col("submit_s"))).alias("sub"),
         (pl.lit(T0) + pl.duration(seconds=pl.col("start_s"))).alias("st"),
         (pl.lit(T0) + pl.duration(seconds=pl.col("start_s") + pl.col("run_s"))).alias("en"),
-        pl.col("run_s").cast(pl.Int64), pl.col("limit_s").cast(pl.Int64))
+        pl.col("run_s").cast(pl.Int64), pl.col("limit_s").cast(pl.Int64),
+        pl.when(pl.col("reservation").is_not_null()).then(pl.format('{{"reservation": "{}"}}', pl.col("reservation")))
+        .alias("extra"))
     con.register("sim_jobs", j.select("job_uid", "jid", "sub", "st", "en", "run_s", "limit_s", "nnodes", "gpus",
-                                      "pool", "account", "team"))
+                                      "pool", "account", "team", "extra"))
     con.execute(
         'INSERT INTO jobs (job_uid, cluster, job_id, job_id_raw, state, source, ingest_run_id, submit, start, "end", '
-        'elapsed_s, timelimit_s, nnodes, ngpus, gpu_type, account, team, partition, qos) '
+        'elapsed_s, timelimit_s, nnodes, ngpus, gpu_type, account, team, partition, qos, extra) '
         "SELECT job_uid, 'c1', jid, jid, 'COMPLETED', 'test', 0, sub, st, en, run_s, limit_s, nnodes, gpus, pool, "
-        "account, team, 'gpu', 'normal' FROM sim_jobs")
+        "account, team, 'gpu', 'normal', extra FROM sim_jobs")
     con.unregister("sim_jobs")
     # the nodes each job ran on (the simulator's last run of it), as sacct's NodeList gives them
     ptr, nodes = res.alloc_ptr, res.alloc_node

@@ -126,7 +126,8 @@ def test_report_flags_that_did_nothing_are_gone(argv, capsys):
     (["chargeback", "--period", "2026-03", "--out", "x.csv", "--view", "jobs"], "--view cannot be used with an export"),
     (["forecast", "--unit", "gpu-hours"], "--unit cannot be used without --series"),
     (["forecast", "--series", "s.csv", "--measure", "peak"], "--measure cannot be used with --series"),
-    (["simulate", "--validate", "--add", "h100=1"], "--add cannot be used (it replays the observed capacity)"),
+    (["simulate", "--validate", "--add", "h100=1"], "--add cannot be used (it replays the observed capacity and"),
+    (["simulate", "--validate", "--no-reservations"], "--no-reservations cannot be used (it replays the observed"),
     (["ingest", "sacct", "f.psv", "--since", "2026-01-01"], "--since only with --live"),
 ])
 def test_a_flag_that_would_do_nothing_is_bad_usage(argv, words, tmp_path, capsys):

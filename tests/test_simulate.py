@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import polars as pl
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -193,6 +194,87 @@ def test_injected_failures_are_seeded():
     assert a.size > 0 and np.array_equal(a, b)
 
 
+# ---------------------------------------------------------------- advance reservations
+
+# Nodes a, b (8 GPUs). Reservation R holds b over [1000, 5000). Job 0 (limit 900) and job 1 (limit 3600) at 0;
+# job 2 asks for R (submitted at 10, limit 700); job 3 (limit 200) at 20; job 4 (limit 200) at 1500.
+RESV_R = pl.DataFrame({"name": ["R"], "start_s": [1000.0], "end_s": [5000.0], "nodes": [["b"]]})
+RESV_JOBS = {"submit_s": [0, 0, 10, 20, 1500], "run_s": [500, 3000, 600, 100, 100],
+             "limit_s": [900, 3600, 700, 200, 200], "gpus_per_node": [8] * 5,
+             "reservation": [None, None, "R", None, None]}
+
+
+def test_an_advance_reservation_keeps_its_nodes_for_its_jobs():
+    cl = Cluster.from_arrays([8, 8], node_names=["a", "b"])
+    res = simulate(cl, Workload.from_columns(RESV_JOBS), Policy.parse("fifo-backfill", bf_interval_s=0),
+                   reservations=RESV_R)
+    # 1 (limit 3600 from 0) would reach into R on b, so it waits for a (free at 500); 3 ends by 220 < 1000 and
+    # backfills on b; 2 starts on b when R starts; 4 may not use b during R: it waits for a (3500)
+    assert _starts(res) == {0: 0, 1: 500, 2: 1000, 3: 20, 4: 3500}
+    nodes = dict(zip(res.jobs["job_uid"].to_list(), res.jobs["first_node"].to_list()))
+    assert nodes[2] == 1 and nodes[3] == 1 and nodes[4] == 0
+    assert res.jobs["reservation"].to_list() == [None, None, "R", None, None]
+    # without the reservation: 1 takes b at 0, 2 runs as soon as a is free (500), and so on
+    free = simulate(cl, Workload.from_columns(RESV_JOBS), Policy.parse("fifo-backfill", bf_interval_s=0))
+    assert _starts(free) == {0: 0, 1: 0, 2: 500, 3: 1100, 4: 1500}
+
+
+def test_a_reservation_on_one_node_leaves_the_others_to_every_job():
+    # Q holds a (the first node) for [0, 10000); b has no reservation: ordinary jobs run on b at once, one after
+    # the other, and never on a
+    cl = Cluster.from_arrays([8, 8], node_names=["a", "b"])
+    q = pl.DataFrame({"name": ["Q"], "start_s": [0.0], "end_s": [10000.0], "nodes": [["a"]]})
+    work = Workload.from_columns({"submit_s": [0, 0], "run_s": [100, 100], "gpus_per_node": [8, 8]})
+    res = simulate(cl, work, Policy.parse("fifo-backfill"), reservations=q)
+    assert _starts(res) == {0: 0, 1: 100} and res.jobs["first_node"].to_list() == [1, 1]
+
+
+def test_a_reservation_job_starts_whatever_its_limit_and_is_killed_at_the_end_without_blocking_others():
+    # Slurm 22.05 (measured on tests/slurm/up.sh's cluster): a job with --time=60 submitted to a reservation of one
+    # minute started at once, and was killed (TIMEOUT) when the reservation ended (ResvOverRun = 0). Job 0 asks for
+    # R before it starts (run 8,000 s, limit 10,000 s); job 1 (ordinary, same pool) behind it in FIFO starts at
+    # once on a: R's class blocks only R's jobs.
+    cl = Cluster.from_arrays([8, 8], node_names=["a", "b"])
+    work = Workload.from_columns({"submit_s": [0, 1], "run_s": [8000, 50], "limit_s": [10000, 60],
+                                  "gpus_per_node": [8, 8], "reservation": ["R", None]})
+    res = simulate(cl, work, Policy.parse("fifo"), reservations=RESV_R)
+    assert _starts(res) == {0: 1000, 1: 1}
+    assert res.jobs["end_s"].to_list() == [5000, 51]     # R ends at 5000
+    late = simulate(cl, work, Policy.parse("fifo", resv_over_run_s=600), reservations=RESV_R)
+    assert late.jobs["end_s"].to_list() == [5600, 51]
+
+
+def test_a_job_naming_an_unknown_or_past_reservation_runs_as_an_ordinary_job():
+    cl = Cluster.from_arrays([8, 8], node_names=["a", "b"])
+    work = Workload.from_columns({"submit_s": [0, 6000], "run_s": [50, 50], "gpus_per_node": [8, 8],
+                                  "reservation": ["other", "R"]})
+    res = simulate(cl, work, Policy.parse("fifo"), reservations=RESV_R)
+    assert _starts(res) == {0: 0, 1: 6000}      # R is over at 6000: its last window ended at 5000
+    assert res.unmatched_reservation_jobs == 2
+
+
+def test_a_job_running_when_the_workload_starts_stays_on_its_reserved_node():
+    # carried in: it arrives at its observed start (-100) pinned to b, whose reservation starts at 1000; its
+    # limit reaches into R, but it is already running, as Slurm's IGNORE_JOBS reservations allow
+    cl = Cluster.from_arrays([8, 8], node_names=["a", "b"])
+    work = Workload.from_columns({"submit_s": [-100.0], "run_s": [2000.0], "limit_s": [3000.0], "gpus_per_node": [8],
+                                  "nodes": [["b"]]})
+    res = simulate(cl, work, Policy.parse("fifo"), reservations=RESV_R)
+    assert _starts(res) == {0: -100} and res.jobs["first_node"].to_list() == [1]
+
+
+def test_a_recurring_reservation_takes_each_job_to_the_first_window_not_over():
+    # R twice on b: [100, 200) and [1000, 1100); a job submitted at 150 runs in the first, one at 300 in the second
+    cl = Cluster.from_arrays([8, 8], node_names=["a", "b"])
+    twice = pl.DataFrame({"name": ["R", "R"], "start_s": [1000.0, 100.0], "end_s": [1100.0, 200.0],
+                          "nodes": [["b"], ["b"]]})
+    work = Workload.from_columns({"submit_s": [150, 300], "run_s": [10, 10], "gpus_per_node": [8, 8],
+                                  "reservation": ["R", "R"]})
+    res = simulate(cl, work, Policy.parse("fifo-backfill"), reservations=twice)
+    assert _starts(res) == {0: 150, 1: 1000}
+    assert res.jobs["first_node"].to_list() == [1, 1]
+
+
 # ---------------------------------------------------------------- invariants
 
 jobs_strategy = st.lists(st.tuples(st.integers(0, 500), st.integers(1, 300), st.integers(0, 200),
@@ -234,3 +316,49 @@ def test_invariants(jobs, caps, policy, placement):
     if policy == "fifo-backfill":
         h = ran.filter(ran["head_shadow_s"].is_not_null())
         assert (h["start_s"] <= h["head_shadow_s"] + 1e-9).all()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(jobs=jobs_strategy, caps=st.lists(st.sampled_from([4.0, 8.0]), min_size=2, max_size=4),
+       windows=st.lists(st.tuples(st.integers(0, 600), st.integers(1, 400), st.integers(0, 3), st.integers(0, 1)),
+                        min_size=1, max_size=3),
+       asks=st.lists(st.integers(-2, 2), min_size=40, max_size=40),
+       policy=st.sampled_from(["fifo", "fifo-backfill", "priority-backfill"]))
+def test_invariants_with_advance_reservations(jobs, caps, windows, asks, policy):
+    """No ordinary job holds a node into a window of it (its start + limit), a reservation's jobs run on its nodes
+    and start inside it, no node is oversubscribed, every feasible ordinary job runs."""
+    n_nodes = len(caps)
+    names = [f"n{i}" for i in range(n_nodes)]
+    resv = pl.DataFrame({"name": [f"R{i}" for i in range(len(windows))],
+                         "start_s": [float(w[0]) for w in windows], "end_s": [float(w[0] + w[1]) for w in windows],
+                         "nodes": [[names[w[2] % n_nodes]] + ([names[(w[2] + 1) % n_nodes]] if w[3] else [])
+                                   for w in windows]})
+    asked = [f"R{a}" if 0 <= a < len(windows) else None for a in asks[:len(jobs)]]
+    cols = {"submit_s": [float(j[0]) for j in jobs], "run_s": [float(j[1]) for j in jobs],
+            "limit_s": [float(j[1] + j[2]) for j in jobs], "gpus_per_node": [j[3] for j in jobs],
+            "nnodes": [j[4] for j in jobs], "account": [f"a{i % 3}" for i in range(len(jobs))], "reservation": asked}
+    res = simulate(Cluster.from_arrays(caps, node_names=names), Workload.from_columns(cols), Policy.parse(policy),
+                   reservations=resv)
+    j = res.jobs
+    spans = {r["name"]: (r["start_s"], r["end_s"], {names.index(n) for n in r["nodes"]})
+             for r in resv.iter_rows(named=True)}
+    used: dict = {}
+    for i, row in enumerate(j.iter_rows(named=True)):
+        if row["start_s"] is None:
+            assert row["reservation"] is not None or not row["feasible"]
+            continue
+        nodes = res.alloc_node[res.alloc_ptr[i]:res.alloc_ptr[i + 1]].tolist()
+        t0, held_to = row["last_start_s"], row["last_start_s"] + row["limit_s"]
+        if row["reservation"] is not None and row["submit_s"] < spans[row["reservation"]][1]:
+            ws, we, mine = spans[row["reservation"]]
+            assert ws <= t0 < we and set(nodes) <= mine
+        else:
+            for ws, we, on in spans.values():
+                assert not (set(nodes) & on) or held_to <= ws or t0 >= we
+        for n in nodes:
+            used.setdefault(n, []).extend([(row["end_s"], -row["gpus_per_node"]), (t0, row["gpus_per_node"])])
+    for n, ev in used.items():
+        level = 0.0
+        for _, g in sorted(ev):
+            level += g
+            assert level <= caps[n] + 1e-9

@@ -16,7 +16,7 @@ from sim_fixtures import build_warehouse, synthetic_jobs  # noqa: E402
 
 from models.simulation import workload as sw  # noqa: E402
 from models.simulation import whatif  # noqa: E402
-from models.simulation.simulate import Cluster, Policy  # noqa: E402
+from models.simulation.simulate import Cluster, Policy, Workload, simulate  # noqa: E402
 
 POLICY = Policy.parse("fifo-backfill", placement="first-fit")
 
@@ -35,6 +35,60 @@ def test_replay_of_a_known_schedule_reproduces_every_wait(warehouse):
     assert per_job.height == 700
     assert summary.filter(pl.col("size_class") == "all")["median_abs_err_h"][0] == 0.0
     assert (per_job["abs_err_h"] < 1e-9).all()
+
+
+# Two advance reservations on the h100 nodes h100's first two nodes (day 2, 09:17:30 for 10 h) and on one a100 node
+# (day 3, 02:00 for 4 h 30 min); the h100 jobs submitted in the 6 h before the first and during it ask for it.
+RESV = pl.DataFrame({"name": ["train", "evals"], "start_s": [86400 + 33450.0, 2 * 86400 + 7200.0],
+                     "end_s": [86400 + 33450.0 + 36000, 2 * 86400 + 7200.0 + 16200],
+                     "nodes": [["n00000", "n00001"], ["n00008"]]})
+
+
+@pytest.fixture
+def reserved(con):
+    cols = synthetic_jobs(700, 7, n_pools=2, days=3)
+    s, start, end = cols["submit_s"], RESV["start_s"][0], RESV["end_s"][0]
+    cols["reservation"] = [("train" if p == "h100" and start - 6 * 3600 <= t < end - 3600 else None)
+                           for t, p in zip(s, cols["pool"])]
+    cl = Cluster.from_arrays([8] * 8 + [8] * 4, ["h100"] * 8 + ["a100"] * 4, ["gpu"] * 12)
+    # the jobs the reservation's end leaves queued never run: the history holds the others (and they still wait)
+    ran = simulate(cl, Workload.from_columns(cols), POLICY, reservations=RESV).jobs["start_s"].is_not_null().to_numpy()
+    cols = {k: [v for v, r in zip(vals, ran) if r] for k, vals in cols.items()}
+    res = build_warehouse(con, cols, cl, POLICY, reservations=RESV)
+    return con, res
+
+
+def test_replay_with_advance_reservations_reproduces_every_wait_and_without_them_does_not(reserved):
+    con, observed = reserved
+    inp = whatif.load_inputs(con)
+    assert inp.reservations.select("name", "nodes").rows() == [("train", ["n00000", "n00001"]), ("evals", ["n00008"])]
+    n = inp.counts()
+    assert (n["reservations"], n["reservation_not_loaded"]) == (2, 0)
+    assert observed.jobs["start_s"].is_not_null().all()
+    assert n["in_reservations"] == observed.jobs["reservation"].is_not_null().sum() > 10
+    per_job, _ = whatif.validate_replay(inp, POLICY)
+    assert per_job.height == observed.jobs.height and (per_job["abs_err_h"] < 1e-9).all()
+    # the same workload with the reservations ignored: their jobs start elsewhere, earlier, and others move
+    _, out = whatif._run(inp, whatif.Scenario(policy=POLICY, replay_reservations=False), inp.jobs, POLICY.seed)
+    moved = out.join(per_job.select("job_uid", "simulated_wait_h"), on="job_uid").filter(
+        (pl.col("wait_s") / 3600 - pl.col("simulated_wait_h")).abs() > 1e-6)
+    assert moved.filter(pl.col("reservation").is_not_null()).height > 5 and moved.height > 20
+
+
+def test_a_replication_keeps_the_reservation_jobs_on_their_dates(reserved):
+    con, _ = reserved
+    inp = whatif.load_inputs(con)
+    inside = inp.jobs.filter(pl.col("reservation").is_not_null()).sort("submit_s")
+    for seed in range(3):
+        drawn = sw.resample_days(inp.jobs, inp.days, 1.5, seed, inp.whole_days)
+        kept = drawn.filter(pl.col("reservation").is_not_null()).sort("submit_s")
+        assert kept["submit_s"].to_list() == inside["submit_s"].to_list()   # once each, as observed
+    # a what-if with more h100 nodes still honours them: the reservation's jobs never run outside their nodes
+    sc = whatif.Scenario(policy=POLICY, add={"h100": 4})
+    res, out = whatif._run(inp, sc, inp.jobs, 0)
+    names = whatif.scenario_cluster(inp, sc).node_names
+    rows = out.with_row_index("row").filter(pl.col("reservation") == "train")
+    assert {names[res.alloc_node[res.alloc_ptr[r]]] for r in rows["row"].to_list()} <= {"n00000", "n00001"}
 
 
 @pytest.mark.parametrize("start", ["2026-03-03T07:43:00", "2026-03-03T19:07:30"])
@@ -188,6 +242,20 @@ def test_cli_simulate_and_plan(warehouse, db_path, run_cli):
     assert code == 2 and "POOL=N" in err
     code, _, err = run_cli("plan", "--target-p95-wait", "soon")
     assert code == 2
+
+
+def test_cli_simulate_without_the_advance_reservations(reserved, db_path, run_cli):
+    con, observed = reserved
+    con.close()
+    code, out, err = run_cli("simulate", "--no-reservations", "--replications", "2", "--by", "pool", "--format", "csv")
+    assert code == 0, err
+    inside = observed.jobs["reservation"].is_not_null().sum()
+    assert f"2 advance reservation(s), {inside} jobs in them" in err
+    assert "advance reservations ignored in the scenario" in err
+    rows = {(r["metric"], r["scope"]): r for r in pl.read_csv(io.StringIO(out)).iter_rows(named=True)}
+    # the reserved h100 nodes sat idle waiting for `train` and its jobs; without it they run other work
+    util = rows["utilization_pct", "pool=h100"]
+    assert util["change"] == pytest.approx(util["mean"] - util["baseline"]) and util["change"] != 0
 
 
 REAL = Path(__file__).parent / "fixtures" / "slurm_real"

@@ -96,7 +96,8 @@ def test_what_is_measured_ends_at_the_horizon_and_counts_say_what_the_window_hol
     assert inp.horizon == datetime(2026, 3, 4, 10, 0)
     assert inp.end_s == 2 * 86400 + 3.5 * 3600          # 06:30 to 10:00 two days later, not to t1 (13:15)
     assert inp.days == 3 and inp.whole_days == 2         # replications draw from the two whole days
-    assert inp.counts() == {"jobs": 7, "queued_at_horizon": 4, "carried": 3}    # 4, 5, 6 and 7's four tasks
+    assert inp.counts() == {"jobs": 7, "queued_at_horizon": 4, "carried": 3, "reservations": 0, "in_reservations": 0,
+                            "reservation_not_loaded": 0}    # queued: 4, 5, 6 and 7's four tasks
     assert sw.horizon(held, "c1") == inp.horizon and sw.horizon(held, "elsewhere") is None
 
 

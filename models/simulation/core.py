@@ -21,7 +21,8 @@ IP_QUEUE, IP_BACKFILL, IP_BF_DEPTH, IP_PLACEMENT, IP_SEED, IP_REQUEUE = range(6)
 
 QUEUE_FIFO, QUEUE_PRIORITY = 0, 1
 PLACE_FIRST_FIT, PLACE_BEST_FIT, PLACE_RANDOM, PLACE_FGD = 0, 1, 2, 3
-EV_DRAIN, EV_DOWN, EV_UP = 0, 1, 2
+EV_DRAIN, EV_DOWN, EV_UP, EV_MARK = 0, 1, 2, 3   # EV_MARK: an advance reservation starts or ends (a pass runs)
+RESV_NONE, RESV_EXEMPT = -1, -2                  # a job's advance reservation: none, or not bound by any
 
 
 # ---------------------------------------------------------------- completion heap (time, job, run#)
@@ -118,18 +119,51 @@ PM_FREE, PM_BACKFILL, PM_RESERVE = 0, 1, 2
 
 
 @njit(cache=True)
-def _place(nodes, free, up, extra, nshadow, mode, t_end, g, k, policy, mix_size, mix_prob, cand, score, sel):
-    """Choose k distinct nodes from ``nodes`` with capacity >= g; write them to sel[:k]. Returns success.
+def _resv_ok(n, now, t_end, jr, aw):
+    """May a job of advance reservation ``jr`` hold node ``n`` from ``now`` to ``t_end`` (its limit)?
+
+    ``aw`` = (ptr, start, end, id, cursor): each node's reservation windows sorted by start (CSR by node), and per
+    node the first window not yet over (advanced here; time only moves forward). A job in no reservation may not
+    hold a node into a window (Slurm starts no job whose limit reaches into a reservation of its nodes); a
+    reservation's job only its reservation's nodes while it is active. RESV_EXEMPT jobs (running when the window
+    starts) are not bound."""
+    if jr == RESV_EXEMPT:
+        return True
+    ptr, ws, we, wid, cur = aw
+    w = cur[n]
+    hi = ptr[n + 1]
+    while w < hi and we[w] <= now:
+        w += 1
+    cur[n] = w
+    if jr < 0:
+        return w >= hi or ws[w] >= t_end
+    while w < hi and ws[w] <= now:   # overlapping windows (Slurm's OVERLAP flag): any of them may be the job's
+        if wid[w] == jr and we[w] > now:
+            return True
+        w += 1
+    return False
+
+
+@njit(cache=True)
+def _place(nodes, free, up, extra, nshadow, mode, now, t_end, jr, aw, g, k, policy, mix_size, mix_prob, cand, score,
+           sel):
+    """Choose k distinct nodes from ``nodes`` with capacity >= g for a job of advance reservation ``jr`` held from
+    ``now`` to ``t_end``; write them to sel[:k]. Returns success.
 
     Capacity is the node's free GPUs, except: PM_BACKFILL, a job running past a node's reservation
     (t_end > nshadow) may only use the GPUs that reservation does not need (``extra``); PM_RESERVE, nodes
-    already reserved for an earlier head are not candidates (``free`` is then the projected free GPUs)."""
+    already reserved for an earlier head are not candidates (``free`` is then the projected free GPUs). Nodes
+    an advance reservation keeps from the job (``_resv_ok``) are not candidates."""
     nc = 0
     best = -1
     best_s = INF
+    windows = aw[1].size > 0
     for idx in range(nodes.size):
         n = nodes[idx]
         if not up[n]:
+            continue
+        # (a node whose windows are all over, as most are, needs no call; a reservation's job needs its window)
+        if windows and (jr >= 0 or aw[4][n] < aw[0][n + 1]) and not _resv_ok(n, now, t_end, jr, aw):
             continue
         c = free[n]
         if mode == PM_BACKFILL:
@@ -170,11 +204,15 @@ def _place(nodes, free, up, extra, nshadow, mode, t_end, g, k, policy, mix_size,
 
 @njit(cache=True)
 def simulate_kernel(node_gpus, node_up0, node_pool, n_pools, cls_ptr, cls_nodes,
-                    submit, qfrom, run, limit, gpn, nnodes, jcls, acct, qosf, feasible,
+                    submit, qfrom, run, limit, gpn, nnodes, jcls, acct, qosf, feasible, jresv, jcap, aw, cls_wspan,
                     ev_time, ev_node, ev_kind, acct_shares, mix_size, mix_prob, ip, fp,
                     first_start, start, end, alloc_ptr, alloc_node, nreq, head_shadow,
                     samp_t, samp_cap, samp_alloc, samp_strand, samp_queue):
     """Run the whole simulation. Outputs are written into the arrays passed in.
+
+    Advance reservations: ``jresv`` each job's (index, RESV_NONE or RESV_EXEMPT), ``jcap`` when it is killed
+    wherever it started (its reservation's end + ResvOverRun; inf: never), ``aw`` the nodes' windows (see
+    ``_resv_ok``), ``cls_wspan`` per class the [from, to) in which its jobs' fit depends on their limits.
 
     Returns (number of scheduling passes, number of samples written)."""
     N = node_gpus.size
@@ -242,10 +280,14 @@ def simulate_kernel(node_gpus, node_up0, node_pool, n_pools, cls_ptr, cls_nodes,
     run_gpus = np.zeros(n_acct)
     fsf = np.ones(n_acct)
     last_recalc = -INF
-    # per-pass failure cache: smallest g that failed on one node, per class and capacity mode
+    # per-pass failure cache: smallest g that failed on one node, per class and capacity mode; while an advance
+    # reservation makes the fit depend on the job's limit (cls_wspan), also the failed job's end by its limit
+    # (a job asking as much or more and ending as late or later fails too), else -inf
     fail1 = np.full((n_cls, 2), INF)
+    fail1_t = np.full((n_cls, 2), INF)
     failk_k = np.full((n_cls, 2), 1 << 30)
     failk_g = np.full((n_cls, 2), INF)
+    failk_t = np.full((n_cls, 2), INF)
 
     w_age = fp[FP_W_AGE]
     w_fs = fp[FP_W_FS]
@@ -315,6 +357,9 @@ def simulate_kernel(node_gpus, node_up0, node_pool, n_pools, cls_ptr, cls_nodes,
             n = ev_node[je]
             kind = ev_kind[je]
             je += 1
+            if kind == EV_MARK:
+                dirty = True
+                continue
             if kind == EV_UP:
                 if down[n] > 0:
                     down[n] -= 1
@@ -442,6 +487,8 @@ def simulate_kernel(node_gpus, node_up0, node_pool, n_pools, cls_ptr, cls_nodes,
         for c in range(n_cls):
             fail1[c, 0] = INF
             fail1[c, 1] = INF
+            fail1_t[c, 0] = INF
+            fail1_t[c, 1] = INF
             failk_k[c, 0] = 1 << 30
             failk_k[c, 1] = 1 << 30
             blocked[c] = False
@@ -463,8 +510,8 @@ def simulate_kernel(node_gpus, node_up0, node_pool, n_pools, cls_ptr, cls_nodes,
             k = nnodes[j]
             ok = False
             if g * k <= total_free + EPS:
-                ok = _place(cls_nodes[cls_ptr[c]:cls_ptr[c + 1]], free, up, extra, nshadow, PM_FREE, 0.0, g, k,
-                            policy, mix_size, mix_prob, cand, score, sel)
+                ok = _place(cls_nodes[cls_ptr[c]:cls_ptr[c + 1]], free, up, extra, nshadow, PM_FREE, now,
+                            now + limit[j], jresv[j], aw, g, k, policy, mix_size, mix_prob, cand, score, sel)
             if not ok:
                 blocked[c] = True
                 heads[nh] = j
@@ -479,7 +526,7 @@ def simulate_kernel(node_gpus, node_up0, node_pool, n_pools, cls_ptr, cls_nodes,
             total_free -= g * k
             if hn >= ht.size:
                 ht, hj, hr = _grow(ht), _grow(hj), _grow(hr)
-            hn = _heap_push(ht, hj, hr, hn, now + run[j], j, runno[j])
+            hn = _heap_push(ht, hj, hr, hn, min(now + run[j], jcap[j]), j, runno[j])
             rn = _rs_insert(rs_t, rs_j, rn, now + limit[j], j)
             q[i] = -1
             qcount[c] -= 1
@@ -506,7 +553,8 @@ def simulate_kernel(node_gpus, node_up0, node_pool, n_pools, cls_ptr, cls_nodes,
             for h in range(nh):
                 head = heads[h]
                 hc = jcls[head]
-                shadow, nr = _reserve(head, now, gpn[head], nnodes[head], cls_nodes[cls_ptr[hc]:cls_ptr[hc + 1]],
+                shadow, nr = _reserve(head, now, gpn[head], nnodes[head], limit[head], jresv[head], aw,
+                                      cls_nodes[cls_ptr[hc]:cls_ptr[hc + 1]],
                                       free, pf, up, extra, nshadow, member, stamp, rs_t, rs_j, rn, gpn, nnodes,
                                       alloc_ptr, alloc_node, policy, mix_size, mix_prob, cand, score, sel, touched,
                                       tmark, resv[nres:])
@@ -531,21 +579,26 @@ def simulate_kernel(node_gpus, node_up0, node_pool, n_pools, cls_ptr, cls_nodes,
                 t_end = now + limit[j]
                 # failure cache only where the constraint is the same for every reserved node
                 mode = 0 if t_end <= min_sh else (1 if t_end > max_sh else 2)
-                if g * k > total_free + EPS or (mode < 2 and ((k == 1 and g >= fail1[c, mode])
+                t_key = t_end if cls_wspan[c, 0] <= now < cls_wspan[c, 1] else -INF
+                if g * k > total_free + EPS or (mode < 2 and ((k == 1 and g >= fail1[c, mode]
+                                                              and t_key >= fail1_t[c, mode])
                                                              or (k > 1 and k >= failk_k[c, mode]
-                                                                 and g >= failk_g[c, mode]))):
+                                                                 and g >= failk_g[c, mode]
+                                                                 and t_key >= failk_t[c, mode]))):
                     i += 1
                     continue
-                ok = _place(cls_nodes[cls_ptr[c]:cls_ptr[c + 1]], free, up, extra, nshadow, PM_BACKFILL, t_end,
-                            g, k, policy, mix_size, mix_prob, cand, score, sel)
+                ok = _place(cls_nodes[cls_ptr[c]:cls_ptr[c + 1]], free, up, extra, nshadow, PM_BACKFILL, now, t_end,
+                            jresv[j], aw, g, k, policy, mix_size, mix_prob, cand, score, sel)
                 if not ok:
                     if mode < 2:
                         if k == 1:
-                            if g < fail1[c, mode]:
+                            if g < fail1[c, mode] and t_key <= fail1_t[c, mode]:
                                 fail1[c, mode] = g
+                                fail1_t[c, mode] = t_key
                         else:
                             failk_k[c, mode] = k
                             failk_g[c, mode] = g
+                            failk_t[c, mode] = t_key
                     i += 1
                     continue
                 _start(j, now, sel, free, pf, up, gpn, nnodes, run, limit, alloc_ptr, alloc_node, start,
@@ -558,7 +611,7 @@ def simulate_kernel(node_gpus, node_up0, node_pool, n_pools, cls_ptr, cls_nodes,
                         extra[sel[s]] -= g
                 if hn >= ht.size:
                     ht, hj, hr = _grow(ht), _grow(hj), _grow(hr)
-                hn = _heap_push(ht, hj, hr, hn, now + run[j], j, runno[j])
+                hn = _heap_push(ht, hj, hr, hn, min(now + run[j], jcap[j]), j, runno[j])
                 rn = _rs_insert(rs_t, rs_j, rn, t_end, j)
                 q[i] = -1
                 qcount[c] -= 1
@@ -602,21 +655,26 @@ def _start(j, now, sel, free, pf, up, gpn, nnodes, run, limit, alloc_ptr, alloc_
 
 
 @njit(cache=True)
-def _reserve(head, now, hg, hk, nodes, free, pf, up, extra, nshadow, member, stamp, rs_t, rs_j, rn, gpn, nnodes,
-             alloc_ptr, alloc_node, policy, mix_size, mix_prob, cand, score, sel, touched, tmark, resv):
+def _reserve(head, now, hg, hk, hlim, hr, aw, nodes, free, pf, up, extra, nshadow, member, stamp, rs_t, rs_j, rn,
+             gpn, nnodes, alloc_ptr, alloc_node, policy, mix_size, mix_prob, cand, score, sel, touched, tmark, resv):
     """Reservation of a blocked head: its shadow time -- walk running jobs by expected end (start + limit)
     until hk eligible, not yet reserved nodes have >= hg projected free GPUs -- and the nodes it would take
     then. Sets ``nshadow`` and ``extra`` on those nodes; returns (shadow, n_reserved). Nodes that are down
-    are not counted on (their return time is unknown to the scheduler)."""
+    are not counted on (their return time is unknown to the scheduler), nor nodes an advance reservation keeps
+    from the head if it started now (``_resv_ok`` with its limit ``hlim``; the head of an advance reservation
+    gets a shadow only while it is active), and the nodes are chosen for a start at the shadow time."""
     stamp[0] += 1
     st = stamp[0]
+    windows = aw[1].size > 0
     for idx in range(nodes.size):
-        member[nodes[idx]] = st
+        n = nodes[idx]
+        if not windows or _resv_ok(n, now, now + hlim, hr, aw):
+            member[n] = st
     nt = 0
     fit = 0
     for idx in range(nodes.size):
         n = nodes[idx]
-        if up[n] and nshadow[n] == INF and pf[n] >= hg - EPS:
+        if member[n] == st and up[n] and nshadow[n] == INF and pf[n] >= hg - EPS:
             fit += 1
     shadow = INF
     if fit >= hk:
@@ -642,8 +700,8 @@ def _reserve(head, now, hg, hk, nodes, free, pf, up, extra, nshadow, member, sta
                 break
     nres = 0
     if shadow < INF:
-        ok = _place(nodes, pf, up, extra, nshadow, PM_RESERVE, 0.0, hg, hk, policy, mix_size, mix_prob, cand,
-                    score, sel)
+        ok = _place(nodes, pf, up, extra, nshadow, PM_RESERVE, now, shadow + hlim, hr, aw, hg, hk, policy, mix_size,
+                    mix_prob, cand, score, sel)
         if ok:
             for s in range(hk):
                 n = sel[s]

@@ -24,6 +24,11 @@ Model (details and validation in docs/SIMULATOR.md):
 - Placement: first-fit, best-fit, random, or FGD (fragmentation gradient descent on node-level stranded
   GPUs, METRICS.md §1.2) against the workload's own size mix.
 - Node events: drain (no new jobs), down (running jobs are killed and requeued), up.
+- Advance reservations (``reservations``: name, start_s, end_s, nodes): while one is active only the jobs that
+  name it (``reservation``) run on its nodes, and only there; no other job starts on them if its time limit
+  reaches into it. A reservation's job may start whatever its limit, and is killed at the reservation's end
+  (+ ``resv_over_run_s``), as Slurm 22.05 does. Whole nodes are reserved; a job names the reservation's earliest
+  window not over at submit.
 """
 from __future__ import annotations
 
@@ -46,7 +51,8 @@ DAY = 86400.0
 class Policy:
     """Scheduler configuration. Defaults follow Slurm's (bf_max_job_test=500, bf_interval=30 s,
     PriorityMaxAge=7 days, PriorityDecayHalfLife=7 days, PriorityCalcPeriod=5 min); weights are typical site
-    settings. ``bf_interval_s=0`` backfills at every event."""
+    settings. ``bf_interval_s=0`` backfills at every event. ``resv_over_run_s``: how long a job in an advance
+    reservation may run past its end (Slurm's ResvOverRun, default 0: killed at the end)."""
     queue: str = "fifo"
     backfill: bool = True
     placement: str = "best-fit"
@@ -62,6 +68,7 @@ class Policy:
     requeue_on_failure: bool = True
     sample_dt_s: float = 3600.0
     bf_interval_s: float = 30.0
+    resv_over_run_s: float = 0.0
 
     @classmethod
     def parse(cls, name: str, **kw) -> "Policy":
@@ -150,7 +157,8 @@ class Cluster:
 class Workload:
     """Jobs, sorted by submit time. Columns (numpy arrays, one entry per job):
     submit_s, run_s, limit_s (NaN = no limit known: the run time is used), gpus_per_node, nnodes,
-    pool (None = any), partition (None = any), account, team, qos_factor (0..1), job_uid, and optionally
+    pool (None = any), partition (None = any), account, team, qos_factor (0..1), job_uid, reservation (None, or
+    the advance reservation it asks for, by name), and optionally
     ``nodes`` (None, or the names of the nodes a job must run on: a job already running when the workload
     starts) and ``queued_s`` (when it entered the queue, if before submit_s: a job already queued when the
     workload starts arrives at 0 but its priority's age counts from then)."""
@@ -166,7 +174,7 @@ class Workload:
                 raise ValueError(f"workload is missing column {c!r}")
         n = df.height
         defaults = {"limit_s": None, "nnodes": 1, "pool": None, "partition": None, "account": "default",
-                    "team": None, "qos_factor": 0.0, "job_uid": None, "nodes": None}
+                    "team": None, "qos_factor": 0.0, "job_uid": None, "nodes": None, "reservation": None}
         for c, v in defaults.items():
             if c not in df.columns:
                 df = df.with_columns(pl.lit(v).alias(c))
@@ -174,7 +182,8 @@ class Workload:
                              pl.col("limit_s").cast(pl.Float64), pl.col("gpus_per_node").cast(pl.Float64),
                              pl.col("nnodes").cast(pl.Int64), pl.col("qos_factor").cast(pl.Float64),
                              pl.col("pool").cast(pl.Utf8), pl.col("partition").cast(pl.Utf8),
-                             pl.col("account").cast(pl.Utf8), pl.col("team").cast(pl.Utf8))
+                             pl.col("account").cast(pl.Utf8), pl.col("team").cast(pl.Utf8),
+                             pl.col("reservation").cast(pl.Utf8))
         if df.get_column("job_uid").null_count() == n:
             df = df.with_columns(pl.int_range(0, n, dtype=pl.Int64).alias("job_uid"))
         df = df.sort("submit_s", "job_uid", maintain_order=True)
@@ -197,6 +206,9 @@ class SimResult:
     queue_samples: pl.DataFrame
     passes: int
     policy: Policy
+    #: jobs naming an advance reservation that ``reservations`` lacks (or whose windows were all over at
+    #: submit): simulated as ordinary jobs
+    unmatched_reservation_jobs: int = 0
 
 
 def node_events(cluster: Cluster, rows: Sequence[tuple[float, str | int, str]]) -> np.ndarray:
@@ -238,29 +250,97 @@ def size_mix(gpus_per_node: np.ndarray, coverage: float = 0.95, max_sizes: int =
     return vals[:k].astype(np.float64), (counts[:k] / counts[:k].sum()).astype(np.float64)
 
 
+#: Columns of ``simulate``'s ``reservations``: name, start_s and end_s (seconds, the workload's clock) and nodes
+#: (a list of node names; names the cluster lacks are ignored).
+RESERVATION_COLUMNS = ("name", "start_s", "end_s", "nodes")
+
+
+def _windows(cluster: Cluster, resv: pl.DataFrame | None, asked: np.ndarray, submit: np.ndarray,
+             pinned: np.ndarray | None):
+    """Advance reservations for the kernel: (jresv, aw, nodes of each window, unmatched jobs, starts, ends).
+
+    A job naming a reservation takes that name's earliest window not over at its submit (``unmatched`` counts
+    those with none: they run as ordinary jobs); a job pinned to its nodes (running when the workload starts) is
+    bound by no window. ``aw`` = (ptr, start, end, window, cursor): each node's windows sorted by start, CSR by
+    node (core._resv_ok); the windows' starts and ends are when the scheduler must look again."""
+    J, N = submit.size, cluster.size
+    jresv = np.full(J, core.RESV_NONE, dtype=np.int64)
+    named = np.flatnonzero(np.array([a is not None for a in asked], dtype=bool)) if J else np.zeros(0, np.int64)
+    if resv is None or resv.height == 0 or N == 0:
+        aw = (np.zeros(N + 1, np.int64), np.zeros(0), np.zeros(0), np.zeros(0, np.int64), np.zeros(N, np.int64))
+        return jresv, aw, [], int(named.size), np.zeros(0), np.zeros(0)
+    r = resv.select(RESERVATION_COLUMNS).sort("start_s", "name", maintain_order=True)
+    starts, ends = r["start_s"].cast(pl.Float64).to_numpy(), r["end_s"].cast(pl.Float64).to_numpy()
+    index = {n: i for i, n in enumerate(cluster.node_names)}
+    wnodes = [sorted({index[n] for n in (ns if ns is not None else []) if n in index}) for ns in r["nodes"].to_list()]
+    by_name: dict[str, list[int]] = {}
+    for i, name in enumerate(r["name"].to_list()):
+        by_name.setdefault(name, []).append(i)
+    unmatched = 0
+    for j in named.tolist():
+        w = next((i for i in by_name.get(asked[j], []) if ends[i] > submit[j]), None)
+        unmatched += w is None
+        jresv[j] = core.RESV_NONE if w is None else w
+    if pinned is not None:
+        jresv[np.array([p is not None for p in pinned], dtype=bool)] = core.RESV_EXEMPT
+    rows = sorted((n, starts[i], ends[i], i) for i, ns in enumerate(wnodes) for n in ns)
+    ptr = np.searchsorted(np.array([x[0] for x in rows], dtype=np.int64), np.arange(N + 1)).astype(np.int64)
+    aw = (ptr, np.array([x[1] for x in rows], dtype=np.float64), np.array([x[2] for x in rows], dtype=np.float64),
+          np.array([x[3] for x in rows], dtype=np.int64), ptr[:-1].copy())
+    return jresv, aw, wnodes, unmatched, starts, ends
+
+
+def _window_spans(n_nodes: int, aw: tuple, jcls: np.ndarray, cls_ptr: np.ndarray, cls_nodes: np.ndarray,
+                  limit: np.ndarray, jresv: np.ndarray) -> np.ndarray:
+    """Per eligibility class, [from, to) (seconds) in which an advance reservation on its nodes makes whether a job
+    fits depend on its time limit: from the first window's start less the class's longest limit to the last
+    window's end; empty for a reservation's own class (its jobs start whatever their limit) and a class without
+    windows. The kernel's backfill failure cache is off there."""
+    ptr, ws, we = aw[0], aw[1], aw[2]
+    owner = np.repeat(np.arange(n_nodes), np.diff(ptr))
+    first, last = np.full(n_nodes, np.inf), np.full(n_nodes, -np.inf)
+    np.minimum.at(first, owner, ws)
+    np.maximum.at(last, owner, we)
+    n_cls = cls_ptr.size - 1
+    longest, own = np.zeros(n_cls), np.zeros(n_cls, dtype=bool)
+    np.maximum.at(longest, jcls, limit)
+    own[jcls[jresv >= 0]] = True
+    spans = np.zeros((n_cls, 2))
+    for c in range(n_cls):
+        nodes = cls_nodes[cls_ptr[c]:cls_ptr[c + 1]]
+        if not own[c] and nodes.size and np.isfinite(first[nodes]).any():
+            spans[c] = (first[nodes].min() - longest[c], last[nodes].max())
+    return spans
+
+
 def _classes(cluster: Cluster, pool: np.ndarray, part: np.ndarray, pinned: np.ndarray | None = None,
-             nnodes: np.ndarray | None = None):
-    """Eligibility classes: one per distinct (pool, partition) a job asks for, with its node list; a job
-    ``pinned`` to as many named nodes as it takes, all of which exist, has the class of exactly those nodes
-    (else its pool's and partition's: a what-if removed one of them)."""
-    keys = [(p, pt, None) for p, pt in zip(pool.tolist(), part.tolist())]
+             nnodes: np.ndarray | None = None, jresv: np.ndarray | None = None, wnodes: list | None = None):
+    """Eligibility classes: one per distinct (pool, partition, advance reservation window) a job asks for, with
+    its node list (a window's: its nodes of that pool and partition); a job ``pinned`` to as many named nodes as
+    it takes, all of which exist, has the class of exactly those nodes (else its pool's and partition's: a what-if
+    removed one of them)."""
+    resv = [None] * pool.size if jresv is None else [int(r) if r >= 0 else None for r in jresv.tolist()]
+    keys = [(p, pt, None, r) for p, pt, r in zip(pool.tolist(), part.tolist(), resv)]
     index = {name: i for i, name in enumerate(cluster.node_names)}
     for i in ([] if pinned is None else np.flatnonzero(pinned != None).tolist()):   # noqa: E711 (elementwise)
         pin = pinned[i]
         if all(n in index for n in pin) and len(set(pin)) == (1 if nnodes is None else nnodes[i]):
-            keys[i] = (None, None, tuple(sorted({index[n] for n in pin})))
+            keys[i] = (None, None, tuple(sorted({index[n] for n in pin})), None)
     uniq = {}
     jcls = np.empty(len(keys), dtype=np.int64)
     for i, k in enumerate(keys):
         jcls[i] = uniq.setdefault(k, len(uniq))
     ptr = [0]
     nodes: list[int] = []
-    for (p, pt, pin) in uniq:
+    for (p, pt, pin, r) in uniq:
         if pin is not None:
             nodes += list(pin)
             ptr.append(len(nodes))
             continue
+        inside = None if r is None else set(wnodes[r])
         for n in range(cluster.size):
+            if inside is not None and n not in inside:
+                continue
             if p is not None and cluster.pools[cluster.node_pool[n]] != p:
                 continue
             if pt is not None and pt not in cluster.node_partitions[n]:
@@ -272,8 +352,9 @@ def _classes(cluster: Cluster, pool: np.ndarray, part: np.ndarray, pinned: np.nd
 
 def simulate(cluster: Cluster, work: Workload, policy: Policy | None = None,
              events: np.ndarray | None = None, sample_window: tuple[float, float] | None = None,
-             mix: tuple[np.ndarray, np.ndarray] | None = None) -> SimResult:
-    """Replay ``work`` on ``cluster`` under ``policy``. See the module docstring for the model."""
+             mix: tuple[np.ndarray, np.ndarray] | None = None, reservations: pl.DataFrame | None = None) -> SimResult:
+    """Replay ``work`` on ``cluster`` under ``policy``, with the advance ``reservations`` (RESERVATION_COLUMNS).
+    See the module docstring for the model."""
     policy = policy or Policy()
     c = work.cols
     J = len(work)
@@ -287,7 +368,12 @@ def simulate(cluster: Cluster, work: Workload, policy: Policy | None = None,
     nnodes = np.maximum(c["nnodes"].astype(np.int64), 1)
     pool = np.array([None if v is None else str(v) for v in c["pool"]], dtype=object)
     part = np.array([None if v is None else str(v) for v in c["partition"]], dtype=object)
-    jcls, cls_ptr, cls_nodes = _classes(cluster, pool, part, c.get("nodes"), nnodes)
+    asked = c["reservation"] if "reservation" in c else np.full(J, None, dtype=object)
+    jresv, aw, wnodes, unmatched, w_start, w_end = _windows(cluster, reservations, asked, submit, c.get("nodes"))
+    jcls, cls_ptr, cls_nodes = _classes(cluster, pool, part, c.get("nodes"), nnodes, jresv, wnodes)
+    spans = _window_spans(cluster.size, aw, jcls, cls_ptr, cls_nodes, limit, jresv)
+    jcap = np.full(J, np.inf)                 # a reservation's job is killed at its end (+ ResvOverRun)
+    jcap[jresv >= 0] = w_end[jresv[jresv >= 0]] + policy.resv_over_run_s
     feasible = np.zeros(J, dtype=np.bool_)
     for k in range(cls_ptr.size - 1):
         nodes = cls_nodes[cls_ptr[k]:cls_ptr[k + 1]]
@@ -304,6 +390,10 @@ def simulate(cluster: Cluster, work: Workload, policy: Policy | None = None,
     mix_size, mix_prob = size_mix(gpn[feasible]) if mix is None else (np.asarray(mix[0], dtype=np.float64),
                                                                         np.asarray(mix[1], dtype=np.float64))
     ev = events if events is not None else np.zeros(0, dtype=[("t", "f8"), ("node", "i8"), ("kind", "i8")])
+    if w_start.size:
+        mk = np.zeros(2 * w_start.size, dtype=ev.dtype)
+        mk["t"], mk["kind"] = np.concatenate([w_start, w_end]), core.EV_MARK
+        ev = np.sort(np.concatenate([ev, mk]), order=["t", "kind"])
 
     t_lo, t_hi = sample_window if sample_window else (float(submit.min()) if J else 0.0,
                                                       float((submit + run).max()) if J else 0.0)
@@ -331,8 +421,8 @@ def simulate(cluster: Cluster, work: Workload, policy: Policy | None = None,
     head_shadow = np.full(J, -1.0)
     passes, ns = core.simulate_kernel(
         cluster.node_gpus.astype(np.float64), np.ones(cluster.size, dtype=np.bool_), cluster.node_pool,
-        P, cls_ptr, cls_nodes, submit, qfrom, run, limit, gpn, nnodes, jcls, acct, qosf, feasible,
-        ev["t"].astype(np.float64), ev["node"].astype(np.int64), ev["kind"].astype(np.int64), shares,
+        P, cls_ptr, cls_nodes, submit, qfrom, run, limit, gpn, nnodes, jcls, acct, qosf, feasible, jresv, jcap, aw,
+        spans, ev["t"].astype(np.float64), ev["node"].astype(np.int64), ev["kind"].astype(np.int64), shares,
         mix_size, mix_prob, ip, fp, first_start, start, end, alloc_ptr, alloc_node, nreq, head_shadow,
         samp_t, samp_cap, samp_alloc, samp_strand, samp_queue)
 
@@ -343,6 +433,7 @@ def simulate(cluster: Cluster, work: Workload, policy: Policy | None = None,
         "end_s": end, "run_s": run, "limit_s": limit, "gpus_per_node": gpn, "nnodes": nnodes,
         "gpus": gpn * nnodes, **{k: pl.Series(k, [None if v is None else str(v) for v in c[k].tolist()], pl.String)
                                  for k in ("pool", "partition", "account", "team")},   # all None: not Object
+        "reservation": pl.Series("reservation", [None if v is None else str(v) for v in asked.tolist()], pl.String),
         "requeues": nreq, "feasible": feasible,
         "first_node": first_node, "head_shadow_s": np.where(head_shadow >= 0, head_shadow, np.nan),
     }, strict=False).with_columns((pl.col("start_s") - pl.col("submit_s")).alias("wait_s"))
@@ -355,7 +446,7 @@ def simulate(cluster: Cluster, work: Workload, policy: Policy | None = None,
                                   "stranded_gpus": samp_strand[:ns, p]}))
     samples = pl.concat(rows) if rows else pl.DataFrame()
     queue = pl.DataFrame({"t_s": samp_t[:ns], "queued_gpus": samp_queue[:ns]})
-    result = SimResult(jobs, samples, queue, int(passes), policy)
+    result = SimResult(jobs, samples, queue, int(passes), policy, unmatched)
     result.alloc_ptr, result.alloc_node = alloc_ptr, alloc_node  # per-job node lists (last run)
     return result
 

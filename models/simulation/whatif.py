@@ -31,6 +31,8 @@ class Scenario:
     runtime_scale: float = 1.0
     policy: Policy = field(default_factory=Policy)
     replay_events: bool = True
+    #: honour the advance reservations (off: what if they had not been made; their jobs run as ordinary jobs)
+    replay_reservations: bool = True
     # The observed workload already holds what outages did to it: a job killed by a node failure ran its
     # truncated time, and its requeued instance is a job of its own. So by default a job the simulation puts
     # on a failing node ends there too instead of starting again from scratch.
@@ -42,7 +44,8 @@ class Inputs:
     """What the warehouse says about the window: the nodes that exist in it (with ``absent``: drain/up events
     for the times a node was not installed yet or already retired), the jobs (``sw.load_jobs``: the window's
     and those ``carried`` in from before it), the outages (``events``); ``horizon``: where the accounting ends
-    (None: at or after t1), which ends what is measured."""
+    (None: at or after t1), which ends what is measured; ``reservations``: the advance reservations overlapping
+    the window (``sw.load_reservations``)."""
     t0: object
     t1: object
     cluster: Cluster
@@ -50,6 +53,8 @@ class Inputs:
     events: np.ndarray
     absent: np.ndarray = field(default_factory=lambda: node_events(Cluster.from_arrays([]), []))
     horizon: object = None
+    reservations: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(
+        schema={"name": pl.String, "start_s": pl.Float64, "end_s": pl.Float64, "nodes": pl.List(pl.String)}))
 
     @property
     def days(self) -> int:
@@ -68,10 +73,14 @@ class Inputs:
         return max(1, int(self.end_s // sw.DAY))
 
     def counts(self) -> dict[str, int]:
-        """The window's jobs, those of them still queued at the horizon, and the jobs carried in from before t0."""
+        """The window's jobs, those of them still queued at the horizon, the jobs carried in from before t0, the
+        advance reservations, the window's jobs in one of them and those naming one that is not loaded."""
         own = self.jobs.filter(~pl.col("carried"))
+        named = own.filter(pl.col("reservation").is_not_null()) if "reservation" in own.columns else own.head(0)
+        inside = named["reservation"].is_in(self.reservations["name"].implode()).sum() if named.height else 0
         return {"jobs": own.height, "queued_at_horizon": own["observed_wait_s"].null_count(),
-                "carried": self.jobs.height - own.height}
+                "carried": self.jobs.height - own.height, "reservations": self.reservations.height,
+                "in_reservations": int(inside), "reservation_not_loaded": named.height - int(inside)}
 
 
 def load_inputs(con: duckdb.DuckDBPyConnection, date_from: str | None = None, date_to: str | None = None,
@@ -83,7 +92,7 @@ def load_inputs(con: duckdb.DuckDBPyConnection, date_from: str | None = None, da
         raise ValueError(f"no GPU jobs were submitted in [{t0}, {t1})")
     hz = sw.horizon(con, cluster)
     return Inputs(t0, t1, cl, jobs, sw.load_events(con, cl, t0, t1, cluster), absent,
-                  hz if hz is not None and hz < t1 else None)
+                  hz if hz is not None and hz < t1 else None, sw.load_reservations(con, t0, t1, cluster))
 
 
 def _events(inp: Inputs, sc: Scenario, cl: Cluster) -> np.ndarray:
@@ -105,9 +114,9 @@ def scenario_cluster(inp: Inputs, sc: Scenario) -> Cluster:
 
 
 def baseline(sc: Scenario) -> Scenario:
-    """The scenario's baseline: the observed capacity and workload (no nodes added or removed, demand and run
-    times unscaled) under the same policy and outages."""
-    return replace(sc, add={}, remove={}, demand_scale=1.0, runtime_scale=1.0)
+    """The scenario's baseline: the observed capacity, workload and advance reservations (no nodes added or
+    removed, demand and run times unscaled) under the same policy and outages."""
+    return replace(sc, add={}, remove={}, demand_scale=1.0, runtime_scale=1.0, replay_reservations=True)
 
 
 def _run(inp: Inputs, sc: Scenario, jobs: pl.DataFrame, seed: int) -> tuple[SimResult, pl.DataFrame]:
@@ -115,7 +124,8 @@ def _run(inp: Inputs, sc: Scenario, jobs: pl.DataFrame, seed: int) -> tuple[SimR
     events = _events(inp, sc, cl)
     work = sw.to_workload(jobs, runtime_scale=sc.runtime_scale)
     pol = Policy(**{**sc.policy.__dict__, "seed": seed, "requeue_on_failure": sc.requeue_killed})
-    res = simulate(cl, work, pol, events, sample_window=(0.0, inp.end_s))
+    res = simulate(cl, work, pol, events, sample_window=(0.0, inp.end_s),
+                   reservations=inp.reservations if sc.replay_reservations else None)
     out = res.jobs.join(jobs.select("job_uid", "observed_wait_s", "carried"), on="job_uid", how="left")
     return res, out
 

@@ -11,6 +11,7 @@ import duckdb
 import numpy as np
 import polars as pl
 
+from ingest.warehouse import has_table
 from models.definitions.expected_run_sql import expected_run_ctes
 from models.definitions.jobs_sql import (PARTITION_POOL_SQL, PENDING_STATES, SPANS_SQL, array_tasks_sql, end_eff_sql,
                                          open_sql, pending_from_sql, req_gpus_sql, requested_pool_sql, sql_list)
@@ -110,7 +111,8 @@ def load_jobs(con: duckdb.DuckDBPyConnection, t0: datetime, t1: datetime, cluste
     time (models/definitions/expected_run_sql.py) and at least what it has run; ``estimated_s`` is the part of
     it not observed. Pool: a started job's typed GPU request, else the type of the first node it ran on; a queued
     one's requested pool (NULL: any). Partition: where it ran; a queued job listing several: the first.
-    ``nodes``: the nodes a job running at t0 holds (it is pinned there), else NULL."""
+    ``nodes``: the nodes a job running at t0 holds (it is pinned there), else NULL. ``reservation``: the advance
+    reservation it ran (or waits) in, sacct's Reservation (``jobs.extra``), else NULL."""
     return _frame(con, _LOAD_JOBS_SQL.format(
         expected=expected_run_ctes(_RUNS_SQL.format(open=open_sql("j")),
                                    "SELECT job_uid, cluster, partition, timelimit_s, ran_s FROM held WHERE unfinished"),
@@ -163,13 +165,14 @@ held AS (   -- the jobs the window holds, with their arrival, horizon and second
            END AS pool,
            nullif(h.partition_, '') AS partition, coalesce(h.account, 'default') AS account, h.team, h.qos, h.state,
            CASE WHEN h.start IS NULL THEN {tasks} ELSE 1 END AS tasks,
-           CASE WHEN h.carried AND h.start < $t0 THEN f.nodes END AS nodes
+           CASE WHEN h.carried AND h.start < $t0 THEN f.nodes END AS nodes,
+           nullif(json_extract_string(h.extra, '$.reservation'), '') AS reservation
     FROM held h LEFT JOIN expected e USING (job_uid) LEFT JOIN ran_on f USING (job_uid)
     LEFT JOIN ({pp}) pp ON pp.cluster = h.cluster AND pp.partition = h.partition_
 )
 SELECT CASE WHEN k = 0 THEN job_uid ELSE -(job_uid * 100000 + k) END AS job_uid,   -- uids are >= 0: a task's < 0
        submit_s, queued_s, observed_wait_s, run_s, estimated_s, limit_s, nnodes, gpus / nnodes AS gpus_per_node, gpus,
-       pool, partition, account, team, qos, state, carried, nodes
+       pool, partition, account, team, qos, state, carried, nodes, reservation
 FROM rows, range(tasks::BIGINT) t(k)
 ORDER BY submit_s, job_uid"""
 
@@ -183,7 +186,7 @@ def to_workload(jobs: pl.DataFrame, qos_factor: dict[str, float] | None = None, 
         (pl.col("limit_s") * runtime_scale).alias("limit_s"),
         pl.col("qos").replace_strict(q, default=0.0, return_dtype=pl.Float64).alias("qos_factor"))
     cols = ["job_uid", "submit_s", "run_s", "limit_s", "gpus_per_node", "nnodes", "pool", "partition", "account",
-            "team", "qos_factor"] + [c for c in ("nodes", "queued_s") if c in df.columns]
+            "team", "qos_factor"] + [c for c in ("nodes", "queued_s", "reservation") if c in df.columns]
     return Workload.from_columns(df.select(cols))
 
 
@@ -194,11 +197,16 @@ def resample_days(jobs: pl.DataFrame, days: int, scale: float, seed: int, whole:
     time of day. scale=1 is a bootstrap of days (the replication's noise). Days are drawn from the first
     ``whole`` (default all): a last day cut by the horizon holds only its first hours of arrivals, and drawn
     into a whole slot it would make that day light. Jobs ``carried`` in from before the window are the state
-    it starts from: kept once, as they are."""
+    it starts from, and jobs in an advance ``reservation`` belong to its dates (moved to another day they could
+    not run in it): both kept once, as they are."""
     rng = np.random.default_rng(seed)
     whole = days if whole is None else max(1, min(whole, days))
-    carried = jobs.filter(pl.col("carried")) if "carried" in jobs.columns else jobs.head(0)
-    jobs = jobs.filter(~pl.col("carried")) if "carried" in jobs.columns else jobs
+    fixed = pl.lit(False)
+    for c in ("carried", "reservation"):
+        if c in jobs.columns:
+            fixed = fixed | (pl.col(c).is_not_null() if c == "reservation" else pl.col(c))
+    carried = jobs.filter(fixed)
+    jobs = jobs.filter(~fixed)
     day_of = (jobs["submit_s"].to_numpy() // DAY).astype(np.int64)
     parts = [carried.with_columns(pl.int_range(0, carried.height, dtype=pl.Int64).alias("job_uid"))]
     uid = carried.height
@@ -214,6 +222,25 @@ def resample_days(jobs: pl.DataFrame, days: int, scale: float, seed: int, whole:
             uid += d.height
             parts.append(d)
     return pl.concat(parts).sort("submit_s", "job_uid")
+
+
+def load_reservations(con: duckdb.DuckDBPyConnection, t0: datetime, t1: datetime, cluster: str | None = None
+                      ) -> pl.DataFrame:
+    """Advance reservations overlapping [t0, t1) (``reservations``, from ``ingest reservations``) for ``simulate``:
+    name, start_s, end_s (seconds since t0) and nodes (the expanded node names); empty without the table. Whole
+    nodes: a reservation of part of a node's GPUs (TRES gres/gpu) keeps the whole node from other jobs."""
+    empty = pl.DataFrame(schema={"name": pl.String, "start_s": pl.Float64, "end_s": pl.Float64,
+                                 "nodes": pl.List(pl.String)})
+    if not has_table(con, "reservations"):
+        return empty
+    df = _frame(con, """
+        SELECT name, epoch(start - $t0)::DOUBLE AS start_s, epoch("end" - $t0)::DOUBLE AS end_s,
+               list_filter(list_transform(string_split(coalesce(nodes, ''), ','), lambda x: trim(x)), lambda x: x <> '')
+                   AS nodes
+        FROM reservations
+        WHERE start < $t1 AND "end" > $t0 AND "end" > start AND ($c IS NULL OR cluster = $c)
+        ORDER BY start, name""", {"t0": t0, "t1": t1, "c": cluster})
+    return df if df.height else empty
 
 
 def load_events(con: duckdb.DuckDBPyConnection, cluster_obj: Cluster, t0: datetime, t1: datetime,
