@@ -253,15 +253,18 @@ def whatif_inputs(version: str, t0: dt.datetime, t1: dt.datetime, cluster: str |
 
 @st.cache_data(max_entries=32, ttl=BUDGET.ttl, show_spinner=False)
 def whatif(version: str, t0: dt.datetime, t1: dt.datetime, cluster: str | None, add: tuple[tuple[str, int], ...],
-           demand_scale: float, policy: str, replications: int, seed: int = 0) -> pl.DataFrame | str | None:
+           demand_scale: float, policy: str, replications: int, seed: int = 0,
+           reservations: bool = True) -> pl.DataFrame | str | None:
     """Metrics of one scenario (p50/p95 wait overall, per team, per size class, per pool; utilization;
-    fragmentation), each a mean with its 95 % interval over ``replications`` bootstrapped replications."""
+    fragmentation), each a mean with its 95 % interval over ``replications`` bootstrapped replications; without
+    ``reservations`` the advance reservations' jobs run as ordinary jobs."""
     mod, sim = whatif_mod, simulate_mod
     inp = whatif_inputs(version, t0, t1, cluster)
     if inp is None or isinstance(inp, str):
         return None
     try:
-        sc = mod.Scenario(add=dict(add), demand_scale=demand_scale, policy=sim.Policy.parse(policy, seed=seed))
+        sc = mod.Scenario(add=dict(add), demand_scale=demand_scale, policy=sim.Policy.parse(policy, seed=seed),
+                          replay_reservations=reservations)
         return mod.run_whatif(inp, sc, replications, seed, ("team", "size_class"))
     except ValueError as exc:   # e.g. a pool with no node to copy the shape of
         return str(exc)

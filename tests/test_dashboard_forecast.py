@@ -1,6 +1,8 @@
 """The Forecast & capacity page shows models.capacity's forecasts and answers, and runs the what-if simulator."""
 from __future__ import annotations
 
+import datetime as dt
+
 import polars as pl
 import pytest
 
@@ -10,6 +12,7 @@ from dashboards import model_reads as mr
 from dashboards.snapshot import Snapshot
 from models.definitions.labels import SIZE_CLASSES
 from models.forecasting import capacity
+from waiting_fixtures import shared_db
 
 
 def test_forecasts_and_exhaustion_dates_match_the_model(lab_db, monkeypatch):
@@ -132,3 +135,25 @@ def test_a_pool_without_known_capacity_is_still_charted_as_a_demand_forecast(db_
         assert dfx.metric(at, f"{pool}: capacity reached").value == "—"
     assert "no installed capacity known" in [c.value for c in at.caption]
     assert not any(c.value.startswith("Dotted red") for c in at.caption)
+
+
+def test_whatif_without_the_advance_reservations_says_so(tmp_path_factory, monkeypatch):
+    """The real Slurm capture with a reservation (tests/fixtures/slurm_waiting: gl-resv on gpu03, one job in it):
+    the what-if replays it, and the box runs the scenario without it, as `simulate --no-reservations` does."""
+    from models.simulation import simulate, whatif
+    db = shared_db(tmp_path_factory)
+    at = dfx.open_page(dfx.app(db, monkeypatch, timeout=600), "forecast",
+                       f_dates=(dt.date(2026, 12, 1), dt.date(2026, 12, 4)), wi_reps=3, wi_no_resv=True)
+    at.button[0].click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    inp = whatif.load_inputs(Snapshot(db).cursor(), "2026-12-01T00:00:00", "2026-12-05T00:00:00", None)
+    held = inp.counts()
+    assert held["reservations"] == 1 and held["in_reservations"] >= 1
+    said = [c.value for c in at.caption if "The window holds" in c.value]
+    assert len(said) == 1 and "Scenario: without the advance reservations." in said[0]
+    assert (f"1 advance reservation(s) hold their nodes for their {held['in_reservations']} jobs in the baseline "
+            "only.") in said[0]
+    pol = simulate.Policy.parse("fifo-backfill")
+    scen = whatif.run_whatif(inp, whatif.Scenario(policy=pol, replay_reservations=False), 3, 0, ("team", "size_class"))
+    p95 = scen.filter((pl.col("metric") == "p95_wait_h") & (pl.col("scope") == "all"))["mean"][0]
+    assert dfx.metric(at, "p95 queue wait").value == f"{p95:.2f} h"

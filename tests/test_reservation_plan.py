@@ -95,7 +95,8 @@ def _placements(s):
 
 def check_reservations_kept(s) -> None:
     """Nobody else starts on a reservation's nodes once it is created unless done by its start (by time limit),
-    nor during it; its own jobs run only there, inside it, by their limits; none still waits after its end."""
+    nor during it; its own jobs run only there, start inside it (whatever their limit) and end by its end (killed
+    then, TIMEOUT, if still running); none still waits after its end."""
     inst, jobs = s.inst, s.jobs
     gi, node, start, end = _placements(s)
     resv_of = jobs.resv[inst.job[gi]]
@@ -108,7 +109,9 @@ def check_reservations_kept(s) -> None:
         assert np.all(start[before] + limit[before] <= rv.start), "a job started on it that could outlast its start"
         mine = resv_of == r
         assert np.all(on[mine]), "a reservation job ran elsewhere"
-        assert np.all((start[mine] >= rv.start) & (start[mine] + limit[mine] <= rv.end))
+        assert np.all((start[mine] >= rv.start) & (start[mine] < rv.end) & (end[mine] <= rv.end))
+        timed_out = (jobs.resv[inst.job] == r) & (inst.state == scheduler.S_TIMEOUT)
+        assert np.all(inst.end[timed_out] == rv.end), "a reservation job timed out but not at its end"
         waiting = (jobs.resv[inst.job] == r) & (inst.start < 0)
         # its user gave up, or it was still queued at the end
         assert np.all((inst.state[waiting] == scheduler.S_CANCELLED) & (inst.end[waiting] <= rv.end))
@@ -127,6 +130,22 @@ def test_reservations_are_kept_for_any_workload(seed, rate, mtbf, days, share):
     s = build.generate(config.for_scale(0.1, seed=seed, days=4, jobs_per_gpu_day=rate, node_mtbf_days=mtbf,
                                         reservations=(spec,)))
     assert len(s.reservations) == 1
+    check_reservations_kept(s)
+
+
+def test_a_reservation_job_that_outlasts_it_starts_and_is_killed_at_its_end():
+    """As Slurm 22.05 (measured, docs/SIMULATOR.md): a job submitted into a reservation starts there whatever its
+    time limit, and ends TIMEOUT at the reservation's end (ResvOverRun 0). Seed 7 of this small workload has one:
+    the reservation's run, requeued after a node failure, restarts with a limit past the end."""
+    spec = ReservationSpec("r", "llm-pretrain", "h100", 20, 3, 1.5, 0.9)
+    s = build.generate(config.for_scale(0.1, seed=7, days=4, jobs_per_gpu_day=2.0, node_mtbf_days=3.0,
+                                        reservations=(spec,)))
+    inst, jobs, rv = s.inst, s.jobs, s.reservations[0]
+    cut = np.flatnonzero((jobs.resv[inst.job] == 0) & (inst.state == scheduler.S_TIMEOUT))
+    assert len(cut) == 1
+    k = cut[0]
+    assert rv.start <= inst.start[k] < rv.end and inst.end[k] == rv.end
+    assert inst.start[k] + jobs.limit_s[inst.job[k]] > rv.end                  # it outlasted the reservation
     check_reservations_kept(s)
 
 

@@ -156,8 +156,12 @@ with st.form("whatif"):
                               help="Queue order (FIFO or Slurm-like multifactor priority), with or without EASY "
                                    "backfill.")
     reps = st.select_slider("Replications (more: narrower intervals, slower)", [3, 5, 10], value=5, key="wi_reps")
+    no_resv = st.checkbox("Without the advance reservations", key="wi_no_resv",
+                          help="What the window's advance reservations cost: the scenario runs their jobs as "
+                               "ordinary jobs and frees their nodes; the baseline keeps them, as they happened.")
     go = st.form_submit_button("Run simulation", type="primary", icon=":material/play_arrow:")
-scenario = (tuple(sorted((p, int(n)) for p, n in add.items() if n)), round(1 + growth / 100, 4), policy, int(reps))
+scenario = (tuple(sorted((p, int(n)) for p, n in add.items() if n)), round(1 + growth / 100, 4), policy, int(reps),
+            bool(no_resv))
 if go:
     st.session_state["wi_last"] = scenario
 if st.session_state.get("wi_last") is None:
@@ -165,7 +169,7 @@ if st.session_state.get("wi_last") is None:
                "start, with the outages that happened; it starts from the cluster as it was (the jobs then running "
                "on their nodes, those then queued first in line) and measures up to where the accounting ends.")
     st.stop()
-add_t, scale, pol, reps = st.session_state["wi_last"]
+add_t, scale, pol, reps, no_resv = st.session_state["wi_last"]
 with st.spinner("Simulating the baseline and the scenario (the first run after an upgrade also compiles the "
                 "simulator)..."):
     inp = mr.whatif_inputs(ctx.version, f.t0, f.t1, cluster)
@@ -173,7 +177,7 @@ with st.spinner("Simulating the baseline and the scenario (the first run after a
         st.info(f"No simulation for this window: {inp}", icon=":material/info:")
         st.stop()
     base = mr.whatif(ctx.version, f.t0, f.t1, cluster, (), 1.0, "fifo-backfill", reps)
-    scen = mr.whatif(ctx.version, f.t0, f.t1, cluster, add_t, scale, pol, reps)
+    scen = mr.whatif(ctx.version, f.t0, f.t1, cluster, add_t, scale, pol, reps, reservations=not no_resv)
 for res_ in (base, scen):
     if not isinstance(res_, pl.DataFrame):
         st.warning(f"The simulator could not run this scenario: {res_}", icon=":material/warning:")
@@ -186,13 +190,17 @@ def _metric(df: pl.DataFrame, metric: str, scope: str = "all") -> dict | None:
 
 
 desc = ", ".join([f"+{n} {p} nodes" for p, n in add_t] + ([f"demand x{scale:g}"] if scale != 1 else [])
-                 + ([f"policy {pol}"] if pol != "fifo-backfill" else [])) or "no change"
+                 + ([f"policy {pol}"] if pol != "fifo-backfill" else [])
+                 + (["without the advance reservations"] if no_resv else [])) or "no change"
 held = inp.counts()
 st.caption(f"Scenario: {desc}. Baseline: the window's workload on its observed capacity with FIFO + EASY backfill. "
            f"Means of {reps} replications with 95 % intervals. The window holds {held['jobs']:,} jobs "
            f"({held['queued_at_horizon']:,} still queued where the accounting ends"
            + (f", at {inp.horizon:%Y-%m-%d %H:%M} UTC" if inp.horizon is not None else "")
-           + f"); {held['carried']:,} jobs carried in from before it hold their capacity but are not measured.")
+           + f"); {held['carried']:,} jobs carried in from before it hold their capacity but are not measured."
+           + (f" {held['reservations']:,} advance reservation(s) hold their nodes for their "
+              f"{held['in_reservations']:,} jobs in the baseline" + (" only." if no_resv else " and the scenario.")
+              if held["reservations"] else ""))
 k = st.columns(3)
 for col, metric, name, unit in ((k[0], "p95_wait_h", "p95 queue wait", "h"), (k[1], "p50_wait_h", "Median queue wait", "h"),
                                 (k[2], "utilization_pct", "GPU utilization (allocation)", "%")):

@@ -10,7 +10,8 @@ Policy, as a Slurm site with ``SchedulerType=sched/backfill`` runs it:
 - single-node jobs go best-fit (the fullest node that fits); gangs take whole free nodes;
 - an advance reservation (models/demo/reservation_plan.py), once created, keeps off its nodes every job whose time
   limit would reach its start; from its start until its end they run only its own jobs, first come first served,
-  each only if its time limit ends by the reservation's end; what is still queued for it at its end is cancelled;
+  whatever their time limit; at its end its jobs still running are killed (TIMEOUT, as Slurm's ResvOverRun 0) and
+  what is still queued for it is cancelled;
 - a node failure ends its jobs NODE_FAIL (requeued when allowed); an urgent drain requeues them (REQUEUED);
   drained or down nodes take no jobs.
 
@@ -477,16 +478,15 @@ class Scheduler:
     # ------------------------------------------------------------ reservations
 
     def _resv_main(self, r: int, now: int) -> None:
-        """Start reservation r's queued jobs in arrival order while the first one fits on its nodes; a job whose
-        time limit would outlast the reservation is passed over (Slurm does not start it there)."""
+        """Start reservation r's queued jobs in arrival order while the first one fits on its nodes (no backfill
+        inside a reservation). A job whose time limit outlasts the reservation starts too, and is killed at its end
+        (``_resv_finish``): what Slurm 22.05 does with ResvOverRun 0 (docs/SIMULATOR.md, measured)."""
         res = self.resv[r]
         if not res.start <= now < res.end:
             return
-        items, alive, lim = self.rq[r].items, self.alive, self.j_limit
+        items, alive = self.rq[r].items, self.alive
         for i in items:
             if not alive[i]:
-                continue
-            if now + lim[self.i_job[i]] > res.end:
                 continue
             if not self._resv_fit(i, res, now):
                 return
@@ -522,8 +522,15 @@ class Scheduler:
         self._resv_main(r, now)
 
     def _resv_finish(self, r: int, now: int) -> None:
-        """The reservation ends: its nodes return to their pool; what is still queued for it is cancelled."""
+        """The reservation ends: its jobs still running are killed (TIMEOUT, not requeued), its nodes return to their
+        pool, what is still queued for it is cancelled."""
         res = self.resv[r]
+        for n in res.nodes:
+            for i in sorted(self.on_node[n]):
+                if self.i_state[i] == S_RUNNING and self.j_resv[self.i_job[i]] == r:
+                    self.i_end[i] = now
+                    self.i_state[i] = S_TIMEOUT
+                    self._release(i)
         for n in res.nodes:
             self.resv_of[n] = -1
             self._refresh_usable(n)
