@@ -5,6 +5,7 @@ import bz2
 import gzip
 import lzma
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -101,6 +102,17 @@ def run_command(cmd: list[str], timeout_s: int, source: str, tool: str = "", hin
         err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
         raise InputError(source, f"{lead}exited {proc.returncode}: {err[0] if err else 'no message'}")
     return proc.stdout
+
+
+def slurm_cluster_name(timeout_s: int = 30) -> str | None:
+    """The ClusterName of the Slurm the client talks to (``scontrol show config``), for a live listing that does not
+    name its cluster (``scontrol show reservation``, ``scontrol show job``); None when scontrol cannot say."""
+    try:
+        out = run_slurm(["scontrol", "show", "config"], timeout_s).decode("utf-8", "replace")
+    except InputError:
+        return None
+    m = re.search(r"^ClusterName\s*=\s*(\S+)", out, re.M)
+    return m.group(1) if m else None
 
 
 def run_slurm(cmd: list[str], timeout_s: int, tool: str | None = None) -> bytes:

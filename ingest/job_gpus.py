@@ -26,7 +26,7 @@ import pyarrow as pa
 
 from ingest import plausible, warehouse
 from ingest.hostlist import HostlistError, expand
-from ingest.inputs import read_input, run_slurm
+from ingest.inputs import read_input, run_slurm, slurm_cluster_name
 from ingest.lines import text_lines
 from ingest.slurm_json import looks_like_json, meta_cluster, record_lines, records, utc_text
 from ingest.squeue import NULLS
@@ -228,6 +228,8 @@ def ingest_path(con, path: str, cluster: str | None = None, tz: str | None = Non
 
 
 def ingest_live(con, cluster: str | None = None) -> dict:
-    """Run :data:`LIVE_COMMAND` (TZ=UTC) and load what it prints."""
+    """Run :data:`LIVE_COMMAND` (TZ=UTC) and load what it prints; without ``cluster``, the controller's ClusterName
+    (the listing names none), else the warehouse's only cluster."""
+    cluster = cluster or slurm_cluster_name() or warehouse.only_cluster(con)
     return load(con, run_slurm(list(LIVE_COMMAND), 120), " ".join(LIVE_COMMAND), cluster=cluster, tz="UTC",
                 live=True)

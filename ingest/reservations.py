@@ -26,7 +26,7 @@ import pyarrow as pa
 from ingest import plausible, reservations_json, warehouse
 from ingest.errors import InputError
 from ingest.hostlist import HostlistError, expand
-from ingest.inputs import read_input, run_slurm
+from ingest.inputs import read_input, run_slurm, slurm_cluster_name
 from ingest.lines import aligned_table, first_text_line, other_output, text_lines
 from ingest.slurm_json import looks_like_json
 from ingest.squeue import NULLS, gpu_count
@@ -225,6 +225,10 @@ LIVE_COMMANDS = (("scontrol", "show", "reservation", "-o"),
 
 
 def ingest_live(con, cluster: str | None = None) -> list[dict]:
-    """Both :data:`LIVE_COMMANDS`, each its own run (scontrol first, so sacctmgr's end wins for ended ones)."""
+    """Both :data:`LIVE_COMMANDS`, each its own run (scontrol first, so sacctmgr's end wins for ended ones).
+    scontrol's listing names no cluster: without ``cluster`` it is the controller's ClusterName (a warehouse that
+    knows no cluster yet, as a service's first cycle, would otherwise file it under "default", apart from
+    sacctmgr's row of the same reservation), else the warehouse's only cluster."""
+    cluster = cluster or slurm_cluster_name() or warehouse.only_cluster(con)
     return [load(con, run_slurm(list(cmd), 120), " ".join(cmd), cluster=cluster, tz="UTC") for cmd in LIVE_COMMANDS]
 

@@ -100,6 +100,11 @@ def _gpus(tres: str) -> int:
     return int(m.group(1)) if m else 0
 
 
+def _utc(stamp: str) -> dt.datetime:
+    """A time sacct printed under TZ=UTC (``_env``), naive UTC as the warehouse keeps times."""
+    return dt.datetime.fromisoformat(stamp)
+
+
 def _sacct_allocations() -> list[dict]:
     """Slurm's own view, independent of our parser: one dict per allocation record."""
     fields = ["JobIDRaw", "JobID", "Submit", "Account", "State", "ElapsedRaw", "AllocTRES", "NodeList", "Suspended"]
@@ -537,15 +542,20 @@ def test_preempted_job_is_attributed_to_victim_and_preemptor(waiting):
 def test_reservation_owner_and_reserved_idle_in_the_chargeback(waiting):
     from ingest import warehouse
     from models.metrics import chargeback, reservations
-    inresv = next(r for r in waiting["sacct"] if r["JobName"] == "inresv")
-    assert inresv["Reservation"] == "gl-resv"
+    inside = [r for r in waiting["sacct"] if r["JobName"] in ("inresv", "outlast")]
+    assert [r["Reservation"] for r in inside] == ["gl-resv", "gl-resv"]
     con = warehouse.connect(waiting["db"], read_only=True)
     try:
+        # scontrol's listing names no cluster: filed under the controller's ClusterName, as sacctmgr's row, even
+        # when the live ingest ran before the warehouse knew any cluster (it once read "default": two rows)
+        assert con.sql("SELECT cluster FROM reservations WHERE name = 'gl-resv'").fetchall() == [("glcluster",)]
         r = reservations.report(con).filter(pl.col("name") == "gl-resv").row(0, named=True)
         span = (r["end"] - r["start"]).total_seconds()
         assert (r["team"], r["owner_account"], r["owner_user"], r["gpus"], r["gpu_type"]) == \
             ("vision", "vision", "carol", 4, "h100") and 29 <= span <= 31
-        used = int(inresv["ElapsedRaw"]) * _gpus(inresv["AllocTRES"])
+        # `outlast` runs up to ~30 s past the end (the controller's timer): only its part inside counts as used
+        used = sum(min(int(x["ElapsedRaw"]), (r["end"] - _utc(x["Start"])).total_seconds())
+                   * _gpus(x["AllocTRES"]) for x in inside)
         assert round(r["used_gpu_h"] * 3600) == used and round(r["reserved_gpu_h"] * 3600) == 4 * span
         assert round(r["reserved_idle_gpu_h"] * 3600) == 4 * span - used
         st = chargeback.compute(con, f"{r['start']:%Y-%m}")
@@ -573,6 +583,46 @@ def test_pending_reasons_from_real_squeue_snapshots(waiting):
         assert ("vision", "Resources") in got and ("ml", "Dependency") in got
     finally:
         con.close()
+
+
+@pytest.mark.slurm
+@pytest.mark.slow
+def test_a_job_outlasting_its_reservation_starts_and_is_killed_at_its_end_as_the_simulator_replays_it(waiting):
+    """Slurm 22.05 starts `outlast` (--time=5) in the 30-s reservation gl-resv and kills it (TIMEOUT) when gl-resv
+    ends, within the controller's 30-s timer (ResvOverRun 0): the rule models/simulation applies. Replayed from the
+    warehouse, the job starts when it did and ends at the reservation's end."""
+    from ingest import warehouse
+    from models.simulation import whatif
+    from models.simulation.simulate import Policy
+    rec = next(r for r in waiting["sacct"] if r["JobName"] == "outlast")
+    con = warehouse.connect(waiting["db"], read_only=True)
+    try:
+        start, end = con.sql("SELECT start, \"end\" FROM reservations WHERE name = 'gl-resv'").fetchall()[0]
+        uid = con.execute("SELECT job_uid FROM jobs WHERE job_id = ?", [waiting["ids"]["outlast"]]).fetchall()[0][0]
+        inp = whatif.load_inputs(con, f"{start - dt.timedelta(minutes=10):%Y-%m-%dT%H:%M:%S}",
+                                 f"{end + dt.timedelta(minutes=10):%Y-%m-%dT%H:%M:%S}")
+    finally:
+        con.close()
+    assert rec["State"] == "TIMEOUT" and rec["Reservation"] == "gl-resv"
+    assert start <= _utc(rec["Start"]) < end and 0 <= (_utc(rec["End"]) - end).total_seconds() <= 45
+    assert int(rec["ElapsedRaw"]) < 300                                      # killed well before its limit
+    _, out = whatif.replay(inp, Policy.parse("fifo-backfill", bf_interval_s=0))
+    assert out.filter(pl.col("reservation") == "gl-resv").height == 2           # inresv and outlast
+    killed = out.filter(pl.col("job_uid") == uid).row(0, named=True)
+    end_s = (end - inp.t0).total_seconds()
+    assert killed["end_s"] == pytest.approx(end_s) and killed["start_s"] < end_s
+
+
+@pytest.mark.slurm
+def test_a_live_listing_without_a_cluster_takes_the_controller_s_cluster_name(ingested, monkeypatch):
+    """`scontrol show reservation` and `scontrol show job` name no cluster: their live ingests ask `scontrol show
+    config` (ClusterName), and fall back to the warehouse's only cluster when scontrol cannot answer."""
+    from ingest import inputs
+    monkeypatch.setenv("SLURM_CONF", str(STATE / "etc" / "slurm.conf"))
+    monkeypatch.setenv("PATH", PATH)
+    assert inputs.slurm_cluster_name() == "glcluster"
+    monkeypatch.setenv("PATH", "/nonexistent")
+    assert inputs.slurm_cluster_name() is None
 
 
 # ---------------------------------------------------------------- the captured fixtures, without Slurm

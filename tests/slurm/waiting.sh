@@ -5,11 +5,13 @@
 #   victim     alice/ml      gpu01 4 GPUs, QOS scavenger    PREEMPTED by `preemptor`, requeued, then COMPLETED
 #   preemptor  bob/vision    gpu01 4 GPUs, QOS high         COMPLETED (QOS high preempts scavenger: up.sh)
 #   inresv     carol/vision  reservation gl-resv, 1 h100    COMPLETED inside the reservation
+#   outlast    carol/vision  reservation gl-resv, 1 h100,   TIMEOUT when gl-resv ends (ResvOverRun 0): it starts
+#                            --time=5 (outlasts it)         inside whatever its limit, and is killed at the end
 #   big        alice/ml      gpu02 4 GPUs, 12 s             COMPLETED
 #   waitres    bob/vision    gpu02 2 GPUs                   PENDING (Resources) while `big` runs, then COMPLETED
 #   dep        alice/ml      a100 1 GPU, afterok:big        PENDING (Dependency) while `big` runs, then COMPLETED
-# Reservation gl-resv: gpu03 (4 x h100), users carol, accounts vision, 30 s from its creation, one 5-s job
-# inside: ~115 GPU-seconds of it stay idle.
+# Reservation gl-resv: gpu03 (4 x h100), users carol, accounts vision, 30 s from its creation, a 5-s job and one
+# killed at its end inside: ~90 GPU-seconds of it stay idle.
 # While the mix runs, squeue is captured every 2 s into $S/out/waiting/squeue-NN.psv (each with a .cmd file
 # giving the time) and the reservation while it is active; jobids go to $JOBDIR/waiting-jobids.
 set -euo pipefail
@@ -41,6 +43,8 @@ capture "$W" scontrol-show-reservation.txt env TZ=UTC scontrol show reservation
 # an empty Reservation for ever. Start `inresv` in a later second.
 sleep 1.2
 ID[inresv]=$(sb carol -J inresv -A vision --reservation=gl-resv -p h100 -c 2 --gres=gpu:h100:1 -t 5 --wrap 'sleep 5')
+ID[outlast]=$(sb carol -J outlast -A vision --reservation=gl-resv -p h100 -c 2 --gres=gpu:h100:1 -t 5 \
+  --wrap 'sleep 300')
 ID[victim]=$(sb alice -J victim -A ml --qos=scavenger --requeue -p a100 -w gpu01 -c 2 --gres=gpu:a100:4 -t 5 \
   --wrap 'if [ "${SLURM_RESTART_COUNT:-0}" -eq 0 ]; then sleep 300; else sleep 2; fi')
 ID[big]=$(sb alice -J big -A ml -p a100 -w gpu02 -c 2 --gres=gpu:a100:4 -t 5 --wrap 'sleep 12')
