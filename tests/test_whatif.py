@@ -15,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from sim_fixtures import build_warehouse, synthetic_jobs  # noqa: E402
 
 from models.simulation import workload as sw  # noqa: E402
+from models.pipeline import refresh  # noqa: E402
 from models.simulation import whatif  # noqa: E402
 from models.simulation.simulate import Cluster, Policy, Workload, simulate  # noqa: E402
 
@@ -214,6 +215,18 @@ def test_plan_sizes_a_pool_by_its_own_jobs_waits_not_a_congested_other_pools(war
     only_h100 = replace(inp, jobs=inp.jobs.filter(pl.col("pool") == "h100"))
     with pytest.raises(ValueError, match="no a100 jobs in the window"):
         whatif.plan_capacity(only_h100, "a100", 2.0, whatif.Scenario(policy=POLICY), grid=[4], replications=1)
+
+
+def test_the_replay_measures_from_where_the_accounting_begins(warehouse, tmp_path):
+    """A window from 5.5 h before the first job: the observed allocation ratio counts no capacity before the
+    accounting begins, nor does the replay (it read the idle hours as idle capacity); this history is the
+    simulator's own schedule, so the two agree."""
+    refresh.run(warehouse, tmp_path / "unused.duckdb", publish=False)
+    inp = whatif.load_inputs(warehouse, "2026-03-01T18:30:00", "2026-03-05T00:00:00")
+    assert inp.start_s == (inp.data_start - inp.t0).total_seconds() >= 5.5 * 3600
+    res, _ = whatif.replay(inp, POLICY)
+    seen = whatif.observed_allocation_ratio_pct(warehouse, inp)
+    assert seen > 30 and abs(whatif.replay_utilization_pct(inp, res) - seen) < 0.5
 
 
 def test_cli_simulate_and_plan(warehouse, db_path, run_cli):

@@ -45,6 +45,13 @@ def window(con: duckdb.DuckDBPyConnection, date_from: str | None, date_to: str |
     return f, t
 
 
+def data_start(con: duckdb.DuckDBPyConnection, cluster: str | None = None) -> datetime | None:
+    """Where the accounting begins (naive UTC): ``cluster``'s first start (else submit), the earliest of every
+    cluster's when None. Before it nothing is known, as after the horizon."""
+    return con.execute(f"SELECT min(data_start) FROM ({SPANS_SQL}) WHERE $c IS NULL OR cluster = $c",
+                       {"c": cluster}).fetchall()[0][0]
+
+
 def horizon(con: duckdb.DuckDBPyConnection, cluster: str | None = None) -> datetime | None:
     """Where the accounting ends (naive UTC): ``cluster``'s horizon, the latest of every cluster's when None."""
     return con.execute(f"SELECT max(horizon) FROM ({SPANS_SQL}) WHERE $c IS NULL OR cluster = $c",
