@@ -399,7 +399,10 @@ def test_a_pasted_link_opens_the_same_view_and_the_url_follows_changes(server, b
         page.get_by_role("heading", name="Fragmentation", exact=True).first.wait_for(timeout=120_000)
         page.wait_for_url(re.compile(r"/fragmentation\?"), timeout=60_000)
         assert "window=90d" in page.url and f"team={team}" in page.url, page.url
-        assert page.get_by_text(re.compile(rf"\(UTC\); team: {re.escape(team)}")).count() == 1
+        # the heading is drawn before the caption under it: wait for the caption (count() does not wait)
+        linked = page.get_by_text(re.compile(rf"\(UTC\); team: {re.escape(team)}"))
+        linked.first.wait_for(timeout=120_000)
+        assert linked.count() == 1
     finally:
         ctx.close()
 
