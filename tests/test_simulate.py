@@ -253,6 +253,18 @@ def test_a_job_naming_an_unknown_or_past_reservation_runs_as_an_ordinary_job():
     assert res.unmatched_reservation_jobs == 2
 
 
+def test_a_reservation_without_nodes_of_the_cluster_binds_nobody():
+    # a licenses-only reservation (no nodes), or one whose nodes a what-if removed: its job runs as an ordinary job
+    cl = Cluster.from_arrays([8, 8], node_names=["a", "b"])
+    lic = pl.DataFrame({"name": ["L", "R"], "start_s": [0.0, 0.0], "end_s": [9000.0, 9000.0],
+                        "nodes": [[], ["gone"]]})
+    work = Workload.from_columns({"submit_s": [0, 0], "run_s": [50, 50], "gpus_per_node": [8, 8],
+                                  "reservation": ["L", "R"]})
+    res = simulate(cl, work, Policy.parse("fifo"), reservations=lic)
+    assert _starts(res) == {0: 0, 1: 0} and res.jobs["feasible"].all()
+    assert res.unmatched_reservation_jobs == 2
+
+
 def test_a_job_running_when_the_workload_starts_stays_on_its_reserved_node():
     # carried in: it arrives at its observed start (-100) pinned to b, whose reservation starts at 1000; its
     # limit reaches into R, but it is already running, as Slurm's IGNORE_JOBS reservations allow

@@ -76,6 +76,15 @@ def test_replay_with_advance_reservations_reproduces_every_wait_and_without_them
     assert moved.filter(pl.col("reservation").is_not_null()).height > 5 and moved.height > 20
 
 
+def test_counts_call_a_reservation_without_the_window_s_nodes_not_loaded(reserved):
+    con, observed = reserved
+    inp = whatif.load_inputs(con)
+    elsewhere = pl.DataFrame({"name": ["train"], "start_s": [0.0], "end_s": [1.0], "nodes": [["other-node"]]})
+    n = replace(inp, reservations=elsewhere).counts()
+    inside = observed.jobs["reservation"].is_not_null().sum()
+    assert (n["reservations"], n["in_reservations"], n["reservation_not_loaded"]) == (1, 0, inside)
+
+
 def test_a_replication_keeps_the_reservation_jobs_on_their_dates(reserved):
     con, _ = reserved
     inp = whatif.load_inputs(con)

@@ -259,10 +259,11 @@ def _windows(cluster: Cluster, resv: pl.DataFrame | None, asked: np.ndarray, sub
              pinned: np.ndarray | None):
     """Advance reservations for the kernel: (jresv, aw, nodes of each window, unmatched jobs, starts, ends).
 
-    A job naming a reservation takes that name's earliest window not over at its submit (``unmatched`` counts
-    those with none: they run as ordinary jobs); a job pinned to its nodes (running when the workload starts) is
-    bound by no window. ``aw`` = (ptr, start, end, window, cursor): each node's windows sorted by start, CSR by
-    node (core._resv_ok); the windows' starts and ends are when the scheduler must look again."""
+    A job naming a reservation takes that name's earliest window not over at its submit that holds some of the
+    cluster's nodes (``unmatched`` counts those with none: they run as ordinary jobs); a job pinned to its nodes
+    (running when the workload starts) is bound by no window. ``aw`` = (ptr, start, end, window, cursor): each
+    node's windows sorted by start, CSR by node (core._resv_ok); the windows' starts and ends are when the scheduler
+    must look again."""
     J, N = submit.size, cluster.size
     jresv = np.full(J, core.RESV_NONE, dtype=np.int64)
     named = np.flatnonzero(np.array([a is not None for a in asked], dtype=bool)) if J else np.zeros(0, np.int64)
@@ -277,8 +278,8 @@ def _windows(cluster: Cluster, resv: pl.DataFrame | None, asked: np.ndarray, sub
     for i, name in enumerate(r["name"].to_list()):
         by_name.setdefault(name, []).append(i)
     unmatched = 0
-    for j in named.tolist():
-        w = next((i for i in by_name.get(asked[j], []) if ends[i] > submit[j]), None)
+    for j in named.tolist():   # a window with none of the cluster's nodes (licenses only, nodes removed) binds nobody
+        w = next((i for i in by_name.get(asked[j], []) if ends[i] > submit[j] and wnodes[i]), None)
         unmatched += w is None
         jresv[j] = core.RESV_NONE if w is None else w
     if pinned is not None:

@@ -84,10 +84,13 @@ class Inputs:
 
     def counts(self) -> dict[str, int]:
         """The window's jobs, those of them still queued at the horizon, the jobs carried in from before t0, the
-        advance reservations, the window's jobs in one of them and those naming one that is not loaded."""
+        advance reservations, the window's jobs in one of them and those naming one that is not loaded (or holds
+        none of the window's nodes)."""
         own = self.jobs.filter(~pl.col("carried"))
         named = own.filter(pl.col("reservation").is_not_null()) if "reservation" in own.columns else own.head(0)
-        inside = named["reservation"].is_in(self.reservations["name"].implode()).sum() if named.height else 0
+        # a reservation binds its jobs where it holds some of the cluster's nodes (simulate's rule)
+        held = self.reservations.filter(pl.col("nodes").list.set_intersection(self.cluster.node_names).list.len() > 0)
+        inside = named["reservation"].is_in(held["name"].implode()).sum() if named.height else 0
         return {"jobs": own.height, "queued_at_horizon": own["observed_wait_s"].null_count(),
                 "carried": self.jobs.height - own.height, "reservations": self.reservations.height,
                 "in_reservations": int(inside), "reservation_not_loaded": named.height - int(inside)}
