@@ -296,7 +296,7 @@ def _window_spans(n_nodes: int, aw: tuple, jcls: np.ndarray, cls_ptr: np.ndarray
     """Per eligibility class, [from, to) (seconds) in which an advance reservation on its nodes makes whether a job
     fits depend on its time limit: from the first window's start less the class's longest limit to the last
     window's end; empty for a reservation's own class (its jobs start whatever their limit) and a class without
-    windows. The kernel's backfill failure cache is off there."""
+    windows. There the kernel's backfill failure cache also keys on the failed job's end by its limit."""
     ptr, ws, we = aw[0], aw[1], aw[2]
     owner = np.repeat(np.arange(n_nodes), np.diff(ptr))
     first, last = np.full(n_nodes, np.inf), np.full(n_nodes, -np.inf)
