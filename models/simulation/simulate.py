@@ -253,6 +253,7 @@ def size_mix(gpus_per_node: np.ndarray, coverage: float = 0.95, max_sizes: int =
 #: Columns of ``simulate``'s ``reservations``: name, start_s and end_s (seconds, the workload's clock) and nodes
 #: (a list of node names; names the cluster lacks are ignored).
 RESERVATION_COLUMNS = ("name", "start_s", "end_s", "nodes")
+RESERVATION_SCHEMA = {"name": pl.String, "start_s": pl.Float64, "end_s": pl.Float64, "nodes": pl.List(pl.String)}
 
 
 def _windows(cluster: Cluster, resv: pl.DataFrame | None, asked: np.ndarray, submit: np.ndarray,

@@ -19,7 +19,8 @@ from ingest.warehouse import has_table
 from models.definitions.labels import ANY_POOL, NONE, SIZE_CLASSES, UNMAPPED, size_class_expr, size_order
 from models.metrics import utilization
 from models.simulation import workload as sw
-from models.simulation.simulate import EVENT_KINDS, Cluster, Policy, SimResult, node_events, simulate
+from models.simulation.simulate import (EVENT_KINDS, RESERVATION_SCHEMA, Cluster, Policy, SimResult, node_events,
+                                         simulate)
 
 
 @dataclass
@@ -54,8 +55,7 @@ class Inputs:
     events: np.ndarray
     absent: np.ndarray = field(default_factory=lambda: node_events(Cluster.from_arrays([]), []))
     horizon: object = None
-    reservations: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(
-        schema={"name": pl.String, "start_s": pl.Float64, "end_s": pl.Float64, "nodes": pl.List(pl.String)}))
+    reservations: pl.DataFrame = field(default_factory=lambda: pl.DataFrame(schema=RESERVATION_SCHEMA))
     data_start: object = None
 
     @property

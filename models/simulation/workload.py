@@ -17,7 +17,7 @@ from models.definitions.jobs_sql import (PARTITION_POOL_SQL, PENDING_STATES, SPA
                                          open_sql, pending_from_sql, req_gpus_sql, requested_pool_sql, sql_list)
 from models.definitions.labels import ANY_POOL
 from models.definitions.times import check_window, floor_day, parse_window
-from models.simulation.simulate import Cluster, Workload, node_events
+from models.simulation.simulate import RESERVATION_SCHEMA, Cluster, Workload, node_events
 
 DAY = 86400.0
 
@@ -236,8 +236,7 @@ def load_reservations(con: duckdb.DuckDBPyConnection, t0: datetime, t1: datetime
     """Advance reservations overlapping [t0, t1) (``reservations``, from ``ingest reservations``) for ``simulate``:
     name, start_s, end_s (seconds since t0) and nodes (the expanded node names); empty without the table. Whole
     nodes: a reservation of part of a node's GPUs (TRES gres/gpu) keeps the whole node from other jobs."""
-    empty = pl.DataFrame(schema={"name": pl.String, "start_s": pl.Float64, "end_s": pl.Float64,
-                                 "nodes": pl.List(pl.String)})
+    empty = pl.DataFrame(schema=RESERVATION_SCHEMA)
     if not has_table(con, "reservations"):
         return empty
     df = _frame(con, """
